@@ -1,0 +1,3 @@
+//! One module per subcommand, each a thin layer over library calls.
+
+pub mod pack;

@@ -1,0 +1,147 @@
+//! `shardtool pack`: flags → `PackPlan` → `shardtool_pack::pack` → summary.
+
+use crate::args::{FormatArg, PackArgs};
+use crate::progress::PackProgress;
+use crate::Failure;
+use anyhow::anyhow;
+use shardtool_pack::{
+    pack, parse_byte_size, Compression, InputSource, PackError, PackPlan, PackReport,
+    ShardFormatChoice,
+};
+use std::path::PathBuf;
+
+/// Builds the plan from the flags, without touching the file system.
+pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
+    let (source, output) = match (a.list, a.input, a.output) {
+        (Some(list), Some(out), None) => (InputSource::List(list), out),
+        (Some(_), Some(_), Some(_)) => {
+            return Err("with --list, give only OUTPUT (the inputs come from the list)".into())
+        }
+        (None, Some(input), Some(out)) => (InputSource::Folder(input), out),
+        _ => {
+            return Err(
+                "usage: shardtool pack <INPUT> <OUTPUT> or shardtool pack --list FILE <OUTPUT>"
+                    .into(),
+            )
+        }
+    };
+    let mut plan = PackPlan::new(source, output);
+    let t = &mut plan.transform;
+    t.resize = a
+        .resize
+        .parse()
+        .map_err(|e: shardtool_image::ParseError| e.0)?;
+    t.upscale = a.upscale;
+    t.filter = a
+        .filter
+        .parse()
+        .map_err(|e: shardtool_image::ParseError| e.0)?;
+    t.encode = a
+        .encode
+        .parse()
+        .map_err(|e: shardtool_image::ParseError| e.0)?;
+    t.quality = a.quality;
+    t.limits.max_pixels = a.max_pixels;
+    plan.format = match a.format {
+        FormatArg::Wds => ShardFormatChoice::Wds,
+        FormatArg::Packed => ShardFormatChoice::Packed,
+    };
+    plan.compression = match a.compress.as_deref() {
+        None | Some("none") => Compression::None,
+        Some("zstd") => Compression::Zstd(3),
+        Some(s) => match s.strip_prefix("zstd:").and_then(|l| l.parse().ok()) {
+            Some(level) => Compression::Zstd(level),
+            None => {
+                return Err(format!(
+                    "invalid --compress {s:?}: expected zstd or zstd:LEVEL"
+                ))
+            }
+        },
+    };
+    plan.seed = (!a.no_shuffle).then_some(a.seed);
+    plan.shard_bytes = parse_byte_size(&a.shard_size).map_err(|e| format!("--shard-size: {e}"))?;
+    plan.shard_samples = a.shard_samples;
+    plan.prefix = a.prefix;
+    if let Some(j) = a.jobs {
+        plan.jobs = j;
+    }
+    plan.max_errors = a.max_errors;
+    plan.overwrite = a.overwrite;
+    plan.validate()?;
+    Ok(plan)
+}
+
+/// Runs `shardtool pack`.
+pub fn run(a: PackArgs) -> Result<(), Failure> {
+    let quiet = a.quiet;
+    let plan = plan(a).map_err(|e| Failure::usage(anyhow!(e)))?;
+    let progress = PackProgress::new(quiet);
+    let result = pack(&plan, &progress);
+    progress.finish();
+    match result {
+        Ok(report) => {
+            for e in report
+                .errors
+                .iter()
+                .take(if quiet { usize::MAX } else { 10 })
+            {
+                eprintln!("failed: {} ({}): {}", e.path, e.kind, e.message);
+            }
+            if !quiet {
+                print_summary(&plan.output, &report);
+            }
+            Ok(())
+        }
+        Err(PackError::Usage(m)) => Err(Failure::usage(anyhow!(m))),
+        Err(e) => Err(Failure::run(e)),
+    }
+}
+
+fn mb(bytes: u64) -> f64 {
+    bytes as f64 / 1e6
+}
+
+fn print_summary(out: &PathBuf, r: &PackReport) {
+    let m = &r.manifest;
+    let secs = r.elapsed.as_secs_f64().max(1e-9);
+    let i = &m.inputs;
+    println!(
+        "packed {} of {} images into {} shard(s) in {}",
+        i.packed,
+        i.found,
+        m.totals.shards,
+        out.display()
+    );
+    println!(
+        "  failed {} (see errors.jsonl), ignored {} non-image or hidden files",
+        i.failed, i.ignored
+    );
+    println!(
+        "  classes {}: {}",
+        m.classes.len(),
+        m.classes
+            .iter()
+            .take(8)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+            + if m.classes.len() > 8 { ", …" } else { "" }
+    );
+    println!(
+        "  bytes in {:.1} MB, out {:.1} MB; {:.2} s, {:.0} images/s",
+        mb(r.bytes_in),
+        mb(r.bytes_out),
+        secs,
+        i.packed as f64 / secs
+    );
+    let s = &r.stages;
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / (i.packed.max(1) as f64);
+    println!(
+        "  per image (worker ms): read {:.3}, decode {:.3}, resize {:.3}, encode {:.3}, write {:.3}",
+        per(s.read),
+        per(s.decode),
+        per(s.resize),
+        per(s.encode),
+        per(s.write)
+    );
+}

@@ -1,0 +1,92 @@
+//! Progress display: an indicatif bar on a terminal, plain periodic lines otherwise.
+
+use indicatif::{ProgressBar, ProgressStyle};
+use shardtool_pack::{Progress, ProgressSnapshot};
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How often plain-text progress lines are printed.
+const LINE_EVERY: Duration = Duration::from_secs(5);
+
+enum Mode {
+    Quiet,
+    Bar(ProgressBar),
+    Lines {
+        start: Instant,
+        last: Mutex<Instant>,
+    },
+}
+
+/// Progress for `pack`.
+pub struct PackProgress {
+    mode: Mode,
+}
+
+impl PackProgress {
+    /// A bar when stderr is a terminal, lines otherwise, nothing when `quiet`.
+    pub fn new(quiet: bool) -> Self {
+        let mode = if quiet {
+            Mode::Quiet
+        } else if std::io::stderr().is_terminal() {
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{bar:30} {pos}/{len} images  {per_sec:>10}  {msg}  ETA {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            Mode::Bar(bar)
+        } else {
+            let now = Instant::now();
+            Mode::Lines {
+                start: now,
+                last: Mutex::new(now),
+            }
+        };
+        Self { mode }
+    }
+
+    /// Clears the bar.
+    pub fn finish(&self) {
+        if let Mode::Bar(b) = &self.mode {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for PackProgress {
+    fn update(&self, s: &ProgressSnapshot) {
+        match &self.mode {
+            Mode::Quiet => {}
+            Mode::Bar(bar) => {
+                bar.set_length(s.total);
+                bar.set_position(s.done);
+                let secs = bar.elapsed().as_secs_f64().max(1e-9);
+                bar.set_message(format!(
+                    "{:.1} MB/s in, {} failed, {} shards",
+                    s.bytes_in as f64 / 1e6 / secs,
+                    s.failed,
+                    s.shards
+                ));
+            }
+            Mode::Lines { start, last } => {
+                let Ok(mut last) = last.lock() else { return };
+                if last.elapsed() < LINE_EVERY && s.done != s.total {
+                    return;
+                }
+                *last = Instant::now();
+                let secs = start.elapsed().as_secs_f64().max(1e-9);
+                eprintln!(
+                    "progress: {}/{} images, {:.0} images/s, {:.1} MB/s in, {} failed, {} shards",
+                    s.done,
+                    s.total,
+                    s.done as f64 / secs,
+                    s.bytes_in as f64 / 1e6 / secs,
+                    s.failed,
+                    s.shards
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! Shared vocabulary of shardtool: sample keys, resource limits, checksums, seeded shuffles and the
+//! RGB8 image type that flows between the codec, the packer and the shard formats. No I/O lives here.
+
+pub mod checksum;
+pub mod key;
+pub mod limits;
+pub mod rng;
+
+pub use checksum::{Checksum, HashingWriter};
+pub use key::{index_key, validate_key, KeyError};
+pub use limits::Limits;
+pub use rng::{shuffle, SplitMix64};
+
+/// A decoded image in 8-bit RGB, row-major, HWC, with no row padding.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Rgb8Image {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// `width * height * 3` bytes.
+    pub pixels: Vec<u8>,
+}
+
+impl Rgb8Image {
+    /// Wraps a pixel buffer, checking that its length is `width * height * 3`.
+    pub fn new(width: u32, height: u32, pixels: Vec<u8>) -> Option<Self> {
+        let expected = (width as usize)
+            .checked_mul(height as usize)?
+            .checked_mul(3)?;
+        (pixels.len() == expected).then_some(Self {
+            width,
+            height,
+            pixels,
+        })
+    }
+
+    /// Number of pixels.
+    pub fn pixel_count(&self) -> u64 {
+        u64::from(self.width) * u64::from(self.height)
+    }
+}
+
+impl std::fmt::Debug for Rgb8Image {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Rgb8Image({}x{})", self.width, self.height)
+    }
+}

@@ -1,0 +1,399 @@
+//! Decoding, resizing and encoding, with per-thread codec handles and per-stage timings.
+
+use crate::geometry::{plan_size, SizePlan};
+use crate::orient::{apply_orientation, Orientation};
+use crate::{Encode, ErrorKind, Filter, ImageError, TransformSpec};
+use fast_image_resize as fr;
+use image::{DynamicImage, ImageFormat, ImageReader};
+use shardtool_core::Rgb8Image;
+use std::cell::RefCell;
+use std::io::Cursor;
+use std::time::{Duration, Instant};
+
+/// Time spent in each stage of one transform.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Timings {
+    /// Header parsing, decoding, orientation and colour conversion.
+    pub decode: Duration,
+    /// Resampling.
+    pub resize: Duration,
+    /// Encoding.
+    pub encode: Duration,
+}
+
+impl std::ops::AddAssign for Timings {
+    fn add_assign(&mut self, o: Self) {
+        self.decode += o.decode;
+        self.resize += o.resize;
+        self.encode += o.encode;
+    }
+}
+
+/// The transformed record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Output {
+    /// Encoded bytes and their field name (`jpg` or `png`).
+    Encoded {
+        /// The file bytes.
+        bytes: Vec<u8>,
+        /// `jpg` or `png`.
+        field: &'static str,
+        /// True when the input bytes were stored unchanged (`--encode keep`).
+        kept: bool,
+    },
+    /// RGB8 pixels (`Encode::Raw`).
+    Pixels(Rgb8Image),
+}
+
+/// One transformed image with its sizes.
+#[derive(Debug, Clone)]
+pub struct Transformed {
+    /// The record.
+    pub output: Output,
+    /// Width after EXIF orientation, before resizing (full resolution).
+    pub orig_width: u32,
+    /// Height after EXIF orientation, before resizing (full resolution).
+    pub orig_height: u32,
+    /// Output width.
+    pub width: u32,
+    /// Output height.
+    pub height: u32,
+    /// Where the time went.
+    pub timings: Timings,
+}
+
+struct Codecs {
+    decompressor: Option<turbojpeg::Decompressor>,
+    compressor: Option<turbojpeg::Compressor>,
+    resizer: fr::Resizer,
+}
+
+thread_local! {
+    // libjpeg-turbo handles and resize scratch buffers are reused per thread: creating them per
+    // image costs allocations on the hot path.
+    static CODECS: RefCell<Codecs> = RefCell::new(Codecs {
+        decompressor: turbojpeg::Decompressor::new().ok(),
+        compressor: turbojpeg::Compressor::new().ok(),
+        resizer: fr::Resizer::new(),
+    });
+}
+
+/// Runs the whole image stage on one input's bytes.
+pub fn transform(bytes: &[u8], spec: &TransformSpec) -> Result<Transformed, ImageError> {
+    CODECS.with(|c| transform_with(&mut c.borrow_mut(), bytes, spec))
+}
+
+fn transform_with(
+    codecs: &mut Codecs,
+    bytes: &[u8],
+    spec: &TransformSpec,
+) -> Result<Transformed, ImageError> {
+    let mut timings = Timings::default();
+    let t0 = Instant::now();
+    let format = image::guess_format(bytes).map_err(|_| {
+        ImageError::new(
+            ErrorKind::UnsupportedFormat,
+            "not a supported image (no JPEG, PNG, WebP, GIF, BMP or TIFF signature)",
+        )
+    })?;
+    let orientation = Orientation::read(bytes);
+    let decoded = if format == ImageFormat::Jpeg {
+        decode_jpeg(codecs, bytes, spec, orientation)?
+    } else {
+        None
+    };
+    let (img, orig_w, orig_h, pristine) = match decoded {
+        Some(d) => d,
+        None => {
+            let (img, w, h) = decode_generic(bytes, format, spec, orientation)?;
+            (img, w, h, false)
+        }
+    };
+    timings.decode = t0.elapsed();
+
+    let t1 = Instant::now();
+    // Plan against the full-resolution upright size so that DCT-scaled decoding never changes
+    // the output size; crop boxes are planned on the pixels actually decoded.
+    let target = plan_size(spec.resize, spec.upscale, orig_w, orig_h);
+    let plan = SizePlan {
+        crop: plan_size(spec.resize, spec.upscale, img.width, img.height).crop,
+        ..target
+    };
+    let resized = plan_is_identity(&plan, &img);
+    let img = if resized {
+        img
+    } else {
+        resize(&mut codecs.resizer, &img, &plan, spec.filter)?
+    };
+    timings.resize = t1.elapsed();
+
+    let t2 = Instant::now();
+    let (width, height) = (img.width, img.height);
+    let output = match spec.encode {
+        Encode::Raw => Output::Pixels(img),
+        Encode::Keep if pristine && resized => Output::Encoded {
+            bytes: bytes.to_vec(),
+            field: "jpg",
+            kept: true,
+        },
+        Encode::Jpeg | Encode::Keep => Output::Encoded {
+            bytes: encode_jpeg(codecs, &img, spec.quality)?,
+            field: "jpg",
+            kept: false,
+        },
+        Encode::Png => Output::Encoded {
+            bytes: encode_png(&img)?,
+            field: "png",
+            kept: false,
+        },
+    };
+    timings.encode = t2.elapsed();
+    Ok(Transformed {
+        output,
+        orig_width: orig_w,
+        orig_height: orig_h,
+        width,
+        height,
+        timings,
+    })
+}
+
+fn plan_is_identity(plan: &SizePlan, img: &Rgb8Image) -> bool {
+    plan.is_identity(img.width, img.height)
+}
+
+fn too_many(w: u64, h: u64, max: u64) -> ImageError {
+    ImageError::new(
+        ErrorKind::TooManyPixels,
+        format!(
+            "{w}x{h} is {} pixels, over the limit of {max} (--max-pixels)",
+            w * h
+        ),
+    )
+}
+
+/// Decodes a JPEG with libjpeg-turbo. Returns `None` for JPEGs it cannot turn into RGB (CMYK),
+/// which the generic path then handles. The flag is true when the bytes could be kept verbatim:
+/// a YCbCr JPEG, stored upright, decoded at full size.
+#[allow(clippy::type_complexity)]
+fn decode_jpeg(
+    codecs: &mut Codecs,
+    bytes: &[u8],
+    spec: &TransformSpec,
+    orientation: Orientation,
+) -> Result<Option<(Rgb8Image, u32, u32, bool)>, ImageError> {
+    let Some(dec) = codecs.decompressor.as_mut() else {
+        return Ok(None);
+    };
+    let header = dec
+        .read_header(bytes)
+        .map_err(|e| ImageError::new(ErrorKind::Decode, format!("bad JPEG header: {e}")))?;
+    let (w, h) = (header.width as u64, header.height as u64);
+    if w == 0 || h == 0 {
+        return Err(ImageError::new(
+            ErrorKind::Decode,
+            "JPEG has a zero dimension",
+        ));
+    }
+    if w * h > spec.limits.max_pixels {
+        return Err(too_many(w, h, spec.limits.max_pixels));
+    }
+    if !matches!(
+        header.colorspace,
+        turbojpeg::Colorspace::YCbCr | turbojpeg::Colorspace::Gray | turbojpeg::Colorspace::RGB
+    ) {
+        return Ok(None);
+    }
+    let (ow, oh) = if orientation.swaps_axes() {
+        (h, w)
+    } else {
+        (w, h)
+    };
+    let (ow, oh) = (ow as u32, oh as u32);
+    // Smallest DCT scale whose output still covers the target in both dimensions.
+    let target = plan_size(spec.resize, spec.upscale, ow, oh);
+    let (need_w, need_h) = match target.crop {
+        Some((_, _, cw, ch)) => {
+            let s = (f64::from(target.width) / cw).max(f64::from(target.height) / ch);
+            (
+                (f64::from(ow) * s).ceil() as u64,
+                (f64::from(oh) * s).ceil() as u64,
+            )
+        }
+        None => (u64::from(target.width), u64::from(target.height)),
+    };
+    let (need_w, need_h) = if orientation.swaps_axes() {
+        (need_h, need_w)
+    } else {
+        (need_w, need_h)
+    };
+    let mut factor = turbojpeg::ScalingFactor::ONE;
+    for denom in [8usize, 4, 2] {
+        let f = turbojpeg::ScalingFactor::new(1, denom);
+        if f.scale(w as usize) as u64 >= need_w && f.scale(h as usize) as u64 >= need_h {
+            factor = f;
+            break;
+        }
+    }
+    dec.set_scaling_factor(factor)
+        .map_err(|e| ImageError::new(ErrorKind::Decode, format!("JPEG scaling: {e}")))?;
+    let (sw, sh) = (factor.scale(w as usize), factor.scale(h as usize));
+    let mut pixels = vec![0u8; sw * sh * 3];
+    let image = turbojpeg::Image {
+        pixels: pixels.as_mut_slice(),
+        width: sw,
+        pitch: sw * 3,
+        height: sh,
+        format: turbojpeg::PixelFormat::RGB,
+    };
+    let res = dec.decompress(bytes, image);
+    // Leave the handle at full scale for the next image whatever happened.
+    let _ = dec.set_scaling_factor(turbojpeg::ScalingFactor::ONE);
+    res.map_err(|e| ImageError::new(ErrorKind::Decode, format!("corrupt JPEG: {e}")))?;
+    let img = Rgb8Image {
+        width: sw as u32,
+        height: sh as u32,
+        pixels,
+    };
+    let pristine = factor == turbojpeg::ScalingFactor::ONE
+        && orientation == Orientation::NORMAL
+        && header.colorspace == turbojpeg::Colorspace::YCbCr;
+    Ok(Some((
+        apply_orientation(img, orientation),
+        ow,
+        oh,
+        pristine,
+    )))
+}
+
+fn decode_generic(
+    bytes: &[u8],
+    format: ImageFormat,
+    spec: &TransformSpec,
+    orientation: Orientation,
+) -> Result<(Rgb8Image, u32, u32), ImageError> {
+    let decode_err = |e: image::ImageError| match e {
+        image::ImageError::Unsupported(u) => ImageError::new(
+            ErrorKind::UnsupportedFormat,
+            format!("unsupported image: {u}"),
+        ),
+        image::ImageError::Limits(l) => ImageError::new(ErrorKind::TooManyPixels, l.to_string()),
+        other => ImageError::new(
+            ErrorKind::Decode,
+            format!("cannot decode {format:?}: {other}"),
+        ),
+    };
+    let reader = || {
+        let mut r = ImageReader::with_format(Cursor::new(bytes), format);
+        let mut limits = image::Limits::default();
+        // Room for the largest allowed image at 16-bit RGBA plus the decoder's own buffers.
+        limits.max_alloc = Some(
+            spec.limits
+                .max_pixels
+                .saturating_mul(8)
+                .saturating_add(64 << 20),
+        );
+        r.limits(limits);
+        r
+    };
+    // Check the header's size before allocating any pixels.
+    let (w, h) = reader().into_dimensions().map_err(decode_err)?;
+    if w == 0 || h == 0 {
+        return Err(ImageError::new(
+            ErrorKind::Decode,
+            "image has a zero dimension",
+        ));
+    }
+    if u64::from(w) * u64::from(h) > spec.limits.max_pixels {
+        return Err(too_many(w.into(), h.into(), spec.limits.max_pixels));
+    }
+    let dynimg = reader().decode().map_err(decode_err)?;
+    let img = to_rgb8(dynimg);
+    let img = apply_orientation(img, orientation);
+    let (w, h) = (img.width, img.height);
+    Ok((img, w, h))
+}
+
+/// Converts any decoded image to RGB8. Alpha is flattened onto white
+/// (`c' = (c·a + 255·(255 − a)) / 255`, rounded), because transparent regions of product photos
+/// and icons are meant to look like paper, not like black. 16-bit channels are rounded to 8 bits.
+fn to_rgb8(img: DynamicImage) -> Rgb8Image {
+    let (w, h) = (img.width(), img.height());
+    let pixels = if img.color().has_alpha() {
+        let rgba = img.into_rgba8();
+        let mut out = Vec::with_capacity(w as usize * h as usize * 3);
+        for p in rgba.pixels() {
+            let a = u32::from(p[3]);
+            for c in &p.0[..3] {
+                out.push(((u32::from(*c) * a + 255 * (255 - a) + 127) / 255) as u8);
+            }
+        }
+        out
+    } else {
+        img.into_rgb8().into_raw()
+    };
+    Rgb8Image {
+        width: w,
+        height: h,
+        pixels,
+    }
+}
+
+fn resize(
+    resizer: &mut fr::Resizer,
+    img: &Rgb8Image,
+    plan: &SizePlan,
+    filter: Filter,
+) -> Result<Rgb8Image, ImageError> {
+    let err = |e: &dyn std::fmt::Display| ImageError::new(ErrorKind::Resize, e.to_string());
+    let src = fr::images::ImageRef::new(img.width, img.height, &img.pixels, fr::PixelType::U8x3)
+        .map_err(|e| err(&e))?;
+    let mut dst = fr::images::Image::new(plan.width, plan.height, fr::PixelType::U8x3);
+    let alg = fr::ResizeAlg::Convolution(match filter {
+        Filter::CatmullRom => fr::FilterType::CatmullRom,
+        Filter::Lanczos3 => fr::FilterType::Lanczos3,
+    });
+    let mut opts = fr::ResizeOptions::new().resize_alg(alg);
+    if let Some((l, t, w, h)) = plan.crop {
+        opts = opts.crop(l, t, w, h);
+    }
+    resizer.resize(&src, &mut dst, &opts).map_err(|e| err(&e))?;
+    Ok(Rgb8Image {
+        width: plan.width,
+        height: plan.height,
+        pixels: dst.into_vec(),
+    })
+}
+
+fn encode_jpeg(codecs: &mut Codecs, img: &Rgb8Image, quality: u8) -> Result<Vec<u8>, ImageError> {
+    let err = |e: turbojpeg::Error| ImageError::new(ErrorKind::Encode, format!("JPEG encode: {e}"));
+    let c = codecs.compressor.as_mut().ok_or_else(|| {
+        ImageError::new(ErrorKind::Encode, "libjpeg-turbo compressor unavailable")
+    })?;
+    c.set_quality(i32::from(quality.clamp(1, 100)))
+        .map_err(err)?;
+    c.set_subsamp(turbojpeg::Subsamp::Sub2x2).map_err(err)?;
+    let image = turbojpeg::Image {
+        pixels: img.pixels.as_slice(),
+        width: img.width as usize,
+        pitch: img.width as usize * 3,
+        height: img.height as usize,
+        format: turbojpeg::PixelFormat::RGB,
+    };
+    c.compress_to_vec(image).map_err(err)
+}
+
+fn encode_png(img: &Rgb8Image) -> Result<Vec<u8>, ImageError> {
+    use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+    use image::ImageEncoder;
+    let mut out = Vec::new();
+    PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Adaptive)
+        .write_image(
+            &img.pixels,
+            img.width,
+            img.height,
+            image::ExtendedColorType::Rgb8,
+        )
+        .map_err(|e| ImageError::new(ErrorKind::Encode, format!("PNG encode: {e}")))?;
+    Ok(out)
+}

@@ -1,0 +1,71 @@
+//! The image stage of a pack: read bytes → decode (by content) → apply EXIF orientation → RGB8 →
+//! resize or crop → encode, under [`Limits`]. This is the only crate that links codecs.
+//!
+//! JPEG goes through libjpeg-turbo (vendored and linked statically by the `turbojpeg` crate), with
+//! DCT-domain downscaling when the output is much smaller than the input; every other format, and
+//! JPEGs libjpeg-turbo will not convert to RGB (CMYK), goes through the `image` crate.
+
+mod codec;
+mod geometry;
+mod orient;
+mod spec;
+
+pub use codec::{transform, Output, Timings, Transformed};
+pub use geometry::{plan_size, SizePlan};
+pub use orient::{apply_orientation, Orientation};
+pub use spec::{Encode, Filter, ParseError, Resize, TransformSpec};
+
+use shardtool_core::Limits;
+
+/// What kind of failure an input had; the `kind` column of `errors.jsonl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The bytes are not a supported image format.
+    UnsupportedFormat,
+    /// The image is malformed or truncated.
+    Decode,
+    /// The image has more pixels than `Limits::max_pixels`.
+    TooManyPixels,
+    /// Resizing failed (should not happen for valid sizes).
+    Resize,
+    /// Encoding the output failed.
+    Encode,
+}
+
+impl ErrorKind {
+    /// The stable name used in error reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::UnsupportedFormat => "unsupported_format",
+            ErrorKind::Decode => "decode",
+            ErrorKind::TooManyPixels => "too_many_pixels",
+            ErrorKind::Resize => "resize",
+            ErrorKind::Encode => "encode",
+        }
+    }
+}
+
+/// Why an image could not be transformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ImageError {
+    /// The failure class.
+    pub kind: ErrorKind,
+    /// A human-readable reason.
+    pub message: String,
+}
+
+impl ImageError {
+    pub(crate) fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+/// The limits used when a caller does not give any.
+pub fn default_limits() -> Limits {
+    Limits::default()
+}

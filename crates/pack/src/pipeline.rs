@@ -1,0 +1,415 @@
+//! The pack run: plan the order, transform in parallel inside a bounded window, write in order.
+
+use crate::listing::{list_inputs, InputItem};
+use crate::plan::{PackPlan, ShardFormatChoice};
+use crate::sink::{Payload, ShardSink};
+use crate::{AtomicFile, ErrorRecord, PackError};
+use shardtool_core::{index_key, shuffle, validate_key};
+use shardtool_image::{transform, Encode, Output, Timings, TransformSpec};
+use shardtool_manifest::{self as manifest, InputCounts, Manifest, Totals};
+use std::collections::{BTreeMap, HashSet};
+use std::io::Read;
+use std::path::Path;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Summed time per stage over all images (worker time, so it can exceed wall time).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageTimes {
+    /// Reading input files.
+    pub read: Duration,
+    /// Decoding, orientation, colour conversion.
+    pub decode: Duration,
+    /// Resizing.
+    pub resize: Duration,
+    /// Encoding.
+    pub encode: Duration,
+    /// Shard writing, checksums and compression (on the writer thread).
+    pub write: Duration,
+}
+
+/// What a pack did.
+#[derive(Debug, Clone)]
+pub struct PackReport {
+    /// The manifest that was published.
+    pub manifest: Manifest,
+    /// Inputs that failed, in input order (also in `errors.jsonl`).
+    pub errors: Vec<ErrorRecord>,
+    /// Bytes of input files read.
+    pub bytes_in: u64,
+    /// Bytes of shard files written.
+    pub bytes_out: u64,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// Time per stage.
+    pub stages: StageTimes,
+}
+
+/// A progress update, sent after every written or failed input.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProgressSnapshot {
+    /// Inputs to process.
+    pub total: u64,
+    /// Inputs written or failed so far.
+    pub done: u64,
+    /// Inputs failed so far.
+    pub failed: u64,
+    /// Input bytes read so far.
+    pub bytes_in: u64,
+    /// Shards published so far.
+    pub shards: u64,
+}
+
+/// Receives progress; called on the writer thread.
+pub trait Progress {
+    /// Called after each input.
+    fn update(&self, snapshot: &ProgressSnapshot);
+}
+
+/// Ignores progress.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn update(&self, _: &ProgressSnapshot) {}
+}
+
+/// A planned input: where it goes and under which key.
+#[derive(Clone)]
+struct Job {
+    item: InputItem,
+    key: String,
+}
+
+/// A finished transform.
+struct Done {
+    output: Output,
+    meta: serde_json::Value,
+    bytes_in: u64,
+    read: Duration,
+    timings: Timings,
+}
+
+/// Runs a whole pack.
+pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, PackError> {
+    let start = Instant::now();
+    plan.validate().map_err(PackError::Usage)?;
+    let mut listing = list_inputs(&plan.source)
+        .map_err(|e| PackError::Usage(format!("cannot read input {}: {e}", source_name(plan))))?;
+    prepare_output(plan)?;
+
+    let mut transform_spec = plan.transform;
+    if plan.format == ShardFormatChoice::Packed {
+        transform_spec.encode = Encode::Raw;
+    }
+    let fields: Vec<String> = match (plan.format, transform_spec.encode) {
+        (ShardFormatChoice::Packed, _) => vec!["key".into(), "label".into(), "pixels".into()],
+        (_, Encode::Png) => vec!["cls".into(), "json".into(), "png".into()],
+        _ => vec!["cls".into(), "jpg".into(), "json".into()],
+    };
+
+    // The order depends only on the listing (sorted) and the seed.
+    if let Some(seed) = plan.seed {
+        shuffle(&mut listing.items, seed);
+    }
+    let mut errors: Vec<(usize, ErrorRecord)> = Vec::new();
+    let mut jobs = Vec::with_capacity(listing.items.len());
+    let mut used = HashSet::new();
+    let found = listing.items.len() as u64 + listing.errors.len() as u64;
+    for (i, item) in listing.items.into_iter().enumerate() {
+        let key = item.key.clone().unwrap_or_else(|| index_key(i as u64));
+        if let Err(e) = validate_key(&key) {
+            errors.push((
+                i,
+                record(&item.source, "bad_key", format!("key {key:?}: {e}")),
+            ));
+        } else if !used.insert(key.clone()) {
+            errors.push((
+                i,
+                record(
+                    &item.source,
+                    "duplicate_key",
+                    format!("key {key:?} is used by an earlier input"),
+                ),
+            ));
+        } else {
+            jobs.push((i, Job { item, key }));
+        }
+    }
+    let mut failed_early: Vec<ErrorRecord> = listing.errors;
+
+    let mut snapshot = ProgressSnapshot {
+        total: found,
+        done: failed_early.len() as u64 + errors.len() as u64,
+        failed: failed_early.len() as u64 + errors.len() as u64,
+        ..Default::default()
+    };
+    progress.update(&snapshot);
+    let errors_path = plan.output.join("errors.jsonl");
+    let check_max = |failed: u64| -> Result<(), PackError> {
+        match plan.max_errors {
+            Some(max) if failed > max => Err(PackError::TooManyErrors {
+                failed,
+                max,
+                report: errors_path.clone(),
+            }),
+            _ => Ok(()),
+        }
+    };
+
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(plan.jobs)
+        .thread_name(|i| format!("pack-{i}"))
+        .build()
+        .map_err(|e| PackError::Usage(format!("cannot start {} threads: {e}", plan.jobs)))?;
+    // In-flight images are bounded by the window, so memory does not grow with the dataset.
+    let window = (plan.jobs * 4).max(8);
+    let (tx, rx) = mpsc::channel::<(usize, Result<Done, ErrorRecord>)>();
+    let mut sink = ShardSink::new(plan);
+    let mut stages = StageTimes::default();
+    let mut bytes_in = 0u64;
+    let mut pending: BTreeMap<usize, Result<Done, ErrorRecord>> = BTreeMap::new();
+    let (mut next_submit, mut next_write) = (0usize, 0usize);
+    let classes = listing.classes.clone();
+    let mut outcome = check_max(snapshot.failed);
+    while outcome.is_ok() && next_write < jobs.len() {
+        while next_submit < jobs.len() && next_submit < next_write + window {
+            let job = jobs[next_submit].1.clone();
+            let class = class_name(&classes, job.item.label);
+            let tx = tx.clone();
+            let idx = next_submit;
+            pool.spawn(move || {
+                let r = std::panic::catch_unwind(|| process(&job, &class, &transform_spec))
+                    .unwrap_or_else(|_| {
+                        Err(record(
+                            &job.item.source,
+                            "internal",
+                            "the image stage panicked".into(),
+                        ))
+                    });
+                let _ = tx.send((idx, r));
+            });
+            next_submit += 1;
+        }
+        let Ok((i, r)) = rx.recv() else { break };
+        pending.insert(i, r);
+        while let Some(r) = pending.remove(&next_write) {
+            let (orig_index, job) = &jobs[next_write];
+            next_write += 1;
+            snapshot.done += 1;
+            match r {
+                Ok(done) => {
+                    bytes_in += done.bytes_in;
+                    snapshot.bytes_in = bytes_in;
+                    stages.read += done.read;
+                    stages.decode += done.timings.decode;
+                    stages.resize += done.timings.resize;
+                    stages.encode += done.timings.encode;
+                    let t = Instant::now();
+                    let payload = match &done.output {
+                        Output::Encoded { bytes, field, .. } => Payload::Encoded(bytes, field),
+                        Output::Pixels(img) => Payload::Pixels {
+                            height: img.height,
+                            width: img.width,
+                            pixels: &img.pixels,
+                        },
+                    };
+                    let res = sink.add(&job.key, job.item.label, payload, &done.meta);
+                    stages.write += t.elapsed();
+                    if let Err(e) = res {
+                        outcome = Err(e);
+                        break;
+                    }
+                    snapshot.shards = sink.entries.len() as u64;
+                }
+                Err(e) => {
+                    errors.push((*orig_index, e));
+                    snapshot.failed += 1;
+                    if let Err(e) = check_max(snapshot.failed) {
+                        outcome = Err(e);
+                        break;
+                    }
+                }
+            }
+            progress.update(&snapshot);
+        }
+    }
+    drop(tx);
+    if outcome.is_ok() {
+        let t = Instant::now();
+        outcome = sink.roll();
+        stages.write += t.elapsed();
+    }
+
+    // The report is written even when the run aborts, so no failure is ever silent.
+    errors.sort_by_key(|(i, _)| *i);
+    failed_early.extend(errors.into_iter().map(|(_, e)| e));
+    let errors = failed_early;
+    write_errors(&errors_path, &errors)?;
+    outcome?;
+
+    let samples: u64 = sink.entries.iter().map(|s| s.samples).sum();
+    let manifest = Manifest {
+        format: manifest::FORMAT.into(),
+        version: manifest::VERSION,
+        tool: format!("shardtool {}", env!("CARGO_PKG_VERSION")),
+        pack: plan.manifest_options(),
+        classes: listing.classes,
+        fields,
+        totals: Totals {
+            samples,
+            shards: sink.entries.len() as u64,
+            bytes: sink.bytes_out,
+        },
+        shards: std::mem::take(&mut sink.entries),
+        inputs: InputCounts {
+            found,
+            packed: samples,
+            failed: errors.len() as u64,
+            ignored: listing.ignored,
+        },
+    };
+    let manifest_path = plan.output.join(manifest::FILE_NAME);
+    AtomicFile::write(&manifest_path, &manifest.to_json())
+        .map_err(|e| PackError::io(&manifest_path, e))?;
+    Ok(PackReport {
+        bytes_out: manifest.totals.bytes,
+        manifest,
+        errors,
+        bytes_in,
+        elapsed: start.elapsed(),
+        stages,
+    })
+}
+
+fn source_name(plan: &PackPlan) -> String {
+    match &plan.source {
+        crate::InputSource::Folder(p) | crate::InputSource::List(p) => p.display().to_string(),
+    }
+}
+
+fn class_name(classes: &[String], label: i64) -> String {
+    usize::try_from(label)
+        .ok()
+        .and_then(|i| classes.get(i))
+        .cloned()
+        .unwrap_or_else(|| label.to_string())
+}
+
+fn record(path: &str, kind: &str, message: String) -> ErrorRecord {
+    ErrorRecord {
+        path: path.to_string(),
+        kind: kind.to_string(),
+        message,
+    }
+}
+
+/// Reads and transforms one input. Runs on a worker thread.
+fn process(job: &Job, class: &str, spec: &TransformSpec) -> Result<Done, ErrorRecord> {
+    let src = &job.item.source;
+    let t = Instant::now();
+    let bytes = read_bounded(&job.item.path, spec.limits.max_input_bytes)
+        .map_err(|(kind, m)| record(src, kind, m))?;
+    let read = t.elapsed();
+    let out = transform(&bytes, spec).map_err(|e| record(src, e.kind.as_str(), e.message))?;
+    let meta = serde_json::json!({
+        "key": job.key,
+        "source": src,
+        "label": job.item.label,
+        "class": class,
+        "orig_width": out.orig_width,
+        "orig_height": out.orig_height,
+        "width": out.width,
+        "height": out.height,
+    });
+    Ok(Done {
+        output: out.output,
+        meta,
+        bytes_in: bytes.len() as u64,
+        read,
+        timings: out.timings,
+    })
+}
+
+/// Reads a whole file, refusing (before reading) files over `limit` bytes.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, (&'static str, String)> {
+    let unreadable = |e: std::io::Error| ("unreadable", format!("cannot read: {e}"));
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let len = file.metadata().map_err(unreadable)?.len();
+    if len > limit {
+        return Err((
+            "too_large",
+            format!("{len} bytes, over the {limit}-byte input limit"),
+        ));
+    }
+    if len == 0 {
+        return Err(("decode", "empty file".into()));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    // `take` guards against a file that grows while we read it.
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > limit {
+        return Err(("too_large", format!("over the {limit}-byte input limit")));
+    }
+    Ok(bytes)
+}
+
+fn write_errors(path: &Path, errors: &[ErrorRecord]) -> Result<(), PackError> {
+    let mut out = Vec::new();
+    for e in errors {
+        serde_json::to_writer(&mut out, e).map_err(|e| PackError::io(path, e.into()))?;
+        out.push(b'\n');
+    }
+    AtomicFile::write(path, &out).map_err(|e| PackError::io(path, e))
+}
+
+/// Makes sure `output` exists and holds no dataset, clearing an old one with `--overwrite`.
+fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
+    let out = &plan.output;
+    let io = |e| PackError::io(out, e);
+    if out.exists() {
+        if !out.is_dir() {
+            return Err(PackError::Usage(format!(
+                "output {} is not a directory",
+                out.display()
+            )));
+        }
+        let entries: Vec<_> = std::fs::read_dir(out)
+            .map_err(io)?
+            .collect::<Result<_, _>>()
+            .map_err(io)?;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        if !plan.overwrite {
+            return Err(PackError::Usage(format!(
+                "output {} is not empty; pass --overwrite to replace the dataset in it",
+                out.display()
+            )));
+        }
+        // The manifest goes first, so an interrupted overwrite leaves a visibly incomplete dataset.
+        for e in &entries {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            if name == manifest::FILE_NAME {
+                std::fs::remove_file(e.path()).map_err(io)?;
+            }
+        }
+        for e in entries {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let ours = name == "errors.jsonl"
+                || (name.starts_with('.') && name.ends_with(".tmp"))
+                || [".tar", ".tar.zst", ".safetensors", ".safetensors.zst"]
+                    .iter()
+                    .any(|ext| name.ends_with(ext));
+            if ours && e.path().is_file() {
+                std::fs::remove_file(e.path()).map_err(io)?;
+            }
+        }
+        Ok(())
+    } else {
+        std::fs::create_dir_all(out).map_err(io)
+    }
+}

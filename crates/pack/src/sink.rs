@@ -1,0 +1,268 @@
+//! Shard writing: rolls shards at a size or count, compresses, checksums and publishes each one
+//! atomically, and collects the manifest entries.
+
+use crate::atomic::AtomicFile;
+use crate::plan::{Compression, PackPlan, ShardFormatChoice};
+use crate::PackError;
+use shardtool_core::{Checksum, HashingWriter};
+use shardtool_manifest::{self as manifest, ShardEntry, ShardFormat};
+use shardtool_packed::{Mode, PackedWriter};
+use shardtool_wds::TarWriter;
+use std::io::{self, Write};
+use std::path::PathBuf;
+
+/// The stored file, possibly behind a zstd encoder.
+enum Stage {
+    Plain(HashingWriter<AtomicFile>),
+    Zstd(zstd::Encoder<'static, HashingWriter<AtomicFile>>),
+}
+
+impl Write for Stage {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stage::Plain(w) => w.write(buf),
+            Stage::Zstd(w) => w.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stage::Plain(w) => w.flush(),
+            Stage::Zstd(w) => w.flush(),
+        }
+    }
+}
+
+/// One shard file being written: uncompressed bytes are counted and hashed on the way in, stored
+/// bytes on the way out.
+struct ShardFile {
+    path: PathBuf,
+    outer: HashingWriter<Stage>,
+}
+
+struct Finished {
+    bytes: u64,
+    checksum: Checksum,
+    uncompressed: Option<(u64, Checksum)>,
+}
+
+impl ShardFile {
+    fn create(path: PathBuf, compression: Compression) -> io::Result<Self> {
+        let file = HashingWriter::new(AtomicFile::create(&path)?);
+        let stage = match compression {
+            Compression::None => Stage::Plain(file),
+            Compression::Zstd(level) => Stage::Zstd(zstd::Encoder::new(file, level)?),
+        };
+        Ok(Self {
+            path,
+            outer: HashingWriter::new(stage),
+        })
+    }
+
+    fn finish(self) -> io::Result<Finished> {
+        let (stage, ubytes, usum) = self.outer.into_parts();
+        let (file, compressed) = match stage {
+            Stage::Plain(f) => (f, false),
+            Stage::Zstd(enc) => (enc.finish()?, true),
+        };
+        let (atomic, bytes, checksum) = file.into_parts();
+        atomic.commit()?;
+        Ok(Finished {
+            bytes,
+            checksum,
+            uncompressed: compressed.then_some((ubytes, usum)),
+        })
+    }
+}
+
+enum Open {
+    Wds {
+        tar: TarWriter<ShardFile>,
+        samples: u64,
+    },
+    Packed {
+        writer: PackedWriter,
+    },
+}
+
+/// What a record carries into a shard.
+pub(crate) enum Payload<'a> {
+    /// Encoded image bytes and their field (`jpg`, `png`).
+    Encoded(&'a [u8], &'static str),
+    /// RGB8 pixels.
+    Pixels {
+        /// Height.
+        height: u32,
+        /// Width.
+        width: u32,
+        /// `height * width * 3` bytes.
+        pixels: &'a [u8],
+    },
+}
+
+/// Writes the records of a pack into rolling shards.
+pub(crate) struct ShardSink<'p> {
+    plan: &'p PackPlan,
+    open: Option<Open>,
+    next_index: usize,
+    pub(crate) entries: Vec<ShardEntry>,
+    pub(crate) bytes_out: u64,
+}
+
+impl<'p> ShardSink<'p> {
+    pub(crate) fn new(plan: &'p PackPlan) -> Self {
+        Self {
+            plan,
+            open: None,
+            next_index: 0,
+            entries: Vec::new(),
+            bytes_out: 0,
+        }
+    }
+
+    fn file_name(&self, index: usize) -> String {
+        let ext = match self.plan.format {
+            ShardFormatChoice::Wds => "tar",
+            ShardFormatChoice::Packed => "safetensors",
+        };
+        let z = match self.plan.compression {
+            Compression::None => "",
+            Compression::Zstd(_) => ".zst",
+        };
+        format!("{}-{index:06}.{ext}{z}", self.plan.prefix)
+    }
+
+    fn current_path(&self) -> PathBuf {
+        self.plan.output.join(self.file_name(self.next_index))
+    }
+
+    /// Appends one sample, rolling to a new shard when the current one is full.
+    pub(crate) fn add(
+        &mut self,
+        key: &str,
+        label: i64,
+        payload: Payload<'_>,
+        meta: &serde_json::Value,
+    ) -> Result<(), PackError> {
+        let path = self.current_path();
+        let io_err = |e| PackError::io(&path, e);
+        if self.open.is_none() {
+            self.open = Some(match self.plan.format {
+                ShardFormatChoice::Wds => Open::Wds {
+                    tar: TarWriter::new(
+                        ShardFile::create(path.clone(), self.plan.compression).map_err(io_err)?,
+                    ),
+                    samples: 0,
+                },
+                ShardFormatChoice::Packed => Open::Packed {
+                    writer: PackedWriter::new(
+                        if self.plan.transform.resize.fixed_size().is_some() {
+                            Mode::Fixed
+                        } else {
+                            Mode::Variable
+                        },
+                    ),
+                },
+            });
+        }
+        let (size, samples) = match (self.open.as_mut(), payload) {
+            (Some(Open::Wds { tar, samples }), Payload::Encoded(bytes, field)) => {
+                let json = serde_json::to_vec(meta).unwrap_or_default();
+                tar.append(&format!("{key}.cls"), label.to_string().as_bytes())
+                    .map_err(io_err)?;
+                // Fields in sorted order, as WebDataset writers emit them.
+                let (a, b) = if field < "json" {
+                    ((field, bytes), ("json", &json[..]))
+                } else {
+                    (("json", &json[..]), (field, bytes))
+                };
+                tar.append(&format!("{key}.{}", a.0), a.1).map_err(io_err)?;
+                tar.append(&format!("{key}.{}", b.0), b.1).map_err(io_err)?;
+                *samples += 1;
+                (tar.written(), *samples)
+            }
+            (
+                Some(Open::Packed { writer }),
+                Payload::Pixels {
+                    height,
+                    width,
+                    pixels,
+                },
+            ) => {
+                writer
+                    .add(key, label, height, width, pixels, meta.clone())
+                    .map_err(|e| PackError::Shard {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    })?;
+                (writer.estimated_size(), writer.len() as u64)
+            }
+            _ => {
+                return Err(PackError::Shard {
+                    path,
+                    message: "record payload does not match the shard format".into(),
+                })
+            }
+        };
+        // A shard passes its byte budget by less than one sample.
+        if size >= self.plan.shard_bytes || self.plan.shard_samples.is_some_and(|n| samples >= n) {
+            self.roll()?;
+        }
+        Ok(())
+    }
+
+    /// Finishes and publishes the open shard, if any.
+    pub(crate) fn roll(&mut self) -> Result<(), PackError> {
+        let Some(open) = self.open.take() else {
+            return Ok(());
+        };
+        let name = self.file_name(self.next_index);
+        let path = self.plan.output.join(&name);
+        let io_err = |e| PackError::io(&path, e);
+        let (finished, samples, format) = match open {
+            Open::Wds { tar, samples } => {
+                let file = tar.finish().map_err(io_err)?;
+                (file.finish().map_err(io_err)?, samples, ShardFormat::Wds)
+            }
+            Open::Packed { writer } => {
+                let samples = writer.len() as u64;
+                let mut file =
+                    ShardFile::create(path.clone(), self.plan.compression).map_err(io_err)?;
+                writer.finish(&mut file).map_err(|e| PackError::Shard {
+                    path: path.clone(),
+                    message: e.to_string(),
+                })?;
+                (file.finish().map_err(io_err)?, samples, ShardFormat::Packed)
+            }
+        };
+        self.bytes_out += finished.bytes;
+        self.entries.push(ShardEntry {
+            file: name,
+            format,
+            compression: finished.uncompressed.map(|_| manifest::Compression::Zstd),
+            samples,
+            bytes: finished.bytes,
+            checksum: finished.checksum.to_string(),
+            uncompressed_bytes: finished.uncompressed.map(|(b, _)| b),
+            uncompressed_checksum: finished.uncompressed.map(|(_, c)| c.to_string()),
+        });
+        self.next_index += 1;
+        Ok(())
+    }
+}
+
+impl Write for ShardFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.outer.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.outer.flush()
+    }
+}
+
+impl ShardFile {
+    /// The path being written (for messages).
+    #[allow(dead_code)]
+    fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}

@@ -1,0 +1,289 @@
+//! The dataset manifest (`manifest.json`): what a dataset holds and how to check it.
+//!
+//! The manifest is the last file a pack publishes, so its presence means the dataset is complete.
+//! It is specified in `README.md` beside this crate; [`Manifest::from_slice`] checks every field a
+//! reader relies on, so later stages can trust it.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// The value of the `format` field.
+pub const FORMAT: &str = "shardtool.manifest";
+/// The manifest version this crate writes and reads.
+pub const VERSION: u32 = 1;
+/// The file name of a manifest inside a dataset directory.
+pub const FILE_NAME: &str = "manifest.json";
+
+/// A whole dataset's manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Always [`FORMAT`].
+    pub format: String,
+    /// Always [`VERSION`] for manifests this crate writes.
+    pub version: u32,
+    /// The tool that wrote it, e.g. `shardtool 0.1.0`.
+    pub tool: String,
+    /// The options the dataset was packed with (free-form JSON object, for people and `inspect`).
+    pub pack: serde_json::Map<String, serde_json::Value>,
+    /// Class names; a sample's label indexes this list.
+    pub classes: Vec<String>,
+    /// The fields every sample carries (`cls`, `jpg`, `json` …), sorted.
+    pub fields: Vec<String>,
+    /// The shards in order.
+    pub shards: Vec<ShardEntry>,
+    /// Sums over `shards`.
+    pub totals: Totals,
+    /// What happened to the inputs.
+    pub inputs: InputCounts,
+}
+
+/// The container format of a shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ShardFormat {
+    /// A WebDataset tar archive.
+    Wds,
+    /// A packed-tensor safetensors file.
+    Packed,
+}
+
+/// Compression applied to a whole shard file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    /// One or more plain zstd frames: `zstd -d` restores the exact uncompressed shard.
+    Zstd,
+}
+
+/// One shard file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardEntry {
+    /// File name relative to the manifest's directory (no `/`).
+    pub file: String,
+    /// Container format.
+    pub format: ShardFormat,
+    /// Compression, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression: Option<Compression>,
+    /// Number of samples.
+    pub samples: u64,
+    /// Size of the file as stored, in bytes.
+    pub bytes: u64,
+    /// Checksum of the file as stored (`xxh3:<16 hex>`).
+    pub checksum: String,
+    /// Size after decompression (compressed shards only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncompressed_bytes: Option<u64>,
+    /// Checksum after decompression (compressed shards only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uncompressed_checksum: Option<String>,
+}
+
+/// Dataset totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Totals {
+    /// Samples in all shards.
+    pub samples: u64,
+    /// Number of shards.
+    pub shards: u64,
+    /// Bytes of all shard files as stored.
+    pub bytes: u64,
+}
+
+/// What happened to the inputs of a pack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputCounts {
+    /// Inputs found (recognised as images by extension, or listed).
+    pub found: u64,
+    /// Inputs packed into shards.
+    pub packed: u64,
+    /// Inputs that failed (each has a line in `errors.jsonl`).
+    pub failed: u64,
+    /// Files ignored (hidden, or not an image extension).
+    pub ignored: u64,
+}
+
+/// Why a manifest was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ManifestError {
+    /// The manifest is larger than the caller's limit.
+    #[error("manifest is {size} bytes, over the {limit}-byte limit")]
+    TooLarge {
+        /// Its size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// Not valid JSON, or not the expected structure.
+    #[error("manifest is not valid: {0}")]
+    Json(#[from] serde_json::Error),
+    /// Valid JSON that breaks a rule of the format.
+    #[error("manifest is inconsistent: {0}")]
+    Invalid(String),
+}
+
+impl Manifest {
+    /// Parses and validates a manifest of at most `limit` bytes.
+    pub fn from_slice(bytes: &[u8], limit: u64) -> Result<Self, ManifestError> {
+        if bytes.len() as u64 > limit {
+            return Err(ManifestError::TooLarge {
+                size: bytes.len() as u64,
+                limit,
+            });
+        }
+        let m: Manifest = serde_json::from_slice(bytes)?;
+        m.validate()?;
+        Ok(m)
+    }
+
+    /// Serialises as pretty JSON with a trailing newline (stable field order).
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut out = serde_json::to_vec_pretty(self).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+
+    /// Checks every rule a reader relies on.
+    pub fn validate(&self) -> Result<(), ManifestError> {
+        let bad = |m: String| Err(ManifestError::Invalid(m));
+        if self.format != FORMAT {
+            return bad(format!("format is {:?}, expected {FORMAT:?}", self.format));
+        }
+        if self.version != VERSION {
+            return bad(format!(
+                "version {} is not supported (this build reads version {VERSION})",
+                self.version
+            ));
+        }
+        let mut names = BTreeSet::new();
+        for s in &self.shards {
+            if !is_safe_file_name(&s.file) {
+                return bad(format!(
+                    "shard file name {:?} is not a plain file name",
+                    s.file
+                ));
+            }
+            if !names.insert(s.file.as_str()) {
+                return bad(format!("shard {:?} is listed twice", s.file));
+            }
+            if !is_checksum(&s.checksum) {
+                return bad(format!("shard {:?} has a malformed checksum", s.file));
+            }
+            match (s.compression, &s.uncompressed_bytes, &s.uncompressed_checksum) {
+                (None, None, None) => {}
+                (Some(_), Some(_), Some(c)) if is_checksum(c) => {}
+                _ => {
+                    return bad(format!(
+                        "shard {:?}: uncompressed size and checksum must be given exactly when compressed",
+                        s.file
+                    ))
+                }
+            }
+        }
+        let samples: u64 = self.shards.iter().map(|s| s.samples).sum();
+        let bytes: u64 = self.shards.iter().map(|s| s.bytes).sum();
+        let expected = Totals {
+            samples,
+            shards: self.shards.len() as u64,
+            bytes,
+        };
+        if self.totals != expected {
+            return bad(format!(
+                "totals {:?} do not match the shard list {:?}",
+                self.totals, expected
+            ));
+        }
+        if self.inputs.packed != samples {
+            return bad(format!(
+                "inputs.packed is {} but the shards hold {samples} samples",
+                self.inputs.packed
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A plain file name: non-empty, no path separators, not `.` or `..`, no control characters.
+pub fn is_safe_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && !name.contains(['/', '\\'])
+        && !name.chars().any(char::is_control)
+}
+
+fn is_checksum(s: &str) -> bool {
+    s.strip_prefix("xxh3:")
+        .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Manifest {
+        Manifest {
+            format: FORMAT.into(),
+            version: VERSION,
+            tool: "shardtool 0.1.0".into(),
+            pack: serde_json::Map::new(),
+            classes: vec!["a".into(), "b".into()],
+            fields: vec!["cls".into(), "jpg".into(), "json".into()],
+            shards: vec![ShardEntry {
+                file: "shard-000000.tar".into(),
+                format: ShardFormat::Wds,
+                compression: None,
+                samples: 3,
+                bytes: 4096,
+                checksum: "xxh3:0123456789abcdef".into(),
+                uncompressed_bytes: None,
+                uncompressed_checksum: None,
+            }],
+            totals: Totals {
+                samples: 3,
+                shards: 1,
+                bytes: 4096,
+            },
+            inputs: InputCounts {
+                found: 4,
+                packed: 3,
+                failed: 1,
+                ignored: 0,
+            },
+        }
+    }
+
+    #[test]
+    fn round_trips() {
+        let m = sample();
+        let back = Manifest::from_slice(&m.to_json(), 1 << 20).unwrap();
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn refuses_inconsistent_manifests() {
+        let mut m = sample();
+        m.totals.samples = 4;
+        assert!(Manifest::from_slice(&m.to_json(), 1 << 20).is_err());
+        let mut m = sample();
+        m.shards[0].file = "../etc/passwd".into();
+        assert!(Manifest::from_slice(&m.to_json(), 1 << 20).is_err());
+        let mut m = sample();
+        m.shards[0].compression = Some(Compression::Zstd);
+        assert!(Manifest::from_slice(&m.to_json(), 1 << 20).is_err());
+        let mut m = sample();
+        m.version = 99;
+        assert!(Manifest::from_slice(&m.to_json(), 1 << 20).is_err());
+        let m = sample();
+        assert!(matches!(
+            Manifest::from_slice(&m.to_json(), 10),
+            Err(ManifestError::TooLarge { .. })
+        ));
+        assert!(Manifest::from_slice(b"{not json", 1 << 20).is_err());
+    }
+}

@@ -1,0 +1,14 @@
+//! WebDataset tar shards: a deterministic USTAR writer over any `Write`, and a reader over bytes
+//! that validates every header and groups members into samples by the WebDataset key rule.
+//!
+//! The format crate never opens files: callers hand it a `Write` or a byte slice (an mmap, a
+//! buffer). See `README.md` beside this crate for the member layout.
+
+mod reader;
+mod writer;
+
+pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
+pub use writer::{TarWriter, FIXED_MTIME};
+
+/// Size of a tar block.
+pub const BLOCK: usize = 512;

@@ -1,0 +1,257 @@
+//! Validating tar reader over a byte slice, and WebDataset sample grouping.
+
+use crate::BLOCK;
+
+/// What a tar member is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file (type `0` or NUL).
+    Regular,
+    /// A directory (type `5`).
+    Directory,
+    /// A hard or symbolic link (type `1` or `2`).
+    Link,
+    /// A character or block device or a FIFO (types `3`, `4`, `6`).
+    Device,
+    /// A pax or GNU metadata header (types `x`, `g`, `L`, `K`), which we never write.
+    Extension,
+    /// Anything else.
+    Other(u8),
+}
+
+/// One member of a tar stream, borrowing its data from the archive bytes.
+#[derive(Debug, Clone)]
+pub struct Entry<'a> {
+    /// Full member name (USTAR prefix joined with name).
+    pub name: String,
+    /// Member type.
+    pub kind: EntryKind,
+    /// Offset of the member's header in the archive.
+    pub header_offset: u64,
+    /// The member's data.
+    pub data: &'a [u8],
+}
+
+/// Why an archive could not be read further.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The archive ends inside a header or member.
+    #[error("archive truncated at byte {offset}: {what}")]
+    Truncated {
+        /// Where the missing bytes start.
+        offset: u64,
+        /// What was being read.
+        what: &'static str,
+    },
+    /// A header's checksum does not match its bytes.
+    #[error("bad header checksum at byte {offset}")]
+    BadChecksum {
+        /// Header offset.
+        offset: u64,
+    },
+    /// A numeric header field is not valid octal.
+    #[error("bad {field} field in header at byte {offset}")]
+    BadNumber {
+        /// Header offset.
+        offset: u64,
+        /// Field name.
+        field: &'static str,
+    },
+    /// A member name is not UTF-8.
+    #[error("member name at byte {offset} is not UTF-8")]
+    BadName {
+        /// Header offset.
+        offset: u64,
+    },
+}
+
+/// Iterates over the members of an in-memory tar archive. Stops (returning `None`) at the
+/// end-of-archive marker; yields one `Err` and then stops on malformed input. Never panics and
+/// allocates at most one name per member.
+pub struct TarReader<'a> {
+    bytes: &'a [u8],
+    pos: usize,
+    done: bool,
+}
+
+impl<'a> TarReader<'a> {
+    /// Reads `bytes` as a tar archive.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Self {
+            bytes,
+            pos: 0,
+            done: false,
+        }
+    }
+
+    fn next_entry(&mut self) -> Result<Option<Entry<'a>>, ReadError> {
+        let offset = self.pos as u64;
+        if self.pos == self.bytes.len() {
+            // A stream without the end marker: tolerated (webdataset does too), reported by verify.
+            return Ok(None);
+        }
+        let Some(h) = self.bytes.get(self.pos..self.pos + BLOCK) else {
+            return Err(ReadError::Truncated {
+                offset,
+                what: "header",
+            });
+        };
+        if h.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        let stored = parse_octal(&h[148..156]).ok_or(ReadError::BadNumber {
+            offset,
+            field: "checksum",
+        })?;
+        let computed: u64 = h[..148]
+            .iter()
+            .chain(&[b' '; 8])
+            .chain(&h[156..])
+            .map(|&b| u64::from(b))
+            .sum();
+        if stored != computed {
+            return Err(ReadError::BadChecksum { offset });
+        }
+        let size = parse_octal(&h[124..136]).ok_or(ReadError::BadNumber {
+            offset,
+            field: "size",
+        })?;
+        let name = cstr(&h[..100]);
+        let is_ustar = &h[257..262] == b"ustar";
+        let prefix = if is_ustar { cstr(&h[345..500]) } else { &[] };
+        let mut full = Vec::with_capacity(prefix.len() + 1 + name.len());
+        if !prefix.is_empty() {
+            full.extend_from_slice(prefix);
+            full.push(b'/');
+        }
+        full.extend_from_slice(name);
+        let name = String::from_utf8(full).map_err(|_| ReadError::BadName { offset })?;
+        let kind = match h[156] {
+            b'0' | 0 | b'7' => EntryKind::Regular,
+            b'1' | b'2' => EntryKind::Link,
+            b'3' | b'4' | b'6' => EntryKind::Device,
+            b'5' => EntryKind::Directory,
+            b'x' | b'g' | b'L' | b'K' => EntryKind::Extension,
+            other => EntryKind::Other(other),
+        };
+        // Links and devices carry no data in the archive whatever their size field says.
+        let data_len = match kind {
+            EntryKind::Link | EntryKind::Device | EntryKind::Directory => 0,
+            _ => size,
+        };
+        let start = self.pos + BLOCK;
+        let end = usize::try_from(data_len)
+            .ok()
+            .and_then(|l| start.checked_add(l))
+            .filter(|&e| e <= self.bytes.len())
+            .ok_or(ReadError::Truncated {
+                offset: start as u64,
+                what: "member data",
+            })?;
+        let padded = end
+            .checked_add((BLOCK - (end - start) % BLOCK) % BLOCK)
+            .unwrap_or(usize::MAX);
+        self.pos = padded.min(self.bytes.len());
+        Ok(Some(Entry {
+            name,
+            kind,
+            header_offset: offset,
+            data: &self.bytes[start..end],
+        }))
+    }
+}
+
+impl<'a> Iterator for TarReader<'a> {
+    type Item = Result<Entry<'a>, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.next_entry() {
+            Ok(Some(e)) => Some(Ok(e)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+fn cstr(field: &[u8]) -> &[u8] {
+    let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+    &field[..end]
+}
+
+fn parse_octal(field: &[u8]) -> Option<u64> {
+    let text = cstr(field);
+    let text = std::str::from_utf8(text).ok()?.trim_matches(|c| c == ' ');
+    if text.is_empty() {
+        return Some(0);
+    }
+    u64::from_str_radix(text, 8).ok()
+}
+
+/// Splits a member name into `(key, field)` by the WebDataset rule: at the first `.` of the last
+/// path component (`d.1/x.seg.png` → `("d.1/x", "seg.png")`). Names without a `.` in their last
+/// component have an empty field.
+pub fn split_name(name: &str) -> (&str, &str) {
+    let base_start = name.rfind('/').map_or(0, |i| i + 1);
+    match name[base_start..].find('.') {
+        Some(dot) => (&name[..base_start + dot], &name[base_start + dot + 1..]),
+        None => (name, ""),
+    }
+}
+
+/// A WebDataset sample: a run of consecutive regular members sharing one key.
+#[derive(Debug, Clone)]
+pub struct Sample<'a> {
+    /// The shared key.
+    pub key: String,
+    /// `(field, data)` in archive order.
+    pub fields: Vec<(String, &'a [u8])>,
+}
+
+impl Sample<'_> {
+    /// The data of `field`, if present.
+    pub fn get(&self, field: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|(f, _)| f == field)
+            .map(|(_, d)| *d)
+    }
+}
+
+/// Groups regular members into samples as WebDataset does, skipping `__*__` names and non-regular
+/// members. Returns the samples and the first read error, if any (samples before it are kept).
+pub fn group_samples(bytes: &[u8]) -> (Vec<Sample<'_>>, Option<ReadError>) {
+    let mut samples: Vec<Sample<'_>> = Vec::new();
+    for entry in TarReader::new(bytes) {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => return (samples, Some(e)),
+        };
+        if entry.kind != EntryKind::Regular {
+            continue;
+        }
+        let base = entry.name.rsplit('/').next().unwrap_or("");
+        if base.starts_with("__") && base.ends_with("__") {
+            continue;
+        }
+        let (key, field) = split_name(&entry.name);
+        let field = field.to_ascii_lowercase();
+        match samples.last_mut() {
+            Some(last) if last.key == key => last.fields.push((field, entry.data)),
+            _ => samples.push(Sample {
+                key: key.to_string(),
+                fields: vec![(field, entry.data)],
+            }),
+        }
+    }
+    (samples, None)
+}
