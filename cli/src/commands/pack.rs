@@ -74,6 +74,7 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
 /// Runs `shardtool pack`.
 pub fn run(a: PackArgs) -> Result<(), Failure> {
     let quiet = a.quiet;
+    let json = a.json;
     let plan = plan(a).map_err(|e| Failure::usage(anyhow!(e)))?;
     let progress = PackProgress::new(quiet);
     let result = pack(&plan, &progress);
@@ -87,7 +88,9 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             {
                 eprintln!("failed: {} ({}): {}", e.path, e.kind, e.message);
             }
-            if !quiet {
+            if json {
+                println!("{}", summary_json(&report));
+            } else if !quiet {
                 print_summary(&plan.output, &report);
             }
             Ok(())
@@ -95,6 +98,27 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
         Err(PackError::Usage(m)) => Err(Failure::usage(anyhow!(m))),
         Err(e) => Err(Failure::run(e)),
     }
+}
+
+fn summary_json(r: &PackReport) -> serde_json::Value {
+    let m = &r.manifest;
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    serde_json::json!({
+        "inputs": m.inputs,
+        "shards": m.totals.shards,
+        "classes": m.classes.len(),
+        "bytes_in": r.bytes_in,
+        "bytes_out": r.bytes_out,
+        "seconds": r.elapsed.as_secs_f64(),
+        "images_per_s": m.inputs.packed as f64 / r.elapsed.as_secs_f64().max(1e-9),
+        "stage_ms_total": {
+            "read": ms(r.stages.read),
+            "decode": ms(r.stages.decode),
+            "resize": ms(r.stages.resize),
+            "encode": ms(r.stages.encode),
+            "write": ms(r.stages.write),
+        },
+    })
 }
 
 fn mb(bytes: u64) -> f64 {

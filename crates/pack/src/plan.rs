@@ -154,7 +154,7 @@ pub fn parse_byte_size(s: &str) -> Result<u64, String> {
         .parse()
         .map_err(|_| format!("invalid size {s:?}: expected a number such as 64MiB"))?;
     let bytes = value * mult as f64;
-    if !(bytes.is_finite() && bytes >= 1.0 && bytes < 1.8e19) {
+    if !(1.0..1.8e19).contains(&bytes) {
         return Err(format!("invalid size {s:?}: out of range"));
     }
     Ok(bytes as u64)

@@ -76,7 +76,8 @@ impl ShardFile {
 
 enum Open {
     Wds {
-        tar: TarWriter<ShardFile>,
+        // Boxed: the zstd encoder makes this variant large.
+        tar: Box<TarWriter<ShardFile>>,
         samples: u64,
     },
     Packed {
@@ -148,9 +149,9 @@ impl<'p> ShardSink<'p> {
         if self.open.is_none() {
             self.open = Some(match self.plan.format {
                 ShardFormatChoice::Wds => Open::Wds {
-                    tar: TarWriter::new(
+                    tar: Box::new(TarWriter::new(
                         ShardFile::create(path.clone(), self.plan.compression).map_err(io_err)?,
-                    ),
+                    )),
                     samples: 0,
                 },
                 ShardFormatChoice::Packed => Open::Packed {

@@ -149,9 +149,7 @@ impl<'a> TarReader<'a> {
                 offset: start as u64,
                 what: "member data",
             })?;
-        let padded = end
-            .checked_add((BLOCK - (end - start) % BLOCK) % BLOCK)
-            .unwrap_or(usize::MAX);
+        let padded = end.saturating_add((BLOCK - (end - start) % BLOCK) % BLOCK);
         self.pos = padded.min(self.bytes.len());
         Ok(Some(Entry {
             name,

@@ -1,0 +1,98 @@
+//! `shardtool bench`: the loader alone, then beside a simulated training step; prints the
+//! budget table (samples/s, MB/s, CPU-ms per sample, data wait p50/p99).
+
+use crate::commands::read::LoaderArgs;
+use crate::Failure;
+use std::time::{Duration, Instant};
+
+/// Arguments of `shardtool bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub loader: LoaderArgs,
+    /// Simulated training step per batch, in milliseconds (0 skips that run).
+    #[arg(long, default_value_t = 0.0, value_name = "T")]
+    pub step_ms: f64,
+}
+
+struct Row {
+    name: String,
+    samples: u64,
+    secs: f64,
+    mb: f64,
+    cpu_ms_per_sample: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn cpu_time() -> Duration {
+    // Process CPU time from /proc (Linux); zero elsewhere.
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return Duration::ZERO;
+    };
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks: u64 = fields.get(11).and_then(|u| u.parse().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Duration::from_millis(ticks * 10)
+}
+
+fn run_once(a: &LoaderArgs, name: &str, step: Duration) -> Result<Row, Failure> {
+    let loader = a.builder().build().map_err(Failure::usage)?;
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    let mut samples = 0u64;
+    let mut loader = loader;
+    for batch in &mut loader {
+        let batch = batch.map_err(Failure::run)?;
+        samples += batch.len() as u64;
+        if !step.is_zero() {
+            // Busy-wait would steal a core from the workers; sleeping models a GPU step.
+            std::thread::sleep(step);
+        }
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu = (cpu_time() - cpu0).as_secs_f64() * 1e3;
+    let m = loader.metrics();
+    Ok(Row {
+        name: name.into(),
+        samples,
+        secs,
+        mb: m.bytes as f64 / 1e6,
+        cpu_ms_per_sample: cpu / samples.max(1) as f64,
+        p50: m.wait_p50,
+        p99: m.wait_p99,
+    })
+}
+
+/// Runs `shardtool bench`.
+pub fn run(a: BenchArgs) -> Result<(), Failure> {
+    let mut rows = vec![run_once(&a.loader, "loader alone", Duration::ZERO)?];
+    if a.step_ms > 0.0 {
+        let step = Duration::from_secs_f64(a.step_ms / 1e3);
+        rows.push(run_once(
+            &a.loader,
+            &format!("with {} ms step", a.step_ms),
+            step,
+        )?);
+    }
+    println!(
+        "{:<22} {:>10} {:>12} {:>10} {:>14} {:>12} {:>12}",
+        "run", "samples", "samples/s", "MB/s", "CPU-ms/sample", "wait p50 ms", "wait p99 ms"
+    );
+    for r in rows {
+        println!(
+            "{:<22} {:>10} {:>12.0} {:>10.1} {:>14.4} {:>12.3} {:>12.3}",
+            r.name,
+            r.samples,
+            r.samples as f64 / r.secs.max(1e-9),
+            r.mb / r.secs.max(1e-9),
+            r.cpu_ms_per_sample,
+            r.p50.as_secs_f64() * 1e3,
+            r.p99.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}

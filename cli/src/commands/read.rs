@@ -1,0 +1,173 @@
+//! `shardtool read`: runs the loader over a dataset; the same contract for users and tests.
+
+use crate::Failure;
+use anyhow::Context;
+use shardtool_reader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState, Remainder};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Loader options shared by `read` and `bench`.
+#[derive(Debug, clap::Args)]
+pub struct LoaderArgs {
+    /// Dataset directory or manifest.json.
+    #[arg(value_name = "DATASET")]
+    pub dataset: PathBuf,
+    /// Shuffle seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Epoch (changes the shard order and the buffer shuffle).
+    #[arg(long, default_value_t = 0)]
+    pub epoch: u64,
+    /// This process's rank (default: $RANK, else 0).
+    #[arg(long, requires = "world")]
+    pub rank: Option<u32>,
+    /// Number of ranks (default: $WORLD_SIZE, else 1).
+    #[arg(long, requires = "rank")]
+    pub world: Option<u32>,
+    /// Reader threads (default: all cores). Never changes the order.
+    #[arg(long, value_name = "K")]
+    pub workers: Option<usize>,
+    /// Samples per batch.
+    #[arg(long, default_value_t = 64, value_name = "B")]
+    pub batch: usize,
+    /// Shuffle buffer size in samples.
+    #[arg(long, default_value_t = 8192)]
+    pub shuffle_buffer: usize,
+    /// Shards interleaved into the shuffle buffer.
+    #[arg(long, default_value_t = 32)]
+    pub interleave: usize,
+    /// Keep manifest order (no shuffle).
+    #[arg(long)]
+    pub no_shuffle: bool,
+    /// pad: every sample is read, ranks that run short repeat samples; drop: the last
+    /// N mod world samples of the epoch order are left out.
+    #[arg(long, default_value = "drop", value_parser = ["drop", "pad"])]
+    pub remainder: String,
+    /// Deliver batches as they complete instead of in order.
+    #[arg(long)]
+    pub out_of_order: bool,
+    /// Decode tar image records to RGB8.
+    #[arg(long)]
+    pub decode: bool,
+    /// Skip (and count) corrupt records instead of failing.
+    #[arg(long)]
+    pub skip_corrupt: bool,
+}
+
+impl LoaderArgs {
+    /// Applies the flags to a builder.
+    pub fn builder(&self) -> LoaderBuilder {
+        let mut b = Loader::builder(&self.dataset)
+            .seed(self.seed)
+            .epoch(self.epoch)
+            .batch_size(self.batch)
+            .shuffle_buffer(self.shuffle_buffer)
+            .interleave(self.interleave)
+            .shuffle(!self.no_shuffle)
+            .remainder(if self.remainder == "pad" {
+                Remainder::Pad
+            } else {
+                Remainder::Drop
+            })
+            .in_order(!self.out_of_order)
+            .decode(self.decode)
+            .on_corrupt(if self.skip_corrupt {
+                CorruptPolicy::Skip
+            } else {
+                CorruptPolicy::Fail
+            });
+        if let (Some(r), Some(w)) = (self.rank, self.world) {
+            b = b.partition(r, w);
+        }
+        if let Some(k) = self.workers {
+            b = b.workers(k);
+        }
+        b
+    }
+}
+
+/// Arguments of `shardtool read`.
+#[derive(Debug, clap::Args)]
+pub struct ReadArgs {
+    #[command(flatten)]
+    pub loader: LoaderArgs,
+    /// Print each delivered sample's key, one per line, in delivery order (nothing else on stdout).
+    #[arg(long)]
+    pub keys: bool,
+    /// Stop after N samples.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+    /// Write the loader state (JSON) here when stopping, to resume later.
+    #[arg(long, value_name = "FILE")]
+    pub state_out: Option<PathBuf>,
+    /// Continue from a state file written by --state-out (its seed, epoch, partition and batch
+    /// size are used).
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
+}
+
+/// Runs `shardtool read`.
+pub fn run(a: ReadArgs) -> Result<(), Failure> {
+    let mut builder = a.loader.builder();
+    if let Some(path) = &a.resume {
+        let text = std::fs::read(path)
+            .with_context(|| format!("reading {}", path.display()))
+            .map_err(Failure::usage)?;
+        let state: LoaderState = serde_json::from_slice(&text)
+            .with_context(|| format!("parsing state {}", path.display()))
+            .map_err(Failure::usage)?;
+        builder = builder.resume(state);
+    }
+    // A dataset that cannot be opened, or options that do not fit it, are usage errors.
+    let mut loader = builder.build().map_err(Failure::usage)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut count = 0u64;
+    let mut state = None;
+    while let Some(batch) = loader.next() {
+        let batch = batch.map_err(Failure::run)?;
+        let take = match a.limit {
+            Some(l) => (l - count).min(batch.len() as u64) as usize,
+            None => batch.len(),
+        };
+        if a.keys {
+            for k in &batch.keys[..take] {
+                writeln!(out, "{k}").map_err(Failure::run)?;
+            }
+        }
+        count += take as u64;
+        if a.limit.is_some_and(|l| count >= l) {
+            state = Some(loader.state_within(&batch, take));
+            break;
+        }
+    }
+    out.flush().map_err(Failure::run)?;
+    let state = state.unwrap_or_else(|| loader.state());
+    if let Some(path) = &a.state_out {
+        let json = serde_json::to_vec_pretty(&state).map_err(Failure::run)?;
+        shardtool_pack::AtomicFile::write(path, &json)
+            .with_context(|| format!("writing {}", path.display()))
+            .map_err(Failure::run)?;
+    }
+    let m = loader.metrics();
+    for s in &m.slow_records {
+        eprintln!(
+            "slow record: shard {} key {} took {:?}",
+            s.shard, s.key, s.time
+        );
+    }
+    if m.corrupt_skipped > 0 {
+        eprintln!("skipped {} corrupt records", m.corrupt_skipped);
+    }
+    if !a.keys {
+        println!(
+            "read {count} samples in {:.2} s: {:.0} samples/s, {:.1} MB/s, wait p50 {:.3} ms p99 {:.3} ms",
+            m.elapsed.as_secs_f64(),
+            m.samples_per_s,
+            m.bytes_per_s / 1e6,
+            m.wait_p50.as_secs_f64() * 1e3,
+            m.wait_p99.as_secs_f64() * 1e3
+        );
+    }
+    Ok(())
+}

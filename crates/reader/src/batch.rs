@@ -1,0 +1,180 @@
+//! Batches and where their bytes live: the allocator trait lets the GPU path hand in pinned host
+//! buffers so a batch is written once, straight into memory the device can copy from.
+
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+/// A host buffer a batch is assembled into.
+pub trait HostBuffer: Send {
+    /// The usable bytes.
+    fn bytes(&self) -> &[u8];
+    /// The usable bytes, writable.
+    fn bytes_mut(&mut self) -> &mut [u8];
+    /// The buffer as `Any`, so its allocator can take its own type back.
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send>;
+}
+
+impl HostBuffer for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        self
+    }
+    fn into_any(self: Box<Self>) -> Box<dyn Any + Send> {
+        self
+    }
+}
+
+/// Hands out batch buffers and takes them back when a batch is dropped, so steady-state reading
+/// allocates nothing.
+pub trait BatchAllocator: Send + Sync {
+    /// A buffer of exactly `len` usable bytes (contents unspecified).
+    fn allocate(&self, len: usize) -> Box<dyn HostBuffer>;
+    /// Takes back a buffer for reuse.
+    fn release(&self, buffer: Box<dyn HostBuffer>);
+}
+
+/// Plain reused `Vec<u8>` buffers: the CPU twin of the pinned GPU ring.
+pub struct CpuAllocator {
+    pool: Mutex<Vec<Vec<u8>>>,
+    max_pooled: usize,
+}
+
+impl CpuAllocator {
+    /// A pool keeping at most `max_pooled` idle buffers.
+    pub fn new(max_pooled: usize) -> Self {
+        Self {
+            pool: Mutex::new(Vec::new()),
+            max_pooled,
+        }
+    }
+}
+
+impl Default for CpuAllocator {
+    fn default() -> Self {
+        Self::new(16)
+    }
+}
+
+impl BatchAllocator for CpuAllocator {
+    fn allocate(&self, len: usize) -> Box<dyn HostBuffer> {
+        let reused = self.pool.lock().ok().and_then(|mut p| p.pop());
+        let mut v = reused.unwrap_or_default();
+        // Capacity is kept across batches; only growth allocates.
+        v.resize(len, 0);
+        Box::new(v)
+    }
+
+    fn release(&self, buffer: Box<dyn HostBuffer>) {
+        if let Ok(v) = buffer.into_any().downcast::<Vec<u8>>() {
+            if let Ok(mut p) = self.pool.lock() {
+                if p.len() < self.max_pooled {
+                    p.push(*v);
+                }
+            }
+        }
+    }
+}
+
+/// How the bytes of a batch are laid out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// `[B, H, W, 3]` u8, contiguous.
+    Fixed {
+        /// Height.
+        height: u32,
+        /// Width.
+        width: u32,
+    },
+    /// Records of different shapes, each starting at `offsets[i]` (64-byte aligned), `[h, w, 3]`.
+    Variable {
+        /// Start of each record, plus the end.
+        offsets: Vec<u64>,
+        /// Shape of each record.
+        shapes: Vec<[u32; 3]>,
+    },
+    /// Encoded images (JPEG/PNG bytes, not decoded), each at `offsets[i]..offsets[i + 1]`.
+    Encoded {
+        /// Start of each record, plus the end.
+        offsets: Vec<u64>,
+    },
+}
+
+/// One batch.
+pub struct Batch {
+    /// Epoch it belongs to.
+    pub epoch: u64,
+    /// Its index among this rank's batches of the epoch.
+    pub index: u64,
+    /// Sample keys.
+    pub keys: Vec<String>,
+    /// Labels.
+    pub labels: Vec<i64>,
+    /// Byte layout.
+    pub layout: Layout,
+    data: Option<Box<dyn HostBuffer>>,
+    allocator: Arc<dyn BatchAllocator>,
+}
+
+impl Batch {
+    pub(crate) fn new(
+        epoch: u64,
+        index: u64,
+        keys: Vec<String>,
+        labels: Vec<i64>,
+        layout: Layout,
+        data: Box<dyn HostBuffer>,
+        allocator: Arc<dyn BatchAllocator>,
+    ) -> Self {
+        Self {
+            epoch,
+            index,
+            keys,
+            labels,
+            layout,
+            data: Some(data),
+            allocator,
+        }
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// True when the batch holds no samples.
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The batch bytes.
+    pub fn data(&self) -> &[u8] {
+        self.data.as_ref().map_or(&[], |d| d.bytes())
+    }
+
+    /// The bytes of sample `i`.
+    pub fn sample(&self, i: usize) -> &[u8] {
+        let d = self.data();
+        match &self.layout {
+            Layout::Fixed { height, width } => {
+                let n = *height as usize * *width as usize * 3;
+                &d[i * n..(i + 1) * n]
+            }
+            Layout::Variable { offsets, shapes } => {
+                let s = shapes[i];
+                let start = offsets[i] as usize;
+                &d[start..start + s[0] as usize * s[1] as usize * 3]
+            }
+            Layout::Encoded { offsets } => &d[offsets[i] as usize..offsets[i + 1] as usize],
+        }
+    }
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        if let Some(d) = self.data.take() {
+            self.allocator.release(d);
+        }
+    }
+}

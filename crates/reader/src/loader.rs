@@ -1,0 +1,690 @@
+//! The loader: worker threads in the training process (no pickling, no shared-memory handles)
+//! that turn an epoch plan into batches, in order or as they complete.
+
+use crate::batch::{Batch, BatchAllocator, CpuAllocator, Layout};
+use crate::dataset::{Dataset, ShardView};
+use crate::metrics::{Metrics, MetricsRecorder, SlowRecord};
+use crate::plan::{per_rank, rank_order, OrderOptions, SampleRef};
+use crate::ReadError;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// What to do with a record that cannot be read or decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CorruptPolicy {
+    /// Stop with an error naming the shard and key.
+    #[default]
+    Fail,
+    /// Leave the record out of its batch and count it in the metrics.
+    Skip,
+}
+
+/// A loader position that resumes the identical sequence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoaderState {
+    /// State format version.
+    pub version: u32,
+    /// Identifies the dataset: XXH3 over the manifest's shard checksums.
+    pub dataset: String,
+    /// Order options.
+    pub order: OrderOptions,
+    /// Epoch.
+    pub epoch: u64,
+    /// Rank and world size.
+    pub rank: u32,
+    /// World size.
+    pub world: u32,
+    /// Batch size.
+    pub batch_size: usize,
+    /// Every batch below this index was delivered.
+    pub delivered_prefix: u64,
+    /// Batches at or above the prefix that were delivered (out-of-order delivery).
+    #[serde(default)]
+    pub delivered_extra: Vec<u64>,
+    /// A batch of which only the first `consumed` samples were used.
+    #[serde(default)]
+    pub partial: Option<(u64, usize)>,
+}
+
+/// Builds a [`Loader`].
+pub struct LoaderBuilder {
+    path: PathBuf,
+    batch_size: usize,
+    order: OrderOptions,
+    epoch: u64,
+    rank: u32,
+    world: u32,
+    workers: usize,
+    prefetch: usize,
+    in_order: bool,
+    decode: bool,
+    corrupt: CorruptPolicy,
+    resume: Option<LoaderState>,
+    allocator: Arc<dyn BatchAllocator>,
+    delays: Vec<(String, Duration)>,
+}
+
+fn env_u32(name: &str) -> Option<u32> {
+    std::env::var(name).ok()?.parse().ok()
+}
+
+impl LoaderBuilder {
+    fn new(path: &Path) -> Self {
+        Self {
+            path: path.to_path_buf(),
+            batch_size: 64,
+            order: OrderOptions::default(),
+            epoch: 0,
+            // torchrun sets RANK and WORLD_SIZE for every process.
+            rank: env_u32("RANK").unwrap_or(0),
+            world: env_u32("WORLD_SIZE").unwrap_or(1),
+            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            prefetch: 2,
+            in_order: true,
+            decode: false,
+            corrupt: CorruptPolicy::Fail,
+            resume: None,
+            allocator: Arc::new(CpuAllocator::default()),
+            delays: Vec::new(),
+        }
+    }
+
+    /// Samples per batch (default 64).
+    pub fn batch_size(mut self, n: usize) -> Self {
+        self.batch_size = n;
+        self
+    }
+    /// Shuffle seed (default 0).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.order.seed = seed;
+        self
+    }
+    /// Turn shuffling off (manifest order).
+    pub fn shuffle(mut self, on: bool) -> Self {
+        self.order.shuffle = on;
+        self
+    }
+    /// Shuffle buffer capacity in samples (default 8192).
+    pub fn shuffle_buffer(mut self, n: usize) -> Self {
+        self.order.buffer = n;
+        self
+    }
+    /// Shard pieces interleaved into the buffer (default 32).
+    pub fn interleave(mut self, k: usize) -> Self {
+        self.order.interleave = k;
+        self
+    }
+    /// Remainder policy (default drop).
+    pub fn remainder(mut self, r: crate::Remainder) -> Self {
+        self.order.remainder = r;
+        self
+    }
+    /// Epoch (default 0).
+    pub fn epoch(mut self, e: u64) -> Self {
+        self.epoch = e;
+        self
+    }
+    /// Rank and world size (default from RANK / WORLD_SIZE, else 0 of 1).
+    pub fn partition(mut self, rank: u32, world: u32) -> Self {
+        self.rank = rank;
+        self.world = world;
+        self
+    }
+    /// Worker threads (default: all cores).
+    pub fn workers(mut self, k: usize) -> Self {
+        self.workers = k;
+        self
+    }
+    /// Batches each worker may have ready ahead of the consumer (default 2).
+    pub fn prefetch(mut self, n: usize) -> Self {
+        self.prefetch = n;
+        self
+    }
+    /// In-order delivery (default) or completion order, so one slow record never holds back the
+    /// batches behind it.
+    pub fn in_order(mut self, on: bool) -> Self {
+        self.in_order = on;
+        self
+    }
+    /// Decode tar image records to RGB8 (needs the `decode` feature).
+    pub fn decode(mut self, on: bool) -> Self {
+        self.decode = on;
+        self
+    }
+    /// Corrupt-record policy (default fail).
+    pub fn on_corrupt(mut self, p: CorruptPolicy) -> Self {
+        self.corrupt = p;
+        self
+    }
+    /// Continue from a saved state (its order, epoch, partition and batch size win).
+    pub fn resume(mut self, state: LoaderState) -> Self {
+        self.resume = Some(state);
+        self
+    }
+    /// Where batch bytes are allocated (default: reused CPU buffers).
+    pub fn allocator(mut self, a: Arc<dyn BatchAllocator>) -> Self {
+        self.allocator = a;
+        self
+    }
+    /// Testing aid: sleep `delay` whenever the record with `key` is read.
+    pub fn inject_delay(mut self, key: &str, delay: Duration) -> Self {
+        self.delays.push((key.to_string(), delay));
+        self
+    }
+
+    /// Opens the dataset, plans the epoch and starts the workers.
+    pub fn build(mut self) -> Result<Loader, ReadError> {
+        let dataset = Arc::new(Dataset::open(&self.path)?);
+        let fingerprint = fingerprint(&dataset);
+        let mut skip = BTreeSet::new();
+        let mut partial = None;
+        if let Some(s) = self.resume.take() {
+            if s.version != 1 || s.dataset != fingerprint {
+                return Err(ReadError::BadState(
+                    "the saved state belongs to another dataset or version".into(),
+                ));
+            }
+            self.order = s.order;
+            self.epoch = s.epoch;
+            self.rank = s.rank;
+            self.world = s.world;
+            self.batch_size = s.batch_size;
+            skip.extend(0..s.delivered_prefix);
+            skip.extend(s.delivered_extra.iter().copied());
+            partial = s.partial;
+            if let Some((b, _)) = partial {
+                skip.remove(&b);
+            }
+        }
+        if self.batch_size == 0 || self.workers == 0 || self.world == 0 || self.rank >= self.world {
+            return Err(ReadError::BadOptions(format!(
+                "need batch size > 0, workers > 0 and rank < world (got batch {}, workers {}, rank {} of {})",
+                self.batch_size, self.workers, self.rank, self.world
+            )));
+        }
+        #[cfg(not(feature = "decode"))]
+        if self.decode {
+            return Err(ReadError::BadOptions(
+                "this build has no decoder (feature `decode`)".into(),
+            ));
+        }
+        let counts = dataset.counts();
+        let order = rank_order(&counts, &self.order, self.epoch, self.rank, self.world);
+        let total: u64 = counts.iter().sum();
+        debug_assert_eq!(
+            order.len() as u64,
+            per_rank(total, self.world, self.order.remainder)
+        );
+        let batches = order.len().div_ceil(self.batch_size) as u64;
+        let order = Arc::new(order);
+        let stop = Arc::new(AtomicBool::new(false));
+        let metrics = Arc::new(MetricsRecorder::default());
+        let k = self.workers.min(batches.max(1) as usize);
+        let shared = Arc::new(WorkerShared {
+            dataset: dataset.clone(),
+            order: order.clone(),
+            batch_size: self.batch_size,
+            epoch: self.epoch,
+            decode: self.decode,
+            corrupt: self.corrupt,
+            allocator: self.allocator.clone(),
+            stop: stop.clone(),
+            metrics: metrics.clone(),
+            delays: self.delays,
+            partial,
+        });
+        let mut handles = Vec::new();
+        let mut receivers = Vec::new();
+        let (shared_tx, shared_rx) = mpsc::sync_channel(self.prefetch.max(1) * k);
+        for w in 0..k {
+            let mine: Vec<u64> = (w as u64..batches)
+                .step_by(k)
+                .filter(|b| !skip.contains(b))
+                .collect();
+            let tx = if self.in_order {
+                let (tx, rx) = mpsc::sync_channel(self.prefetch.max(1));
+                receivers.push(rx);
+                tx
+            } else {
+                shared_tx.clone()
+            };
+            let shared = shared.clone();
+            handles.push(
+                std::thread::Builder::new()
+                    .name(format!("reader-{w}"))
+                    .spawn(move || worker(&shared, &mine, &tx))
+                    .map_err(|e| ReadError::BadOptions(format!("cannot start a worker: {e}")))?,
+            );
+        }
+        drop(shared_tx);
+        let expected_samples = order.len() as u64
+            - skip
+                .iter()
+                .map(|&b| batch_len(order.len(), self.batch_size, b) as u64)
+                .sum::<u64>()
+            - partial.map_or(0, |(_, c)| c as u64);
+        Ok(Loader {
+            state: LoaderState {
+                version: 1,
+                dataset: fingerprint,
+                order: self.order,
+                epoch: self.epoch,
+                rank: self.rank,
+                world: self.world,
+                batch_size: self.batch_size,
+                delivered_prefix: 0,
+                delivered_extra: Vec::new(),
+                partial,
+            },
+            delivered: skip,
+            batches,
+            workers: k as u64,
+            receivers,
+            shared_rx: if self.in_order { None } else { Some(shared_rx) },
+            next_in_order: 0,
+            handles,
+            stop,
+            metrics,
+            started: Instant::now(),
+            expected_samples,
+            delivered_samples: 0,
+            finished: false,
+        })
+    }
+}
+
+fn fingerprint(d: &Dataset) -> String {
+    let mut text = Vec::new();
+    for s in &d.manifest.shards {
+        text.extend_from_slice(s.file.as_bytes());
+        text.push(0);
+        text.extend_from_slice(s.checksum.as_bytes());
+        text.push(0);
+    }
+    shardtool_core::Checksum::of(&text).to_string()
+}
+
+fn batch_len(total: usize, batch: usize, index: u64) -> usize {
+    let start = index as usize * batch;
+    total.saturating_sub(start).min(batch)
+}
+
+struct WorkerShared {
+    dataset: Arc<Dataset>,
+    order: Arc<Vec<SampleRef>>,
+    batch_size: usize,
+    epoch: u64,
+    decode: bool,
+    corrupt: CorruptPolicy,
+    allocator: Arc<dyn BatchAllocator>,
+    stop: Arc<AtomicBool>,
+    metrics: Arc<MetricsRecorder>,
+    delays: Vec<(String, Duration)>,
+    partial: Option<(u64, usize)>,
+}
+
+type Msg = (u64, Result<Batch, ReadError>);
+
+fn worker(s: &WorkerShared, batches: &[u64], tx: &SyncSender<Msg>) {
+    for &b in batches {
+        if s.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let r = build_batch(s, b);
+        let failed = r.is_err();
+        if tx.send((b, r)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// A record resolved to its bytes.
+enum Rec<'a> {
+    Pixels { shape: [u32; 3], bytes: &'a [u8] },
+    Owned { shape: [u32; 3], bytes: Vec<u8> },
+    Encoded(&'a [u8]),
+}
+
+fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
+    let start = b as usize * s.batch_size;
+    let end = (start + s.batch_size).min(s.order.len());
+    let skip_first = match s.partial {
+        Some((pb, consumed)) if pb == b => consumed,
+        _ => 0,
+    };
+    let refs = &s.order[start + skip_first.min(end - start)..end];
+    // Keep each shard view alive for the batch; records borrow from them.
+    let views: Vec<Arc<ShardView>> = refs
+        .iter()
+        .map(|r| s.dataset.shard(r.shard as usize))
+        .collect::<Result<_, _>>()?;
+    let mut keys = Vec::with_capacity(refs.len());
+    let mut labels = Vec::with_capacity(refs.len());
+    let mut recs = Vec::with_capacity(refs.len());
+    for (r, view) in refs.iter().zip(&views) {
+        let t = Instant::now();
+        let got = read_record(s, view, r);
+        let elapsed = t.elapsed();
+        match got {
+            Ok((key, label, rec)) => {
+                if let Some((_, d)) = s.delays.iter().find(|(k, _)| *k == key) {
+                    std::thread::sleep(*d);
+                }
+                let elapsed = t.elapsed().max(elapsed);
+                if s.metrics.record_time(elapsed) {
+                    s.metrics.slow(SlowRecord {
+                        shard: s.dataset.manifest.shards[r.shard as usize].file.clone(),
+                        key: key.clone(),
+                        time: elapsed,
+                    });
+                }
+                keys.push(key);
+                labels.push(label);
+                recs.push(rec);
+            }
+            Err(e) => match s.corrupt {
+                CorruptPolicy::Fail => return Err(e),
+                CorruptPolicy::Skip => s.metrics.corrupt(),
+            },
+        }
+    }
+    assemble(s, b, keys, labels, recs)
+}
+
+fn read_record<'a>(
+    s: &WorkerShared,
+    view: &'a ShardView,
+    r: &SampleRef,
+) -> Result<(String, i64, Rec<'a>), ReadError> {
+    let shard_name = || s.dataset.manifest.shards[r.shard as usize].file.clone();
+    match view {
+        ShardView::Packed(p) => {
+            let rec = p
+                .get(r.record as usize)
+                .ok_or_else(|| ReadError::CorruptRecord {
+                    shard: shard_name(),
+                    key: format!("#{}", r.record),
+                    message: "record index out of range".into(),
+                })?;
+            Ok((
+                rec.key.to_string(),
+                rec.label,
+                Rec::Pixels {
+                    shape: rec.shape,
+                    bytes: rec.pixels,
+                },
+            ))
+        }
+        ShardView::Tar { bytes, records } => {
+            let rec = records
+                .get(r.record as usize)
+                .ok_or_else(|| ReadError::CorruptRecord {
+                    shard: shard_name(),
+                    key: format!("#{}", r.record),
+                    message: "record index out of range".into(),
+                })?;
+            let data = &bytes.as_ref()[rec.image.clone()];
+            if !s.decode {
+                return Ok((rec.key.clone(), rec.label, Rec::Encoded(data)));
+            }
+            decode(data)
+                .map(|(shape, px)| (rec.key.clone(), rec.label, Rec::Owned { shape, bytes: px }))
+                .map_err(|message| ReadError::CorruptRecord {
+                    shard: shard_name(),
+                    key: rec.key.clone(),
+                    message,
+                })
+        }
+    }
+}
+
+#[cfg(feature = "decode")]
+fn decode(data: &[u8]) -> Result<([u32; 3], Vec<u8>), String> {
+    let spec = shardtool_image::TransformSpec {
+        encode: shardtool_image::Encode::Raw,
+        ..Default::default()
+    };
+    match shardtool_image::transform(data, &spec) {
+        Ok(t) => match t.output {
+            shardtool_image::Output::Pixels(img) => Ok(([img.height, img.width, 3], img.pixels)),
+            shardtool_image::Output::Encoded { .. } => Err("decoder returned encoded bytes".into()),
+        },
+        Err(e) => Err(e.message),
+    }
+}
+
+#[cfg(not(feature = "decode"))]
+fn decode(_: &[u8]) -> Result<([u32; 3], Vec<u8>), String> {
+    Err("built without the decode feature".into())
+}
+
+/// Copies the records of one batch into one buffer from the allocator: the only copy on the way
+/// from the page cache to the batch.
+fn assemble(
+    s: &WorkerShared,
+    b: u64,
+    keys: Vec<String>,
+    labels: Vec<i64>,
+    recs: Vec<Rec<'_>>,
+) -> Result<Batch, ReadError> {
+    let shape_of = |r: &Rec<'_>| match r {
+        Rec::Pixels { shape, .. } | Rec::Owned { shape, .. } => Some(*shape),
+        Rec::Encoded(_) => None,
+    };
+    let bytes_of = |r: &'_ Rec<'_>| -> usize {
+        match r {
+            Rec::Pixels { bytes, .. } | Rec::Encoded(bytes) => bytes.len(),
+            Rec::Owned { bytes, .. } => bytes.len(),
+        }
+    };
+    let first = recs.first().and_then(shape_of);
+    let fixed = first.is_some() && recs.iter().all(|r| shape_of(r) == first);
+    let encoded = recs.iter().any(|r| shape_of(r).is_none());
+    let (layout, total) = if fixed && !encoded {
+        let [h, w, _] = first.unwrap_or([0, 0, 3]);
+        let n = recs.iter().map(bytes_of).sum::<usize>();
+        (
+            Layout::Fixed {
+                height: h,
+                width: w,
+            },
+            n,
+        )
+    } else {
+        // 64-byte aligned starts, like the packed format, for SIMD-friendly consumers.
+        let align = if encoded { 1 } else { 64 };
+        let mut offsets = Vec::with_capacity(recs.len() + 1);
+        let mut pos = 0usize;
+        for r in &recs {
+            pos = pos.next_multiple_of(align);
+            offsets.push(pos as u64);
+            pos += bytes_of(r);
+        }
+        offsets.push(pos as u64);
+        if encoded {
+            (Layout::Encoded { offsets }, pos)
+        } else {
+            let shapes = recs
+                .iter()
+                .map(|r| shape_of(r).unwrap_or([0, 0, 3]))
+                .collect();
+            (Layout::Variable { offsets, shapes }, pos)
+        }
+    };
+    let mut buf = s.allocator.allocate(total);
+    {
+        let out = buf.bytes_mut();
+        let starts: Vec<usize> = match &layout {
+            Layout::Fixed { .. } => {
+                let mut p = 0;
+                recs.iter()
+                    .map(|r| {
+                        let at = p;
+                        p += bytes_of(r);
+                        at
+                    })
+                    .collect()
+            }
+            Layout::Variable { offsets, .. } | Layout::Encoded { offsets } => {
+                offsets[..recs.len()].iter().map(|&o| o as usize).collect()
+            }
+        };
+        for (r, at) in recs.iter().zip(starts) {
+            let src: &[u8] = match r {
+                Rec::Pixels { bytes, .. } | Rec::Encoded(bytes) => bytes,
+                Rec::Owned { bytes, .. } => bytes,
+            };
+            out[at..at + src.len()].copy_from_slice(src);
+        }
+    }
+    s.metrics.add_bytes(total as u64, keys.len() as u64);
+    Ok(Batch::new(
+        s.epoch,
+        b,
+        keys,
+        labels,
+        layout,
+        buf,
+        s.allocator.clone(),
+    ))
+}
+
+/// Streams the batches of one epoch for one rank.
+pub struct Loader {
+    state: LoaderState,
+    delivered: BTreeSet<u64>,
+    batches: u64,
+    workers: u64,
+    receivers: Vec<Receiver<Msg>>,
+    shared_rx: Option<Receiver<Msg>>,
+    next_in_order: u64,
+    handles: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    metrics: Arc<MetricsRecorder>,
+    started: Instant,
+    expected_samples: u64,
+    delivered_samples: u64,
+    finished: bool,
+}
+
+impl Loader {
+    /// Starts building a loader over a dataset directory or manifest path.
+    pub fn builder(dataset: impl AsRef<Path>) -> LoaderBuilder {
+        LoaderBuilder::new(dataset.as_ref())
+    }
+
+    /// Batches this rank yields this epoch (the same on every rank).
+    pub fn batches_per_epoch(&self) -> u64 {
+        self.batches
+    }
+
+    /// The position after every batch delivered so far.
+    pub fn state(&self) -> LoaderState {
+        let mut s = self.state.clone();
+        let mut prefix = 0;
+        while self.delivered.contains(&prefix) {
+            prefix += 1;
+        }
+        s.delivered_prefix = prefix;
+        s.delivered_extra = self.delivered.range(prefix..).copied().collect();
+        s.partial = None;
+        s
+    }
+
+    /// The position when only the first `consumed` samples of `batch` (a delivered batch) were
+    /// used: resuming yields the rest of that batch first.
+    pub fn state_within(&self, batch: &Batch, consumed: usize) -> LoaderState {
+        let mut s = self.state();
+        if consumed < batch.len() {
+            // Samples already skipped by an earlier partial state of the same batch count too.
+            let before = match self.state.partial {
+                Some((b, c)) if b == batch.index => c,
+                _ => 0,
+            };
+            s.delivered_extra.retain(|&b| b != batch.index);
+            if s.delivered_prefix > batch.index {
+                s.delivered_extra
+                    .extend(batch.index + 1..s.delivered_prefix);
+                s.delivered_prefix = batch.index;
+            }
+            s.partial = Some((batch.index, before + consumed));
+        }
+        s
+    }
+
+    /// Throughput, wait times, skipped and slow records so far.
+    pub fn metrics(&self) -> Metrics {
+        self.metrics.snapshot(self.started.elapsed())
+    }
+
+    fn receive(&mut self) -> Option<Msg> {
+        if let Some(rx) = &self.shared_rx {
+            return rx.recv().ok();
+        }
+        while self.next_in_order < self.batches && self.delivered.contains(&self.next_in_order) {
+            self.next_in_order += 1;
+        }
+        if self.next_in_order >= self.batches {
+            return None;
+        }
+        let w = (self.next_in_order % self.workers) as usize;
+        let msg = self.receivers[w].recv().ok();
+        self.next_in_order += 1;
+        msg
+    }
+}
+
+impl Iterator for Loader {
+    type Item = Result<Batch, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.finished {
+            return None;
+        }
+        let t = Instant::now();
+        let msg = self.receive();
+        self.metrics.wait(t.elapsed());
+        match msg {
+            Some((b, Ok(batch))) => {
+                self.delivered.insert(b);
+                self.delivered_samples += batch.len() as u64;
+                Some(Ok(batch))
+            }
+            Some((_, Err(e))) => {
+                self.finished = true;
+                Some(Err(e))
+            }
+            None => {
+                self.finished = true;
+                // Every planned sample must have been delivered or counted as skipped.
+                let got = self.delivered_samples + self.metrics.corrupt_count();
+                if got != self.expected_samples {
+                    return Some(Err(ReadError::Incomplete {
+                        expected: self.expected_samples,
+                        delivered: got,
+                    }));
+                }
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        // Dropping the receivers unblocks workers waiting to send.
+        self.receivers.clear();
+        self.shared_rx = None;
+        for h in self.handles.drain(..) {
+            let _ = h.join();
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Loader metrics: throughput, how long the consumer waited per batch, skipped and slow records.
+
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A record that took more than 10× the running median (and over 1 ms) to read or decode.
+#[derive(Debug, Clone, Serialize)]
+pub struct SlowRecord {
+    /// Shard file.
+    pub shard: String,
+    /// Sample key.
+    pub key: String,
+    /// Time taken.
+    pub time: Duration,
+}
+
+/// A snapshot of the metrics.
+#[derive(Debug, Clone, Serialize)]
+pub struct Metrics {
+    /// Samples delivered in batches.
+    pub samples: u64,
+    /// Batch bytes assembled.
+    pub bytes: u64,
+    /// Wall time since the loader started.
+    pub elapsed: Duration,
+    /// Samples per second.
+    pub samples_per_s: f64,
+    /// Bytes per second.
+    pub bytes_per_s: f64,
+    /// Batches waited for.
+    pub batches: u64,
+    /// Median consumer wait per batch.
+    pub wait_p50: Duration,
+    /// 99th-percentile consumer wait per batch.
+    pub wait_p99: Duration,
+    /// Records left out under the skip policy.
+    pub corrupt_skipped: u64,
+    /// Records slower than 10× the running median.
+    pub slow_records: Vec<SlowRecord>,
+}
+
+/// Shared, thread-safe recorder.
+#[derive(Default)]
+pub(crate) struct MetricsRecorder {
+    samples: AtomicU64,
+    bytes: AtomicU64,
+    corrupt: AtomicU64,
+    waits: Mutex<Vec<Duration>>,
+    recent: Mutex<Recent>,
+    slow: Mutex<Vec<SlowRecord>>,
+}
+
+/// A window of recent record times for the running median.
+#[derive(Default)]
+struct Recent {
+    times: Vec<Duration>,
+    next: usize,
+    median: Duration,
+    since_update: usize,
+}
+
+const WINDOW: usize = 255;
+const SLOW_FLOOR: Duration = Duration::from_millis(1);
+
+impl MetricsRecorder {
+    pub(crate) fn add_bytes(&self, bytes: u64, samples: u64) {
+        self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.samples.fetch_add(samples, Ordering::Relaxed);
+    }
+
+    pub(crate) fn corrupt(&self) {
+        self.corrupt.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn corrupt_count(&self) -> u64 {
+        self.corrupt.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn wait(&self, d: Duration) {
+        if let Ok(mut w) = self.waits.lock() {
+            w.push(d);
+        }
+    }
+
+    pub(crate) fn slow(&self, r: SlowRecord) {
+        if let Ok(mut s) = self.slow.lock() {
+            s.push(r);
+        }
+    }
+
+    /// Records one record's time; true when it is slow against the running median.
+    pub(crate) fn record_time(&self, d: Duration) -> bool {
+        let Ok(mut r) = self.recent.lock() else {
+            return false;
+        };
+        let slow = r.times.len() >= 16 && d > SLOW_FLOOR && d > r.median * 10;
+        if r.times.len() < WINDOW {
+            r.times.push(d);
+        } else {
+            let i = r.next;
+            r.times[i] = d;
+            r.next = (i + 1) % WINDOW;
+        }
+        r.since_update += 1;
+        // Re-sort rarely: the median of a 255-entry window moves slowly.
+        if r.since_update >= 32 || r.times.len() <= 32 {
+            let mut v = r.times.clone();
+            v.sort_unstable();
+            r.median = v[v.len() / 2];
+            r.since_update = 0;
+        }
+        slow
+    }
+
+    pub(crate) fn snapshot(&self, elapsed: Duration) -> Metrics {
+        let mut waits = self.waits.lock().map(|w| w.clone()).unwrap_or_default();
+        waits.sort_unstable();
+        let pct = |p: f64| -> Duration {
+            if waits.is_empty() {
+                Duration::ZERO
+            } else {
+                waits[((waits.len() - 1) as f64 * p).round() as usize]
+            }
+        };
+        let samples = self.samples.load(Ordering::Relaxed);
+        let bytes = self.bytes.load(Ordering::Relaxed);
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        Metrics {
+            samples,
+            bytes,
+            elapsed,
+            samples_per_s: samples as f64 / secs,
+            bytes_per_s: bytes as f64 / secs,
+            batches: waits.len() as u64,
+            wait_p50: pct(0.5),
+            wait_p99: pct(0.99),
+            corrupt_skipped: self.corrupt_count(),
+            slow_records: self.slow.lock().map(|s| s.clone()).unwrap_or_default(),
+        }
+    }
+}

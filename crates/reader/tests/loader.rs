@@ -1,0 +1,376 @@
+//! Loader behaviour on real shards written to disk: exactly-once over ranks and workers,
+//! determinism, resume, corrupt records, out-of-order delivery and zero-copy batch contents.
+
+use proptest::prelude::*;
+use shardtool_core::Checksum;
+use shardtool_manifest::{InputCounts, Manifest, ShardEntry, ShardFormat, Totals};
+use shardtool_packed::{Mode, PackedWriter};
+use shardtool_reader::{CorruptPolicy, Layout, Loader, ReadError, Remainder};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+/// Pixels of sample `i`: 3x2 RGB whose bytes encode `i`, so contents can be checked.
+fn pixels(i: u32) -> Vec<u8> {
+    (0..18u32)
+        .map(|j| (i.wrapping_mul(31).wrapping_add(j)) as u8)
+        .collect()
+}
+
+fn write_manifest(dir: &Path, shards: Vec<ShardEntry>) {
+    let samples = shards.iter().map(|s| s.samples).sum();
+    let bytes = shards.iter().map(|s| s.bytes).sum();
+    let m = Manifest {
+        format: shardtool_manifest::FORMAT.into(),
+        version: shardtool_manifest::VERSION,
+        tool: "test".into(),
+        pack: Default::default(),
+        classes: (0..10).map(|i| i.to_string()).collect(),
+        fields: vec![],
+        totals: Totals {
+            samples,
+            shards: shards.len() as u64,
+            bytes,
+        },
+        inputs: InputCounts {
+            found: samples,
+            packed: samples,
+            failed: 0,
+            ignored: 0,
+        },
+        shards,
+    };
+    std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
+}
+
+/// A packed dataset with the given shard sizes; sample keys are `s<global index>`.
+fn packed_dataset(dir: &Path, sizes: &[u32]) -> Vec<String> {
+    let mut entries = Vec::new();
+    let mut keys = Vec::new();
+    let mut next = 0u32;
+    for (si, &n) in sizes.iter().enumerate() {
+        let mut w = PackedWriter::new(Mode::Fixed);
+        for _ in 0..n {
+            let key = format!("s{next}");
+            w.add(
+                &key,
+                i64::from(next % 10),
+                2,
+                3,
+                &pixels(next),
+                serde_json::json!({}),
+            )
+            .unwrap();
+            keys.push(key);
+            next += 1;
+        }
+        let mut bytes = Vec::new();
+        w.finish(&mut bytes).unwrap();
+        let file = format!("shard-{si:06}.safetensors");
+        std::fs::write(dir.join(&file), &bytes).unwrap();
+        entries.push(ShardEntry {
+            file,
+            format: ShardFormat::Packed,
+            compression: None,
+            samples: u64::from(n),
+            bytes: bytes.len() as u64,
+            checksum: Checksum::of(&bytes).to_string(),
+            uncompressed_bytes: None,
+            uncompressed_checksum: None,
+        });
+    }
+    write_manifest(dir, entries);
+    keys
+}
+
+fn keys_of(loader: Loader) -> Vec<String> {
+    let mut out = Vec::new();
+    for b in loader {
+        out.extend(b.unwrap().keys.iter().cloned());
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    #[test]
+    fn union_over_ranks_and_workers_is_the_dataset(
+        sizes in proptest::collection::vec(1u32..40, 1..7),
+        world in 1u32..5,
+        workers in 1usize..4,
+        batch in 1usize..17,
+        seed: u64,
+        out_of_order: bool,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = packed_dataset(dir.path(), &sizes);
+        let mut seen: BTreeMap<String, u32> = BTreeMap::new();
+        let mut batches = Vec::new();
+        for rank in 0..world {
+            let loader = Loader::builder(dir.path())
+                .seed(seed).batch_size(batch).partition(rank, world).workers(workers)
+                .in_order(!out_of_order).remainder(Remainder::Pad)
+                .build().unwrap();
+            batches.push(loader.batches_per_epoch());
+            for k in keys_of(loader) { *seen.entry(k).or_default() += 1; }
+        }
+        // Every rank yields the same number of batches; with padding every sample is read.
+        prop_assert!(batches.iter().all(|&b| b == batches[0]));
+        prop_assert_eq!(seen.len(), keys.len());
+        let extra: u32 = seen.values().map(|c| c - 1).sum();
+        prop_assert!(extra < world);
+    }
+}
+
+#[test]
+fn same_seed_same_order_other_epoch_other_order_workers_do_not_matter() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[50, 50, 50, 50]);
+    let run = |epoch, workers| {
+        keys_of(
+            Loader::builder(dir.path())
+                .seed(5)
+                .epoch(epoch)
+                .workers(workers)
+                .batch_size(7)
+                .build()
+                .unwrap(),
+        )
+    };
+    let a = run(0, 1);
+    assert_eq!(a.len(), 200);
+    assert_eq!(a, run(0, 3));
+    assert_ne!(a, run(1, 1));
+    let mut sorted = a.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 200);
+}
+
+#[test]
+fn resume_at_every_point_gives_the_identical_remainder() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[13, 29, 7]);
+    let build = || {
+        Loader::builder(dir.path())
+            .seed(11)
+            .epoch(2)
+            .batch_size(5)
+            .workers(2)
+    };
+    let full = keys_of(build().build().unwrap());
+    for stop in [0usize, 1, 4, 5, 6, 23, 48] {
+        let mut loader = build().build().unwrap();
+        let mut got = Vec::new();
+        let mut state = loader.state();
+        while got.len() < stop {
+            let b = loader.next().unwrap().unwrap();
+            let take = (stop - got.len()).min(b.len());
+            got.extend(b.keys[..take].iter().cloned());
+            state = loader.state_within(&b, take);
+        }
+        drop(loader);
+        // The state survives a JSON round trip (what --state-out writes).
+        let state = serde_json::from_str(&serde_json::to_string(&state).unwrap()).unwrap();
+        let rest = keys_of(
+            Loader::builder(dir.path())
+                .workers(3)
+                .resume(state)
+                .build()
+                .unwrap(),
+        );
+        got.extend(rest);
+        assert_eq!(got, full, "stopped after {stop}");
+    }
+}
+
+#[test]
+fn resume_refuses_another_dataset() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    packed_dataset(a.path(), &[10]);
+    packed_dataset(b.path(), &[11]);
+    let state = Loader::builder(a.path()).build().unwrap().state();
+    let err = Loader::builder(b.path())
+        .resume(state)
+        .build()
+        .err()
+        .unwrap();
+    assert!(matches!(err, ReadError::BadState(_)), "{err}");
+}
+
+#[test]
+fn batches_hold_the_record_bytes_in_a_fixed_layout() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[9, 9]);
+    let loader = Loader::builder(dir.path())
+        .batch_size(4)
+        .shuffle(false)
+        .build()
+        .unwrap();
+    let mut n = 0;
+    for b in loader {
+        let b = b.unwrap();
+        assert_eq!(
+            b.layout,
+            Layout::Fixed {
+                height: 2,
+                width: 3
+            }
+        );
+        assert_eq!(b.data().len(), b.len() * 18);
+        for (i, k) in b.keys.iter().enumerate() {
+            let idx: u32 = k[1..].parse().unwrap();
+            assert_eq!(b.sample(i), &pixels(idx)[..]);
+            assert_eq!(b.labels[i], i64::from(idx % 10));
+        }
+        n += b.len();
+    }
+    assert_eq!(n, 18);
+}
+
+#[test]
+fn drop_remainder_gives_equal_ranks() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[10, 10, 3]);
+    let counts: Vec<usize> = (0..4)
+        .map(|r| {
+            keys_of(
+                Loader::builder(dir.path())
+                    .partition(r, 4)
+                    .remainder(Remainder::Drop)
+                    .build()
+                    .unwrap(),
+            )
+            .len()
+        })
+        .collect();
+    assert_eq!(counts, vec![5, 5, 5, 5]);
+}
+
+/// A tar dataset of tiny PNGs, one of which is not a valid image.
+fn tar_dataset(dir: &Path, n: u32, corrupt: u32) {
+    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    for i in 0..n {
+        let key = format!("t{i:03}");
+        let mut png = Vec::new();
+        image::RgbImage::from_pixel(4, 3, image::Rgb([i as u8, 2, 3]))
+            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        if i == corrupt {
+            png.truncate(20);
+        }
+        w.append(&format!("{key}.cls"), (i % 3).to_string().as_bytes())
+            .unwrap();
+        w.append(&format!("{key}.png"), &png).unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    std::fs::write(dir.join("shard-000000.tar"), &bytes).unwrap();
+    write_manifest(
+        dir,
+        vec![ShardEntry {
+            file: "shard-000000.tar".into(),
+            format: ShardFormat::Wds,
+            compression: None,
+            samples: u64::from(n),
+            bytes: bytes.len() as u64,
+            checksum: Checksum::of(&bytes).to_string(),
+            uncompressed_bytes: None,
+            uncompressed_checksum: None,
+        }],
+    );
+}
+
+#[test]
+fn corrupt_record_fails_or_is_skipped_and_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    tar_dataset(dir.path(), 12, 5);
+    let failing = Loader::builder(dir.path())
+        .decode(true)
+        .batch_size(4)
+        .build()
+        .unwrap();
+    let errors: Vec<ReadError> = failing.filter_map(Result::err).collect();
+    assert_eq!(errors.len(), 1);
+    assert!(errors[0].to_string().contains("t005"), "{}", errors[0]);
+
+    let mut skipping = Loader::builder(dir.path())
+        .decode(true)
+        .batch_size(4)
+        .on_corrupt(CorruptPolicy::Skip)
+        .build()
+        .unwrap();
+    let mut keys = Vec::new();
+    for b in &mut skipping {
+        let b = b.unwrap();
+        assert!(matches!(
+            b.layout,
+            Layout::Fixed {
+                height: 3,
+                width: 4
+            }
+        ));
+        keys.extend(b.keys.clone());
+    }
+    assert_eq!(keys.len(), 11);
+    assert!(!keys.contains(&"t005".to_string()));
+    assert_eq!(skipping.metrics().corrupt_skipped, 1);
+}
+
+#[test]
+fn encoded_records_are_delivered_without_decoding() {
+    let dir = tempfile::tempdir().unwrap();
+    tar_dataset(dir.path(), 6, 99);
+    let b = Loader::builder(dir.path())
+        .batch_size(6)
+        .shuffle(false)
+        .build()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap();
+    assert!(matches!(b.layout, Layout::Encoded { .. }));
+    assert!(b.sample(0).starts_with(b"\x89PNG"));
+}
+
+#[test]
+fn out_of_order_delivery_is_not_blocked_by_a_slow_record() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[40, 40]);
+    let slow_key = "s0";
+    let build = |in_order| {
+        Loader::builder(dir.path())
+            .shuffle(false)
+            .batch_size(4)
+            .workers(2)
+            .in_order(in_order)
+            .inject_delay(slow_key, Duration::from_millis(400))
+            .build()
+            .unwrap()
+    };
+    // Out of order: the batch holding the slow record (batch 0) is not the first delivered.
+    let mut loader = build(false);
+    let first = loader.next().unwrap().unwrap();
+    assert_ne!(first.index, 0);
+    let rest: Vec<u64> = loader.by_ref().map(|b| b.unwrap().index).collect();
+    assert!(rest.contains(&0));
+    assert_eq!(rest.len() + 1, 20);
+    let slow = loader.metrics().slow_records;
+    assert!(slow.iter().any(|s| s.key == slow_key), "{slow:?}");
+    // In order: batch 0 comes first whatever its delay.
+    let mut loader = build(true);
+    assert_eq!(loader.next().unwrap().unwrap().index, 0);
+}
+
+#[test]
+fn missing_shard_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[5, 5]);
+    std::fs::remove_file(dir.path().join("shard-000001.safetensors")).unwrap();
+    let errs: Vec<String> = Loader::builder(dir.path())
+        .build()
+        .unwrap()
+        .filter_map(|b| b.err().map(|e| e.to_string()))
+        .collect();
+    assert!(errs.iter().any(|e| e.contains("shard-000001")), "{errs:?}");
+}

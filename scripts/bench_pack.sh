@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Pack benchmark: the same work (decode, shorter:256, JPEG q90, tar) done by webdataset.ShardWriter
+# + PIL and by `shardtool pack --jobs 1` on the same real-photo crops, alternating runs; prints
+# images/s per core, the ratio, our stage breakdown, pipeline overhead, and peak RSS for 1x vs 10x
+# the inputs (same files listed ten times).
+#
+# Usage: scripts/bench_pack.sh [RUNS]   (default 3; needs bench-data/crops: scripts/make_bench_data.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-3}
+CROPS=bench-data/crops
+[ -d "$CROPS" ] || scripts/make_bench_data.sh
+cargo build --release -q -p shardtool
+BIN=target/release/shardtool
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+cat "$CROPS"/*/* >/dev/null   # warm the page cache
+
+ours=() peer=()
+for i in $(seq "$RUNS"); do
+  python3 scripts/bench_pack_peer.py "$CROPS" "$TMP/peer" >"$TMP/peer.json"
+  peer+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["images_per_s"])' "$TMP/peer.json")")
+  rm -rf "$TMP/peer"
+  $BIN pack "$CROPS" "$TMP/ours" --resize shorter:256 --quality 90 --jobs 1 --overwrite --json >"$TMP/ours.json" 2>/dev/null
+  ours+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["images_per_s"])' "$TMP/ours.json")")
+done
+
+# Peak RSS: 1x and 10x the inputs through --list (same files, distinct keys).
+python3 - "$CROPS" "$TMP" <<'PY'
+import os, sys
+crops, tmp = sys.argv[1], sys.argv[2]
+files = sorted(os.path.join(r, f) for r, _, fs in os.walk(crops) for f in fs)
+for n, name in ((1, "list1.csv"), (10, "list10.csv")):
+    with open(os.path.join(tmp, name), "w") as out:
+        out.write("path,label\n")
+        for _ in range(n):
+            for f in files:
+                out.write(f"{os.path.abspath(f)},{os.path.basename(os.path.dirname(f))}\n")
+PY
+rss() { /usr/bin/time -f %M "$BIN" pack --list "$1" "$TMP/rss" --resize shorter:256 --jobs 2 --overwrite -q 2>&1 >/dev/null | tail -n1; }
+rss1=$(rss "$TMP/list1.csv")
+rss10=$(rss "$TMP/list10.csv")
+
+python3 - "$TMP/ours.json" "$rss1" "$rss10" "${peer[*]}" "${ours[*]}" <<'PY'
+import json, statistics, sys
+last = json.load(open(sys.argv[1]))
+rss1, rss10 = int(sys.argv[2]), int(sys.argv[3])
+peer = [float(x) for x in sys.argv[4].split()]
+ours = [float(x) for x in sys.argv[5].split()]
+pm, om = statistics.median(peer), statistics.median(ours)
+print(f"webdataset+PIL  images/s runs {peer}  median {pm:.0f}")
+print(f"shardtool -j1   images/s runs {ours}  median {om:.0f}")
+print(f"ratio (per core) {om / pm:.2f}x")
+n = last["inputs"]["packed"]
+st = last["stage_ms_total"]
+print("shardtool ms/image (last run): " + ", ".join(f"{k} {v / n:.3f}" for k, v in st.items()))
+bare = st["decode"] + st["resize"] + st["encode"]
+wall = last["seconds"] * 1e3
+print(f"pipeline overhead: wall {wall / n:.3f} ms/image vs bare decode+resize+encode {bare / n:.3f} -> {100 * (wall / bare - 1):.1f}%")
+print(f"peak RSS --jobs 2: 1x inputs {rss1} KiB, 10x inputs {rss10} KiB ({100 * (rss10 / rss1 - 1):+.1f}%)")
+PY
