@@ -8,7 +8,7 @@ use shardtool_pack::{
     pack, parse_byte_size, Compression, InputSource, PackError, PackPlan, PackReport,
     ShardFormatChoice,
 };
-use std::path::PathBuf;
+use std::path::Path;
 
 /// Builds the plan from the flags, without touching the file system.
 pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
@@ -125,7 +125,7 @@ fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
 }
 
-fn print_summary(out: &PathBuf, r: &PackReport) {
+fn print_summary(out: &Path, r: &PackReport) {
     let m = &r.manifest;
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let i = &m.inputs;

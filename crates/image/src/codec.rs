@@ -185,6 +185,10 @@ fn decode_jpeg(
     let Some(dec) = codecs.decompressor.as_mut() else {
         return Ok(None);
     };
+    // libjpeg-turbo keeps the previous image's header when a stream has no frame, so the frame
+    // header is found by our own bounded marker scan first.
+    let (fw, fh) = jpeg_frame_size(bytes)
+        .ok_or_else(|| ImageError::new(ErrorKind::Decode, "JPEG has no frame header"))?;
     let header = dec
         .read_header(bytes)
         .map_err(|e| ImageError::new(ErrorKind::Decode, format!("bad JPEG header: {e}")))?;
@@ -193,6 +197,12 @@ fn decode_jpeg(
         return Err(ImageError::new(
             ErrorKind::Decode,
             "JPEG has a zero dimension",
+        ));
+    }
+    if (w, h) != (u64::from(fw), u64::from(fh)) {
+        return Err(ImageError::new(
+            ErrorKind::Decode,
+            format!("JPEG frame says {fw}x{fh} but the decoder read {w}x{h}"),
         ));
     }
     if w * h > spec.limits.max_pixels {
@@ -264,6 +274,45 @@ fn decode_jpeg(
         oh,
         pristine,
     )))
+}
+
+/// Width and height from the first SOF marker, scanning marker segments up to the first scan.
+/// `None` when the stream ends, or a scan starts, before any frame header.
+pub(crate) fn jpeg_frame_size(b: &[u8]) -> Option<(u32, u32)> {
+    if b.get(..2)? != [0xFF, 0xD8] {
+        return None;
+    }
+    let mut i = 2usize;
+    loop {
+        // Skip fill bytes before a marker.
+        while *b.get(i)? == 0xFF && *b.get(i + 1)? == 0xFF {
+            i += 1;
+        }
+        if *b.get(i)? != 0xFF {
+            return None;
+        }
+        let marker = *b.get(i + 1)?;
+        match marker {
+            0xD8 | 0x01 | 0xD0..=0xD7 => {
+                i += 2;
+                continue;
+            }
+            0xD9 | 0xDA => return None,
+            _ => {}
+        }
+        let len = usize::from(u16::from_be_bytes([*b.get(i + 2)?, *b.get(i + 3)?]));
+        if len < 2 {
+            return None;
+        }
+        let is_sof = matches!(marker, 0xC0..=0xCF) && !matches!(marker, 0xC4 | 0xC8 | 0xCC);
+        if is_sof {
+            let seg = b.get(i + 4..i + 2 + len)?;
+            let h = u16::from_be_bytes([*seg.get(1)?, *seg.get(2)?]);
+            let w = u16::from_be_bytes([*seg.get(3)?, *seg.get(4)?]);
+            return Some((u32::from(w), u32::from(h)));
+        }
+        i += 2 + len;
+    }
 }
 
 fn decode_generic(
@@ -396,4 +445,22 @@ fn encode_png(img: &Rgb8Image) -> Result<Vec<u8>, ImageError> {
         )
         .map_err(|e| ImageError::new(ErrorKind::Encode, format!("PNG encode: {e}")))?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::jpeg_frame_size;
+
+    #[test]
+    fn frame_size_needs_a_frame_header() {
+        assert_eq!(jpeg_frame_size(&[0xFF, 0xD8, 0xFF, 0xD9]), None);
+        assert_eq!(jpeg_frame_size(b"not a jpeg"), None);
+        assert_eq!(jpeg_frame_size(&[0xFF, 0xD8, 0xFF, 0xC0, 0x00]), None);
+        // SOI, APP0 (len 4), SOF0 (len 11: precision, h=2, w=3, ...).
+        let jpeg = [
+            0xFF, 0xD8, 0xFF, 0xE0, 0x00, 0x04, 0x00, 0x00, 0xFF, 0xC0, 0x00, 0x0B, 0x08, 0x00,
+            0x02, 0x00, 0x03, 0x01, 0x01, 0x11, 0x00,
+        ];
+        assert_eq!(jpeg_frame_size(&jpeg), Some((3, 2)));
+    }
 }

@@ -72,6 +72,7 @@ pub fn plan_size(resize: Resize, upscale: bool, w: u32, h: u32) -> SizePlan {
                 whole(scale(w, bh, h).min(bw), bh)
             }
         }
+        Resize::Crop(bw, bh) if (w, h) == (bw, bh) => whole(w, h),
         Resize::Crop(bw, bh) => {
             let (wf, hf, bwf, bhf) = (f64::from(w), f64::from(h), f64::from(bw), f64::from(bh));
             // Cover the box: keep the full extent of the side that limits, centre the other.
@@ -127,6 +128,8 @@ mod tests {
         assert_eq!(p.crop, Some((80.0, 0.0, 480.0, 480.0)));
         let p = plan_size(Resize::Crop(200, 100), false, 300, 300);
         assert_eq!(p.crop, Some((0.0, 75.0, 300.0, 150.0)));
+        // An image already at the box needs no resampling (so `--encode keep` can keep it).
+        assert!(plan_size(Resize::Crop(64, 48), false, 64, 48).is_identity(64, 48));
     }
 
     proptest! {
@@ -143,7 +146,7 @@ mod tests {
                 prop_assert!(fw == n || fh == m);
             }
             let p = plan_size(Resize::Crop(n, m), up, w, h);
-            let (l, t, cw, ch) = p.crop.unwrap();
+            let (l, t, cw, ch) = p.crop.unwrap_or((0.0, 0.0, f64::from(w), f64::from(h)));
             prop_assert!(l >= 0.0 && t >= 0.0 && l + cw <= f64::from(w) + 1e-6 && t + ch <= f64::from(h) + 1e-6);
         }
     }

@@ -47,12 +47,12 @@ pub enum PackError {
         report: PathBuf,
     },
     /// Writing output failed.
-    #[error("writing {path}: {source}")]
+    #[error("writing {path}: {cause}")]
     Io {
         /// The file being written.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (part of the message, not a separate source, so it is printed once).
+        cause: std::io::Error,
     },
     /// A shard could not be encoded.
     #[error("building shard {path}: {message}")]
@@ -68,7 +68,7 @@ impl PackError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         PackError::Io {
             path: path.into(),
-            source,
+            cause: source,
         }
     }
 }

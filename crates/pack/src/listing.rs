@@ -171,6 +171,10 @@ fn source_kind_message(path: String, kind: &str, message: String) -> ErrorRecord
     }
 }
 
+/// Largest integer label accepted from a list: the manifest names every class from 0 up to the
+/// largest label, so this bounds its size (a million classes is beyond any public dataset).
+pub const MAX_INT_LABEL: i64 = 999_999;
+
 /// A row of a list file before labels are resolved.
 struct Row {
     line: usize,
@@ -193,13 +197,31 @@ fn list_file(file: &Path) -> Result<Listing, String> {
     };
 
     let mut listing = Listing::default();
-    // Labels are integers when every present label parses as one; otherwise class names.
+    // Labels are integers when every present label looks like one (optional sign, digits);
+    // otherwise they are class names, numbered in sorted order.
+    let looks_int = |l: &str| {
+        let d = l.strip_prefix('-').unwrap_or(l);
+        !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+    };
     let all_ints = rows
         .iter()
         .filter_map(|r| r.label.as_deref())
-        .all(|l| l.parse::<u32>().is_ok());
+        .all(looks_int);
+    let int_label = |l: &str| {
+        l.parse::<i64>()
+            .ok()
+            .filter(|v| (0..=MAX_INT_LABEL).contains(v))
+    };
     let mut names = BTreeMap::new();
-    if !all_ints {
+    if all_ints {
+        let max = rows
+            .iter()
+            .filter_map(|r| int_label(r.label.as_deref()?))
+            .max();
+        listing.classes = (0..max.map_or(0, |m| m + 1))
+            .map(|i| i.to_string())
+            .collect();
+    } else {
         for l in rows.iter().filter_map(|r| r.label.as_deref()) {
             names.insert(l.to_string(), 0i64);
         }
@@ -207,14 +229,6 @@ fn list_file(file: &Path) -> Result<Listing, String> {
             *v = i as i64;
         }
         listing.classes = names.keys().cloned().collect();
-    } else {
-        let max = rows
-            .iter()
-            .filter_map(|r| r.label.as_deref()?.parse::<i64>().ok())
-            .max();
-        listing.classes = (0..max.map_or(0, |m| m + 1))
-            .map(|i| i.to_string())
-            .collect();
     }
     for row in rows {
         let where_ = format!("{}:{}", file.display(), row.line);
@@ -227,7 +241,17 @@ fn list_file(file: &Path) -> Result<Listing, String> {
             continue;
         };
         let label = if all_ints {
-            label.parse::<i64>().unwrap_or(0)
+            match int_label(&label) {
+                Some(v) => v,
+                None => {
+                    listing.errors.push(source_kind_message(
+                        where_,
+                        "bad_label",
+                        format!("integer label {label} is outside 0..={MAX_INT_LABEL}"),
+                    ));
+                    continue;
+                }
+            }
         } else {
             names.get(&label).copied().unwrap_or(0)
         };

@@ -85,6 +85,10 @@ enum Open {
     },
 }
 
+/// Records per packed shard at most: with ~300 bytes of JSON metadata each, the header stays well
+/// under the 100 MB safetensors header limit however small the images are.
+const MAX_PACKED_RECORDS: usize = 200_000;
+
 /// What a record carries into a shard.
 pub(crate) enum Payload<'a> {
     /// Encoded image bytes and their field (`jpg`, `png`).
@@ -179,7 +183,8 @@ impl<'p> ShardSink<'p> {
                 tar.append(&format!("{key}.{}", a.0), a.1).map_err(io_err)?;
                 tar.append(&format!("{key}.{}", b.0), b.1).map_err(io_err)?;
                 *samples += 1;
-                (tar.written(), *samples)
+                // Count the end-of-archive blocks `finish` will add.
+                (tar.written() + 2 * shardtool_wds::BLOCK as u64, *samples)
             }
             (
                 Some(Open::Packed { writer }),
@@ -195,7 +200,12 @@ impl<'p> ShardSink<'p> {
                         path: path.clone(),
                         message: e.to_string(),
                     })?;
-                (writer.estimated_size(), writer.len() as u64)
+                // The safetensors header (per-record metadata) must stay under its 100 MB cap.
+                if writer.len() >= MAX_PACKED_RECORDS {
+                    (u64::MAX, writer.len() as u64)
+                } else {
+                    (writer.estimated_size(), writer.len() as u64)
+                }
             }
             _ => {
                 return Err(PackError::Shard {

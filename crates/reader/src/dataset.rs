@@ -85,6 +85,12 @@ const MAX_MANIFEST: u64 = 256 << 20;
 impl Dataset {
     /// Opens a dataset directory or a `manifest.json` path. Shards are opened on first use.
     pub fn open(path: &Path) -> Result<Self, ReadError> {
+        if !path.exists() {
+            return Err(ReadError::Manifest {
+                path: path.to_path_buf(),
+                message: "no such dataset: expected a directory holding manifest.json, or a manifest.json path".into(),
+            });
+        }
         let (dir, manifest_path) = if path.is_dir() {
             (path.to_path_buf(), path.join(shardtool_manifest::FILE_NAME))
         } else {
@@ -95,7 +101,7 @@ impl Dataset {
         };
         let bytes = std::fs::read(&manifest_path).map_err(|e| ReadError::Io {
             path: manifest_path.clone(),
-            source: e,
+            cause: e,
         })?;
         let manifest =
             Manifest::from_slice(&bytes, MAX_MANIFEST).map_err(|e| ReadError::Manifest {
@@ -132,7 +138,7 @@ impl Dataset {
         let path = self.dir.join(&entry.file);
         let io = |e| ReadError::Io {
             path: path.clone(),
-            source: e,
+            cause: e,
         };
         let file = std::fs::File::open(&path).map_err(io)?;
         let bytes = if entry.compression.is_some() {

@@ -34,12 +34,12 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum ReadError {
     /// A file could not be read.
-    #[error("reading {path}: {source}")]
+    #[error("reading {path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (part of the message, not a separate source, so it is printed once).
+        cause: std::io::Error,
     },
     /// The manifest is invalid.
     #[error("manifest {path}: {message}")]

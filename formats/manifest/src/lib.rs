@@ -121,7 +121,7 @@ pub enum ManifestError {
     },
     /// Not valid JSON, or not the expected structure.
     #[error("manifest is not valid: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
     /// Valid JSON that breaks a rule of the format.
     #[error("manifest is inconsistent: {0}")]
     Invalid(String),
@@ -136,7 +136,7 @@ impl Manifest {
                 limit,
             });
         }
-        let m: Manifest = serde_json::from_slice(bytes)?;
+        let m: Manifest = serde_json::from_slice(bytes).map_err(ManifestError::Json)?;
         m.validate()?;
         Ok(m)
     }

@@ -1,0 +1,262 @@
+//! The command line contract: exit codes (0 success, 1 failed run, 2 usage error), refusing to
+//! overwrite a dataset without `--overwrite`, and `--max-errors`.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+fn make_inputs(root: &Path, good: u32, bad: u32) {
+    for i in 0..good {
+        save_rgb(root.join(format!("c/good{i:02}.png")), &pattern(16, 12, i));
+    }
+    for i in 0..bad {
+        write_file(root.join(format!("c/bad{i:02}.jpg")), b"not a jpeg");
+    }
+}
+
+#[test]
+fn help_and_version_succeed() {
+    let r = Cmd::new(["pack", "--help"]).ok();
+    for flag in [
+        "--resize",
+        "--upscale",
+        "--encode",
+        "--format",
+        "--compress",
+        "--seed",
+        "--no-shuffle",
+        "--shard-size",
+        "--shard-samples",
+        "--prefix",
+        "--jobs",
+        "--max-pixels",
+        "--max-errors",
+        "--overwrite",
+        "--list",
+    ] {
+        assert!(
+            r.stdout.contains(flag),
+            "pack --help does not mention {flag}"
+        );
+    }
+    Cmd::new(["--version"]).ok();
+}
+
+#[test]
+fn a_non_empty_output_is_refused_without_overwrite() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 6, 0);
+    let ds = t.path().join("ds");
+    pack(&root, &ds).args(["--shard-samples", "2"]).ok();
+    let before = dir_contents(&ds);
+    assert_eq!(manifest(&ds).shards.len(), 3);
+
+    let r = pack(&root, &ds).args(["--resize", "shorter:8"]).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("--overwrite"), "{}", r.stderr);
+    assert_eq!(
+        dir_contents(&ds),
+        before,
+        "a refused run must not touch the dataset"
+    );
+
+    // Any file makes a folder non-empty, not only a dataset.
+    let other = t.path().join("other");
+    write_file(other.join("notes.txt"), b"mine");
+    pack(&root, &other).run().assert_code(2);
+    assert_eq!(file_names(&other), ["notes.txt"]);
+
+    // With --overwrite the old dataset is replaced: no stale shard of the first run survives, and
+    // files that are not part of a dataset are left alone.
+    write_file(ds.join("notes.txt"), b"mine");
+    pack(&root, &ds)
+        .args(["--resize", "shorter:8", "--overwrite"])
+        .ok();
+    let m = manifest(&ds);
+    assert_eq!(m.shards.len(), 1);
+    assert_eq!(m.pack["resize"], "shorter:8");
+    assert_eq!(
+        file_names(&ds),
+        [
+            "errors.jsonl",
+            "manifest.json",
+            "notes.txt",
+            "shard-000000.tar"
+        ]
+    );
+    assert!(wds_samples(&ds).iter().all(|s| s.size().1 == 8));
+
+    // An empty folder needs no --overwrite.
+    let empty = t.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    pack(&root, &empty).ok();
+}
+
+#[test]
+fn an_output_that_is_a_file_is_a_usage_error() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 2, 0);
+    let f = t.path().join("file");
+    write_file(&f, b"x");
+    pack(&root, &f).run().assert_code(2);
+    pack(&root, &f).arg("--overwrite").run().assert_code(2);
+    assert_eq!(std::fs::read(&f).unwrap(), b"x");
+}
+
+#[test]
+fn max_errors_stops_the_run_with_exit_1() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 5, 3);
+    let ds = t.path().join("ds");
+    let r = pack(&root, &ds).args(["--max-errors", "2"]).run();
+    r.assert_code(1);
+    assert!(r.stderr.contains("max-errors"), "{}", r.stderr);
+    assert!(
+        !ds.join("manifest.json").exists(),
+        "an aborted run publishes no manifest"
+    );
+    let errs = errors(&ds);
+    assert!(
+        errs.len() >= 3,
+        "the failures so far are reported: {errs:?}"
+    );
+    assert!(errs.iter().all(|e| e.path.starts_with("c/bad")));
+    // No temporary file is left behind.
+    assert!(
+        file_names(&ds).iter().all(|n| !n.starts_with('.')),
+        "{:?}",
+        file_names(&ds)
+    );
+
+    // Exactly N failures are allowed.
+    let ok = t.path().join("ok");
+    pack(&root, &ok).args(["--max-errors", "3"]).ok();
+    let m = manifest(&ok);
+    assert_eq!((m.inputs.packed, m.inputs.failed), (5, 3));
+    assert_eq!(errors(&ok).len(), 3);
+
+    // --max-errors 0 with clean inputs succeeds.
+    let clean = t.path().join("clean");
+    let croot = t.path().join("clean-in");
+    make_inputs(&croot, 3, 0);
+    pack(&croot, &clean).args(["--max-errors", "0"]).ok();
+}
+
+#[test]
+fn max_errors_counts_listing_failures_too() {
+    // Dangling links fail while listing, before any image is read.
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 2, 0);
+    for i in 0..2 {
+        std::os::unix::fs::symlink(
+            t.path().join("missing.png"),
+            root.join(format!("c/dangling{i}.png")),
+        )
+        .unwrap();
+    }
+    let ds = t.path().join("ds");
+    pack(&root, &ds)
+        .args(["--max-errors", "1"])
+        .run()
+        .assert_code(1);
+    assert!(!ds.join("manifest.json").exists());
+    assert_eq!(errors(&ds).len(), 2);
+}
+
+#[test]
+fn usage_errors_exit_2_and_write_nothing() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 2, 0);
+    let cases: &[&[&str]] = &[
+        &["--resize", "bogus"],
+        &["--resize", "shorter"],
+        &["--resize", "shorter:0"],
+        &["--resize", "shorter:-5"],
+        &["--resize", "crop:224"],
+        &["--resize", "fit:10x"],
+        &["--resize", "longer:70000"],
+        &["--shard-size", "12 parsecs"],
+        &["--shard-size", "0"],
+        &["--shard-size", "-1"],
+        &["--shard-size", "MiB"],
+        &["--shard-samples", "0"],
+        &["--jobs", "0"],
+        &["--quality", "0"],
+        &["--quality", "101"],
+        &["--encode", "gif"],
+        &["--filter", "box"],
+        &["--format", "zip"],
+        &["--compress", "gzip"],
+        &["--compress", "zstd:0"],
+        &["--compress", "zstd:23"],
+        &["--compress", "zstd:x"],
+        &["--max-pixels", "many"],
+        &["--no-such-flag"],
+    ];
+    for (i, args) in cases.iter().enumerate() {
+        let ds = t.path().join(format!("ds{i}"));
+        let r = pack(&root, &ds).args(*args).run();
+        r.assert_code(2);
+        assert!(!r.stderr.trim().is_empty(), "{args:?}: no message");
+        assert!(
+            !ds.exists(),
+            "{args:?}: a usage error must not create the output"
+        );
+    }
+}
+
+#[test]
+fn missing_or_wrong_inputs_exit_2() {
+    let t = tempdir();
+    let ds = t.path().join("ds");
+    // A missing input folder.
+    let r = pack(t.path().join("does-not-exist"), &ds).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("does-not-exist"), "{}", r.stderr);
+    assert!(!ds.exists(), "nothing is created for a missing input");
+    // An input that is a file.
+    let f = t.path().join("file.txt");
+    write_file(&f, b"x");
+    pack(&f, &ds).run().assert_code(2);
+    // Missing OUTPUT, no arguments at all.
+    Cmd::new(["pack", "only-one-arg"]).run().assert_code(2);
+    Cmd::new(["pack"]).run().assert_code(2);
+    Cmd::new(Vec::<&str>::new()).run().assert_code(2);
+    // --list with both INPUT and OUTPUT, and a missing list.
+    let list = t.path().join("l.csv");
+    write_file(&list, "path,label\n");
+    Cmd::new(["pack", "--list"])
+        .args([&list, &t.path().join("x"), &ds])
+        .run()
+        .assert_code(2);
+    pack_list(t.path().join("missing.csv"), &ds)
+        .run()
+        .assert_code(2);
+    assert!(!ds.exists());
+}
+
+#[test]
+fn a_successful_run_prints_a_summary_and_quiet_silences_it() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 3, 1);
+    let r = pack(&root, t.path().join("a")).ok();
+    assert!(r.stdout.contains("packed 3 of 4"), "{}", r.stdout);
+    assert!(
+        r.stderr.contains("c/bad00.jpg"),
+        "failures are shown: {}",
+        r.stderr
+    );
+    let q = pack(&root, t.path().join("b")).arg("--quiet").ok();
+    assert!(q.stdout.is_empty(), "{}", q.stdout);
+    assert!(
+        q.stderr.contains("c/bad00.jpg"),
+        "--quiet still prints errors"
+    );
+}

@@ -1,0 +1,334 @@
+//! `--list`: CSV and JSONL inputs with integer or class-name labels, optional keys, paths relative
+//! to the list's folder, and bad rows reported in `errors.jsonl`.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Writes `imgs/0.png` … `imgs/{n-1}.png` under `dir`.
+fn make_images(dir: &Path, n: u32) {
+    for i in 0..n {
+        save_rgb(dir.join(format!("imgs/{i}.png")), &pattern(12 + i, 10, i));
+    }
+}
+
+fn by_source_map(ds: &Path) -> BTreeMap<String, WdsSample> {
+    by_source(&wds_samples(ds))
+}
+
+#[test]
+fn csv_with_integer_labels_and_keys() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 4);
+    write_file(
+        data.join("train.csv"),
+        "path,label,key\nimgs/0.png,0,first\nimgs/1.png,2,second-one\nimgs/2.png,1,third_3\nimgs/3.png,2,\n",
+    );
+    let ds = t.path().join("ds");
+    // Run from another folder: relative paths resolve against the list's folder, not the cwd.
+    let elsewhere = t.path().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    pack_list(data.join("train.csv"), &ds)
+        .args(["--encode", "png"])
+        .current_dir(&elsewhere)
+        .ok();
+    let m = manifest(&ds);
+    assert!(m.classes.len() >= 3, "labels must index the class list");
+    let s = by_source_map(&ds);
+    assert_eq!(s.len(), 4);
+    let expect = [
+        ("imgs/0.png", 0, Some("first")),
+        ("imgs/1.png", 2, Some("second-one")),
+        ("imgs/2.png", 1, Some("third_3")),
+        ("imgs/3.png", 2, None),
+    ];
+    for (src, label, key) in expect {
+        let sample = &s[src];
+        assert_eq!(sample.cls, label, "{src}");
+        if let Some(k) = key {
+            assert_eq!(sample.key, k, "{src}: the listed key is used");
+        }
+        let i: u32 = src[5..6].parse().unwrap();
+        assert_eq!(sample.decode(), pattern(12 + i, 10, i), "{src}: wrong file");
+    }
+    check_accounting(&ds, &s.keys().cloned().collect::<Vec<_>>());
+}
+
+#[test]
+fn integer_labels_keep_their_values_next_to_an_odd_row() {
+    // Integer labels 0..=11, and one row labelled -1 (a common "unlabelled" marker). Whatever
+    // happens to that row, the other rows' labels must stay the integers written in the list:
+    // silently renumbering them (for example by sorting "0", "1", "10", "11", "2" … as names)
+    // corrupts every label of the dataset.
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 13);
+    let mut csv = String::from("path,label\n");
+    for i in 0..12 {
+        csv.push_str(&format!("imgs/{i}.png,{i}\n"));
+    }
+    csv.push_str("imgs/12.png,-1\n");
+    write_file(data.join("l.csv"), csv);
+    let ds = t.path().join("ds");
+    pack_list(data.join("l.csv"), &ds).ok();
+    let m = manifest(&ds);
+    let s = by_source_map(&ds);
+    let mut wrong = Vec::new();
+    for i in 0..12i64 {
+        let src = format!("imgs/{i}.png");
+        if s[&src].cls != i {
+            wrong.push(format!(
+                "{src}: label {i} became {} (class {:?})",
+                s[&src].cls,
+                m.classes.get(s[&src].cls as usize)
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "labels were renumbered: {wrong:#?}");
+}
+
+#[test]
+fn a_huge_integer_label_allocates_no_huge_class_list() {
+    // One row of an untrusted list labelled 4294967295 must not make the packer build a class list
+    // of four billion names: the row may be refused, or packed with that label, but the run must
+    // end normally with a manifest of normal size. Run under a 2 GB address-space limit so that a
+    // regression cannot take the machine's memory.
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 2);
+    write_file(
+        data.join("l.csv"),
+        "path,label\nimgs/0.png,0\nimgs/1.png,4294967295\n",
+    );
+    let ds = t.path().join("ds");
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 2000000 && exec \"$0\" pack --list \"$1\" \"$2\" --quiet")
+        .arg(BIN)
+        .arg(data.join("l.csv"))
+        .arg(&ds)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(2)),
+        "the run crashed ({:?}): {stderr}",
+        out.status
+    );
+    if out.status.code() == Some(0) {
+        let size = std::fs::metadata(ds.join("manifest.json")).unwrap().len();
+        assert!(size < 1 << 20, "manifest.json is {size} bytes for 2 inputs");
+        let m = manifest(&ds);
+        assert_eq!(m.inputs.found, 2);
+        assert_eq!(wds_samples(&ds).len() as u64, 2 - m.inputs.failed);
+    }
+}
+
+#[test]
+fn csv_with_class_name_labels() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 5);
+    write_file(
+        data.join("list.CSV"),
+        "label,path\ndog,imgs/0.png\ncat,imgs/1.png\ndog,imgs/2.png\n\"eel, electric\",imgs/3.png\ncat,imgs/4.png\n",
+    );
+    let ds = t.path().join("ds");
+    pack_list(data.join("list.CSV"), &ds).ok();
+    let m = manifest(&ds);
+    let mut classes = m.classes.clone();
+    classes.sort();
+    assert_eq!(classes, ["cat", "dog", "eel, electric"]);
+    let s = by_source_map(&ds);
+    for (src, name) in [
+        ("imgs/0.png", "dog"),
+        ("imgs/1.png", "cat"),
+        ("imgs/2.png", "dog"),
+        ("imgs/3.png", "eel, electric"),
+        ("imgs/4.png", "cat"),
+    ] {
+        assert_eq!(m.classes[s[src].cls as usize], name, "{src}");
+        assert_eq!(s[src].json["class"], name, "{src}");
+    }
+}
+
+#[test]
+fn jsonl_with_integer_and_name_labels() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 4);
+    let abs = data.join("imgs/3.png");
+    let lines = [
+        r#"{"path": "imgs/0.png", "label": 1, "key": "k0"}"#.to_string(),
+        String::new(),
+        r#"{"path": "imgs/1.png", "label": 0}"#.to_string(),
+        format!(
+            r#"{{"path": {}, "label": 1, "extra": [1, 2]}}"#,
+            serde_json::to_string(abs.to_str().unwrap()).unwrap()
+        ),
+    ];
+    write_file(data.join("ints.jsonl"), lines.join("\n") + "\n");
+    let ds = t.path().join("ints");
+    pack_list(data.join("ints.jsonl"), &ds).ok();
+    let s = by_source_map(&ds);
+    assert_eq!(s.len(), 3, "{:?}", errors(&ds));
+    assert_eq!(s["imgs/0.png"].cls, 1);
+    assert_eq!(s["imgs/0.png"].key, "k0");
+    assert_eq!(s["imgs/1.png"].cls, 0);
+    // An absolute path is used as is.
+    assert_eq!(s[abs.to_str().unwrap()].cls, 1);
+
+    write_file(
+        data.join("names.jsonl"),
+        "{\"path\": \"imgs/0.png\", \"label\": \"zebra\"}\n{\"path\": \"imgs/2.png\", \"label\": \"ant\"}\n",
+    );
+    let ds = t.path().join("names");
+    pack_list(data.join("names.jsonl"), &ds).ok();
+    let m = manifest(&ds);
+    let s = by_source_map(&ds);
+    assert_eq!(m.classes[s["imgs/0.png"].cls as usize], "zebra");
+    assert_eq!(m.classes[s["imgs/2.png"].cls as usize], "ant");
+}
+
+#[test]
+fn a_list_named_relative_to_the_working_directory() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 2);
+    write_file(
+        data.join("l.csv"),
+        "path,label\nimgs/0.png,0\nimgs/1.png,1\n",
+    );
+    // `--list l.csv` from inside its folder, and `--list data/l.csv` from its parent.
+    pack_list("l.csv", t.path().join("a"))
+        .current_dir(&data)
+        .ok();
+    pack_list("data/l.csv", t.path().join("b"))
+        .current_dir(t.path())
+        .ok();
+    for ds in ["a", "b"] {
+        assert_eq!(manifest(&t.path().join(ds)).inputs.packed, 2, "{ds}");
+    }
+}
+
+#[test]
+fn bad_rows_are_reported_once_each() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 6);
+    write_file(data.join("imgs/broken.png"), b"hello, not a png");
+    write_file(
+        data.join("list.csv"),
+        [
+            "path,label,key",
+            "imgs/0.png,0,a",      // good
+            "imgs/1.png,,b",       // no label
+            ",1,c",                // no path
+            "imgs/missing.png,1,", // no such file
+            "imgs/broken.png,0,",  // not an image
+            "imgs/2.png,1,bad.key",
+            "imgs/3.png,1,a", // duplicate key
+            "imgs/4.png,1,__reserved",
+            "imgs/5.png,1,ok-5",
+        ]
+        .join("\n")
+            + "\n",
+    );
+    let ds = t.path().join("ds");
+    pack_list(data.join("list.csv"), &ds)
+        .args(["--no-shuffle"])
+        .ok();
+    let samples = wds_samples(&ds);
+    let srcs: Vec<String> = samples.iter().map(|s| s.source().to_string()).collect();
+    let errs = check_accounting(&ds, &srcs);
+    let m = manifest(&ds);
+    assert_eq!(m.inputs.found, 9);
+    let mut packed = srcs.clone();
+    packed.sort();
+    assert_eq!(packed, ["imgs/0.png", "imgs/5.png"], "{errs:?}");
+    assert_eq!(errs.len(), 7, "{errs:?}");
+    let kinds: BTreeMap<&str, usize> = errs.values().fold(BTreeMap::new(), |mut m, e| {
+        *m.entry(e.kind.as_str()).or_default() += 1;
+        m
+    });
+    assert_eq!(kinds["bad_list_row"], 2, "{errs:?}");
+    assert_eq!(kinds["bad_key"], 2, "{errs:?}");
+    assert_eq!(kinds["duplicate_key"], 1, "{errs:?}");
+    assert_eq!(errs["imgs/missing.png"].kind, "unreadable");
+    assert_eq!(errs["imgs/broken.png"].kind, "unsupported_format");
+    // Bad rows name the list and the line.
+    for e in errs.values().filter(|e| e.kind == "bad_list_row") {
+        assert!(e.path.contains("list.csv"), "{e:?}");
+        assert!(e.path.ends_with(":3") || e.path.ends_with(":4"), "{e:?}");
+    }
+    // Of two rows with the same key, the first one listed keeps it.
+    assert_eq!(errs["imgs/3.png"].kind, "duplicate_key");
+}
+
+#[test]
+fn bad_jsonl_lines_are_reported() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 2);
+    write_file(
+        data.join("l.jsonl"),
+        "{\"path\": \"imgs/0.png\", \"label\": 0}\nnot json at all\n{\"path\": \"imgs/1.png\"}\n{\"label\": 3}\n[1, 2]\n",
+    );
+    let ds = t.path().join("ds");
+    pack_list(data.join("l.jsonl"), &ds).ok();
+    let samples = wds_samples(&ds);
+    let srcs: Vec<String> = samples.iter().map(|s| s.source().to_string()).collect();
+    assert_eq!(srcs, ["imgs/0.png"]);
+    let errs = check_accounting(&ds, &srcs);
+    assert_eq!(errs.len(), 4, "{errs:?}");
+    assert!(errs.values().all(|e| e.kind == "bad_list_row"), "{errs:?}");
+    let mut lines: Vec<&str> = errs.keys().map(|p| p.rsplit(':').next().unwrap()).collect();
+    lines.sort_unstable();
+    assert_eq!(lines, ["2", "3", "4", "5"]);
+}
+
+#[test]
+fn unusable_lists_are_usage_errors() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 1);
+    write_file(data.join("noheader.csv"), "imgs/0.png,0\n");
+    write_file(data.join("wrongcols.csv"), "file,class\nimgs/0.png,0\n");
+    for l in ["noheader.csv", "wrongcols.csv", "absent.csv"] {
+        let ds = t.path().join(format!("ds-{l}"));
+        let r = pack_list(data.join(l), &ds).run();
+        r.assert_code(2);
+        assert!(!ds.join("manifest.json").exists(), "{l}");
+    }
+}
+
+#[test]
+fn list_and_folder_give_the_same_pixels() {
+    // The same files through --list (with the folder's labels) and as an ImageFolder.
+    let t = tempdir();
+    let root = t.path().join("in");
+    let mut csv = String::from("path,label\n");
+    for i in 0..6u32 {
+        let c = ["a", "b"][(i % 2) as usize];
+        let rel = format!("{c}/{i}.jpg");
+        save_rgb(root.join(&rel), &pattern(30, 20, i));
+        csv.push_str(&format!("{rel},{c}\n"));
+    }
+    write_file(root.join("list.csv"), csv);
+    let (a, b) = (t.path().join("a"), t.path().join("b"));
+    pack(&root, &a).args(["--no-shuffle"]).ok();
+    pack_list(root.join("list.csv"), &b)
+        .args(["--no-shuffle"])
+        .ok();
+    let (sa, sb) = (by_source_map(&a), by_source_map(&b));
+    assert_eq!(manifest(&a).classes, manifest(&b).classes);
+    assert_eq!(sa.len(), 6);
+    for (src, x) in &sa {
+        let y = &sb[src];
+        assert_eq!(x.cls, y.cls, "{src}");
+        assert_eq!(x.image, y.image, "{src}");
+    }
+}

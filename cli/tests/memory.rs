@@ -1,0 +1,109 @@
+//! Memory stays flat as the dataset grows: packing 10x more images must not raise the peak
+//! resident set size. The peak RSS of the child is measured with `/usr/bin/time -v`, or, where that
+//! is missing, with `resource.getrusage(RUSAGE_CHILDREN)` from a small python3 wrapper.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// Writes `n` 400x300 JPEGs in 3 classes. Encoding is the slow part of making them, so 30
+/// different pictures are cycled: every file is still read, decoded and encoded on its own.
+fn make_images(root: &Path, n: u32, pictures: &[Vec<u8>]) {
+    for i in 0..n {
+        let c = ["a", "b", "c"][(i % 3) as usize];
+        write_file(
+            root.join(format!("{c}/{i:04}.jpg")),
+            &pictures[i as usize % pictures.len()],
+        );
+    }
+}
+
+/// Runs `shardtool ARGS` and returns its peak RSS in KiB.
+fn peak_rss_kib(args: &[&std::ffi::OsStr]) -> u64 {
+    if Path::new("/usr/bin/time").exists() {
+        let out = Command::new("/usr/bin/time")
+            .arg("-v")
+            .arg(BIN)
+            .args(args)
+            .output()
+            .expect("run /usr/bin/time");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "pack failed: {stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.contains("Maximum resident set size"))
+            .unwrap_or_else(|| panic!("no RSS line in /usr/bin/time output: {stderr}"));
+        return line.rsplit(':').next().unwrap().trim().parse().unwrap();
+    }
+    let script = "import resource, subprocess, sys\n\
+                  r = subprocess.run(sys.argv[1:])\n\
+                  print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n\
+                  sys.exit(r.returncode)";
+    let out = Command::new("python3")
+        .args(["-c", script, BIN])
+        .args(args)
+        .output()
+        .expect("neither /usr/bin/time nor python3 is available to measure peak RSS");
+    assert!(
+        out.status.success(),
+        "pack failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .last()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Packs `root` into a fresh `ds` and returns the peak RSS in KiB.
+fn measure(root: &Path, ds: &Path, n: u32) -> u64 {
+    if ds.exists() {
+        std::fs::remove_dir_all(ds).unwrap();
+    }
+    let args = [
+        "pack".as_ref(),
+        root.as_os_str(),
+        ds.as_os_str(),
+        "--jobs".as_ref(),
+        "2".as_ref(),
+        // A real resize (DCT-scaled decode, then resampling), cheap enough in a debug build.
+        "--resize".as_ref(),
+        "shorter:64".as_ref(),
+        "--quiet".as_ref(),
+    ];
+    let kib = peak_rss_kib(&args);
+    let m = manifest(ds);
+    assert_eq!(m.inputs.packed, u64::from(n));
+    kib
+}
+
+#[test]
+fn peak_memory_does_not_grow_with_the_dataset() {
+    let t = tempdir();
+    let pictures: Vec<Vec<u8>> = (0..30).map(|i| jpeg(&pattern(400, 300, i))).collect();
+    let (small_in, large_in) = (t.path().join("in60"), t.path().join("in600"));
+    make_images(&small_in, 60, &pictures);
+    make_images(&large_in, 600, &pictures);
+    let ds = t.path().join("ds");
+    // The goal is < 10% growth for 10x the images; the bound here is looser (25%), and a failing
+    // comparison is measured once more (keeping each size's lower peak), so that allocator and
+    // scheduling noise on a shared machine cannot make the test flaky.
+    let (mut small, mut large) = (u64::MAX, u64::MAX);
+    for attempt in 0..2 {
+        small = small.min(measure(&small_in, &ds, 60));
+        large = large.min(measure(&large_in, &ds, 600));
+        eprintln!("attempt {attempt}: peak RSS 60 images {small} KiB, 600 images {large} KiB");
+        if (large as f64) < small as f64 * 1.25 {
+            break;
+        }
+    }
+    assert!(
+        (large as f64) < small as f64 * 1.25,
+        "peak RSS grew from {small} KiB (60 images) to {large} KiB (600 images)"
+    );
+}
