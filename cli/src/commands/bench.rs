@@ -67,9 +67,44 @@ fn run_once(a: &LoaderArgs, name: &str, step: Duration) -> Result<Row, Failure> 
     })
 }
 
+/// One thread copying the same number of bytes, batch by batch, into a reused buffer: the
+/// ceiling a batch assembler that only copies can reach on this machine.
+fn memcpy_row(bytes: u64, samples: u64, batch_bytes: usize) -> Row {
+    let batch_bytes = batch_bytes.max(1);
+    // A source larger than the caches, so the copy streams from memory like page-cache reads.
+    let src = vec![1u8; (256usize << 20).max(batch_bytes)];
+    let mut dst = vec![0u8; batch_bytes];
+    let t0 = Instant::now();
+    let mut done = 0u64;
+    let mut pos = 0usize;
+    while done < bytes {
+        let n = batch_bytes.min((bytes - done) as usize);
+        if pos + n > src.len() {
+            pos = 0;
+        }
+        dst[..n].copy_from_slice(&src[pos..pos + n]);
+        std::hint::black_box(&dst);
+        pos += n;
+        done += n as u64;
+    }
+    Row {
+        name: "memcpy (1 thread)".into(),
+        samples,
+        secs: t0.elapsed().as_secs_f64(),
+        mb: bytes as f64 / 1e6,
+        cpu_ms_per_sample: 0.0,
+        p50: Duration::ZERO,
+        p99: Duration::ZERO,
+    }
+}
+
 /// Runs `shardtool bench`.
 pub fn run(a: BenchArgs) -> Result<(), Failure> {
-    let mut rows = vec![run_once(&a.loader, "loader alone", Duration::ZERO)?];
+    let alone = run_once(&a.loader, "loader alone", Duration::ZERO)?;
+    let batch_bytes = (alone.mb * 1e6 / alone.samples.max(1) as f64) as usize * a.loader.batch;
+    let copy = memcpy_row((alone.mb * 1e6) as u64, alone.samples, batch_bytes);
+    let ratio = (alone.mb / alone.secs.max(1e-9)) / (copy.mb / copy.secs.max(1e-9));
+    let mut rows = vec![alone, copy];
     if a.step_ms > 0.0 {
         let step = Duration::from_secs_f64(a.step_ms / 1e3);
         rows.push(run_once(
@@ -94,5 +129,9 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
             r.p99.as_secs_f64() * 1e3
         );
     }
+    println!(
+        "loader bytes/s as a share of one-thread memcpy: {:.0}%",
+        ratio * 100.0
+    );
     Ok(())
 }

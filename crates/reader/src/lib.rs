@@ -19,7 +19,9 @@ mod metrics;
 mod mmap;
 mod plan;
 
-pub use batch::{Batch, BatchAllocator, CpuAllocator, HostBuffer, Layout};
+pub use batch::{
+    AlignedBuffer, Batch, BatchAllocator, CpuAllocator, HostBuffer, Layout, CPU_BUFFER_ALIGN,
+};
 pub use dataset::{Dataset, ShardView};
 pub use loader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState};
 pub use metrics::{Metrics, SlowRecord};

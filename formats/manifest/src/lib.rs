@@ -185,8 +185,15 @@ impl Manifest {
                 }
             }
         }
-        let samples: u64 = self.shards.iter().map(|s| s.samples).sum();
-        let bytes: u64 = self.shards.iter().map(|s| s.bytes).sum();
+        // Untrusted counts: an overflowing sum is an invalid manifest, not a panic or a wrap.
+        let sum = |f: fn(&ShardEntry) -> u64| {
+            self.shards
+                .iter()
+                .try_fold(0u64, |a, s| a.checked_add(f(s)))
+                .ok_or_else(|| ManifestError::Invalid("shard counts or sizes overflow".into()))
+        };
+        let samples = sum(|s| s.samples)?;
+        let bytes = sum(|s| s.bytes)?;
         let expected = Totals {
             samples,
             shards: self.shards.len() as u64,
@@ -285,5 +292,16 @@ mod tests {
             Err(ManifestError::TooLarge { .. })
         ));
         assert!(Manifest::from_slice(b"{not json", 1 << 20).is_err());
+        // Sample counts that overflow u64 when summed (found by the manifest fuzz target).
+        let mut m = sample();
+        m.shards.push(ShardEntry {
+            file: "shard-000001.tar".into(),
+            ..m.shards[0].clone()
+        });
+        m.shards[0].samples = u64::MAX;
+        assert!(matches!(
+            Manifest::from_slice(&m.to_json(), 1 << 20),
+            Err(ManifestError::Invalid(_))
+        ));
     }
 }

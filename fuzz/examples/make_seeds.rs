@@ -1,0 +1,167 @@
+//! Writes the seed inputs of every fuzz target under `fuzz/seeds/<target>/`.
+//!
+//! Run from the repository root with `cargo run --manifest-path fuzz/Cargo.toml --example
+//! make_seeds`. The output is deterministic; the seeds are committed, so this only needs rerunning
+//! when a format changes.
+
+use std::error::Error;
+use std::fs;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+
+use image::{ImageFormat, RgbImage};
+use shardtool_manifest::{InputCounts, Manifest, ShardEntry, ShardFormat, Totals};
+use shardtool_packed::{Mode, PackedWriter};
+use shardtool_wds::TarWriter;
+
+type Result<T> = std::result::Result<T, Box<dyn Error>>;
+
+fn main() -> Result<()> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds");
+    packed(&root.join("packed_open"))?;
+    let images = images()?;
+    wds(&root.join("wds_tar"), &images)?;
+    manifest(&root.join("manifest"))?;
+    let dir = root.join("image_transform");
+    for (name, bytes) in &images {
+        write(&dir, name, bytes)?;
+    }
+    Ok(())
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    fs::create_dir_all(dir)?;
+    fs::write(dir.join(name), bytes)?;
+    println!("{} ({} bytes)", dir.join(name).display(), bytes.len());
+    Ok(())
+}
+
+/// A deterministic gradient, so the seeds compress like photos rather than noise.
+fn pixels(h: u32, w: u32, salt: u8) -> Vec<u8> {
+    let mut out = Vec::with_capacity((h * w * 3) as usize);
+    for y in 0..h {
+        for x in 0..w {
+            out.extend_from_slice(&[
+                (x * 16) as u8 ^ salt,
+                (y * 16) as u8,
+                ((x + y) * 8) as u8 ^ salt,
+            ]);
+        }
+    }
+    out
+}
+
+/// One fixed-shape shard and one variable-shape shard, both a few records.
+fn packed(dir: &Path) -> Result<()> {
+    let mut fixed = PackedWriter::new(Mode::Fixed);
+    for i in 0..3u8 {
+        fixed.add(
+            &format!("f{i}"),
+            i64::from(i),
+            4,
+            4,
+            &pixels(4, 4, i),
+            serde_json::json!({"src": format!("a/{i}.jpg")}),
+        )?;
+    }
+    let mut bytes = Vec::new();
+    fixed.finish(&mut bytes)?;
+    write(dir, "fixed.safetensors", &bytes)?;
+
+    let mut variable = PackedWriter::new(Mode::Variable);
+    for (i, (h, w)) in [(2u32, 3u32), (5, 1), (1, 7)].into_iter().enumerate() {
+        variable.add(
+            &format!("v{i}"),
+            -(i as i64),
+            h,
+            w,
+            &pixels(h, w, i as u8),
+            serde_json::Value::Null,
+        )?;
+    }
+    let mut bytes = Vec::new();
+    variable.finish(&mut bytes)?;
+    write(dir, "variable.safetensors", &bytes)?;
+    Ok(())
+}
+
+/// A small JPEG, a JPEG with odd dimensions and a PNG.
+fn images() -> Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for (name, w, h, format) in [
+        ("small.jpg", 16, 16, ImageFormat::Jpeg),
+        ("odd.jpg", 13, 9, ImageFormat::Jpeg),
+        ("small.png", 8, 6, ImageFormat::Png),
+    ] {
+        let img = RgbImage::from_raw(w, h, pixels(h, w, 7)).ok_or("bad raw image")?;
+        let mut bytes = Cursor::new(Vec::new());
+        img.write_to(&mut bytes, format)?;
+        out.push((name.to_string(), bytes.into_inner()));
+    }
+    Ok(out)
+}
+
+/// A WebDataset tar of two samples with the usual fields.
+fn wds(dir: &Path, images: &[(String, Vec<u8>)]) -> Result<()> {
+    let mut tar = TarWriter::new(Vec::new());
+    tar.append("__meta__.json", b"{}")?;
+    tar.append("s/000000.cls", b"0")?;
+    tar.append("s/000000.jpg", &images[0].1)?;
+    tar.append("s/000000.json", br#"{"src":"a.jpg"}"#)?;
+    tar.append("s/000001.cls", b"1")?;
+    tar.append("s/000001.png", &images[2].1)?;
+    let bytes = tar.finish()?;
+    write(dir, "two_samples.tar", &bytes)
+}
+
+/// A valid manifest of two shards, one of them compressed.
+fn manifest(dir: &Path) -> Result<()> {
+    let shards = vec![
+        ShardEntry {
+            file: "shard-000000.tar".into(),
+            format: ShardFormat::Wds,
+            compression: None,
+            samples: 3,
+            bytes: 10_240,
+            checksum: "xxh3:0123456789abcdef".into(),
+            uncompressed_bytes: None,
+            uncompressed_checksum: None,
+        },
+        ShardEntry {
+            file: "shard-000001.safetensors.zst".into(),
+            format: ShardFormat::Packed,
+            compression: Some(shardtool_manifest::Compression::Zstd),
+            samples: 2,
+            bytes: 4_000,
+            checksum: "xxh3:fedcba9876543210".into(),
+            uncompressed_bytes: Some(8_192),
+            uncompressed_checksum: Some("xxh3:00000000ffffffff".into()),
+        },
+    ];
+    let mut pack = serde_json::Map::new();
+    pack.insert("resize".into(), "shorter:256".into());
+    pack.insert("quality".into(), 90.into());
+    pack.insert("seed".into(), 42.into());
+    let m = Manifest {
+        format: shardtool_manifest::FORMAT.into(),
+        version: shardtool_manifest::VERSION,
+        tool: "shardtool 0.1.0".into(),
+        pack,
+        classes: vec!["flower".into(), "leaf".into()],
+        fields: vec!["cls".into(), "jpg".into(), "json".into()],
+        shards,
+        totals: Totals {
+            samples: 5,
+            shards: 2,
+            bytes: 14_240,
+        },
+        inputs: InputCounts {
+            found: 6,
+            packed: 5,
+            failed: 1,
+            ignored: 0,
+        },
+    };
+    m.validate()?;
+    write(dir, "manifest.json", &m.to_json())
+}
