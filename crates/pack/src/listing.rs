@@ -21,19 +21,50 @@ pub enum InputSource {
 /// One input image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputItem {
-    /// Where to read it.
+    /// The file: under the input folder, or as listed (see [`Origin`]).
     pub path: PathBuf,
-    /// How to name it in reports: relative to the input folder, or as listed.
-    pub source: String,
     /// Its label (index into the class list).
     pub label: i64,
     /// A key given by the list, if any.
     pub key: Option<String>,
 }
 
+/// What item paths are relative to. A global shuffle keeps every item in memory, so an item
+/// stores one path and the rest is derived from this on demand.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Origin {
+    /// The input folder, or the list's folder.
+    pub root: PathBuf,
+    /// True for list inputs: item paths are as listed, resolved against `root` when read.
+    pub from_list: bool,
+}
+
+impl Origin {
+    /// Where to read `item`.
+    pub fn resolve(&self, item: &InputItem) -> PathBuf {
+        if self.from_list {
+            self.root.join(&item.path)
+        } else {
+            item.path.clone()
+        }
+    }
+
+    /// How to name `item` in reports and sample metadata: relative to the input folder, or as
+    /// listed (lossy for non-UTF-8 names).
+    pub fn source(&self, item: &InputItem) -> String {
+        if self.from_list {
+            item.path.to_string_lossy().into_owned()
+        } else {
+            relative(&self.root, &item.path)
+        }
+    }
+}
+
 /// The result of listing.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
+    /// How item paths are resolved and named.
+    pub origin: Origin,
     /// Inputs in sorted order (folder) or list order.
     pub items: Vec<InputItem>,
     /// Class names.
@@ -93,7 +124,13 @@ fn list_folder(root: &Path) -> Result<Listing, String> {
             root.display()
         ));
     }
-    let mut listing = Listing::default();
+    let mut listing = Listing {
+        origin: Origin {
+            root: root.to_path_buf(),
+            from_list: false,
+        },
+        ..Listing::default()
+    };
     let mut class_dirs = Vec::new();
     for path in sorted_entries(root)? {
         let name = path.file_name().unwrap_or_default();
@@ -146,7 +183,6 @@ fn walk(
         match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => walk(root, &path, label, out, seen, depth + 1)?,
             Ok(m) if m.is_file() && has_image_extension(&path) => out.items.push(InputItem {
-                source: relative(root, &path),
                 path,
                 label,
                 key: None,
@@ -196,7 +232,13 @@ fn list_file(file: &Path) -> Result<Listing, String> {
         jsonl_rows(&text)
     };
 
-    let mut listing = Listing::default();
+    let mut listing = Listing {
+        origin: Origin {
+            root: base.clone(),
+            from_list: true,
+        },
+        ..Listing::default()
+    };
     // Labels are integers when every present label looks like one (optional sign, digits);
     // otherwise they are class names, numbered in sorted order.
     let looks_int = |l: &str| {
@@ -255,10 +297,8 @@ fn list_file(file: &Path) -> Result<Listing, String> {
         } else {
             names.get(&label).copied().unwrap_or(0)
         };
-        let resolved = base.join(&path);
         listing.items.push(InputItem {
-            path: resolved,
-            source: path,
+            path: PathBuf::from(path),
             label,
             key: row.key,
         });

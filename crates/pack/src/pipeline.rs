@@ -73,11 +73,12 @@ impl Progress for NoProgress {
     fn update(&self, _: &ProgressSnapshot) {}
 }
 
-/// A planned input: where it goes and under which key.
-#[derive(Clone)]
+/// An input in flight: where it goes, under which key and report name.
 struct Job {
-    item: InputItem,
+    path: std::path::PathBuf,
+    label: i64,
     key: String,
+    source: String,
 }
 
 /// A finished transform.
@@ -112,29 +113,46 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         shuffle(&mut listing.items, seed);
     }
     let mut errors: Vec<(usize, ErrorRecord)> = Vec::new();
-    let mut jobs = Vec::with_capacity(listing.items.len());
-    let mut used = HashSet::new();
+    let mut jobs: Vec<(usize, InputItem)> = Vec::with_capacity(listing.items.len());
+    let origin = listing.origin.clone();
+    // Only keys given by a list are stored: generated keys are unique by construction, so a
+    // set of them would cost memory per input for nothing.
+    let mut explicit = HashSet::new();
+    for item in &listing.items {
+        if let Some(k) = &item.key {
+            explicit.insert(k.clone());
+        }
+    }
+    let mut seen_explicit = HashSet::new();
     let found = listing.items.len() as u64 + listing.errors.len() as u64;
     for (i, item) in listing.items.into_iter().enumerate() {
-        let key = item.key.clone().unwrap_or_else(|| index_key(i as u64));
+        let (key, clash) = match &item.key {
+            Some(k) => (k.clone(), !seen_explicit.insert(k.clone())),
+            None => {
+                let k = index_key(i as u64);
+                let clash = explicit.contains(&k);
+                (k, clash)
+            }
+        };
         if let Err(e) = validate_key(&key) {
-            errors.push((
-                i,
-                record(&item.source, "bad_key", format!("key {key:?}: {e}")),
-            ));
-        } else if !used.insert(key.clone()) {
+            let src = origin.source(&item);
+            errors.push((i, record(&src, "bad_key", format!("key {key:?}: {e}"))));
+        } else if clash {
+            let src = origin.source(&item);
             errors.push((
                 i,
                 record(
-                    &item.source,
+                    &src,
                     "duplicate_key",
-                    format!("key {key:?} is used by an earlier input"),
+                    format!("key {key:?} is used by another input"),
                 ),
             ));
         } else {
-            jobs.push((i, Job { item, key }));
+            jobs.push((i, item));
         }
     }
+    drop(explicit);
+    drop(seen_explicit);
     let mut failed_early: Vec<ErrorRecord> = listing.errors;
 
     let mut snapshot = ProgressSnapshot {
@@ -173,15 +191,21 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let mut outcome = check_max(snapshot.failed);
     while outcome.is_ok() && next_write < jobs.len() {
         while next_submit < jobs.len() && next_submit < next_write + window {
-            let job = jobs[next_submit].1.clone();
-            let class = class_name(&classes, job.item.label);
+            let (orig, item) = &jobs[next_submit];
+            let job = Job {
+                key: item.key.clone().unwrap_or_else(|| index_key(*orig as u64)),
+                source: origin.source(item),
+                path: origin.resolve(item),
+                label: item.label,
+            };
+            let class = class_name(&classes, job.label);
             let tx = tx.clone();
             let idx = next_submit;
             pool.spawn(move || {
                 let r = std::panic::catch_unwind(|| process(&job, &class, &transform_spec))
                     .unwrap_or_else(|_| {
                         Err(record(
-                            &job.item.source,
+                            &job.source,
                             "internal",
                             "the image stage panicked".into(),
                         ))
@@ -193,7 +217,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         let Ok((i, r)) = rx.recv() else { break };
         pending.insert(i, r);
         while let Some(r) = pending.remove(&next_write) {
-            let (orig_index, job) = &jobs[next_write];
+            let (orig_index, item) = &jobs[next_write];
             next_write += 1;
             snapshot.done += 1;
             match r {
@@ -213,7 +237,11 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                             pixels: &img.pixels,
                         },
                     };
-                    let res = sink.add(&job.key, job.item.label, payload, &done.meta);
+                    let key = item
+                        .key
+                        .clone()
+                        .unwrap_or_else(|| index_key(*orig_index as u64));
+                    let res = sink.add(&key, item.label, payload, &done.meta);
                     stages.write += t.elapsed();
                     if let Err(e) = res {
                         outcome = Err(e);
@@ -305,16 +333,16 @@ fn record(path: &str, kind: &str, message: String) -> ErrorRecord {
 
 /// Reads and transforms one input. Runs on a worker thread.
 fn process(job: &Job, class: &str, spec: &TransformSpec) -> Result<Done, ErrorRecord> {
-    let src = &job.item.source;
+    let src = &job.source;
     let t = Instant::now();
-    let bytes = read_bounded(&job.item.path, spec.limits.max_input_bytes)
+    let bytes = read_bounded(&job.path, spec.limits.max_input_bytes)
         .map_err(|(kind, m)| record(src, kind, m))?;
     let read = t.elapsed();
     let out = transform(&bytes, spec).map_err(|e| record(src, e.kind.as_str(), e.message))?;
     let meta = serde_json::json!({
         "key": job.key,
         "source": src,
-        "label": job.item.label,
+        "label": job.label,
         "class": class,
         "orig_width": out.orig_width,
         "orig_height": out.orig_height,
