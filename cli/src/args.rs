@@ -1,6 +1,10 @@
 //! Command-line types only: what the user can type, with help text. Validation into plans
 //! happens in `commands/`.
 
+// Doc comments here are `--help` text for people, not rustdoc: `<KEY>`-style placeholders are
+// meant literally.
+#![allow(rustdoc::invalid_html_tags)]
+
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -24,6 +28,68 @@ pub enum Command {
     ///   shardtool pack photos/ out/ --shard-size 64MiB --compress zstd --overwrite
     #[command(verbatim_doc_comment)]
     Pack(PackArgs),
+
+    /// Check a dataset against its manifest: files, sizes, checksums, sample counts, tar/packed
+    /// structure, keys, fields and labels; with --decode also decode every image.
+    ///
+    /// Reads every shard once (in parallel) and reports every problem it finds, each naming the
+    /// shard file, the member or record, and the reason. Exit status: 0 when the dataset is
+    /// whole, 1 when problems were found, 2 when it cannot be opened (no such directory, no or
+    /// unparsable manifest.json) or on bad options.
+    ///
+    /// Examples:
+    ///   shardtool verify out/
+    ///   shardtool verify out/manifest.json --decode --jobs 8
+    ///   shardtool verify out/ --json | jq '.problems[] | select(.kind == "checksum_mismatch")'
+    #[command(verbatim_doc_comment)]
+    Verify(VerifyArgs),
+
+    /// Summarise a dataset or a single shard: sample and shard counts, class histogram, image
+    /// sizes (min/median/max, most common), bytes per sample and per field, pack options.
+    ///
+    /// For a dataset the counts come from reading its shards and are shown beside the
+    /// manifest's; a lone SHARD (.tar, .safetensors, or .zst of either) is read by itself.
+    /// Exit status: 0, 1 when a shard could not be read (the rest is still summarised), 2 when
+    /// the target cannot be opened.
+    ///
+    /// Examples:
+    ///   shardtool inspect out/
+    ///   shardtool inspect out/shard-000003.tar.zst
+    ///   shardtool inspect out/ --json | jq .image_sizes
+    #[command(verbatim_doc_comment)]
+    Inspect(InspectArgs),
+
+    /// Draw a contact sheet (PNG) of randomly chosen samples with their class names, to judge
+    /// resize quality and labels by eye.
+    ///
+    /// Samples are chosen with a seeded shuffle (same seed, same samples); each thumbnail fits
+    /// a --tile square (aspect kept, never enlarged) with the class name, stored size and key
+    /// under it. Only the shards holding chosen samples are read. The PNG is written atomically.
+    ///
+    /// Examples:
+    ///   shardtool preview out/ -o sheet.png
+    ///   shardtool preview out/ -o sheet.png --count 36 --seed 7 --tile 160
+    ///   shardtool preview out/shard-000000.safetensors -o s0.png
+    #[command(verbatim_doc_comment)]
+    Preview(PreviewArgs),
+
+    /// Stream a dataset through the loader (shuffle, partition, batches), optionally printing
+    /// keys, and save or resume the loader position.
+    ///
+    /// Examples:
+    ///   shardtool read out/ --keys --seed 1 --epoch 2 --rank 0 --world 4
+    ///   shardtool read out/ --keys --limit 100 --state-out pos.json
+    ///   shardtool read out/ --keys --resume pos.json
+    #[command(verbatim_doc_comment)]
+    Read(crate::commands::read::ReadArgs),
+
+    /// Measure the loader alone and beside a simulated training step: samples/s, MB/s,
+    /// CPU-ms per sample, data wait p50/p99.
+    ///
+    /// Example:
+    ///   shardtool bench out/ --batch 64 --step-ms 20
+    #[command(verbatim_doc_comment)]
+    Bench(crate::commands::bench::BenchArgs),
 }
 
 /// Shard container format.
@@ -121,4 +187,94 @@ pub struct PackArgs {
     /// Print only errors.
     #[arg(long, short)]
     pub quiet: bool,
+
+    /// Print the summary as one JSON object on stdout (counts, bytes, seconds, stage times).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `shardtool verify`.
+#[derive(Debug, Args)]
+pub struct VerifyArgs {
+    /// The dataset: a directory holding manifest.json, or the manifest itself.
+    #[arg(value_name = "DATASET_DIR | manifest.json")]
+    pub dataset: PathBuf,
+
+    /// Also decode every image and check its size against its metadata (<key>.json width and
+    /// height); much slower than the default checks, and scales with --jobs.
+    #[arg(long)]
+    pub decode: bool,
+
+    /// Print one JSON document on stdout (the whole report, clean or not) instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Worker threads (default: all cores). Shards are checked in parallel, one per thread;
+    /// a .zst shard (or any shard with --no-mmap) is held in memory whole while it is checked.
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+
+    /// Read plain shards into memory instead of mapping them: slower (one more copy), but safe
+    /// when another process may truncate shard files during the run, which would kill a run
+    /// that maps them (SIGBUS). Shards written by shardtool are never modified in place.
+    #[arg(long)]
+    pub no_mmap: bool,
+
+    /// No progress bar (it is only drawn when stderr is a terminal anyway).
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Arguments of `shardtool inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// A dataset directory, its manifest.json, or one shard file.
+    #[arg(value_name = "DATASET | SHARD")]
+    pub target: PathBuf,
+
+    /// Print one JSON document on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Worker threads (default: all cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
+}
+
+/// Arguments of `shardtool preview`.
+#[derive(Debug, Args)]
+pub struct PreviewArgs {
+    /// A dataset directory, its manifest.json, or one shard file.
+    #[arg(value_name = "DATASET | SHARD")]
+    pub target: PathBuf,
+
+    /// Where to write the contact sheet (PNG).
+    #[arg(long, short = 'o', value_name = "PNG")]
+    pub output: PathBuf,
+
+    /// Number of samples on the sheet.
+    #[arg(long, short = 'n', default_value_t = 16, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub count: u32,
+
+    /// Shuffle seed choosing the samples.
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    pub seed: u64,
+
+    /// Thumbnail box in pixels: images are fitted into TILExTILE, aspect kept, never enlarged.
+    #[arg(long, default_value_t = 128, value_name = "PX",
+          value_parser = clap::value_parser!(u32).range(16..=1024))]
+    pub tile: u32,
+
+    /// Columns of the grid (default: about square).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub columns: Option<u32>,
+
+    /// Print what is on the sheet as one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Worker threads (default: all cores).
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub jobs: Option<u32>,
 }

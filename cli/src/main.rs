@@ -37,6 +37,11 @@ fn main() -> ExitCode {
     let cli = args::Cli::parse();
     let result = match cli.command {
         args::Command::Pack(a) => commands::pack::run(a),
+        args::Command::Verify(a) => commands::verify::run(a),
+        args::Command::Inspect(a) => commands::inspect::run(a),
+        args::Command::Preview(a) => commands::preview::run(a),
+        args::Command::Read(a) => commands::read::run(a),
+        args::Command::Bench(a) => commands::bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,140 @@
+//! `shardtool inspect`: counts, class histogram, image sizes and pack options of a dataset or a
+//! single shard, as text or one JSON document.
+
+use crate::args::InspectArgs;
+use crate::commands::verify::print_error_json;
+use crate::Failure;
+use anyhow::anyhow;
+use shardtool_verify::{inspect, InspectReport, VerifyOptions};
+
+/// Runs `shardtool inspect`.
+pub fn run(a: InspectArgs) -> Result<(), Failure> {
+    let mut opts = VerifyOptions::default();
+    if let Some(j) = a.jobs {
+        opts.jobs = j as usize;
+    }
+    let report = match inspect(&a.target, &opts) {
+        Ok(r) => r,
+        Err(e) => {
+            if a.json {
+                print_error_json(&e);
+            }
+            return Err(Failure::usage(e));
+        }
+    };
+    if a.json {
+        let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;
+        println!("{text}");
+    } else {
+        print_human(&report);
+    }
+    if report.problems.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::run(anyhow!(
+            "{} shard(s) could not be read completely; the figures leave them out",
+            report.problems.len()
+        )))
+    }
+}
+
+/// `1234567` → `1.2 MB`.
+fn human_bytes(b: f64) -> String {
+    match b {
+        b if b >= 1e9 => format!("{:.2} GB", b / 1e9),
+        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
+        b if b >= 1e3 => format!("{:.1} KB", b / 1e3),
+        b => format!("{b:.0} B"),
+    }
+}
+
+fn print_human(r: &InspectReport) {
+    println!(
+        "{} {}{}",
+        r.kind,
+        r.target,
+        r.tool
+            .as_deref()
+            .map(|t| format!("  (packed by {t})"))
+            .unwrap_or_default()
+    );
+    let formats: Vec<String> = r.formats.iter().map(|(f, n)| format!("{f}: {n}")).collect();
+    println!("  shards    {}  ({})", r.shards, formats.join(", "));
+    match r.samples_in_manifest {
+        Some(m) if m != r.samples => println!(
+            "  samples   {}  (the manifest says {m}; run shardtool verify)",
+            r.samples
+        ),
+        _ => println!("  samples   {}", r.samples),
+    }
+    let compressed = if r.uncompressed_bytes != r.stored_bytes {
+        format!(
+            ", {} uncompressed",
+            human_bytes(r.uncompressed_bytes as f64)
+        )
+    } else {
+        String::new()
+    };
+    println!(
+        "  bytes     {} stored{compressed}; {} per sample",
+        human_bytes(r.stored_bytes as f64),
+        human_bytes(r.bytes_per_sample)
+    );
+    let fields: Vec<String> = r
+        .fields
+        .iter()
+        .map(|(f, s)| format!("{f} {}", human_bytes(s.mean_bytes)))
+        .collect();
+    println!("  fields    {}  (mean per sample)", fields.join(", "));
+    println!("  classes   {}", r.classes.len());
+    let total: u64 = r.classes.iter().map(|c| c.count).sum::<u64>().max(1);
+    let max = r.classes.iter().map(|c| c.count).max().unwrap_or(1).max(1);
+    let width = r
+        .classes
+        .iter()
+        .map(|c| c.name.as_deref().unwrap_or("?").chars().count())
+        .max()
+        .unwrap_or(1)
+        .min(32);
+    for c in &r.classes {
+        let name: String = c.name.as_deref().unwrap_or("?").chars().take(32).collect();
+        let bar = "#".repeat(((c.count * 30).div_ceil(max)) as usize);
+        println!(
+            "    {:>4} {name:<width$} {:>8} {:>5.1}%  {bar}",
+            c.label,
+            c.count,
+            c.count as f64 * 100.0 / total as f64
+        );
+    }
+    let s = &r.image_sizes;
+    println!("  image sizes ({} images)", s.images);
+    if s.images > 0 {
+        println!(
+            "    width   min {:>5}  median {:>5}  max {:>5}",
+            s.width.min, s.width.median, s.width.max
+        );
+        println!(
+            "    height  min {:>5}  median {:>5}  max {:>5}",
+            s.height.min, s.height.median, s.height.max
+        );
+        let common: Vec<String> = s
+            .most_common
+            .iter()
+            .map(|c| format!("{}x{} ({})", c.width, c.height, c.count))
+            .collect();
+        println!("    most common: {}", common.join(", "));
+    }
+    if let Some(pack) = &r.pack {
+        println!("  pack options");
+        for (k, v) in pack {
+            let v = match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            println!("    {k:<14} {v}");
+        }
+    }
+    for p in &r.problems {
+        println!("  not counted: {p}");
+    }
+}

@@ -1,0 +1,71 @@
+//! `shardtool preview`: a contact sheet PNG of seeded-random samples, written atomically.
+
+use crate::args::PreviewArgs;
+use crate::commands::verify::print_error_json;
+use crate::Failure;
+use anyhow::anyhow;
+use shardtool_pack::AtomicFile;
+use shardtool_verify::{encode_png, preview, PreviewOptions};
+
+/// Runs `shardtool preview`.
+pub fn run(a: PreviewArgs) -> Result<(), Failure> {
+    let mut opts = PreviewOptions {
+        count: a.count as usize,
+        seed: a.seed,
+        tile: a.tile,
+        columns: a.columns.map(|c| c as usize),
+        ..PreviewOptions::default()
+    };
+    if let Some(j) = a.jobs {
+        opts.jobs = j as usize;
+    }
+    let sheet = match preview(&a.target, &opts) {
+        Ok(s) => s,
+        Err(e) => {
+            if a.json {
+                print_error_json(&e);
+            }
+            return Err(Failure::usage(e));
+        }
+    };
+    for s in &sheet.skipped {
+        eprintln!("warning: skipped {s}");
+    }
+    if sheet.items.is_empty() {
+        return Err(Failure::run(anyhow!(
+            "no sample could be read from {}",
+            a.target.display()
+        )));
+    }
+    let png = encode_png(&sheet.image).map_err(|e| Failure::run(anyhow!(e)))?;
+    AtomicFile::write(&a.output, &png)
+        .map_err(|e| Failure::run(anyhow!("writing {}: {e}", a.output.display())))?;
+    let failed = sheet.items.iter().filter(|i| i.error.is_some()).count();
+    if a.json {
+        let doc = serde_json::json!({
+            "output": a.output.display().to_string(),
+            "width": sheet.image.width,
+            "height": sheet.image.height,
+            "samples_available": sheet.samples_available,
+            "items": sheet.items,
+            "skipped": sheet.skipped,
+        });
+        println!("{doc:#}");
+    } else {
+        println!(
+            "wrote {} ({}x{} px): {} of {} samples, seed {}{}",
+            a.output.display(),
+            sheet.image.width,
+            sheet.image.height,
+            sheet.items.len(),
+            sheet.samples_available,
+            a.seed,
+            if failed > 0 {
+                format!("; {failed} could not be shown (drawn as red tiles)")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}

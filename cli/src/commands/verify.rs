@@ -1,0 +1,187 @@
+//! `shardtool verify`: flags → `VerifyOptions` → `shardtool_verify::verify` → report (text or
+//! JSON) and exit status (0 whole, 1 problems found, 2 cannot open).
+
+use crate::args::VerifyArgs;
+use crate::Failure;
+use anyhow::anyhow;
+use indicatif::{ProgressBar, ProgressStyle};
+use shardtool_verify::{verify, Progress, Report, VerifyError, VerifyOptions};
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A byte-based progress bar on a terminal; nothing otherwise.
+pub(crate) struct Bar {
+    bar: Option<ProgressBar>,
+    shards: AtomicU64,
+    done: AtomicU64,
+}
+
+impl Bar {
+    pub(crate) fn new(show: bool) -> Self {
+        let bar = (show && std::io::stderr().is_terminal()).then(|| {
+            let bar = ProgressBar::new(0);
+            bar.set_style(
+                ProgressStyle::with_template(
+                    "{bar:30} {bytes}/{total_bytes}  {binary_bytes_per_sec}  {msg}  ETA {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+            );
+            bar
+        });
+        Self {
+            bar,
+            shards: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}
+
+impl Progress for Bar {
+    fn start(&self, shards: u64, bytes: u64) {
+        self.shards.store(shards, Ordering::Relaxed);
+        if let Some(b) = &self.bar {
+            b.set_length(bytes);
+            b.set_message(format!("0/{shards} shards"));
+        }
+    }
+
+    fn shard_done(&self, _shard: &str, bytes: u64) {
+        let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+        if let Some(b) = &self.bar {
+            b.inc(bytes);
+            b.set_message(format!(
+                "{done}/{} shards",
+                self.shards.load(Ordering::Relaxed)
+            ));
+        }
+    }
+}
+
+/// The options the flags ask for.
+pub fn options(a: &VerifyArgs) -> VerifyOptions {
+    let mut o = VerifyOptions {
+        decode: a.decode,
+        mmap: !a.no_mmap,
+        ..VerifyOptions::default()
+    };
+    if let Some(j) = a.jobs {
+        o.jobs = j as usize;
+    }
+    o
+}
+
+/// The stable name of an error that stopped verification before it started.
+pub(crate) fn error_kind(e: &VerifyError) -> &'static str {
+    match e {
+        VerifyError::NotFound { .. } => "not_found",
+        VerifyError::NoManifest { .. } => "no_manifest",
+        VerifyError::Io { .. } => "unreadable",
+        VerifyError::Manifest { .. } => "manifest_unparsable",
+        VerifyError::UnknownFile { .. } => "unknown_file",
+        VerifyError::Usage(_) => "usage",
+        _ => "error",
+    }
+}
+
+/// Prints `{"ok": false, "error": {...}}` for a target that could not be opened.
+pub(crate) fn print_error_json(e: &VerifyError) {
+    let doc = serde_json::json!({
+        "ok": false,
+        "error": { "kind": error_kind(e), "message": e.to_string() },
+    });
+    println!("{doc}");
+}
+
+/// Runs `shardtool verify`.
+pub fn run(a: VerifyArgs) -> Result<(), Failure> {
+    let opts = options(&a);
+    let bar = Bar::new(!a.quiet && !a.json);
+    let result = verify(&a.dataset, &opts, &bar);
+    bar.finish();
+    let report = match result {
+        Ok(r) => r,
+        Err(e) => {
+            if a.json {
+                print_error_json(&e);
+            }
+            return Err(Failure::usage(e));
+        }
+    };
+    if a.json {
+        let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;
+        println!("{text}");
+    } else {
+        print_human(&report);
+    }
+    if report.ok {
+        Ok(())
+    } else {
+        Err(Failure::run(anyhow!(
+            "{} problem(s) found in {}",
+            report.problems.len(),
+            report.dataset
+        )))
+    }
+}
+
+fn print_human(r: &Report) {
+    let secs = r.elapsed_secs.max(1e-9);
+    println!(
+        "verify {}: {} shards, {} samples, {:.1} MB read in {:.2} s ({:.0} MB/s){}",
+        r.dataset,
+        r.shards,
+        r.samples,
+        r.bytes_read as f64 / 1e6,
+        r.elapsed_secs,
+        r.bytes_read as f64 / 1e6 / secs,
+        if r.decode && r.images_decoded > 0 {
+            format!(", {} images decoded", r.images_decoded)
+        } else if r.decode {
+            ", no encoded images to decode".to_string()
+        } else {
+            String::new()
+        }
+    );
+    for p in &r.problems {
+        println!("  {p}");
+    }
+    if r.ok {
+        println!(
+            "OK: every shard matches the manifest (files, sizes, checksums, counts, structure, \
+             keys, fields, labels{})",
+            if r.decode { ", images" } else { "" }
+        );
+        if !r.decode {
+            println!("    (images were not decoded; add --decode to check them too)");
+        }
+    } else {
+        let shards: std::collections::BTreeSet<&str> = r
+            .problems
+            .iter()
+            .filter_map(|p| p.shard.as_deref())
+            .collect();
+        let kinds: Vec<String> = r
+            .problem_counts
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        println!(
+            "FAILED: {} problem(s) in {} file(s): {}",
+            r.problems.len(),
+            shards.len(),
+            kinds.join(", ")
+        );
+        if r.samples != r.samples_expected {
+            println!(
+                "    samples found: {} of {} listed; shards read: {} of {}",
+                r.samples, r.samples_expected, r.shards_read, r.shards
+            );
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! Checks of a packed (safetensors) shard: the layout of FORMAT.md (validated by
+//! `PackedShard::open`), every record's checksum, keys, labels against the class list, and record
+//! shapes against the sample metadata.
+
+use crate::check_tar::{check_label_range, Ctx, Scan};
+use crate::report::{Problem, ProblemKind};
+use rayon::prelude::*;
+use serde_json::Value;
+use shardtool_core::{validate_key, Checksum};
+use shardtool_packed::{Error, PackedShard};
+use std::collections::HashSet;
+use xxhash_rust::xxh3::Xxh3;
+
+/// The fields every packed record carries.
+pub(crate) const PACKED_FIELDS: [&str; 3] = ["key", "label", "pixels"];
+
+/// Checks a whole packed shard held in `bytes`. With `hash_file`, the file checksum is computed in
+/// the same pass as the record checksums (each record hashed while still in cache, so every byte
+/// comes from memory once) and returned in [`Scan::file_sum`]; otherwise records are checked in
+/// parallel.
+pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, hash_file: bool) -> Scan<'d> {
+    let mut scan = Scan::default();
+    if bytes.is_empty() {
+        scan.problems.push(Problem::shard(
+            ctx.shard,
+            ProblemKind::Truncated,
+            "the shard is empty (0 bytes)",
+        ));
+        return scan;
+    }
+    let shard = match PackedShard::open(bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            let kind = match e {
+                Error::Truncated { .. } => ProblemKind::Truncated,
+                _ => ProblemKind::Malformed,
+            };
+            scan.problems
+                .push(Problem::shard(ctx.shard, kind, e.to_string()));
+            return scan;
+        }
+    };
+    for f in ctx.fields {
+        if !PACKED_FIELDS.contains(&f.as_str()) {
+            scan.problems.push(Problem::shard(
+                ctx.shard,
+                ProblemKind::MissingField,
+                format!(
+                    "the manifest declares field {f:?}, but packed records carry only key, label \
+                     and pixels"
+                ),
+            ));
+        }
+    }
+    let fused = if hash_file {
+        fused_pass(bytes, &shard)
+    } else {
+        None
+    };
+    let bad: Vec<usize> = match fused {
+        Some((sum, bad)) => {
+            scan.file_sum = Some(sum);
+            bad
+        }
+        None => (0..shard.len())
+            .into_par_iter()
+            .filter(|&i| !shard.verify_checksum(i))
+            .collect(),
+    };
+    for i in bad {
+        let rec = shard.record(i);
+        scan.problems.push(Problem::member(
+            ctx.shard,
+            rec.key,
+            ProblemKind::RecordChecksum,
+            format!(
+                "the pixels of record {i} do not match their stored checksum {:016x}",
+                rec.checksum
+            ),
+        ));
+    }
+    let mut seen = HashSet::with_capacity(shard.len());
+    for (i, rec) in shard.records().enumerate() {
+        let key = rec.key;
+        if let Err(e) = validate_key(key) {
+            scan.member(ctx, key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
+        }
+        if seen.insert(key) {
+            scan.keys.push(key.to_string());
+        } else {
+            scan.member(
+                ctx,
+                key,
+                ProblemKind::DuplicateKey,
+                format!("key {key:?} is used by an earlier record of this shard (record {i})"),
+            );
+        }
+        check_label_range(rec.label, ctx, &mut scan, key);
+        let meta = shard.sample_meta(i);
+        let [h, w, _] = rec.shape;
+        let dim = |k: &str| meta.get(k).map(|v| v.as_u64());
+        match (dim("width"), dim("height")) {
+            (None, None) => {}
+            (Some(Some(mw)), Some(Some(mh))) => {
+                if (mw, mh) != (u64::from(w), u64::from(h)) {
+                    scan.member(
+                        ctx,
+                        key,
+                        ProblemKind::ImageSizeMismatch,
+                        format!("record is {w}x{h}, but its metadata says {mw}x{mh}"),
+                    );
+                }
+            }
+            _ => scan.member(
+                ctx,
+                key,
+                ProblemKind::BadMetadata,
+                "width and height must both be non-negative integers".into(),
+            ),
+        }
+        if let Some(Value::String(class)) = meta.get("class") {
+            let named = usize::try_from(rec.label)
+                .ok()
+                .and_then(|l| ctx.classes.get(l));
+            if let Some(named) = named {
+                if named != class {
+                    scan.member(
+                        ctx,
+                        key,
+                        ProblemKind::LabelMismatch,
+                        format!(
+                            "metadata states class {class:?}, but label {} is class {named:?}",
+                            rec.label
+                        ),
+                    );
+                }
+            }
+        }
+    }
+    scan.samples = shard.len() as u64;
+    scan
+}
+
+/// Streams the whole file through one hasher, record by record, checking each record's own
+/// checksum right after feeding it (while it is in cache). Returns the file checksum and the
+/// indices of bad records, or `None` if the records are not in increasing file order (never the
+/// case for a shard `open` accepted, but then the caller falls back to two passes).
+fn fused_pass(bytes: &[u8], shard: &PackedShard<&[u8]>) -> Option<(Checksum, Vec<usize>)> {
+    let base = bytes.as_ptr() as usize;
+    let mut hasher = Xxh3::new();
+    let mut pos = 0usize;
+    let mut bad = Vec::new();
+    for (i, rec) in shard.records().enumerate() {
+        // The record is a sub-slice of `bytes`; its offset is plain address arithmetic.
+        let start = (rec.pixels.as_ptr() as usize).checked_sub(base)?;
+        let end = start.checked_add(rec.pixels.len())?;
+        let gap = bytes.get(pos..start)?;
+        if end > bytes.len() {
+            return None;
+        }
+        hasher.update(gap);
+        hasher.update(rec.pixels);
+        if !rec.checksum_ok() {
+            bad.push(i);
+        }
+        pos = end;
+    }
+    hasher.update(bytes.get(pos..)?);
+    Some((Checksum(hasher.digest()), bad))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardtool_packed::{Mode, PackedWriter};
+    use std::collections::BTreeSet;
+
+    fn shard(keys: &[&str], labels: &[i64]) -> Vec<u8> {
+        let mut w = PackedWriter::new(Mode::Variable);
+        for (k, l) in keys.iter().zip(labels) {
+            w.add(
+                k,
+                *l,
+                2,
+                1,
+                &[*l as u8; 6],
+                serde_json::json!({"width": 1, "height": 2, "class": "a"}),
+            )
+            .unwrap();
+        }
+        let mut out = Vec::new();
+        w.finish(&mut out).unwrap();
+        out
+    }
+
+    fn kinds(bytes: &[u8]) -> Vec<ProblemKind> {
+        let f: BTreeSet<String> = PACKED_FIELDS.iter().map(|s| s.to_string()).collect();
+        let c = vec!["a".to_string(), "b".to_string()];
+        let ctx = Ctx {
+            shard: "s.safetensors",
+            fields: &f,
+            classes: &c,
+            decode: false,
+        };
+        let two_pass = check_packed(bytes, &ctx, false);
+        let fused = check_packed(bytes, &ctx, true);
+        let kinds: Vec<ProblemKind> = two_pass.problems.iter().map(|p| p.kind).collect();
+        let fused_kinds: Vec<ProblemKind> = fused.problems.iter().map(|p| p.kind).collect();
+        assert_eq!(kinds, fused_kinds, "one pass and two passes agree");
+        let opened = !kinds
+            .iter()
+            .any(|k| matches!(k, ProblemKind::Truncated | ProblemKind::Malformed));
+        assert_eq!(fused.file_sum.is_some(), opened);
+        if let Some(sum) = fused.file_sum {
+            assert_eq!(
+                sum,
+                Checksum::of(bytes),
+                "the fused pass hashes the whole file"
+            );
+        }
+        kinds
+    }
+
+    #[test]
+    fn good_and_broken_packed_shards() {
+        let good = shard(&["k1", "k2"], &[0, 0]);
+        assert_eq!(kinds(&good), vec![]);
+        let mut flipped = good.clone();
+        let off = shardtool_packed::DATA_ALIGN as usize + 1;
+        flipped[off] ^= 0xff;
+        assert_eq!(kinds(&flipped), vec![ProblemKind::RecordChecksum]);
+        assert_eq!(kinds(&good[..good.len() / 2]), vec![ProblemKind::Truncated]);
+        assert_eq!(kinds(&[]), vec![ProblemKind::Truncated]);
+        let mut garbage = good.clone();
+        garbage[9] = b'x';
+        assert_eq!(kinds(&garbage), vec![ProblemKind::Malformed]);
+        // Label 1 is class "b", but the metadata says "a"; label 5 is not a class.
+        let wrong = shard(&["k1", "k1", "k3"], &[1, 0, 5]);
+        assert_eq!(
+            kinds(&wrong),
+            vec![
+                ProblemKind::LabelMismatch,
+                ProblemKind::DuplicateKey,
+                ProblemKind::BadLabel
+            ]
+        );
+    }
+}

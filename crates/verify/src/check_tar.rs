@@ -1,0 +1,619 @@
+//! Structure and cheap content checks of a WebDataset tar shard: every member regular and safe,
+//! names following the key rules, samples holding exactly the declared fields once each, labels
+//! and metadata consistent. Images to decode are handed back for the caller to decode in parallel.
+
+use crate::report::{Problem, ProblemKind};
+use serde_json::Value;
+use shardtool_core::validate_key;
+use shardtool_wds::{split_name, EntryKind, ReadError, TarReader, BLOCK};
+use std::collections::{BTreeSet, HashSet};
+
+/// Largest `.json` member parsed; anything larger is reported rather than parsed.
+const MAX_JSON_BYTES: usize = 1 << 20;
+
+/// Fields whose data is an image.
+pub(crate) const IMAGE_FIELDS: &[&str] = &[
+    "jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm",
+];
+
+/// What the checks of one shard need to know about the dataset.
+pub(crate) struct Ctx<'a> {
+    /// The shard file name (for problems).
+    pub shard: &'a str,
+    /// Fields every sample must carry (empty: not known, not checked).
+    pub fields: &'a BTreeSet<String>,
+    /// Class names (empty: not known, labels are only checked to be integers).
+    pub classes: &'a [String],
+    /// Collect images to decode.
+    pub decode: bool,
+}
+
+/// An image to decode and the size its metadata promises.
+pub(crate) struct ImageJob<'d> {
+    /// Member name (`<key>.<field>`).
+    pub member: String,
+    /// Its bytes.
+    pub data: &'d [u8],
+    /// `(width, height)` from the sample's metadata, when it states one.
+    pub expect: Option<(u64, u64)>,
+}
+
+/// The outcome of scanning one shard.
+#[derive(Default)]
+pub(crate) struct Scan<'d> {
+    pub problems: Vec<Problem>,
+    /// Keys in shard order, each once (repeats inside the shard are reported here).
+    pub keys: Vec<String>,
+    pub samples: u64,
+    pub images: Vec<ImageJob<'d>>,
+    /// Checksum of the whole shard, when the scan computed it on the way.
+    pub file_sum: Option<shardtool_core::Checksum>,
+}
+
+impl Scan<'_> {
+    pub(crate) fn member(
+        &mut self,
+        ctx: &Ctx<'_>,
+        member: &str,
+        kind: ProblemKind,
+        message: String,
+    ) {
+        self.problems
+            .push(Problem::member(ctx.shard, member, kind, message));
+    }
+}
+
+struct SampleAcc<'d> {
+    key: String,
+    /// `(field, data)` in archive order.
+    fields: Vec<(String, &'d [u8])>,
+}
+
+/// Checks a whole tar shard held in `bytes`.
+pub(crate) fn check_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>) -> Scan<'d> {
+    let mut scan = Scan::default();
+    if bytes.is_empty() {
+        scan.problems.push(Problem::shard(
+            ctx.shard,
+            ProblemKind::Truncated,
+            "the shard is empty (0 bytes)",
+        ));
+        return scan;
+    }
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut current: Option<SampleAcc<'d>> = None;
+    let mut end = 0usize;
+    let mut broken = false;
+    for entry in TarReader::new(bytes) {
+        let e = match entry {
+            Ok(e) => e,
+            Err(err) => {
+                let kind = match err {
+                    ReadError::Truncated { .. } => ProblemKind::Truncated,
+                    _ => ProblemKind::Malformed,
+                };
+                scan.problems
+                    .push(Problem::shard(ctx.shard, kind, err.to_string()));
+                broken = true;
+                break;
+            }
+        };
+        // Where the reader continues: header, data, padding to the block size.
+        end = usize::try_from(e.header_offset)
+            .unwrap_or(usize::MAX)
+            .saturating_add(BLOCK)
+            .saturating_add(e.data.len().div_ceil(BLOCK) * BLOCK);
+        let name = e.name.as_str();
+        let unsafe_or_unexpected = match e.kind {
+            EntryKind::Regular => None,
+            EntryKind::Link => Some((
+                ProblemKind::UnsafeMember,
+                "is a hard or symbolic link, which can point outside an extraction directory"
+                    .to_string(),
+            )),
+            EntryKind::Device => Some((
+                ProblemKind::UnsafeMember,
+                "is a device or FIFO, not a regular file".to_string(),
+            )),
+            EntryKind::Directory => Some((
+                ProblemKind::UnexpectedMember,
+                "is a directory; shards hold regular files only".to_string(),
+            )),
+            EntryKind::Extension => Some((
+                ProblemKind::UnexpectedMember,
+                "is a pax or GNU extension header, which shardtool never writes".to_string(),
+            )),
+            EntryKind::Other(t) => Some((
+                ProblemKind::UnexpectedMember,
+                format!("has unknown tar type {:?}", char::from(t)),
+            )),
+        };
+        if let Some((kind, message)) = unsafe_or_unexpected {
+            scan.member(ctx, name, kind, format!("member {message}"));
+            continue;
+        }
+        if name.starts_with('/') {
+            scan.member(
+                ctx,
+                name,
+                ProblemKind::UnsafeMember,
+                "member has an absolute path".into(),
+            );
+            continue;
+        }
+        if name.split(['/', '\\']).any(|c| c == "..") {
+            scan.member(
+                ctx,
+                name,
+                ProblemKind::UnsafeMember,
+                "member path has a '..' component".into(),
+            );
+            continue;
+        }
+        let base = name.rsplit('/').next().unwrap_or(name);
+        if base.starts_with("__") && base.ends_with("__") {
+            scan.member(
+                ctx,
+                name,
+                ProblemKind::UnexpectedMember,
+                "member is a WebDataset metadata member (__*__), which shardtool never writes"
+                    .into(),
+            );
+            continue;
+        }
+        let (key, field) = split_name(name);
+        if field.is_empty() {
+            scan.member(
+                ctx,
+                name,
+                ProblemKind::BadMemberName,
+                "member name has no field (no '.' after the key)".into(),
+            );
+            continue;
+        }
+        let lower = field.to_ascii_lowercase();
+        if lower != field {
+            scan.member(
+                ctx,
+                name,
+                ProblemKind::BadMemberName,
+                format!("field {field:?} is not lowercase"),
+            );
+        }
+        match current.as_mut() {
+            Some(s) if s.key == key => s.fields.push((lower, e.data)),
+            _ => {
+                if let Some(done) = current.take() {
+                    finish_sample(done, ctx, &mut scan, &mut seen);
+                }
+                current = Some(SampleAcc {
+                    key: key.to_string(),
+                    fields: vec![(lower, e.data)],
+                });
+            }
+        }
+    }
+    // After a read error the last sample may have lost members to the damage: it is not
+    // counted or checked, so the error is reported once rather than as missing fields.
+    if let Some(done) = current.take().filter(|_| !broken) {
+        finish_sample(done, ctx, &mut scan, &mut seen);
+    }
+    if !broken {
+        check_end(bytes, end, ctx, &mut scan);
+    }
+    scan
+}
+
+/// The archive must end with two zero blocks; only zero bytes may follow them.
+fn check_end(bytes: &[u8], end: usize, ctx: &Ctx<'_>, scan: &mut Scan<'_>) {
+    let rest = bytes.get(end..).unwrap_or(&[]);
+    let marker = rest.len().min(2 * BLOCK);
+    if marker < 2 * BLOCK || rest[..marker].iter().any(|&b| b != 0) {
+        scan.problems.push(Problem::shard(
+            ctx.shard,
+            ProblemKind::Truncated,
+            format!(
+                "no complete end-of-archive marker (two zero blocks) after the last member at byte \
+                 {end}; the shard was cut short"
+            ),
+        ));
+        return;
+    }
+    if let Some(pos) = rest[marker..].iter().position(|&b| b != 0) {
+        scan.problems.push(Problem::shard(
+            ctx.shard,
+            ProblemKind::TrailingData,
+            format!(
+                "non-zero bytes at byte {} follow the end-of-archive marker",
+                end + marker + pos
+            ),
+        ));
+    }
+}
+
+fn finish_sample<'d>(
+    s: SampleAcc<'d>,
+    ctx: &Ctx<'_>,
+    scan: &mut Scan<'d>,
+    seen: &mut HashSet<String>,
+) {
+    scan.samples += 1;
+    let key = s.key;
+    if let Err(e) = validate_key(&key) {
+        scan.member(ctx, &key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
+    }
+    if seen.insert(key.clone()) {
+        scan.keys.push(key.clone());
+    } else {
+        scan.member(
+            ctx,
+            &key,
+            ProblemKind::DuplicateKey,
+            format!("key {key:?} appears again, apart from its first sample, in this shard"),
+        );
+    }
+    let mut present: BTreeSet<&str> = BTreeSet::new();
+    for (field, _) in &s.fields {
+        if !present.insert(field) {
+            scan.member(
+                ctx,
+                &format!("{key}.{field}"),
+                ProblemKind::DuplicateField,
+                format!("sample {key} holds field {field} more than once"),
+            );
+        }
+    }
+    if !ctx.fields.is_empty() {
+        let declared = ctx
+            .fields
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>()
+            .join(", ");
+        for f in ctx.fields {
+            if !present.contains(f.as_str()) {
+                scan.member(
+                    ctx,
+                    &format!("{key}.{f}"),
+                    ProblemKind::MissingField,
+                    format!("sample {key} has no .{f} member (the manifest declares {declared})"),
+                );
+            }
+        }
+        for f in &present {
+            if !ctx.fields.contains(*f) {
+                scan.member(
+                    ctx,
+                    &format!("{key}.{f}"),
+                    ProblemKind::UnexpectedField,
+                    format!("sample {key} has a .{f} member, which the manifest does not declare"),
+                );
+            }
+        }
+    }
+    let get = |f: &str| s.fields.iter().find(|(n, _)| n == f).map(|(_, d)| *d);
+
+    // Labels: `.cls` must be an integer index of the class list.
+    let mut label = None;
+    if let Some(cls) = get("cls") {
+        let member = format!("{key}.cls");
+        match std::str::from_utf8(cls)
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok())
+        {
+            None => scan.member(
+                ctx,
+                &member,
+                ProblemKind::BadLabel,
+                format!("holds {}, not an integer label", quote(cls)),
+            ),
+            Some(l) => {
+                check_label_range(l, ctx, scan, &member);
+                label = Some(l);
+            }
+        }
+    }
+
+    // Metadata: `.json` must be an object consistent with the key and label.
+    let mut expect = None;
+    if let Some(json) = get("json") {
+        let member = format!("{key}.json");
+        if json.len() > MAX_JSON_BYTES {
+            scan.member(
+                ctx,
+                &member,
+                ProblemKind::BadMetadata,
+                format!(
+                    "is {} bytes, over the {MAX_JSON_BYTES}-byte limit for metadata",
+                    json.len()
+                ),
+            );
+        } else {
+            match serde_json::from_slice::<Value>(json) {
+                Ok(Value::Object(meta)) => {
+                    expect = check_meta(&meta, &key, label, ctx, scan, &member);
+                }
+                Ok(_) => scan.member(
+                    ctx,
+                    &member,
+                    ProblemKind::BadMetadata,
+                    "is JSON but not an object".into(),
+                ),
+                Err(e) => scan.member(
+                    ctx,
+                    &member,
+                    ProblemKind::BadMetadata,
+                    format!("is not valid JSON: {e}"),
+                ),
+            }
+        }
+    }
+
+    if ctx.decode {
+        for (field, data) in &s.fields {
+            if IMAGE_FIELDS.contains(&field.as_str()) {
+                scan.images.push(ImageJob {
+                    member: format!("{key}.{field}"),
+                    data,
+                    expect,
+                });
+            }
+        }
+    }
+}
+
+/// Checks the metadata object of a sample; returns the `(width, height)` it states, if any.
+fn check_meta(
+    meta: &serde_json::Map<String, Value>,
+    key: &str,
+    cls_label: Option<i64>,
+    ctx: &Ctx<'_>,
+    scan: &mut Scan<'_>,
+    member: &str,
+) -> Option<(u64, u64)> {
+    if let Some(k) = meta.get("key") {
+        if k.as_str() != Some(key) {
+            scan.member(
+                ctx,
+                member,
+                ProblemKind::BadMetadata,
+                format!("states key {k}, but the sample's key is {key:?}"),
+            );
+        }
+    }
+    let mut label = cls_label;
+    match meta.get("label") {
+        None => {}
+        Some(v) => match v.as_i64() {
+            None => scan.member(
+                ctx,
+                member,
+                ProblemKind::BadLabel,
+                format!("label {v} is not an integer"),
+            ),
+            Some(l) => match cls_label {
+                Some(c) if c != l => scan.member(
+                    ctx,
+                    member,
+                    ProblemKind::LabelMismatch,
+                    format!("states label {l}, but {key}.cls holds {c}"),
+                ),
+                Some(_) => {}
+                None => {
+                    check_label_range(l, ctx, scan, member);
+                    label = Some(l);
+                }
+            },
+        },
+    }
+    if let (Some(Value::String(class)), Some(l)) = (meta.get("class"), label) {
+        let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
+        if let Some(named) = named {
+            if named != class {
+                scan.member(
+                    ctx,
+                    member,
+                    ProblemKind::LabelMismatch,
+                    format!("states class {class:?}, but label {l} is class {named:?}"),
+                );
+            }
+        }
+    }
+    let dim = |k: &str| meta.get(k).and_then(Value::as_u64);
+    match (meta.get("width"), meta.get("height")) {
+        (None, None) => None,
+        _ => match (dim("width"), dim("height")) {
+            (Some(w), Some(h)) => Some((w, h)),
+            _ => {
+                scan.member(
+                    ctx,
+                    member,
+                    ProblemKind::BadMetadata,
+                    "width and height must both be non-negative integers".into(),
+                );
+                None
+            }
+        },
+    }
+}
+
+pub(crate) fn check_label_range(label: i64, ctx: &Ctx<'_>, scan: &mut Scan<'_>, member: &str) {
+    if ctx.classes.is_empty() {
+        return;
+    }
+    let n = ctx.classes.len();
+    if usize::try_from(label).map_or(true, |i| i >= n) {
+        scan.member(
+            ctx,
+            member,
+            ProblemKind::BadLabel,
+            format!(
+                "label {label} is not in the class list ({n} classes, labels 0 to {})",
+                n - 1
+            ),
+        );
+    }
+}
+
+/// A short, printable rendering of untrusted bytes.
+fn quote(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(24)];
+    let s = format!("{:?}", String::from_utf8_lossy(head));
+    if bytes.len() > head.len() {
+        format!("{s}…")
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardtool_wds::TarWriter;
+
+    fn fields() -> BTreeSet<String> {
+        ["cls", "jpg", "json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    fn classes() -> Vec<String> {
+        vec!["a".into(), "b".into()]
+    }
+
+    fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut w = TarWriter::new(Vec::new());
+        for (n, d) in members {
+            w.append(n, d).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    fn good() -> Vec<(String, Vec<u8>)> {
+        let mut v = Vec::new();
+        for (k, l) in [("k1", 0), ("k2", 1)] {
+            v.push((format!("{k}.cls"), l.to_string().into_bytes()));
+            v.push((format!("{k}.jpg"), b"\xff\xd8not really".to_vec()));
+            v.push((
+                format!("{k}.json"),
+                format!(
+                    r#"{{"key":"{k}","label":{l},"class":"{}","width":2,"height":3}}"#,
+                    ["a", "b"][l]
+                )
+                .into_bytes(),
+            ));
+        }
+        v
+    }
+
+    fn scan_of(members: &[(String, Vec<u8>)], decode: bool) -> (Vec<ProblemKind>, u64, usize) {
+        let refs: Vec<(&str, &[u8])> = members
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect();
+        let bytes = tar(&refs);
+        let f = fields();
+        let c = classes();
+        let ctx = Ctx {
+            shard: "s.tar",
+            fields: &f,
+            classes: &c,
+            decode,
+        };
+        let s = check_tar(&bytes, &ctx);
+        (
+            s.problems.iter().map(|p| p.kind).collect(),
+            s.samples,
+            s.images.len(),
+        )
+    }
+
+    #[test]
+    fn a_good_shard_has_no_problems() {
+        let (p, n, images) = scan_of(&good(), true);
+        assert_eq!(p, vec![]);
+        assert_eq!(n, 2);
+        assert_eq!(images, 2);
+    }
+
+    #[test]
+    fn missing_duplicate_and_unexpected_fields() {
+        let mut m = good();
+        m.remove(0); // k1.cls
+        m.push(("k2.txt".into(), b"x".to_vec()));
+        m.push(("k2.txt".into(), b"y".to_vec()));
+        let (p, n, _) = scan_of(&m, false);
+        assert_eq!(n, 2);
+        assert_eq!(
+            p,
+            vec![
+                ProblemKind::MissingField,
+                ProblemKind::DuplicateField,
+                ProblemKind::UnexpectedField
+            ]
+        );
+    }
+
+    #[test]
+    fn labels_and_metadata_must_agree() {
+        let mut m = good();
+        m[0].1 = b"7".to_vec(); // out of range, and differs from json label 0
+        m[3].1 = b"one".to_vec(); // not an integer
+        m[5].1 = b"[1]".to_vec(); // json not an object
+        let (p, _, _) = scan_of(&m, false);
+        assert_eq!(
+            p,
+            vec![
+                ProblemKind::BadLabel,
+                ProblemKind::LabelMismatch,
+                ProblemKind::BadLabel,
+                ProblemKind::BadMetadata
+            ]
+        );
+    }
+
+    #[test]
+    fn repeated_keys_and_bad_names() {
+        let mut m = good();
+        let again = m[0..3].to_vec();
+        m.extend(again);
+        m.push(("bad key!.cls".into(), b"0".to_vec()));
+        m.push(("nodot".into(), b"0".to_vec()));
+        m.push(("k9.CLS".into(), b"0".to_vec()));
+        let (p, n, _) = scan_of(&m, false);
+        assert_eq!(n, 5);
+        assert!(p.contains(&ProblemKind::DuplicateKey), "{p:?}");
+        assert!(p.contains(&ProblemKind::BadKey), "{p:?}");
+        assert!(p.contains(&ProblemKind::BadMemberName), "{p:?}");
+    }
+
+    #[test]
+    fn truncation_and_trailing_bytes() {
+        let m = good();
+        let refs: Vec<(&str, &[u8])> = m.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
+        let bytes = tar(&refs);
+        let f = fields();
+        let c = classes();
+        let ctx = Ctx {
+            shard: "s.tar",
+            fields: &f,
+            classes: &c,
+            decode: false,
+        };
+        for cut in [0, 100, 512, bytes.len() - 1024, bytes.len() - 1] {
+            let s = check_tar(&bytes[..cut], &ctx);
+            assert!(
+                s.problems.iter().any(|p| p.kind == ProblemKind::Truncated),
+                "cut at {cut}: {:?}",
+                s.problems
+            );
+        }
+        let mut long = bytes.clone();
+        long.extend_from_slice(&[0; 512]);
+        assert!(check_tar(&long, &ctx).problems.is_empty());
+        long.push(1);
+        let s = check_tar(&long, &ctx);
+        assert_eq!(s.problems[0].kind, ProblemKind::TrailingData);
+    }
+}

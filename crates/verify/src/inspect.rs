@@ -1,0 +1,541 @@
+//! `inspect`: what a dataset or a single shard holds — sample and shard counts, the class
+//! histogram, the distribution of image sizes, bytes per sample and per field, and the pack
+//! options — computed from the shards themselves (each read once, in parallel).
+
+use crate::check_packed::PACKED_FIELDS;
+use crate::dataset::{open_target, ShardKind, Target};
+use crate::loader::{load, load_any, BufferPool};
+use crate::report::{Problem, ProblemKind};
+use crate::{VerifyError, VerifyOptions};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use shardtool_manifest::{Compression, ShardFormat};
+use shardtool_packed::PackedShard;
+use shardtool_wds::{group_samples, TarReader};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// How many of the most common image sizes to list.
+const MOST_COMMON: usize = 5;
+
+/// Samples of one label.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassCount {
+    /// The label.
+    pub label: i64,
+    /// Its class name (from the manifest, or from sample metadata for a lone shard).
+    pub name: Option<String>,
+    /// Samples with this label.
+    pub count: u64,
+}
+
+/// Minimum, median and maximum of a quantity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Spread {
+    /// Smallest value.
+    pub min: u32,
+    /// Median (the lower one for an even count).
+    pub median: u32,
+    /// Largest value.
+    pub max: u32,
+}
+
+/// How many images have one size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeCount {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Images of this size.
+    pub count: u64,
+}
+
+/// The distribution of image sizes.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct SizeStats {
+    /// Images whose size is known.
+    pub images: u64,
+    /// Widths.
+    pub width: Spread,
+    /// Heights.
+    pub height: Spread,
+    /// The most common sizes, most frequent first.
+    pub most_common: Vec<SizeCount>,
+}
+
+/// Size of one field over all samples.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct FieldStats {
+    /// Samples carrying the field.
+    pub count: u64,
+    /// Bytes of the field in all of them.
+    pub bytes: u64,
+    /// Mean bytes per sample carrying it.
+    pub mean_bytes: f64,
+}
+
+/// What `inspect` found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InspectReport {
+    /// The path inspected.
+    pub target: String,
+    /// `dataset` or `shard`.
+    pub kind: String,
+    /// The manifest, for a dataset.
+    pub manifest: Option<String>,
+    /// The tool that packed it (from the manifest).
+    pub tool: Option<String>,
+    /// Shard files read.
+    pub shards: u64,
+    /// Shards per format (`wds`, `packed`, `wds+zstd`, `packed+zstd`).
+    pub formats: BTreeMap<String, u64>,
+    /// Samples found.
+    pub samples: u64,
+    /// Samples the manifest lists (for a dataset).
+    pub samples_in_manifest: Option<u64>,
+    /// Bytes of the shard files as stored.
+    pub stored_bytes: u64,
+    /// Bytes of the shards after decompression (equal to `stored_bytes` when uncompressed).
+    pub uncompressed_bytes: u64,
+    /// `stored_bytes / samples`.
+    pub bytes_per_sample: f64,
+    /// Per-field sizes (`jpg`, `cls`, `json` for tar shards; `pixels` for packed ones).
+    pub fields: BTreeMap<String, FieldStats>,
+    /// Samples per label, in label order.
+    pub classes: Vec<ClassCount>,
+    /// Image sizes.
+    pub image_sizes: SizeStats,
+    /// The pack options from the manifest.
+    pub pack: Option<serde_json::Map<String, Value>>,
+    /// Shards or samples that could not be read; the statistics leave them out.
+    pub problems: Vec<Problem>,
+}
+
+/// Statistics of one shard, merged later.
+#[derive(Default)]
+struct Stats {
+    shards: u64,
+    formats: BTreeMap<String, u64>,
+    samples: u64,
+    stored: u64,
+    uncompressed: u64,
+    fields: BTreeMap<String, (u64, u64)>,
+    labels: BTreeMap<i64, u64>,
+    names: BTreeMap<i64, String>,
+    sizes: HashMap<(u32, u32), u64>,
+    problems: Vec<Problem>,
+}
+
+impl Stats {
+    fn merge(&mut self, o: Stats) {
+        self.shards += o.shards;
+        for (k, v) in o.formats {
+            *self.formats.entry(k).or_default() += v;
+        }
+        self.samples += o.samples;
+        self.stored += o.stored;
+        self.uncompressed += o.uncompressed;
+        for (k, (c, b)) in o.fields {
+            let e = self.fields.entry(k).or_default();
+            e.0 += c;
+            e.1 += b;
+        }
+        for (k, v) in o.labels {
+            *self.labels.entry(k).or_default() += v;
+        }
+        for (k, v) in o.names {
+            self.names.entry(k).or_insert(v);
+        }
+        for (k, v) in o.sizes {
+            *self.sizes.entry(k).or_default() += v;
+        }
+        self.problems.extend(o.problems);
+    }
+}
+
+/// Inspects a dataset (directory or manifest) or a single shard file.
+pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, VerifyError> {
+    if opts.jobs == 0 {
+        return Err(VerifyError::Usage("--jobs must be at least 1".into()));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs)
+        .build()
+        .map_err(|e| VerifyError::Usage(format!("cannot start {} threads: {e}", opts.jobs)))?;
+    let buffers = BufferPool::default();
+    match open_target(target, &opts.limits, true)? {
+        Target::Dataset(ds) => {
+            let m = &ds.manifest;
+            let parts: Vec<Stats> = pool.install(|| {
+                m.shards
+                    .par_iter()
+                    .with_max_len(1)
+                    .map(|e| {
+                        if !shardtool_manifest::is_safe_file_name(&e.file) {
+                            return Stats::default();
+                        }
+                        let kind = ShardKind {
+                            format: e.format,
+                            compression: e.compression,
+                        };
+                        shard_stats(
+                            &ds.dir.join(&e.file),
+                            &e.file,
+                            Some(kind),
+                            e.uncompressed_bytes,
+                            opts,
+                            &buffers,
+                        )
+                    })
+                    .collect()
+            });
+            let mut all = Stats::default();
+            for p in parts {
+                all.merge(p);
+            }
+            for (i, c) in m.classes.iter().enumerate() {
+                all.names.insert(i as i64, c.clone());
+            }
+            let mut r = finish(target, "dataset", all);
+            r.manifest = Some(ds.manifest_path.display().to_string());
+            r.tool = Some(m.tool.clone());
+            r.samples_in_manifest = Some(m.totals.samples);
+            r.pack = Some(m.pack.clone());
+            Ok(r)
+        }
+        Target::Shard(path) => {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let kind = ShardKind::from_name(&name);
+            let stats = pool.install(|| shard_stats(&path, &name, kind, None, opts, &buffers));
+            if stats.shards == 0 && stats.problems.is_empty() {
+                return Err(VerifyError::UnknownFile { path });
+            }
+            Ok(finish(target, "shard", stats))
+        }
+    }
+}
+
+fn finish(target: &Path, kind: &str, s: Stats) -> InspectReport {
+    let classes = s
+        .labels
+        .iter()
+        .map(|(&label, &count)| ClassCount {
+            label,
+            name: s.names.get(&label).cloned(),
+            count,
+        })
+        .collect();
+    let fields = s
+        .fields
+        .iter()
+        .map(|(k, &(count, bytes))| {
+            (
+                k.clone(),
+                FieldStats {
+                    count,
+                    bytes,
+                    mean_bytes: bytes as f64 / count.max(1) as f64,
+                },
+            )
+        })
+        .collect();
+    InspectReport {
+        target: target.display().to_string(),
+        kind: kind.into(),
+        manifest: None,
+        tool: None,
+        shards: s.shards,
+        formats: s.formats,
+        samples: s.samples,
+        samples_in_manifest: None,
+        stored_bytes: s.stored,
+        uncompressed_bytes: s.uncompressed,
+        bytes_per_sample: s.stored as f64 / s.samples.max(1) as f64,
+        fields,
+        classes,
+        image_sizes: size_stats(&s.sizes),
+        pack: None,
+        problems: s.problems,
+    }
+}
+
+/// Min, median and max from a histogram of values.
+fn spread(hist: &BTreeMap<u32, u64>) -> Spread {
+    let total: u64 = hist.values().sum();
+    if total == 0 {
+        return Spread::default();
+    }
+    let mid = (total - 1) / 2;
+    let mut seen = 0u64;
+    let mut median = 0;
+    for (&v, &c) in hist {
+        if seen + c > mid {
+            median = v;
+            break;
+        }
+        seen += c;
+    }
+    Spread {
+        min: hist.keys().next().copied().unwrap_or(0),
+        median,
+        max: hist.keys().next_back().copied().unwrap_or(0),
+    }
+}
+
+fn size_stats(sizes: &HashMap<(u32, u32), u64>) -> SizeStats {
+    let mut widths = BTreeMap::new();
+    let mut heights = BTreeMap::new();
+    for (&(w, h), &c) in sizes {
+        *widths.entry(w).or_default() += c;
+        *heights.entry(h).or_default() += c;
+    }
+    let mut common: Vec<SizeCount> = sizes
+        .iter()
+        .map(|(&(width, height), &count)| SizeCount {
+            width,
+            height,
+            count,
+        })
+        .collect();
+    common.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then((a.width, a.height).cmp(&(b.width, b.height)))
+    });
+    common.truncate(MOST_COMMON);
+    SizeStats {
+        images: sizes.values().sum(),
+        width: spread(&widths),
+        height: spread(&heights),
+        most_common: common,
+    }
+}
+
+/// Detects the format of shard bytes from their content.
+pub(crate) fn sniff(bytes: &[u8]) -> Option<ShardFormat> {
+    if bytes.len() > 9 && bytes[8] == b'{' {
+        return Some(ShardFormat::Packed);
+    }
+    match TarReader::new(bytes).next() {
+        Some(Ok(_)) => Some(ShardFormat::Wds),
+        _ => None,
+    }
+}
+
+fn shard_stats(
+    path: &Path,
+    name: &str,
+    kind: Option<ShardKind>,
+    declared: Option<u64>,
+    opts: &VerifyOptions,
+    buffers: &BufferPool,
+) -> Stats {
+    let mut s = Stats::default();
+    let limit = opts.max_shard_bytes;
+    let loaded = match kind {
+        Some(k) => load(
+            path,
+            k.compression == Some(Compression::Zstd),
+            declared,
+            limit,
+            opts.mmap,
+            buffers,
+        ),
+        None => load_any(path, limit, opts.mmap, buffers),
+    };
+    let problem = |kind, message: String| Problem::shard(name, kind, message);
+    let loaded = match loaded {
+        Ok(l) => l,
+        Err(e) => {
+            let kind = if e.kind() == std::io::ErrorKind::NotFound {
+                ProblemKind::MissingShard
+            } else {
+                ProblemKind::Unreadable
+            };
+            s.problems.push(problem(kind, format!("cannot read: {e}")));
+            return s;
+        }
+    };
+    if let Some(why) = &loaded.incomplete {
+        s.problems.push(problem(
+            ProblemKind::Unreadable,
+            format!("content not read: {why}"),
+        ));
+        buffers.give(loaded.data);
+        return s;
+    }
+    let data = &loaded.data;
+    let compressed = loaded.uncompressed.is_some();
+    let format = match kind.map(|k| k.format).or_else(|| sniff(data)) {
+        Some(f) => f,
+        None => {
+            buffers.give(loaded.data);
+            return s;
+        }
+    };
+    s.shards = 1;
+    s.stored = loaded.stored_len;
+    s.uncompressed = data.len() as u64;
+    let fname = match format {
+        ShardFormat::Wds => "wds",
+        ShardFormat::Packed => "packed",
+    };
+    let fname = if compressed {
+        format!("{fname}+zstd")
+    } else {
+        fname.to_string()
+    };
+    s.formats.insert(fname, 1);
+    match format {
+        ShardFormat::Wds => wds_stats(data, name, &mut s),
+        ShardFormat::Packed => packed_stats(data, name, &mut s),
+    }
+    buffers.give(loaded.data);
+    s
+}
+
+fn wds_stats(data: &[u8], name: &str, s: &mut Stats) {
+    let (samples, err) = group_samples(data);
+    if let Some(e) = err {
+        s.problems.push(Problem::shard(
+            name,
+            ProblemKind::Malformed,
+            format!("read stopped after {} samples: {e}", samples.len()),
+        ));
+    }
+    for sample in &samples {
+        s.samples += 1;
+        for (f, d) in &sample.fields {
+            let e = s.fields.entry(f.clone()).or_default();
+            e.0 += 1;
+            e.1 += d.len() as u64;
+        }
+        let meta: Option<serde_json::Map<String, Value>> = sample
+            .get("json")
+            .filter(|j| j.len() <= 1 << 20)
+            .and_then(|j| serde_json::from_slice(j).ok());
+        let label = sample
+            .get("cls")
+            .and_then(|c| std::str::from_utf8(c).ok())
+            .and_then(|t| t.trim().parse::<i64>().ok())
+            .or_else(|| meta.as_ref()?.get("label")?.as_i64());
+        if let Some(l) = label {
+            *s.labels.entry(l).or_default() += 1;
+            if let Some(Value::String(c)) = meta.as_ref().and_then(|m| m.get("class")) {
+                s.names.entry(l).or_insert_with(|| c.clone());
+            }
+        }
+        let from_meta = meta.as_ref().and_then(|m| {
+            let w = u32::try_from(m.get("width")?.as_u64()?).ok()?;
+            let h = u32::try_from(m.get("height")?.as_u64()?).ok()?;
+            Some((w, h))
+        });
+        let size = from_meta.or_else(|| {
+            let image = sample
+                .fields
+                .iter()
+                .find(|(f, _)| crate::check_tar::IMAGE_FIELDS.contains(&f.as_str()))?;
+            image_dimensions(image.1)
+        });
+        if let Some(wh) = size {
+            *s.sizes.entry(wh).or_default() += 1;
+        }
+    }
+}
+
+/// The size an encoded image declares in its header, without decoding it.
+pub(crate) fn image_dimensions(bytes: &[u8]) -> Option<(u32, u32)> {
+    image::ImageReader::new(std::io::Cursor::new(bytes))
+        .with_guessed_format()
+        .ok()?
+        .into_dimensions()
+        .ok()
+}
+
+fn packed_stats(data: &[u8], name: &str, s: &mut Stats) {
+    let shard = match PackedShard::open(data) {
+        Ok(p) => p,
+        Err(e) => {
+            s.problems.push(Problem::shard(
+                name,
+                ProblemKind::Malformed,
+                format!("not a valid packed shard: {e}"),
+            ));
+            return;
+        }
+    };
+    for (i, rec) in shard.records().enumerate() {
+        s.samples += 1;
+        for f in PACKED_FIELDS {
+            let bytes = match f {
+                "pixels" => rec.pixels.len() as u64,
+                "label" => 8,
+                _ => rec.key.len() as u64,
+            };
+            let e = s.fields.entry(f.to_string()).or_default();
+            e.0 += 1;
+            e.1 += bytes;
+        }
+        *s.labels.entry(rec.label).or_default() += 1;
+        if let Some(Value::String(c)) = shard.sample_meta(i).get("class") {
+            s.names.entry(rec.label).or_insert_with(|| c.clone());
+        }
+        let [h, w, _] = rec.shape;
+        *s.sizes.entry((w, h)).or_default() += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_of_a_histogram() {
+        let h: BTreeMap<u32, u64> = [(10, 1), (20, 2), (30, 1)].into_iter().collect();
+        assert_eq!(
+            spread(&h),
+            Spread {
+                min: 10,
+                median: 20,
+                max: 30
+            }
+        );
+        let h: BTreeMap<u32, u64> = [(10, 2), (30, 2)].into_iter().collect();
+        assert_eq!(spread(&h).median, 10);
+        assert_eq!(spread(&BTreeMap::new()), Spread::default());
+    }
+
+    #[test]
+    fn most_common_sizes_first() {
+        let sizes: HashMap<(u32, u32), u64> = [((1, 1), 1), ((2, 2), 5), ((3, 3), 5)]
+            .into_iter()
+            .collect();
+        let s = size_stats(&sizes);
+        assert_eq!(s.images, 11);
+        assert_eq!(
+            (
+                s.most_common[0].width,
+                s.most_common[1].width,
+                s.most_common[2].width
+            ),
+            (2, 3, 1)
+        );
+    }
+
+    #[test]
+    fn sniffs_formats() {
+        let mut w = shardtool_wds::TarWriter::new(Vec::new());
+        w.append("a.cls", b"1").unwrap();
+        let tar = w.finish().unwrap();
+        assert_eq!(sniff(&tar), Some(ShardFormat::Wds));
+        let mut p = 8u64.to_le_bytes().to_vec();
+        p.extend_from_slice(b"{}      ");
+        assert_eq!(sniff(&p), Some(ShardFormat::Packed));
+        assert_eq!(sniff(b"hello"), None);
+    }
+}

@@ -1,0 +1,426 @@
+//! Reading a shard file once, front to back. Two ways:
+//!
+//! - **Mapped** (plain shards, the default): the file is mapped read-only and hashed in place, so
+//!   the bytes are touched once from the page cache, as `cat` touches them, with no copy.
+//!   This relies on the write-once invariant of shard files (ARCHITECTURE.md): a file truncated
+//!   by another process while it is mapped kills the process with SIGBUS. `--no-mmap` opts out.
+//! - **Read** (plain shards with `--no-mmap`, and every `.zst` shard): the file is read in 1 MiB
+//!   chunks into a buffer, each chunk hashed while still in cache. `.zst` shards are decompressed
+//!   as a stream (uncompressed bytes hashed too) into a buffer whose size is capped before any
+//!   byte is decompressed, so a lying manifest or a zstd bomb cannot make us allocate without
+//!   bound.
+
+use memmap2::{Mmap, MmapOptions};
+use shardtool_core::Checksum;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+use std::sync::Mutex;
+use xxhash_rust::xxh3::Xxh3;
+
+/// Bytes read per step: large enough to amortise the system call, small enough to stay in cache
+/// for the hash that follows.
+const CHUNK: u64 = 1 << 20;
+
+/// Buffers returned after use, so that later shards reuse memory that is already paged in.
+#[derive(Default)]
+pub(crate) struct BufferPool {
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl BufferPool {
+    /// An empty buffer, reusing a returned one when there is one.
+    pub(crate) fn take(&self) -> Vec<u8> {
+        self.free
+            .lock()
+            .ok()
+            .and_then(|mut f| f.pop())
+            .unwrap_or_default()
+    }
+
+    /// Gives a buffer back for reuse (mapped bytes are just unmapped).
+    pub(crate) fn give(&self, bytes: ShardBytes) {
+        if let ShardBytes::Owned(mut buf) = bytes {
+            buf.clear();
+            if let Ok(mut f) = self.free.lock() {
+                f.push(buf);
+            }
+        }
+    }
+}
+
+/// What stopped a shard's content from being read completely (the stored checksum is still
+/// computed over the whole file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Incomplete {
+    /// The (uncompressed) shard is over the in-memory limit.
+    TooLarge {
+        /// The limit.
+        limit: u64,
+    },
+    /// Decompression produced more than `cap` bytes and was stopped.
+    OverCap {
+        /// The cap (declared size, or the limit when smaller).
+        cap: u64,
+    },
+    /// The zstd stream is corrupt.
+    Decompress(String),
+}
+
+impl std::fmt::Display for Incomplete {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Incomplete::TooLarge { limit } => {
+                write!(f, "over the {limit}-byte in-memory limit for a shard")
+            }
+            Incomplete::OverCap { cap } => {
+                write!(f, "decompresses to more than the declared {cap} bytes")
+            }
+            Incomplete::Decompress(e) => write!(f, "not a valid zstd stream: {e}"),
+        }
+    }
+}
+
+/// The bytes of a shard: read into memory, or mapped.
+pub(crate) enum ShardBytes {
+    /// Read (and possibly decompressed) into a buffer.
+    Owned(Vec<u8>),
+    /// Mapped read-only.
+    Mapped(Mmap),
+}
+
+impl std::ops::Deref for ShardBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            ShardBytes::Owned(v) => v,
+            ShardBytes::Mapped(m) => m,
+        }
+    }
+}
+
+/// A shard as read.
+pub(crate) struct Loaded {
+    /// The (uncompressed) shard bytes; complete only when `incomplete` is `None`.
+    pub data: ShardBytes,
+    /// Bytes of the file as stored.
+    pub stored_len: u64,
+    /// Checksum of the file as stored; `None` for a mapped file, which the caller hashes (in one
+    /// pass with its own checks where it can).
+    pub stored_sum: Option<Checksum>,
+    /// Size and checksum after decompression (compressed shards only, complete reads only).
+    pub uncompressed: Option<(u64, Checksum)>,
+    /// Why `data` is not the whole shard, if it is not.
+    pub incomplete: Option<Incomplete>,
+}
+
+/// A reader that hashes and counts what passes through it.
+struct HashingReader<R> {
+    inner: R,
+    hasher: Xxh3,
+    count: u64,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.count += n as u64;
+        Ok(n)
+    }
+}
+
+/// Appends what `reader` yields to `buf`, hashing it chunk by chunk, until EOF or until `cap`
+/// bytes were read. With `keep == false` nothing is kept (hash only). Returns the bytes read and
+/// whether it stopped at `cap` (so that more may follow).
+fn pump(
+    reader: &mut dyn Read,
+    buf: &mut Vec<u8>,
+    cap: u64,
+    keep: bool,
+    hasher: &mut Xxh3,
+) -> io::Result<(u64, bool)> {
+    let mut total = 0u64;
+    loop {
+        let room = cap - total;
+        if room == 0 {
+            return Ok((total, true));
+        }
+        if !keep {
+            buf.clear();
+        }
+        let start = buf.len();
+        let want = room.min(CHUNK);
+        // `want` is at most CHUNK, so this never reserves more than 1 MiB beyond the data.
+        buf.reserve(want as usize);
+        let n = Read::take(&mut *reader, want).read_to_end(buf)?;
+        if n == 0 {
+            return Ok((total, false));
+        }
+        hasher.update(&buf[start..]);
+        total += n as u64;
+    }
+}
+
+/// Reads a plain shard. When it is over `limit` bytes it is hashed without being kept.
+pub(crate) fn load_plain(path: &Path, limit: u64, pool: &BufferPool) -> io::Result<Loaded> {
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let keep = len <= limit;
+    let mut data = pool.take();
+    if keep {
+        // `len` comes from the file system and is within the limit.
+        data.reserve(len as usize);
+    }
+    let mut hasher = Xxh3::new();
+    let cap = if keep {
+        limit.saturating_add(1)
+    } else {
+        u64::MAX
+    };
+    let (read, _) = pump(&mut file, &mut data, cap, keep, &mut hasher)?;
+    let too_large = !keep || read > limit;
+    if too_large {
+        data.clear();
+    }
+    Ok(Loaded {
+        data: ShardBytes::Owned(data),
+        stored_len: read,
+        stored_sum: Some(Checksum(hasher.digest())),
+        uncompressed: None,
+        incomplete: too_large.then_some(Incomplete::TooLarge { limit }),
+    })
+}
+
+/// Reads a zstd-compressed shard. `declared` is the manifest's uncompressed size, if known: at
+/// most `min(declared, limit) + 1` bytes are decompressed, and the rest of the file is still
+/// hashed so that the stored checksum covers every byte.
+pub(crate) fn load_zstd(
+    path: &Path,
+    declared: Option<u64>,
+    limit: u64,
+    pool: &BufferPool,
+) -> io::Result<Loaded> {
+    let file = File::open(path)?;
+    let stored = file.metadata()?.len();
+    let counted = HashingReader {
+        inner: file,
+        hasher: Xxh3::new(),
+        count: 0,
+    };
+    let cap = declared.unwrap_or(limit).min(limit);
+    let mut data = pool.take();
+    // Reserve what the manifest promises, but no more than a plausible ratio of the stored size:
+    // a lying manifest must not reserve gigabytes. Growth past it is by chunks, up to the cap.
+    data.reserve(cap.min(stored.saturating_mul(8).saturating_add(CHUNK)) as usize);
+    let mut hasher = Xxh3::new();
+    let mut decoder = zstd::stream::read::Decoder::with_buffer(BufReader::with_capacity(
+        CHUNK as usize,
+        counted,
+    ))?;
+    let outcome = pump(
+        &mut decoder,
+        &mut data,
+        cap.saturating_add(1),
+        true,
+        &mut hasher,
+    );
+    // Hash whatever the decoder did not consume, so the stored checksum covers the whole file.
+    let mut rest = decoder.finish();
+    io::copy(&mut rest, &mut io::sink())?;
+    let counted = rest.into_inner();
+    let incomplete = match outcome {
+        Ok((n, _)) if n > cap => Some(if declared.is_some_and(|d| d <= limit) {
+            Incomplete::OverCap { cap }
+        } else {
+            Incomplete::TooLarge { limit }
+        }),
+        Ok(_) => None,
+        Err(e) if e.kind() == io::ErrorKind::Other || e.kind() == io::ErrorKind::InvalidData => {
+            Some(Incomplete::Decompress(e.to_string()))
+        }
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Some(Incomplete::Decompress(
+            "the zstd stream ends in the middle of a frame (truncated file)".into(),
+        )),
+        Err(e) => return Err(e),
+    };
+    let uncompressed = incomplete
+        .is_none()
+        .then(|| (data.len() as u64, Checksum(hasher.digest())));
+    if incomplete.is_some() {
+        data.clear();
+    }
+    Ok(Loaded {
+        data: ShardBytes::Owned(data),
+        stored_len: counted.count,
+        stored_sum: Some(Checksum(counted.hasher.digest())),
+        uncompressed,
+        incomplete,
+    })
+}
+
+/// Maps `file` read-only, with its pages populated up front (one system call instead of a fault
+/// per page).
+///
+/// # Safety
+///
+/// This function is safe to call, but the mapping is only sound while nobody truncates or
+/// rewrites the file: a file that shrinks under a live mapping makes the next access raise
+/// SIGBUS, and a file rewritten in place changes bytes we have already validated. shardtool
+/// never modifies a published shard (write-once: temporary name, fsync, rename), and this is the
+/// only place in the workspace's verify path that maps a file; callers who cannot rule out
+/// another writer use the reading path (`--no-mmap`).
+#[allow(unsafe_code)]
+fn map_readonly(file: &File) -> io::Result<Mmap> {
+    // SAFETY: see the `# Safety` section above: shard files are write-once, so the mapped bytes
+    // neither change nor disappear while the mapping (owned by the returned value) is alive.
+    unsafe { MmapOptions::new().populate().map(file) }
+}
+
+/// Maps a plain shard. Empty files are not mapped (a zero-length mapping is an error on some
+/// systems); the caller hashes the bytes.
+pub(crate) fn load_mapped(path: &Path) -> io::Result<Loaded> {
+    let file = File::open(path)?;
+    let len = file.metadata()?.len();
+    let data = if len == 0 {
+        ShardBytes::Owned(Vec::new())
+    } else {
+        let map = map_readonly(&file)?;
+        let _ = map.advise(memmap2::Advice::Sequential);
+        ShardBytes::Mapped(map)
+    };
+    Ok(Loaded {
+        stored_len: data.len() as u64,
+        data,
+        stored_sum: None,
+        uncompressed: None,
+        incomplete: None,
+    })
+}
+
+/// Reads a shard as `compression` says: mapped or read when plain, decompressed when zstd.
+pub(crate) fn load(
+    path: &Path,
+    compressed: bool,
+    declared: Option<u64>,
+    limit: u64,
+    mmap: bool,
+    pool: &BufferPool,
+) -> io::Result<Loaded> {
+    match (compressed, mmap) {
+        (true, _) => load_zstd(path, declared, limit, pool),
+        (false, true) => load_mapped(path),
+        (false, false) => load_plain(path, limit, pool),
+    }
+}
+
+/// Reads any shard file for inspect/preview: decompresses when it starts with the zstd magic.
+pub(crate) fn load_any(
+    path: &Path,
+    limit: u64,
+    mmap: bool,
+    pool: &BufferPool,
+) -> io::Result<Loaded> {
+    let mut magic = [0u8; 4];
+    let mut f = File::open(path)?;
+    let n = f.read(&mut magic)?;
+    drop(f);
+    load(path, n == 4 && magic == ZSTD_MAGIC, None, limit, mmap, pool)
+}
+
+/// The first four bytes of a zstd frame.
+pub(crate) const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn data(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn plain_reads_hash_the_whole_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.tar");
+        let d = data(3 * CHUNK as usize + 17);
+        std::fs::write(&p, &d).unwrap();
+        let pool = BufferPool::default();
+        let l = load_plain(&p, u64::MAX, &pool).unwrap();
+        assert_eq!(&l.data[..], &d[..]);
+        assert_eq!(l.stored_len, d.len() as u64);
+        assert_eq!(l.stored_sum, Some(Checksum::of(&d)));
+        assert!(l.incomplete.is_none());
+        pool.give(l.data);
+        let l = load_plain(&p, 100, &pool).unwrap();
+        assert!(l.data.is_empty());
+        assert_eq!(
+            l.stored_sum,
+            Some(Checksum::of(&d)),
+            "hashed even when too large"
+        );
+        let m = load_mapped(&p).unwrap();
+        assert!(matches!(m.data, ShardBytes::Mapped(_)));
+        assert_eq!(&m.data[..], &d[..]);
+        assert_eq!(m.stored_sum, None);
+        std::fs::write(&p, b"").unwrap();
+        assert!(load_mapped(&p).unwrap().data.is_empty());
+        assert_eq!(l.incomplete, Some(Incomplete::TooLarge { limit: 100 }));
+    }
+
+    fn zst(d: &[u8]) -> Vec<u8> {
+        zstd::encode_all(d, 3).unwrap()
+    }
+
+    #[test]
+    fn zstd_reads_hash_both_sides_and_respect_the_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.tar.zst");
+        let d = data(2 * CHUNK as usize + 5);
+        let z = zst(&d);
+        std::fs::write(&p, &z).unwrap();
+        let pool = BufferPool::default();
+        let l = load_zstd(&p, Some(d.len() as u64), u64::MAX, &pool).unwrap();
+        assert_eq!(&l.data[..], &d[..]);
+        assert_eq!(l.stored_sum, Some(Checksum::of(&z)));
+        assert_eq!(l.uncompressed, Some((d.len() as u64, Checksum::of(&d))));
+        // The manifest understates the size: stop one byte past it, still hash the whole file.
+        let l = load_zstd(&p, Some(1000), u64::MAX, &pool).unwrap();
+        assert_eq!(l.incomplete, Some(Incomplete::OverCap { cap: 1000 }));
+        assert_eq!(l.stored_sum, Some(Checksum::of(&z)));
+        assert_eq!(l.stored_len, z.len() as u64);
+        // No declared size: the limit caps it.
+        let l = load_zstd(&p, None, 4096, &pool).unwrap();
+        assert_eq!(l.incomplete, Some(Incomplete::TooLarge { limit: 4096 }));
+        let any = load_any(&p, u64::MAX, true, &pool).unwrap();
+        assert_eq!(&any.data[..], &d[..]);
+    }
+
+    #[test]
+    fn corrupt_and_truncated_zstd_are_reported_not_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.tar.zst");
+        let d = data(100_000);
+        let z = zst(&d);
+        std::fs::write(&p, &z[..z.len() / 2]).unwrap();
+        let pool = BufferPool::default();
+        let l = load_zstd(&p, Some(d.len() as u64), u64::MAX, &pool).unwrap();
+        assert!(
+            matches!(l.incomplete, Some(Incomplete::Decompress(_))),
+            "{:?}",
+            l.incomplete
+        );
+        assert_eq!(l.stored_sum, Some(Checksum::of(&z[..z.len() / 2])));
+        let mut f = File::create(&p).unwrap();
+        f.write_all(&z).unwrap();
+        f.write_all(b"garbage after the frame").unwrap();
+        drop(f);
+        let l = load_zstd(&p, Some(d.len() as u64), u64::MAX, &pool).unwrap();
+        assert!(matches!(l.incomplete, Some(Incomplete::Decompress(_))));
+        std::fs::write(&p, b"").unwrap();
+        let l = load_zstd(&p, Some(d.len() as u64), u64::MAX, &pool).unwrap();
+        assert_eq!(l.stored_len, 0);
+        assert!(matches!(l.incomplete, Some(Incomplete::Decompress(_))));
+    }
+}

@@ -1,0 +1,275 @@
+//! The typed result of `verify`: one [`Problem`] per thing found wrong, plus what was checked.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// What kind of problem was found. Serialised in `snake_case` (`missing_shard`, …), which is the
+/// stable name scripts match on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ProblemKind {
+    /// The manifest parses but breaks a rule of its format (totals, names, checksum syntax …).
+    ManifestInvalid,
+    /// A shard listed in the manifest is not in the directory.
+    MissingShard,
+    /// A file that looks like a shard (`*.tar`, `*.safetensors`, `.zst` of either) is not listed.
+    UnexpectedShard,
+    /// A shard exists but could not be read (permissions, I/O error, not a regular file).
+    Unreadable,
+    /// A shard is larger than this run may hold in memory; only its checksum was checked.
+    TooLarge,
+    /// The stored size differs from the manifest's `bytes`.
+    SizeMismatch,
+    /// The stored checksum differs from the manifest's `checksum`.
+    ChecksumMismatch,
+    /// The decompressed size differs from the manifest's `uncompressed_bytes`.
+    UncompressedSizeMismatch,
+    /// The decompressed checksum differs from the manifest's `uncompressed_checksum`.
+    UncompressedChecksumMismatch,
+    /// A compressed shard is not a valid zstd stream.
+    Decompress,
+    /// A shard holds a different number of samples than the manifest says (or the dataset does).
+    CountMismatch,
+    /// A shard ends early: inside a header or record, or without the tar end-of-archive marker.
+    Truncated,
+    /// A shard's bytes break its format (bad tar header, invalid packed-shard layout).
+    Malformed,
+    /// Non-zero bytes follow the tar end-of-archive marker.
+    TrailingData,
+    /// A tar member that could write outside an extraction directory: an absolute path, a `..`
+    /// component, a hard or symbolic link, a device or a FIFO.
+    UnsafeMember,
+    /// A tar member that is not a regular file (directory, pax/GNU header) or a `__*__` member.
+    UnexpectedMember,
+    /// A sample key breaks the WebDataset key rules (`[A-Za-z0-9_-]`, 1–80 bytes, no `__` start).
+    BadKey,
+    /// A member name has no field (no `.`) or a field that is not lowercase.
+    BadMemberName,
+    /// A sample lacks a field the manifest declares.
+    MissingField,
+    /// A sample holds the same field twice.
+    DuplicateField,
+    /// A sample holds a field the manifest does not declare.
+    UnexpectedField,
+    /// A key appears twice (in one shard, or in two).
+    DuplicateKey,
+    /// A packed record's pixels do not match its stored checksum.
+    RecordChecksum,
+    /// A label is not an integer, or not an index of the class list.
+    BadLabel,
+    /// Two statements of a sample's label or class disagree (`.cls` against `.json`).
+    LabelMismatch,
+    /// A sample's metadata (`.json`, packed sample object) is missing, unparsable or inconsistent.
+    BadMetadata,
+    /// An image does not decode (`--decode`).
+    Decode,
+    /// An image's size differs from its metadata's `width`/`height`.
+    ImageSizeMismatch,
+}
+
+impl ProblemKind {
+    /// The stable `snake_case` name (the same string as in JSON output).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProblemKind::ManifestInvalid => "manifest_invalid",
+            ProblemKind::MissingShard => "missing_shard",
+            ProblemKind::UnexpectedShard => "unexpected_shard",
+            ProblemKind::Unreadable => "unreadable",
+            ProblemKind::TooLarge => "too_large",
+            ProblemKind::SizeMismatch => "size_mismatch",
+            ProblemKind::ChecksumMismatch => "checksum_mismatch",
+            ProblemKind::UncompressedSizeMismatch => "uncompressed_size_mismatch",
+            ProblemKind::UncompressedChecksumMismatch => "uncompressed_checksum_mismatch",
+            ProblemKind::Decompress => "decompress",
+            ProblemKind::CountMismatch => "count_mismatch",
+            ProblemKind::Truncated => "truncated",
+            ProblemKind::Malformed => "malformed",
+            ProblemKind::TrailingData => "trailing_data",
+            ProblemKind::UnsafeMember => "unsafe_member",
+            ProblemKind::UnexpectedMember => "unexpected_member",
+            ProblemKind::BadKey => "bad_key",
+            ProblemKind::BadMemberName => "bad_member_name",
+            ProblemKind::MissingField => "missing_field",
+            ProblemKind::DuplicateField => "duplicate_field",
+            ProblemKind::UnexpectedField => "unexpected_field",
+            ProblemKind::DuplicateKey => "duplicate_key",
+            ProblemKind::RecordChecksum => "record_checksum",
+            ProblemKind::BadLabel => "bad_label",
+            ProblemKind::LabelMismatch => "label_mismatch",
+            ProblemKind::BadMetadata => "bad_metadata",
+            ProblemKind::Decode => "decode",
+            ProblemKind::ImageSizeMismatch => "image_size_mismatch",
+        }
+    }
+}
+
+impl fmt::Display for ProblemKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One thing found wrong, with where it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// The shard file name, when the problem is inside or about one shard.
+    pub shard: Option<String>,
+    /// The tar member (`000000012.cls`), sample key or packed record key, when there is one.
+    pub member_or_record: Option<String>,
+    /// The class of problem.
+    pub kind: ProblemKind,
+    /// A human-readable reason.
+    pub message: String,
+}
+
+impl Problem {
+    /// A problem about the dataset as a whole.
+    pub fn dataset(kind: ProblemKind, message: impl Into<String>) -> Self {
+        Self {
+            shard: None,
+            member_or_record: None,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A problem about one shard.
+    pub fn shard(shard: &str, kind: ProblemKind, message: impl Into<String>) -> Self {
+        Self {
+            shard: Some(shard.to_string()),
+            member_or_record: None,
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// A problem about one member or record of a shard.
+    pub fn member(
+        shard: &str,
+        member: impl Into<String>,
+        kind: ProblemKind,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            shard: Some(shard.to_string()),
+            member_or_record: Some(member.into()),
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.shard, &self.member_or_record) {
+            (Some(s), Some(m)) => write!(f, "{s} [{m}]: ")?,
+            (Some(s), None) => write!(f, "{s}: ")?,
+            (None, Some(m)) => write!(f, "[{m}]: ")?,
+            (None, None) => write!(f, "dataset: ")?,
+        }
+        write!(f, "{}: {}", self.kind, self.message)
+    }
+}
+
+/// What a verification run checked and found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    /// True when no problem was found.
+    pub ok: bool,
+    /// The dataset directory.
+    pub dataset: String,
+    /// The manifest that was checked against.
+    pub manifest: String,
+    /// Whether images were decoded (`--decode`).
+    pub decode: bool,
+    /// Worker threads used.
+    pub jobs: usize,
+    /// Shards listed in the manifest.
+    pub shards: u64,
+    /// Shards that could be read and parsed.
+    pub shards_read: u64,
+    /// Samples found in the shards that could be parsed.
+    pub samples: u64,
+    /// Samples the manifest lists.
+    pub samples_expected: u64,
+    /// Bytes read from shard files.
+    pub bytes_read: u64,
+    /// Images decoded (only with `--decode`).
+    pub images_decoded: u64,
+    /// Wall time in seconds.
+    pub elapsed_secs: f64,
+    /// Number of problems of each kind.
+    pub problem_counts: BTreeMap<ProblemKind, u64>,
+    /// Every problem found, in shard order.
+    pub problems: Vec<Problem>,
+}
+
+impl Report {
+    /// Fills `ok` and `problem_counts` from `problems`.
+    pub(crate) fn finish(&mut self) {
+        self.problem_counts.clear();
+        for p in &self.problems {
+            *self.problem_counts.entry(p.kind).or_default() += 1;
+        }
+        self.ok = self.problems.is_empty();
+    }
+
+    /// True when at least one problem of `kind` names `shard`.
+    pub fn has(&self, kind: ProblemKind, shard: Option<&str>) -> bool {
+        self.problems
+            .iter()
+            .any(|p| p.kind == kind && (shard.is_none() || p.shard.as_deref() == shard))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_serialise_as_their_names() {
+        for k in [
+            ProblemKind::ManifestInvalid,
+            ProblemKind::UncompressedChecksumMismatch,
+            ProblemKind::ImageSizeMismatch,
+            ProblemKind::Decode,
+        ] {
+            let json = serde_json::to_value(k).unwrap();
+            assert_eq!(json, serde_json::Value::String(k.as_str().into()));
+        }
+    }
+
+    #[test]
+    fn report_counts_problems_and_serialises_counts_by_name() {
+        let mut r = Report {
+            ok: true,
+            dataset: "d".into(),
+            manifest: "d/manifest.json".into(),
+            decode: false,
+            jobs: 1,
+            shards: 1,
+            shards_read: 1,
+            samples: 0,
+            samples_expected: 0,
+            bytes_read: 0,
+            images_decoded: 0,
+            elapsed_secs: 0.0,
+            problem_counts: BTreeMap::new(),
+            problems: vec![
+                Problem::shard("a.tar", ProblemKind::Truncated, "x"),
+                Problem::member("a.tar", "k.cls", ProblemKind::MissingField, "y"),
+                Problem::shard("a.tar", ProblemKind::Truncated, "z"),
+            ],
+        };
+        r.finish();
+        assert!(!r.ok);
+        assert_eq!(r.problem_counts[&ProblemKind::Truncated], 2);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["problem_counts"]["missing_field"], 1);
+        assert_eq!(v["problems"][1]["member_or_record"], "k.cls");
+        assert!(r.has(ProblemKind::MissingField, Some("a.tar")));
+        assert_eq!(r.problems[1].to_string(), "a.tar [k.cls]: missing_field: y");
+    }
+}

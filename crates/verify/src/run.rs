@@ -1,0 +1,561 @@
+//! The verification run: open the manifest, compare it with the directory, then read and check
+//! every shard once, in parallel, and merge the per-shard findings in shard order.
+
+use crate::check_packed::check_packed;
+use crate::check_tar::{check_tar, Ctx, ImageJob};
+use crate::dataset::{open_dataset, unlisted_shards};
+use crate::loader::{load, BufferPool, Incomplete, Loaded};
+use crate::report::{Problem, ProblemKind, Report};
+use crate::{VerifyError, DEFAULT_MAX_SHARD_BYTES};
+use rayon::prelude::*;
+use shardtool_core::{Checksum, Limits};
+use shardtool_image::{transform, Encode, Resize, TransformSpec};
+use shardtool_manifest::{is_safe_file_name, Compression, ShardEntry, ShardFormat};
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+use std::time::Instant;
+
+/// What to check and with how many threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerifyOptions {
+    /// Decode every image and compare its size with its metadata.
+    pub decode: bool,
+    /// Worker threads.
+    pub jobs: usize,
+    /// Limits for decoding images (`max_pixels`) and reading the manifest (`max_header_bytes`).
+    pub limits: Limits,
+    /// Largest (uncompressed) shard read into memory; larger ones are only checksummed. Mapped
+    /// shards (see `mmap`) take no memory of their own and have no such limit.
+    pub max_shard_bytes: u64,
+    /// Map plain shards instead of reading them into memory: no copy, about `cat`'s speed. Sound
+    /// because shards are write-once; turn it off when another process may truncate shard files
+    /// during the run (a mapped file that shrinks kills the process with SIGBUS).
+    pub mmap: bool,
+}
+
+impl Default for VerifyOptions {
+    fn default() -> Self {
+        Self {
+            decode: false,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            limits: Limits::default(),
+            max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
+            mmap: true,
+        }
+    }
+}
+
+/// Receives progress; called from worker threads.
+pub trait Progress: Sync {
+    /// Called once before any shard is read, with the totals from the manifest.
+    fn start(&self, shards: u64, bytes: u64);
+    /// Called after each shard, with the stored bytes it had.
+    fn shard_done(&self, shard: &str, bytes: u64);
+}
+
+/// Ignores progress.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&self, _: u64, _: u64) {}
+    fn shard_done(&self, _: &str, _: u64) {}
+}
+
+/// What one shard contributed.
+#[derive(Default)]
+struct ShardOutcome {
+    problems: Vec<Problem>,
+    /// Samples found, when the shard could be parsed to its end.
+    samples: Option<u64>,
+    keys: Vec<String>,
+    bytes_read: u64,
+    decoded: u64,
+}
+
+/// Verifies the dataset at `target` (a directory holding `manifest.json`, or a manifest path).
+///
+/// Returns `Err` only when the dataset cannot be opened at all; everything found wrong inside it
+/// is a [`Problem`] in the report.
+pub fn verify(
+    target: &Path,
+    opts: &VerifyOptions,
+    progress: &dyn Progress,
+) -> Result<Report, VerifyError> {
+    let start = Instant::now();
+    if opts.jobs == 0 {
+        return Err(VerifyError::Usage("--jobs must be at least 1".into()));
+    }
+    let ds = open_dataset(target, &opts.limits)?;
+    let m = &ds.manifest;
+    let mut problems = ds.problems.clone();
+    let listed: BTreeSet<&str> = m.shards.iter().map(|s| s.file.as_str()).collect();
+    for name in unlisted_shards(&ds.dir, &listed)? {
+        problems.push(Problem::shard(
+            &name,
+            ProblemKind::UnexpectedShard,
+            "looks like a shard but is not listed in the manifest",
+        ));
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs)
+        .thread_name(|i| format!("verify-{i}"))
+        .build()
+        .map_err(|e| VerifyError::Usage(format!("cannot start {} threads: {e}", opts.jobs)))?;
+    let fields: BTreeSet<String> = m.fields.iter().cloned().collect();
+    let buffers = BufferPool::default();
+    progress.start(
+        m.shards.len() as u64,
+        m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes)),
+    );
+    let outcomes: Vec<ShardOutcome> = pool.install(|| {
+        m.shards
+            .par_iter()
+            .with_max_len(1)
+            .map(|entry| {
+                let o = verify_shard(&ds.dir, entry, &fields, &m.classes, opts, &buffers);
+                progress.shard_done(&entry.file, o.bytes_read);
+                o
+            })
+            .collect()
+    });
+
+    // Merge in shard order; a key's first shard wins, later ones are reported.
+    let mut first_shard: HashMap<String, usize> = HashMap::new();
+    let mut samples = 0u64;
+    let mut all_parsed = true;
+    let mut shards_read = 0u64;
+    let (mut bytes_read, mut decoded) = (0u64, 0u64);
+    for (i, (o, entry)) in outcomes.into_iter().zip(&m.shards).enumerate() {
+        problems.extend(o.problems);
+        bytes_read += o.bytes_read;
+        decoded += o.decoded;
+        match o.samples {
+            Some(n) => {
+                samples += n;
+                shards_read += 1;
+            }
+            None => all_parsed = false,
+        }
+        for key in o.keys {
+            match first_shard.get(&key) {
+                Some(&j) => problems.push(Problem::member(
+                    &entry.file,
+                    key.as_str(),
+                    ProblemKind::DuplicateKey,
+                    format!(
+                        "key {key:?} is also used in shard {}; keys must be unique in a dataset",
+                        m.shards[j].file
+                    ),
+                )),
+                None => {
+                    first_shard.insert(key, i);
+                }
+            }
+        }
+    }
+    if all_parsed && samples != m.totals.samples {
+        problems.push(Problem::dataset(
+            ProblemKind::CountMismatch,
+            format!(
+                "the shards hold {samples} samples in total; the manifest says {}",
+                m.totals.samples
+            ),
+        ));
+    }
+    let mut report = Report {
+        ok: false,
+        dataset: ds.dir.display().to_string(),
+        manifest: ds.manifest_path.display().to_string(),
+        decode: opts.decode,
+        jobs: opts.jobs,
+        shards: m.shards.len() as u64,
+        shards_read,
+        samples,
+        samples_expected: m.totals.samples,
+        bytes_read,
+        images_decoded: decoded,
+        elapsed_secs: start.elapsed().as_secs_f64(),
+        problem_counts: Default::default(),
+        problems,
+    };
+    report.finish();
+    Ok(report)
+}
+
+/// Reads one shard and runs every check on it.
+fn verify_shard(
+    dir: &Path,
+    entry: &ShardEntry,
+    fields: &BTreeSet<String>,
+    classes: &[String],
+    opts: &VerifyOptions,
+    buffers: &BufferPool,
+) -> ShardOutcome {
+    let mut out = ShardOutcome::default();
+    let name = entry.file.as_str();
+    if !is_safe_file_name(name) {
+        // Reported with the manifest's problems; never joined to a path.
+        return out;
+    }
+    let path = dir.join(name);
+    let problem = |kind, message: String| Problem::shard(name, kind, message);
+    match std::fs::metadata(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            out.problems.push(problem(
+                ProblemKind::MissingShard,
+                "listed in the manifest but not in the directory".into(),
+            ));
+            return out;
+        }
+        Err(e) => {
+            out.problems.push(problem(
+                ProblemKind::Unreadable,
+                format!("cannot stat: {e}"),
+            ));
+            return out;
+        }
+        Ok(meta) if !meta.is_file() => {
+            out.problems.push(problem(
+                ProblemKind::Unreadable,
+                "is not a regular file".into(),
+            ));
+            return out;
+        }
+        Ok(_) => {}
+    }
+    let loaded = load(
+        &path,
+        entry.compression == Some(Compression::Zstd),
+        entry.uncompressed_bytes,
+        opts.max_shard_bytes,
+        opts.mmap,
+        buffers,
+    );
+    let loaded = match loaded {
+        Ok(l) => l,
+        Err(e) => {
+            out.problems.push(problem(
+                ProblemKind::Unreadable,
+                format!("cannot read: {e}"),
+            ));
+            return out;
+        }
+    };
+    out.bytes_read = loaded.stored_len;
+    // Structure first: a mapped packed shard is hashed in the same pass as its records.
+    let mut content = Vec::new();
+    let mut stored_sum = loaded.stored_sum;
+    if loaded.incomplete.is_none() {
+        let sum = check_content(
+            entry,
+            &loaded.data,
+            stored_sum.is_none(),
+            fields,
+            classes,
+            opts,
+            &mut out,
+            &mut content,
+        );
+        stored_sum = stored_sum.or(sum);
+    }
+    let stored_sum = stored_sum.unwrap_or_else(|| Checksum::of(&loaded.data));
+    compare_with_manifest(entry, &loaded, stored_sum, &mut out.problems);
+    out.problems.extend(content);
+    buffers.give(loaded.data);
+    out
+}
+
+/// Sizes and checksums, stored and uncompressed, and why the content could not be read whole.
+fn compare_with_manifest(
+    entry: &ShardEntry,
+    l: &Loaded,
+    stored_sum: Checksum,
+    problems: &mut Vec<Problem>,
+) {
+    let name = entry.file.as_str();
+    let mut push = |kind, message: String| problems.push(Problem::shard(name, kind, message));
+    if l.stored_len != entry.bytes {
+        push(
+            ProblemKind::SizeMismatch,
+            format!(
+                "the file is {} bytes; the manifest says {}",
+                l.stored_len, entry.bytes
+            ),
+        );
+    }
+    if let Some(expected) = Checksum::parse(&entry.checksum) {
+        if expected != stored_sum {
+            push(
+                ProblemKind::ChecksumMismatch,
+                format!("the file hashes to {stored_sum}; the manifest says {expected}"),
+            );
+        }
+    }
+    if let (Some((len, sum)), Some(elen)) = (l.uncompressed, entry.uncompressed_bytes) {
+        if len != elen {
+            push(
+                ProblemKind::UncompressedSizeMismatch,
+                format!("it decompresses to {len} bytes; the manifest says {elen}"),
+            );
+        }
+        let expected = entry
+            .uncompressed_checksum
+            .as_deref()
+            .and_then(Checksum::parse);
+        if let Some(expected) = expected {
+            if expected != sum {
+                push(
+                    ProblemKind::UncompressedChecksumMismatch,
+                    format!(
+                        "it decompresses to bytes hashing to {sum}; the manifest says {expected}"
+                    ),
+                );
+            }
+        }
+    }
+    match &l.incomplete {
+        None => {}
+        Some(Incomplete::TooLarge { limit }) => push(
+            ProblemKind::TooLarge,
+            format!(
+                "over the {limit}-byte in-memory limit for a shard; only its checksum was checked"
+            ),
+        ),
+        Some(Incomplete::OverCap { cap }) => push(
+            ProblemKind::UncompressedSizeMismatch,
+            format!("it decompresses to more than the {cap} bytes the manifest says"),
+        ),
+        Some(Incomplete::Decompress(e)) => push(
+            ProblemKind::Decompress,
+            format!("not a valid zstd stream: {e}"),
+        ),
+    }
+}
+
+/// Structure, labels, metadata and (with `decode`) images of a completely read shard. Problems go
+/// to `problems`; counts and keys to `out`. With `hash_file`, returns the checksum of `data` when
+/// the checks computed it on the way (packed shards).
+#[allow(clippy::too_many_arguments)]
+fn check_content(
+    entry: &ShardEntry,
+    data: &[u8],
+    hash_file: bool,
+    fields: &BTreeSet<String>,
+    classes: &[String],
+    opts: &VerifyOptions,
+    out: &mut ShardOutcome,
+    problems: &mut Vec<Problem>,
+) -> Option<Checksum> {
+    let ctx = Ctx {
+        shard: &entry.file,
+        fields,
+        classes,
+        decode: opts.decode,
+    };
+    let scan = match entry.format {
+        ShardFormat::Wds => check_tar(data, &ctx),
+        ShardFormat::Packed => check_packed(data, &ctx, hash_file),
+    };
+    problems.extend(scan.problems);
+    if scan.samples != entry.samples {
+        problems.push(Problem::shard(
+            &entry.file,
+            ProblemKind::CountMismatch,
+            format!(
+                "holds {} samples; the manifest says {}",
+                scan.samples, entry.samples
+            ),
+        ));
+    }
+    out.samples = Some(scan.samples);
+    out.keys = scan.keys;
+    if opts.decode {
+        let spec = TransformSpec {
+            resize: Resize::None,
+            encode: Encode::Raw,
+            limits: opts.limits,
+            ..TransformSpec::default()
+        };
+        let results: Vec<Option<Problem>> = scan
+            .images
+            .par_iter()
+            .map(|job| decode_one(&entry.file, job, &spec))
+            .collect();
+        out.decoded = scan.images.len() as u64;
+        problems.extend(results.into_iter().flatten());
+    }
+    scan.file_sum
+}
+
+fn decode_one(shard: &str, job: &ImageJob<'_>, spec: &TransformSpec) -> Option<Problem> {
+    match transform(job.data, spec) {
+        Err(e) => Some(Problem::member(
+            shard,
+            job.member.as_str(),
+            ProblemKind::Decode,
+            format!("does not decode ({}): {}", e.kind.as_str(), e.message),
+        )),
+        Ok(t) => match job.expect {
+            Some((w, h)) if (u64::from(t.width), u64::from(t.height)) != (w, h) => {
+                Some(Problem::member(
+                    shard,
+                    job.member.as_str(),
+                    ProblemKind::ImageSizeMismatch,
+                    format!(
+                        "decodes to {}x{}, but its metadata says {w}x{h}",
+                        t.width, t.height
+                    ),
+                ))
+            }
+            _ => None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardtool_manifest::{InputCounts, Manifest, Totals};
+    use shardtool_wds::TarWriter;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    fn tar(keys: &[&str]) -> Vec<u8> {
+        let mut w = TarWriter::new(Vec::new());
+        for k in keys {
+            w.append(&format!("{k}.cls"), b"0").unwrap();
+            w.append(&format!("{k}.jpg"), b"\xff\xd8").unwrap();
+            w.append(&format!("{k}.json"), br#"{"label":0}"#).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    /// Writes shards holding `keys` and a manifest that describes them exactly.
+    fn dataset(dir: &Path, shards: &[&[&str]]) {
+        let mut entries = Vec::new();
+        for (i, keys) in shards.iter().enumerate() {
+            let bytes = tar(keys);
+            let file = format!("s-{i:06}.tar");
+            std::fs::write(dir.join(&file), &bytes).unwrap();
+            entries.push(ShardEntry {
+                file,
+                format: ShardFormat::Wds,
+                compression: None,
+                samples: keys.len() as u64,
+                bytes: bytes.len() as u64,
+                checksum: Checksum::of(&bytes).to_string(),
+                uncompressed_bytes: None,
+                uncompressed_checksum: None,
+            });
+        }
+        let samples = entries.iter().map(|e| e.samples).sum();
+        let m = Manifest {
+            format: shardtool_manifest::FORMAT.into(),
+            version: shardtool_manifest::VERSION,
+            tool: "test".into(),
+            pack: Default::default(),
+            classes: vec!["only".into()],
+            fields: vec!["cls".into(), "jpg".into(), "json".into()],
+            totals: Totals {
+                samples,
+                shards: entries.len() as u64,
+                bytes: entries.iter().map(|e| e.bytes).sum(),
+            },
+            shards: entries,
+            inputs: InputCounts {
+                found: samples,
+                packed: samples,
+                ..Default::default()
+            },
+        };
+        std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
+    }
+
+    struct Count(AtomicU64, AtomicU64);
+
+    impl Progress for Count {
+        fn start(&self, shards: u64, _: u64) {
+            self.0.store(shards, Ordering::Relaxed);
+        }
+        fn shard_done(&self, _: &str, _: u64) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn kinds(r: &Report) -> Vec<(ProblemKind, Option<&str>)> {
+        r.problems
+            .iter()
+            .map(|p| (p.kind, p.shard.as_deref()))
+            .collect()
+    }
+
+    #[test]
+    fn a_whole_dataset_passes_and_progress_sees_every_shard() {
+        let dir = tempfile::tempdir().unwrap();
+        dataset(dir.path(), &[&["a", "b"], &["c"]]);
+        for mmap in [true, false] {
+            let opts = VerifyOptions {
+                jobs: 2,
+                mmap,
+                ..Default::default()
+            };
+            let count = Count(AtomicU64::new(0), AtomicU64::new(0));
+            let r = verify(dir.path(), &opts, &count).unwrap();
+            assert!(r.ok, "{:?}", r.problems);
+            assert_eq!((r.shards, r.samples, r.samples_expected), (2, 3, 3));
+            assert_eq!(count.0.load(Ordering::Relaxed), 2);
+            assert_eq!(count.1.load(Ordering::Relaxed), 2);
+        }
+    }
+
+    #[test]
+    fn keys_repeated_across_shards_name_the_later_shard() {
+        let dir = tempfile::tempdir().unwrap();
+        dataset(dir.path(), &[&["a", "b"], &["c", "a"]]);
+        let r = verify(dir.path(), &VerifyOptions::default(), &NoProgress).unwrap();
+        assert_eq!(
+            kinds(&r),
+            vec![(ProblemKind::DuplicateKey, Some("s-000001.tar"))]
+        );
+        assert_eq!(r.problems[0].member_or_record.as_deref(), Some("a"));
+    }
+
+    #[test]
+    fn missing_and_unlisted_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        dataset(dir.path(), &[&["a"], &["b"]]);
+        std::fs::rename(dir.path().join("s-000001.tar"), dir.path().join("x.tar")).unwrap();
+        let r = verify(dir.path(), &VerifyOptions::default(), &NoProgress).unwrap();
+        assert_eq!(
+            kinds(&r),
+            vec![
+                (ProblemKind::UnexpectedShard, Some("x.tar")),
+                (ProblemKind::MissingShard, Some("s-000001.tar")),
+            ]
+        );
+        assert_eq!(r.problem_counts.len(), 2);
+    }
+
+    #[test]
+    fn unopenable_targets_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let o = VerifyOptions::default();
+        assert!(matches!(
+            verify(&dir.path().join("no"), &o, &NoProgress),
+            Err(VerifyError::NotFound { .. })
+        ));
+        assert!(matches!(
+            verify(dir.path(), &o, &NoProgress),
+            Err(VerifyError::NoManifest { .. })
+        ));
+        std::fs::write(dir.path().join("manifest.json"), "[]").unwrap();
+        assert!(matches!(
+            verify(dir.path(), &o, &NoProgress),
+            Err(VerifyError::Manifest { .. })
+        ));
+        let zero = VerifyOptions { jobs: 0, ..o };
+        assert!(matches!(
+            verify(dir.path(), &zero, &NoProgress),
+            Err(VerifyError::Usage(_))
+        ));
+    }
+}
