@@ -2,7 +2,7 @@
 # Pack benchmark: the same work (decode, shorter:256, JPEG q90, tar) done by webdataset.ShardWriter
 # + PIL and by `shardtool pack --jobs 1` on the same real-photo crops, alternating runs; prints
 # images/s per core, the ratio, our stage breakdown, pipeline overhead, and peak RSS for 1x vs 10x
-# the inputs (same files listed ten times).
+# the inputs (an ImageFolder of the same files linked ten times).
 #
 # Usage: scripts/bench_pack.sh [RUNS]   (default 3; needs bench-data/crops: scripts/make_bench_data.sh)
 set -euo pipefail
@@ -25,21 +25,22 @@ for i in $(seq "$RUNS"); do
   ours+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["images_per_s"])' "$TMP/ours.json")")
 done
 
-# Peak RSS: 1x and 10x the inputs through --list (same files, distinct keys).
+# Peak RSS: an ImageFolder of the 1,000 crops and one of 10,000 (each crop linked 10 times under
+# distinct names; links are followed).
 python3 - "$CROPS" "$TMP" <<'PY'
 import os, sys
-crops, tmp = sys.argv[1], sys.argv[2]
-files = sorted(os.path.join(r, f) for r, _, fs in os.walk(crops) for f in fs)
-for n, name in ((1, "list1.csv"), (10, "list10.csv")):
-    with open(os.path.join(tmp, name), "w") as out:
-        out.write("path,label\n")
-        for _ in range(n):
-            for f in files:
-                out.write(f"{os.path.abspath(f)},{os.path.basename(os.path.dirname(f))}\n")
+crops, tmp = os.path.abspath(sys.argv[1]), sys.argv[2]
+for n, name in ((1, "x1"), (10, "x10")):
+    for cls in sorted(os.listdir(crops)):
+        os.makedirs(os.path.join(tmp, name, cls))
+        for f in sorted(os.listdir(os.path.join(crops, cls))):
+            for i in range(n):
+                stem, ext = os.path.splitext(f)
+                os.symlink(os.path.join(crops, cls, f), os.path.join(tmp, name, cls, f"{stem}_{i}{ext}"))
 PY
-rss() { /usr/bin/time -f %M "$BIN" pack --list "$1" "$TMP/rss" --resize shorter:256 --jobs 2 --overwrite -q 2>&1 >/dev/null | tail -n1; }
-rss1=$(rss "$TMP/list1.csv")
-rss10=$(rss "$TMP/list10.csv")
+rss() { /usr/bin/time -f %M "$BIN" pack "$1" "$TMP/rss" --resize shorter:256 --jobs 2 --overwrite -q 2>&1 >/dev/null | tail -n1; }
+rss1=$(rss "$TMP/x1")
+rss10=$(rss "$TMP/x10")
 
 python3 - "$TMP/ours.json" "$rss1" "$rss10" "${peer[*]}" "${ours[*]}" <<'PY'
 import json, statistics, sys

@@ -21,12 +21,14 @@ pub enum InputSource {
 /// One input image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InputItem {
-    /// The file: under the input folder, or as listed (see [`Origin`]).
-    pub path: PathBuf,
+    /// The file, relative to the input folder or as listed; [`Origin::resolve`] gives the path
+    /// to open. Boxed slices rather than growable buffers: every input of a pack is held at
+    /// once for the global shuffle, so each byte here is multiplied by the dataset size.
+    pub path: Box<Path>,
     /// Its label (index into the class list).
     pub label: i64,
     /// A key given by the list, if any.
-    pub key: Option<String>,
+    pub key: Option<Box<str>>,
 }
 
 /// What item paths are relative to. A global shuffle keeps every item in memory, so an item
@@ -42,21 +44,13 @@ pub struct Origin {
 impl Origin {
     /// Where to read `item`.
     pub fn resolve(&self, item: &InputItem) -> PathBuf {
-        if self.from_list {
-            self.root.join(&item.path)
-        } else {
-            item.path.clone()
-        }
+        self.root.join(&item.path)
     }
 
     /// How to name `item` in reports and sample metadata: relative to the input folder, or as
     /// listed (lossy for non-UTF-8 names).
     pub fn source(&self, item: &InputItem) -> String {
-        if self.from_list {
-            item.path.to_string_lossy().into_owned()
-        } else {
-            relative(&self.root, &item.path)
-        }
+        item.path.to_string_lossy().into_owned()
     }
 }
 
@@ -183,7 +177,8 @@ fn walk(
         match std::fs::metadata(&path) {
             Ok(m) if m.is_dir() => walk(root, &path, label, out, seen, depth + 1)?,
             Ok(m) if m.is_file() && has_image_extension(&path) => out.items.push(InputItem {
-                path,
+                // Relative to the root: keeps the per-input memory of a global shuffle small.
+                path: path.strip_prefix(root).unwrap_or(&path).into(),
                 label,
                 key: None,
             }),
@@ -298,9 +293,9 @@ fn list_file(file: &Path) -> Result<Listing, String> {
             names.get(&label).copied().unwrap_or(0)
         };
         listing.items.push(InputItem {
-            path: PathBuf::from(path),
+            path: PathBuf::from(path).into_boxed_path(),
             label,
-            key: row.key,
+            key: row.key.map(String::into_boxed_str),
         });
     }
     Ok(listing)

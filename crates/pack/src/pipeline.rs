@@ -1,6 +1,6 @@
 //! The pack run: plan the order, transform in parallel inside a bounded window, write in order.
 
-use crate::listing::{list_inputs, InputItem};
+use crate::listing::list_inputs;
 use crate::plan::{PackPlan, ShardFormatChoice};
 use crate::sink::{Payload, ShardSink};
 use crate::{AtomicFile, ErrorRecord, PackError};
@@ -113,21 +113,34 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         shuffle(&mut listing.items, seed);
     }
     let mut errors: Vec<(usize, ErrorRecord)> = Vec::new();
-    let mut jobs: Vec<(usize, InputItem)> = Vec::with_capacity(listing.items.len());
     let origin = listing.origin.clone();
     // Only keys given by a list are stored: generated keys are unique by construction, so a
     // set of them would cost memory per input for nothing.
     let mut explicit = HashSet::new();
     for item in &listing.items {
         if let Some(k) = &item.key {
-            explicit.insert(k.clone());
+            explicit.insert(k.to_string());
         }
     }
     let mut seen_explicit = HashSet::new();
     let found = listing.items.len() as u64 + listing.errors.len() as u64;
-    for (i, item) in listing.items.into_iter().enumerate() {
+    if listing.items.len() > u32::MAX as usize {
+        return Err(PackError::Usage(format!(
+            "{} inputs: one pack takes at most {} (split the input)",
+            listing.items.len(),
+            u32::MAX
+        )));
+    }
+    // Filter in place (no second list of every input); `origs` keeps each survivor's position
+    // in the shuffled order, which its generated key is made from.
+    let mut jobs = std::mem::take(&mut listing.items);
+    let mut origs: Vec<u32> = Vec::with_capacity(jobs.len());
+    let mut position = 0usize;
+    jobs.retain(|item| {
+        let i = position;
+        position += 1;
         let (key, clash) = match &item.key {
-            Some(k) => (k.clone(), !seen_explicit.insert(k.clone())),
+            Some(k) => (k.to_string(), !seen_explicit.insert(k.to_string())),
             None => {
                 let k = index_key(i as u64);
                 let clash = explicit.contains(&k);
@@ -135,10 +148,11 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             }
         };
         if let Err(e) = validate_key(&key) {
-            let src = origin.source(&item);
+            let src = origin.source(item);
             errors.push((i, record(&src, "bad_key", format!("key {key:?}: {e}"))));
+            false
         } else if clash {
-            let src = origin.source(&item);
+            let src = origin.source(item);
             errors.push((
                 i,
                 record(
@@ -147,10 +161,12 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                     format!("key {key:?} is used by another input"),
                 ),
             ));
+            false
         } else {
-            jobs.push((i, item));
+            origs.push(i as u32);
+            true
         }
-    }
+    });
     drop(explicit);
     drop(seen_explicit);
     let mut failed_early: Vec<ErrorRecord> = listing.errors;
@@ -191,9 +207,12 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let mut outcome = check_max(snapshot.failed);
     while outcome.is_ok() && next_write < jobs.len() {
         while next_submit < jobs.len() && next_submit < next_write + window {
-            let (orig, item) = &jobs[next_submit];
+            let (orig, item) = (origs[next_submit] as usize, &jobs[next_submit]);
             let job = Job {
-                key: item.key.clone().unwrap_or_else(|| index_key(*orig as u64)),
+                key: item
+                    .key
+                    .as_deref()
+                    .map_or_else(|| index_key(orig as u64), str::to_string),
                 source: origin.source(item),
                 path: origin.resolve(item),
                 label: item.label,
@@ -217,7 +236,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         let Ok((i, r)) = rx.recv() else { break };
         pending.insert(i, r);
         while let Some(r) = pending.remove(&next_write) {
-            let (orig_index, item) = &jobs[next_write];
+            let (orig_index, item) = (origs[next_write] as usize, &jobs[next_write]);
             next_write += 1;
             snapshot.done += 1;
             match r {
@@ -239,8 +258,8 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                     };
                     let key = item
                         .key
-                        .clone()
-                        .unwrap_or_else(|| index_key(*orig_index as u64));
+                        .as_deref()
+                        .map_or_else(|| index_key(orig_index as u64), str::to_string);
                     let res = sink.add(&key, item.label, payload, &done.meta);
                     stages.write += t.elapsed();
                     if let Err(e) = res {
@@ -250,7 +269,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                     snapshot.shards = sink.entries.len() as u64;
                 }
                 Err(e) => {
-                    errors.push((*orig_index, e));
+                    errors.push((orig_index, e));
                     snapshot.failed += 1;
                     if let Err(e) = check_max(snapshot.failed) {
                         outcome = Err(e);
