@@ -33,7 +33,23 @@ impl Failure {
     }
 }
 
+/// Restores the default SIGPIPE action, so `shardtool inspect out/ | head` ends quietly like
+/// other Unix tools instead of panicking on a failed write to stdout (Rust ignores SIGPIPE).
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn reset_sigpipe() {
+    // SAFETY: called once at start-up, before any thread exists; setting a signal's disposition
+    // to SIG_DFL has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+#[cfg(not(unix))]
+fn reset_sigpipe() {}
+
 fn main() -> ExitCode {
+    reset_sigpipe();
     let cli = args::Cli::parse();
     let result = match cli.command {
         args::Command::Pack(a) => commands::pack::run(a),

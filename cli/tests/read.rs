@@ -151,3 +151,22 @@ fn a_missing_dataset_is_a_usage_error() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("manifest"));
 }
+
+#[test]
+fn a_closed_stdout_ends_quietly_without_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &[]);
+    // Close the pipe's only read end before the child writes, as `| head -0` does: its first
+    // write to stdout then fails whatever the pipe buffer size.
+    let mut child = bin()
+        .args(["inspect", ds.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
