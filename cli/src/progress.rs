@@ -14,7 +14,8 @@ enum Mode {
     Bar(ProgressBar),
     Lines {
         start: Instant,
-        last: Mutex<Instant>,
+        /// When a line was last printed, and the latest snapshot (printed once more at the end).
+        last: Mutex<(Instant, Option<ProgressSnapshot>)>,
     },
 }
 
@@ -41,16 +42,22 @@ impl PackProgress {
             let now = Instant::now();
             Mode::Lines {
                 start: now,
-                last: Mutex::new(now),
+                last: Mutex::new((now, None)),
             }
         };
         Self { mode }
     }
 
-    /// Clears the bar.
+    /// Clears the bar, or prints the final line.
     pub fn finish(&self) {
-        if let Mode::Bar(b) = &self.mode {
-            b.finish_and_clear();
+        match &self.mode {
+            Mode::Bar(b) => b.finish_and_clear(),
+            Mode::Lines { start, last } => {
+                if let Some(s) = last.lock().ok().and_then(|l| l.1) {
+                    print_line(*start, &s);
+                }
+            }
+            Mode::Quiet => {}
         }
     }
 }
@@ -72,21 +79,26 @@ impl Progress for PackProgress {
             }
             Mode::Lines { start, last } => {
                 let Ok(mut last) = last.lock() else { return };
-                if last.elapsed() < LINE_EVERY && s.done != s.total {
+                last.1 = Some(*s);
+                if last.0.elapsed() < LINE_EVERY {
                     return;
                 }
-                *last = Instant::now();
-                let secs = start.elapsed().as_secs_f64().max(1e-9);
-                eprintln!(
-                    "progress: {}/{} images, {:.0} images/s, {:.1} MB/s in, {} failed, {} shards",
-                    s.done,
-                    s.total,
-                    s.done as f64 / secs,
-                    s.bytes_in as f64 / 1e6 / secs,
-                    s.failed,
-                    s.shards
-                );
+                last.0 = Instant::now();
+                print_line(*start, s);
             }
         }
     }
+}
+
+fn print_line(start: Instant, s: &ProgressSnapshot) {
+    let secs = start.elapsed().as_secs_f64().max(1e-9);
+    eprintln!(
+        "progress: {}/{} images, {:.0} images/s, {:.1} MB/s in, {} failed, {} shards",
+        s.done,
+        s.total,
+        s.done as f64 / secs,
+        s.bytes_in as f64 / 1e6 / secs,
+        s.failed,
+        s.shards
+    );
 }

@@ -285,6 +285,8 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         let t = Instant::now();
         outcome = sink.roll();
         stages.write += t.elapsed();
+        snapshot.shards = sink.entries.len() as u64;
+        progress.update(&snapshot);
     }
 
     // The report is written even when the run aborts, so no failure is ever silent.
