@@ -2,7 +2,7 @@
 //! single shard, as text or one JSON document.
 
 use crate::args::InspectArgs;
-use crate::commands::verify::print_error_json;
+use crate::commands::verify::opened;
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_verify::{inspect, InspectReport, VerifyOptions};
@@ -13,15 +13,7 @@ pub fn run(a: InspectArgs) -> Result<(), Failure> {
     if let Some(j) = a.jobs {
         opts.jobs = j as usize;
     }
-    let report = match inspect(&a.target, &opts) {
-        Ok(r) => r,
-        Err(e) => {
-            if a.json {
-                print_error_json(&e);
-            }
-            return Err(Failure::usage(e));
-        }
-    };
+    let report = opened(inspect(&a.target, &opts), a.json)?;
     if a.json {
         let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;
         println!("{text}");

@@ -1,7 +1,7 @@
 //! `shardtool preview`: a contact sheet PNG of seeded-random samples, written atomically.
 
 use crate::args::PreviewArgs;
-use crate::commands::verify::print_error_json;
+use crate::commands::verify::opened;
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_pack::AtomicFile;
@@ -19,15 +19,7 @@ pub fn run(a: PreviewArgs) -> Result<(), Failure> {
     if let Some(j) = a.jobs {
         opts.jobs = j as usize;
     }
-    let sheet = match preview(&a.target, &opts) {
-        Ok(s) => s,
-        Err(e) => {
-            if a.json {
-                print_error_json(&e);
-            }
-            return Err(Failure::usage(e));
-        }
-    };
+    let sheet = opened(preview(&a.target, &opts), a.json)?;
     for s in &sheet.skipped {
         eprintln!("warning: skipped {s}");
     }

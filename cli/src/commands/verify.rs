@@ -89,8 +89,19 @@ pub(crate) fn error_kind(e: &VerifyError) -> &'static str {
     }
 }
 
+/// The report of a target that could be opened; otherwise a usage failure, announced as one JSON
+/// error document first under `--json` (shared by verify, inspect and preview).
+pub(crate) fn opened<R>(result: Result<R, VerifyError>, json: bool) -> Result<R, Failure> {
+    result.map_err(|e| {
+        if json {
+            print_error_json(&e);
+        }
+        Failure::usage(e)
+    })
+}
+
 /// Prints `{"ok": false, "error": {...}}` for a target that could not be opened.
-pub(crate) fn print_error_json(e: &VerifyError) {
+fn print_error_json(e: &VerifyError) {
     let doc = serde_json::json!({
         "ok": false,
         "error": { "kind": error_kind(e), "message": e.to_string() },
@@ -104,15 +115,7 @@ pub fn run(a: VerifyArgs) -> Result<(), Failure> {
     let bar = Bar::new(!a.quiet && !a.json);
     let result = verify(&a.dataset, &opts, &bar);
     bar.finish();
-    let report = match result {
-        Ok(r) => r,
-        Err(e) => {
-            if a.json {
-                print_error_json(&e);
-            }
-            return Err(Failure::usage(e));
-        }
-    };
+    let report = opened(result, a.json)?;
     if a.json {
         let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;
         println!("{text}");

@@ -119,8 +119,8 @@ fn transform_with(
         crop: plan_size(spec.resize, spec.upscale, img.width, img.height).crop,
         ..target
     };
-    let resized = plan_is_identity(&plan, &img);
-    let img = if resized {
+    let unchanged = plan.is_identity(img.width, img.height);
+    let img = if unchanged {
         img
     } else {
         resize(&mut codecs.resizer, &img, &plan, spec.filter)?
@@ -131,7 +131,7 @@ fn transform_with(
     let (width, height) = (img.width, img.height);
     let output = match spec.encode {
         Encode::Raw => Output::Pixels(img),
-        Encode::Keep if pristine && resized => Output::Encoded {
+        Encode::Keep if pristine && unchanged => Output::Encoded {
             bytes: bytes.to_vec(),
             field: "jpg",
             kept: true,
@@ -156,10 +156,6 @@ fn transform_with(
         height,
         timings,
     })
-}
-
-fn plan_is_identity(plan: &SizePlan, img: &Rgb8Image) -> bool {
-    plan.is_identity(img.width, img.height)
 }
 
 fn too_many(w: u64, h: u64, max: u64) -> ImageError {

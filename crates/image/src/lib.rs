@@ -1,5 +1,6 @@
 //! The image stage of a pack: read bytes → decode (by content) → apply EXIF orientation → RGB8 →
-//! resize or crop → encode, under [`Limits`]. This is the only crate that links codecs.
+//! resize or crop → encode, under
+//! [`shardtool_core::Limits`]. This is the only crate that links codecs.
 //!
 //! JPEG goes through libjpeg-turbo (vendored and linked statically by the `turbojpeg` crate), with
 //! DCT-domain downscaling when the output is much smaller than the input; every other format, and
@@ -14,8 +15,6 @@ pub use codec::{transform, Output, Timings, Transformed};
 pub use geometry::{plan_size, SizePlan};
 pub use orient::{apply_orientation, Orientation};
 pub use spec::{Encode, Filter, ParseError, Resize, TransformSpec};
-
-use shardtool_core::Limits;
 
 /// What kind of failure an input had; the `kind` column of `errors.jsonl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,9 +62,4 @@ impl ImageError {
             message: message.into(),
         }
     }
-}
-
-/// The limits used when a caller does not give any.
-pub fn default_limits() -> Limits {
-    Limits::default()
 }

@@ -37,8 +37,6 @@ pub struct InputItem {
 pub struct Origin {
     /// The input folder, or the list's folder.
     pub root: PathBuf,
-    /// True for list inputs: item paths are as listed, resolved against `root` when read.
-    pub from_list: bool,
 }
 
 impl Origin {
@@ -121,7 +119,6 @@ fn list_folder(root: &Path) -> Result<Listing, String> {
     let mut listing = Listing {
         origin: Origin {
             root: root.to_path_buf(),
-            from_list: false,
         },
         ..Listing::default()
     };
@@ -228,10 +225,7 @@ fn list_file(file: &Path) -> Result<Listing, String> {
     };
 
     let mut listing = Listing {
-        origin: Origin {
-            root: base.clone(),
-            from_list: true,
-        },
+        origin: Origin { root: base.clone() },
         ..Listing::default()
     };
     // Labels are integers when every present label looks like one (optional sign, digits);

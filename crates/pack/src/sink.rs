@@ -35,7 +35,6 @@ impl Write for Stage {
 /// One shard file being written: uncompressed bytes are counted and hashed on the way in, stored
 /// bytes on the way out.
 struct ShardFile {
-    path: PathBuf,
     outer: HashingWriter<Stage>,
 }
 
@@ -46,14 +45,13 @@ struct Finished {
 }
 
 impl ShardFile {
-    fn create(path: PathBuf, compression: Compression) -> io::Result<Self> {
-        let file = HashingWriter::new(AtomicFile::create(&path)?);
+    fn create(path: &std::path::Path, compression: Compression) -> io::Result<Self> {
+        let file = HashingWriter::new(AtomicFile::create(path)?);
         let stage = match compression {
             Compression::None => Stage::Plain(file),
             Compression::Zstd(level) => Stage::Zstd(zstd::Encoder::new(file, level)?),
         };
         Ok(Self {
-            path,
             outer: HashingWriter::new(stage),
         })
     }
@@ -154,7 +152,7 @@ impl<'p> ShardSink<'p> {
             self.open = Some(match self.plan.format {
                 ShardFormatChoice::Wds => Open::Wds {
                     tar: Box::new(TarWriter::new(
-                        ShardFile::create(path.clone(), self.plan.compression).map_err(io_err)?,
+                        ShardFile::create(&path, self.plan.compression).map_err(io_err)?,
                     )),
                     samples: 0,
                 },
@@ -236,8 +234,7 @@ impl<'p> ShardSink<'p> {
             }
             Open::Packed { writer } => {
                 let samples = writer.len() as u64;
-                let mut file =
-                    ShardFile::create(path.clone(), self.plan.compression).map_err(io_err)?;
+                let mut file = ShardFile::create(&path, self.plan.compression).map_err(io_err)?;
                 writer.finish(&mut file).map_err(|e| PackError::Shard {
                     path: path.clone(),
                     message: e.to_string(),
@@ -267,13 +264,5 @@ impl Write for ShardFile {
     }
     fn flush(&mut self) -> io::Result<()> {
         self.outer.flush()
-    }
-}
-
-impl ShardFile {
-    /// The path being written (for messages).
-    #[allow(dead_code)]
-    fn path(&self) -> &std::path::Path {
-        &self.path
     }
 }
