@@ -1,0 +1,1 @@
+//! Dataset locations and the local shard cache (placeholder).

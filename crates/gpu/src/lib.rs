@@ -1,0 +1,1 @@
+//! GPU batches: a pinned staging ring and asynchronous host-to-device copies (placeholder).
