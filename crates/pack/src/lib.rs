@@ -11,7 +11,7 @@ mod plan;
 mod sink;
 
 pub use atomic::AtomicFile;
-pub use listing::{list_inputs, InputItem, InputSource, Listing, Origin, IMAGE_EXTENSIONS};
+pub use listing::{list_inputs, InputItem, InputSource, Inputs, Listing, Origin, IMAGE_EXTENSIONS};
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
 pub use plan::{parse_byte_size, Compression, PackPlan, ShardFormatChoice, DEFAULT_SEED};
 

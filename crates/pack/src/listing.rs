@@ -1,8 +1,10 @@
-//! Finding the inputs: an ImageFolder tree or a CSV/JSONL list, in a sorted, deterministic order.
+//! Finding the inputs: an ImageFolder tree or a CSV/JSONL list, in a sorted, deterministic order,
+//! held in a compact [`Inputs`] store (a global shuffle keeps every input in memory at once).
 
 use crate::ErrorRecord;
 use fs_err as fs;
-use std::collections::{BTreeMap, HashSet};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -18,21 +20,217 @@ pub enum InputSource {
     List(PathBuf),
 }
 
-/// One input image.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InputItem {
-    /// The file, relative to the input folder or as listed; [`Origin::resolve`] gives the path
-    /// to open. Boxed slices rather than growable buffers: every input of a pack is held at
-    /// once for the global shuffle, so each byte here is multiplied by the dataset size.
-    pub path: Box<Path>,
+/// One input image, borrowed from [`Inputs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputItem<'a> {
+    /// The directory part of its path relative to [`Origin::root`], ending in `/` (or empty).
+    pub dir: &'a [u8],
+    /// The rest of its path (the file name for a folder input).
+    pub name: &'a [u8],
     /// Its label (index into the class list).
     pub label: i64,
     /// A key given by the list, if any.
-    pub key: Option<Box<str>>,
+    pub key: Option<&'a str>,
 }
 
-/// What item paths are relative to. A global shuffle keeps every item in memory, so an item
-/// stores one path and the rest is derived from this on demand.
+impl InputItem<'_> {
+    /// The path relative to [`Origin::root`], as raw bytes (`dir` then `name`).
+    pub fn path_bytes(&self) -> Vec<u8> {
+        [self.dir, self.name].concat()
+    }
+}
+
+/// A run of consecutive inputs (in listing order) that share a directory and a label: a folder
+/// listing has one per directory, so directory and label cost nothing per input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Run {
+    first: u32,
+    dir: u32,
+    label: u32,
+}
+
+/// The inputs of a pack, in listing order.
+///
+/// A global shuffle holds every input at once, so what one input costs here is what makes peak
+/// memory grow with the dataset. Each directory prefix is stored once; names live back to back in
+/// one byte arena with a `u32` end offset per input; directory and label are run-length coded;
+/// list keys (when there are any) share a second arena. About 4 bytes plus the file name per
+/// input and no heap allocation per input. Offsets are `u32`: at most `u32::MAX - 1` inputs and
+/// 4 GiB of names or keys, which [`Inputs::push`] enforces.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Inputs {
+    dirs: Vec<Box<[u8]>>,
+    runs: Vec<Run>,
+    names: Vec<u8>,
+    ends: Vec<u32>,
+    keys: String,
+    /// End offsets in `keys`, per input; empty while no input has a key (an empty span is no key).
+    key_ends: Vec<u32>,
+}
+
+impl Inputs {
+    /// Number of inputs.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Whether any input has a key of its own.
+    pub fn has_keys(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// Registers a directory prefix (ending in `/`, or empty) and returns its index for
+    /// [`Inputs::push`]. Prefixes are not deduplicated here; see [`DirInterner`].
+    pub fn add_dir(&mut self, prefix: &[u8]) -> u32 {
+        self.dirs.push(prefix.into());
+        (self.dirs.len() - 1) as u32
+    }
+
+    /// Appends an input: `name` under directory `dir` (from [`Inputs::add_dir`]).
+    pub fn push(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        label: u32,
+        key: Option<&str>,
+    ) -> Result<(), String> {
+        let too_many = || {
+            format!(
+                "too many inputs for one pack ({} so far); split the input",
+                self.len()
+            )
+        };
+        let index = u32::try_from(self.len())
+            .ok()
+            .filter(|&i| i < u32::MAX - 1)
+            .ok_or_else(too_many)?;
+        let end = u32::try_from(self.names.len() + name.len()).map_err(|_| too_many())?;
+        if (dir as usize) >= self.dirs.len() {
+            return Err(format!("internal: directory {dir} was not registered"));
+        }
+        if let Some(k) = key.filter(|k| !k.is_empty()) {
+            let kend = u32::try_from(self.keys.len() + k.len()).map_err(|_| too_many())?;
+            self.key_ends.resize(self.len(), self.keys.len() as u32);
+            self.keys.push_str(k);
+            self.key_ends.push(kend);
+        } else if !self.key_ends.is_empty() {
+            self.key_ends.push(self.keys.len() as u32);
+        }
+        if self
+            .runs
+            .last()
+            .is_none_or(|r| (r.dir, r.label) != (dir, label))
+        {
+            self.runs.push(Run {
+                first: index,
+                dir,
+                label,
+            });
+        }
+        self.names.extend_from_slice(name);
+        self.ends.push(end);
+        Ok(())
+    }
+
+    /// Input `i` (panics when out of range, like slice indexing).
+    pub fn get(&self, i: usize) -> InputItem<'_> {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+        let run = self.runs[self.runs.partition_point(|r| r.first as usize <= i) - 1];
+        let key = self.key_ends.get(i).and_then(|&end| {
+            let start = if i == 0 {
+                0
+            } else {
+                self.key_ends[i - 1] as usize
+            };
+            let k = self.keys.get(start..end as usize)?;
+            (!k.is_empty()).then_some(k)
+        });
+        InputItem {
+            dir: &self.dirs[run.dir as usize],
+            name: &self.names[start..self.ends[i] as usize],
+            label: i64::from(run.label),
+            key,
+        }
+    }
+
+    /// Iterates in listing order.
+    pub fn iter(&self) -> impl Iterator<Item = InputItem<'_>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+
+    /// Releases spare capacity once listing is done (the store then lives for the whole pack).
+    pub fn shrink_to_fit(&mut self) {
+        self.dirs.shrink_to_fit();
+        self.runs.shrink_to_fit();
+        self.names.shrink_to_fit();
+        self.ends.shrink_to_fit();
+        self.keys.shrink_to_fit();
+        self.key_ends.shrink_to_fit();
+    }
+
+    /// Heap bytes held (capacity), for tests and diagnostics.
+    pub fn heap_bytes(&self) -> usize {
+        self.dirs.capacity() * std::mem::size_of::<Box<[u8]>>()
+            + self.dirs.iter().map(|d| d.len()).sum::<usize>()
+            + self.runs.capacity() * std::mem::size_of::<Run>()
+            + self.names.capacity()
+            + self.ends.capacity() * 4
+            + self.keys.capacity()
+            + self.key_ends.capacity() * 4
+    }
+}
+
+/// Deduplicates directory prefixes of list inputs (one entry per distinct directory).
+#[derive(Default)]
+struct DirInterner {
+    index: HashMap<Box<[u8]>, u32>,
+}
+
+impl DirInterner {
+    fn get(&mut self, inputs: &mut Inputs, prefix: &[u8]) -> u32 {
+        if let Some(&i) = self.index.get(prefix) {
+            return i;
+        }
+        let i = inputs.add_dir(prefix);
+        self.index.insert(prefix.into(), i);
+        i
+    }
+}
+
+/// The raw bytes of an OS string (lossy outside Unix, where names are not plain bytes).
+fn os_bytes(s: &OsStr) -> Cow<'_, [u8]> {
+    #[cfg(unix)]
+    {
+        Cow::Borrowed(std::os::unix::ffi::OsStrExt::as_bytes(s))
+    }
+    #[cfg(not(unix))]
+    {
+        match s.to_string_lossy() {
+            Cow::Borrowed(b) => Cow::Borrowed(b.as_bytes()),
+            Cow::Owned(o) => Cow::Owned(o.into_bytes()),
+        }
+    }
+}
+
+/// The path whose raw bytes are `b` (the inverse of [`os_bytes`]).
+fn bytes_path(b: Vec<u8>) -> PathBuf {
+    #[cfg(unix)]
+    {
+        PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b))
+    }
+    #[cfg(not(unix))]
+    {
+        PathBuf::from(String::from_utf8_lossy(&b).into_owned())
+    }
+}
+
+/// What item paths are relative to: the store keeps only relative paths, and the rest is derived
+/// from this on demand.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Origin {
     /// The input folder, or the list's folder.
@@ -41,14 +239,14 @@ pub struct Origin {
 
 impl Origin {
     /// Where to read `item`.
-    pub fn resolve(&self, item: &InputItem) -> PathBuf {
-        self.root.join(&item.path)
+    pub fn resolve(&self, item: &InputItem<'_>) -> PathBuf {
+        self.root.join(bytes_path(item.path_bytes()))
     }
 
     /// How to name `item` in reports and sample metadata: relative to the input folder, or as
     /// listed (lossy for non-UTF-8 names).
-    pub fn source(&self, item: &InputItem) -> String {
-        item.path.to_string_lossy().into_owned()
+    pub fn source(&self, item: &InputItem<'_>) -> String {
+        String::from_utf8_lossy(&item.path_bytes()).into_owned()
     }
 }
 
@@ -58,7 +256,7 @@ pub struct Listing {
     /// How item paths are resolved and named.
     pub origin: Origin,
     /// Inputs in sorted order (folder) or list order.
-    pub items: Vec<InputItem>,
+    pub inputs: Inputs,
     /// Class names.
     pub classes: Vec<String>,
     /// Files skipped: hidden, or not an image extension.
@@ -70,10 +268,12 @@ pub struct Listing {
 /// Lists the inputs of `source`. Errors are only for unusable sources (missing folder, unreadable
 /// or header-less list); problems with single inputs are collected in [`Listing::errors`].
 pub fn list_inputs(source: &InputSource) -> Result<Listing, String> {
-    match source {
-        InputSource::Folder(root) => list_folder(root),
-        InputSource::List(file) => list_file(file),
-    }
+    let mut listing = match source {
+        InputSource::Folder(root) => list_folder(root)?,
+        InputSource::List(file) => list_file(file)?,
+    };
+    listing.inputs.shrink_to_fit();
+    Ok(listing)
 }
 
 fn is_hidden(name: &OsStr) -> bool {
@@ -86,26 +286,48 @@ fn has_image_extension(path: &Path) -> bool {
         .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
 }
 
-/// Directory entries sorted by their raw name bytes, so order never depends on the file system.
-fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, String> {
-    let rd = fs::read_dir(dir).map_err(|e| e.to_string())?;
-    let mut paths = Vec::new();
-    for entry in rd {
-        paths.push(entry.map_err(|e| e.to_string())?.path());
-    }
-    paths.sort_by(|a, b| {
-        a.as_os_str()
-            .as_encoded_bytes()
-            .cmp(b.as_os_str().as_encoded_bytes())
-    });
-    Ok(paths)
+/// The names in one directory, sorted by their raw bytes so order never depends on the file
+/// system; held in one buffer (not one allocation per entry).
+struct SortedNames {
+    bytes: Vec<u8>,
+    spans: Vec<(usize, usize)>,
 }
 
-fn relative(root: &Path, path: &Path) -> String {
-    path.strip_prefix(root)
-        .unwrap_or(path)
-        .to_string_lossy()
-        .into_owned()
+impl SortedNames {
+    fn read(dir: &Path) -> Result<Self, String> {
+        let mut s = SortedNames {
+            bytes: Vec::new(),
+            spans: Vec::new(),
+        };
+        for entry in fs::read_dir(dir).map_err(|e| e.to_string())? {
+            let name = entry.map_err(|e| e.to_string())?.file_name();
+            let start = s.bytes.len();
+            s.bytes.extend_from_slice(name.as_encoded_bytes());
+            s.spans.push((start, s.bytes.len()));
+        }
+        let bytes = &s.bytes;
+        s.spans
+            .sort_by(|a, b| bytes[a.0..a.1].cmp(&bytes[b.0..b.1]));
+        Ok(s)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &OsStr> + '_ {
+        self.spans.iter().map(|&(a, b)| name_os(&self.bytes[a..b]))
+    }
+}
+
+/// A name read back from [`SortedNames`] (the bytes came from `as_encoded_bytes` of one name).
+fn name_os(b: &[u8]) -> &OsStr {
+    #[cfg(unix)]
+    {
+        std::os::unix::ffi::OsStrExt::from_bytes(b)
+    }
+    #[cfg(not(unix))]
+    {
+        // Outside Unix only UTF-8 names round-trip without `unsafe`; others become empty names,
+        // which match nothing and are reported as unreadable by the caller.
+        OsStr::new(std::str::from_utf8(b).unwrap_or(""))
+    }
 }
 
 fn list_folder(root: &Path) -> Result<Listing, String> {
@@ -122,29 +344,29 @@ fn list_folder(root: &Path) -> Result<Listing, String> {
         },
         ..Listing::default()
     };
-    let mut class_dirs = Vec::new();
-    for path in sorted_entries(root)? {
-        let name = path.file_name().unwrap_or_default();
+    let mut class_names = Vec::new();
+    for name in SortedNames::read(root)?.iter() {
         if is_hidden(name) {
             listing.ignored += 1;
             continue;
         }
-        if path.is_dir() {
-            class_dirs.push(path);
+        if root.join(name).is_dir() {
+            class_names.push(name.to_os_string());
         } else {
             // Files beside the class folders belong to no class.
             listing.ignored += 1;
         }
     }
-    for (label, dir) in class_dirs.iter().enumerate() {
-        listing.classes.push(
-            dir.file_name()
-                .unwrap_or_default()
-                .to_string_lossy()
-                .into_owned(),
-        );
-        let mut seen = HashSet::new();
-        walk(root, dir, label as i64, &mut listing, &mut seen, 0)?;
+    let mut seen = HashSet::new();
+    for (label, class) in class_names.iter().enumerate() {
+        listing.classes.push(class.to_string_lossy().into_owned());
+        let label = u32::try_from(label).map_err(|_| "too many class folders".to_string())?;
+        let mut dir = root.join(class);
+        let mut prefix = os_bytes(class).into_owned();
+        prefix.push(b'/');
+        // Each class has its own set: a folder linked into two classes is listed in both.
+        seen.clear();
+        walk(&mut dir, &mut prefix, label, &mut listing, &mut seen, 0)?;
     }
     Ok(listing)
 }
@@ -152,41 +374,61 @@ fn list_folder(root: &Path) -> Result<Listing, String> {
 /// Recursion depth past which a tree is taken to be a link cycle.
 const MAX_DEPTH: usize = 64;
 
+/// Lists `dir` (whose path relative to the root is `prefix`, ending in `/`) and its
+/// subdirectories, in sorted order. `dir` and `prefix` are scratch buffers, restored on return.
 fn walk(
-    root: &Path,
-    dir: &Path,
-    label: i64,
+    dir: &mut PathBuf,
+    prefix: &mut Vec<u8>,
+    label: u32,
     out: &mut Listing,
     seen: &mut HashSet<PathBuf>,
     depth: usize,
 ) -> Result<(), String> {
     // Symlinked directories may form cycles: visit each real directory once.
-    let real = fs::canonicalize(dir).map_err(|e| e.to_string())?;
+    let real = fs::canonicalize(&*dir).map_err(|e| e.to_string())?;
     if !seen.insert(real) || depth > MAX_DEPTH {
         return Ok(());
     }
-    for path in sorted_entries(dir)? {
-        let name = path.file_name().unwrap_or_default();
+    let names = SortedNames::read(dir)?;
+    let dir_index = out.inputs.add_dir(prefix);
+    for name in names.iter() {
         if is_hidden(name) {
             out.ignored += 1;
             continue;
         }
-        match std::fs::metadata(&path) {
-            Ok(m) if m.is_dir() => walk(root, &path, label, out, seen, depth + 1)?,
-            Ok(m) if m.is_file() && has_image_extension(&path) => out.items.push(InputItem {
-                // Relative to the root: keeps the per-input memory of a global shuffle small.
-                path: path.strip_prefix(root).unwrap_or(&path).into(),
-                label,
-                key: None,
-            }),
-            Ok(_) => out.ignored += 1,
-            Err(e) if has_image_extension(&path) => out.errors.push(source_kind_message(
-                relative(root, &path),
-                "unreadable",
-                format!("cannot open: {e}"),
-            )),
-            Err(_) => out.ignored += 1,
-        }
+        dir.push(name);
+        let step = match std::fs::metadata(&*dir) {
+            Ok(m) if m.is_dir() => {
+                let len = prefix.len();
+                prefix.extend_from_slice(&os_bytes(name));
+                prefix.push(b'/');
+                let r = walk(dir, prefix, label, out, seen, depth + 1);
+                prefix.truncate(len);
+                r
+            }
+            Ok(m) if m.is_file() && has_image_extension(dir) => {
+                out.inputs.push(dir_index, &os_bytes(name), label, None)
+            }
+            Ok(_) => {
+                out.ignored += 1;
+                Ok(())
+            }
+            Err(e) if has_image_extension(dir) => {
+                let path = [&prefix[..], &os_bytes(name)].concat();
+                out.errors.push(source_kind_message(
+                    String::from_utf8_lossy(&path).into_owned(),
+                    "unreadable",
+                    format!("cannot open: {e}"),
+                ));
+                Ok(())
+            }
+            Err(_) => {
+                out.ignored += 1;
+                Ok(())
+            }
+        };
+        dir.pop();
+        step?;
     }
     Ok(())
 }
@@ -203,29 +445,38 @@ fn source_kind_message(path: String, kind: &str, message: String) -> ErrorRecord
 /// largest label, so this bounds its size (a million classes is beyond any public dataset).
 pub const MAX_INT_LABEL: i64 = 999_999;
 
-/// A row of a list file before labels are resolved.
-struct Row {
+/// A row of a list file, borrowed for the duration of one callback.
+struct Row<'a> {
     line: usize,
-    path: Option<String>,
-    label: Option<String>,
-    key: Option<String>,
+    path: Option<Cow<'a, str>>,
+    label: Option<Cow<'a, str>>,
+    key: Option<Cow<'a, str>>,
+}
+
+/// How a list file is parsed. Rows are streamed to a callback twice (once to learn the labels,
+/// once to store the inputs) rather than collected: a list of millions of rows would otherwise
+/// hold every row's strings at once.
+#[derive(Clone, Copy)]
+enum ListKind {
+    Csv,
+    Jsonl,
 }
 
 fn list_file(file: &Path) -> Result<Listing, String> {
     let text = fs::read(file).map_err(|e| e.to_string())?;
     let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let is_csv = file
+    let kind = if file
         .extension()
         .and_then(OsStr::to_str)
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
-    let rows = if is_csv {
-        csv_rows(&text)?
+        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+    {
+        ListKind::Csv
     } else {
-        jsonl_rows(&text)
+        ListKind::Jsonl
     };
 
     let mut listing = Listing {
-        origin: Origin { root: base.clone() },
+        origin: Origin { root: base },
         ..Listing::default()
     };
     // Labels are integers when every present label looks like one (optional sign, digits);
@@ -234,73 +485,93 @@ fn list_file(file: &Path) -> Result<Listing, String> {
         let d = l.strip_prefix('-').unwrap_or(l);
         !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
     };
-    let all_ints = rows
-        .iter()
-        .filter_map(|r| r.label.as_deref())
-        .all(looks_int);
     let int_label = |l: &str| {
         l.parse::<i64>()
             .ok()
             .filter(|v| (0..=MAX_INT_LABEL).contains(v))
     };
-    let mut names = BTreeMap::new();
+    let mut all_ints = true;
+    let mut max_int: Option<i64> = None;
+    let mut names: BTreeMap<String, u32> = BTreeMap::new();
+    for_each_row(&text, kind, &mut |row| {
+        if let Some(l) = row.label.as_deref() {
+            if looks_int(l) {
+                max_int = max_int.max(int_label(l));
+            } else {
+                all_ints = false;
+            }
+            if !names.contains_key(l) {
+                names.insert(l.to_string(), 0);
+            }
+        }
+        Ok(())
+    })?;
     if all_ints {
-        let max = rows
-            .iter()
-            .filter_map(|r| int_label(r.label.as_deref()?))
-            .max();
-        listing.classes = (0..max.map_or(0, |m| m + 1))
+        names.clear();
+        listing.classes = (0..max_int.map_or(0, |m| m + 1))
             .map(|i| i.to_string())
             .collect();
     } else {
-        for l in rows.iter().filter_map(|r| r.label.as_deref()) {
-            names.insert(l.to_string(), 0i64);
-        }
         for (i, v) in names.values_mut().enumerate() {
-            *v = i as i64;
+            *v = u32::try_from(i).map_err(|_| "too many class names".to_string())?;
         }
         listing.classes = names.keys().cloned().collect();
     }
-    for row in rows {
-        let where_ = format!("{}:{}", file.display(), row.line);
-        let (Some(path), Some(label)) = (row.path, row.label) else {
+    let mut dirs = DirInterner::default();
+    for_each_row(&text, kind, &mut |row| {
+        let where_ = || format!("{}:{}", file.display(), row.line);
+        let (Some(path), Some(label)) = (row.path.as_deref(), row.label.as_deref()) else {
             listing.errors.push(source_kind_message(
-                where_,
+                where_(),
                 "bad_list_row",
                 "row needs a non-empty path and label".into(),
             ));
-            continue;
+            return Ok(());
         };
         let label = if all_ints {
-            match int_label(&label) {
-                Some(v) => v,
+            match int_label(label) {
+                // In 0..=MAX_INT_LABEL, so it fits.
+                Some(v) => v as u32,
                 None => {
                     listing.errors.push(source_kind_message(
-                        where_,
+                        where_(),
                         "bad_label",
                         format!("integer label {label} is outside 0..={MAX_INT_LABEL}"),
                     ));
-                    continue;
+                    return Ok(());
                 }
             }
         } else {
-            names.get(&label).copied().unwrap_or(0)
+            names.get(label).copied().unwrap_or(0)
         };
-        listing.items.push(InputItem {
-            path: PathBuf::from(path).into_boxed_path(),
-            label,
-            key: row.key.map(String::into_boxed_str),
-        });
-    }
+        // The directory part (up to the last `/`) is stored once per distinct directory; the
+        // path is rebuilt byte for byte as listed.
+        let split = path.rfind('/').map_or(0, |i| i + 1);
+        let (dir, name) = path.as_bytes().split_at(split);
+        let dir = dirs.get(&mut listing.inputs, dir);
+        listing.inputs.push(dir, name, label, row.key.as_deref())
+    })?;
     Ok(listing)
 }
 
-fn non_empty(s: &str) -> Option<String> {
+fn non_empty(s: &str) -> Option<Cow<'_, str>> {
     let s = s.trim();
-    (!s.is_empty()).then(|| s.to_string())
+    (!s.is_empty()).then_some(Cow::Borrowed(s))
 }
 
-fn csv_rows(text: &[u8]) -> Result<Vec<Row>, String> {
+/// Calls `f` with every row of a list file, in order.
+fn for_each_row(
+    text: &[u8],
+    kind: ListKind,
+    f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    match kind {
+        ListKind::Csv => csv_rows(text, f),
+        ListKind::Jsonl => jsonl_rows(text, f),
+    }
+}
+
+fn csv_rows(text: &[u8], f: &mut dyn FnMut(Row<'_>) -> Result<(), String>) -> Result<(), String> {
     let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(text);
     let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
     let col = |name: &str| {
@@ -312,47 +583,206 @@ fn csv_rows(text: &[u8]) -> Result<Vec<Row>, String> {
         return Err("the CSV list needs a header row with `path` and `label` columns".into());
     };
     let k = col("key");
-    let mut rows = Vec::new();
-    for (i, rec) in rdr.records().enumerate() {
+    // One record buffer for the whole file.
+    let mut rec = csv::StringRecord::new();
+    let mut i = 0usize;
+    loop {
         let line = i + 2;
-        match rec {
-            Ok(rec) => rows.push(Row {
+        i += 1;
+        match rdr.read_record(&mut rec) {
+            Ok(false) => return Ok(()),
+            Ok(true) => f(Row {
                 line,
                 path: rec.get(p).and_then(non_empty),
                 label: rec.get(l).and_then(non_empty),
                 key: k.and_then(|k| rec.get(k)).and_then(non_empty),
-            }),
-            Err(_) => rows.push(Row {
+            })?,
+            Err(_) => f(Row {
                 line,
                 path: None,
                 label: None,
                 key: None,
-            }),
+            })?,
         }
     }
-    Ok(rows)
 }
 
-fn jsonl_rows(text: &[u8]) -> Vec<Row> {
-    let mut rows = Vec::new();
+fn jsonl_rows(text: &[u8], f: &mut dyn FnMut(Row<'_>) -> Result<(), String>) -> Result<(), String> {
     for (i, line) in text.split(|&b| b == b'\n').enumerate() {
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
         let v: Option<serde_json::Value> = serde_json::from_slice(line).ok();
-        let field = |name: &str| -> Option<String> {
+        let field = |name: &str| -> Option<Cow<'_, str>> {
             match v.as_ref()?.get(name)? {
                 serde_json::Value::String(s) => non_empty(s),
-                serde_json::Value::Number(n) => Some(n.to_string()),
+                serde_json::Value::Number(n) => Some(Cow::Owned(n.to_string())),
                 _ => None,
             }
         };
-        rows.push(Row {
+        f(Row {
             line: i + 1,
             path: field("path"),
             label: field("label"),
             key: field("key"),
-        });
+        })?;
     }
-    rows
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(path: &Path) {
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, b"x").unwrap();
+    }
+
+    fn sources(l: &Listing) -> Vec<(String, i64)> {
+        l.inputs
+            .iter()
+            .map(|i| (l.origin.source(&i), i.label))
+            .collect()
+    }
+
+    #[test]
+    fn store_round_trips_dirs_labels_and_late_keys() {
+        let mut s = Inputs::default();
+        let a = s.add_dir(b"a/");
+        let b = s.add_dir(b"");
+        s.push(a, b"1.jpg", 0, None).unwrap();
+        s.push(a, b"2.jpg", 0, None).unwrap();
+        s.push(b, b"x/3.jpg", 7, Some("k3")).unwrap();
+        s.push(a, b"4.jpg", 0, None).unwrap();
+        s.push(a, b"5.jpg", 1, Some("k5")).unwrap();
+        let got: Vec<(Vec<u8>, i64, Option<&str>)> =
+            s.iter().map(|i| (i.path_bytes(), i.label, i.key)).collect();
+        let want: Vec<(Vec<u8>, i64, Option<&str>)> = vec![
+            (b"a/1.jpg".to_vec(), 0, None),
+            (b"a/2.jpg".to_vec(), 0, None),
+            (b"x/3.jpg".to_vec(), 7, Some("k3")),
+            (b"a/4.jpg".to_vec(), 0, None),
+            (b"a/5.jpg".to_vec(), 1, Some("k5")),
+        ];
+        assert_eq!(got, want);
+        assert!(s.has_keys());
+        assert!(s.push(9, b"n", 0, None).is_err(), "unknown directory");
+    }
+
+    #[test]
+    fn per_input_memory_is_an_offset_and_the_name() {
+        let mut s = Inputs::default();
+        let d = s.add_dir(b"some/class/directory/");
+        let n = 20_000;
+        let mut name_bytes = 0;
+        for i in 0..n {
+            let name = format!("{i:08}.jpg");
+            name_bytes += name.len();
+            s.push(d, name.as_bytes(), 3, None).unwrap();
+        }
+        s.shrink_to_fit();
+        let per_input = (s.heap_bytes() - name_bytes) as f64 / n as f64;
+        assert!(
+            per_input < 4.5,
+            "{per_input} bytes per input besides the name"
+        );
+        assert_eq!(s.get(n - 1).name, b"00019999.jpg");
+        assert_eq!(s.get(n - 1).dir, b"some/class/directory/");
+    }
+
+    #[test]
+    fn folder_listing_is_sorted_recursive_and_relative() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for p in [
+            "b/z.jpg",
+            "b/a.PNG",
+            "b/sub/m.jpg",
+            "b/sub/.hidden.jpg",
+            "b/c.txt",
+            "a/1.jpeg",
+            "empty/.keep",
+            "top.jpg",
+        ] {
+            write(&root.join(p));
+        }
+        std::fs::create_dir_all(root.join("b/dir.jpg")).unwrap();
+        let l = list_inputs(&InputSource::Folder(root.to_path_buf())).unwrap();
+        assert_eq!(l.classes, ["a", "b", "empty"]);
+        assert_eq!(
+            sources(&l),
+            [
+                ("a/1.jpeg".to_string(), 0),
+                ("b/a.PNG".into(), 1),
+                ("b/sub/m.jpg".into(), 1),
+                ("b/z.jpg".into(), 1),
+            ]
+        );
+        // top.jpg, c.txt, .hidden.jpg, .keep; `dir.jpg` is an empty directory, not an input.
+        assert_eq!(l.ignored, 4);
+        let last = l.inputs.get(3);
+        assert_eq!(l.origin.resolve(&last), root.join("b/z.jpg"));
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn non_utf8_names_resolve_to_the_same_file() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let name = OsStr::from_bytes(b"caf\xe9.jpg");
+        write(&dir.path().join("c").join(name));
+        std::os::unix::fs::symlink("/nonexistent", dir.path().join("c/gone.jpg")).unwrap();
+        let l = list_inputs(&InputSource::Folder(dir.path().to_path_buf())).unwrap();
+        assert_eq!(l.inputs.len(), 1);
+        let item = l.inputs.get(0);
+        assert!(l.origin.resolve(&item).is_file());
+        assert_eq!(l.origin.source(&item), "c/caf\u{fffd}.jpg");
+        assert_eq!(l.errors.len(), 1);
+        assert_eq!(l.errors[0].path, "c/gone.jpg");
+    }
+
+    #[test]
+    fn lists_keep_paths_as_listed_and_share_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("l.csv");
+        std::fs::write(
+            &list,
+            "path,label,key\nx/./a.jpg,dog,k1\nx/./b.jpg,cat,\n/abs/c.jpg,dog,k3\n,cat,\nd.jpg,cat,\n",
+        )
+        .unwrap();
+        let l = list_inputs(&InputSource::List(list.clone())).unwrap();
+        assert_eq!(l.classes, ["cat", "dog"]);
+        let got: Vec<(String, i64, Option<&str>)> = l
+            .inputs
+            .iter()
+            .map(|i| (l.origin.source(&i), i.label, i.key))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("x/./a.jpg".to_string(), 1, Some("k1")),
+                ("x/./b.jpg".into(), 0, None),
+                ("/abs/c.jpg".into(), 1, Some("k3")),
+                ("d.jpg".into(), 0, None),
+            ]
+        );
+        assert_eq!(l.errors.len(), 1);
+        assert_eq!(l.errors[0].path, format!("{}:5", list.display()));
+        assert_eq!(l.origin.resolve(&l.inputs.get(2)), Path::new("/abs/c.jpg"));
+        // Two distinct directories ("x/./", "/abs/") and the empty one.
+        assert_eq!(l.inputs.dirs.len(), 3);
+
+        let jsonl = dir.path().join("l.jsonl");
+        std::fs::write(
+            &jsonl,
+            "{\"path\": \"a.jpg\", \"label\": 2}\n\n{\"path\": \"b.jpg\", \"label\": 1000000}\nnot json\n",
+        )
+        .unwrap();
+        let l = list_inputs(&InputSource::List(jsonl)).unwrap();
+        assert_eq!(l.classes, ["0", "1", "2"]);
+        assert_eq!(sources(&l), [("a.jpg".to_string(), 2)]);
+        let kinds: Vec<&str> = l.errors.iter().map(|e| e.kind.as_str()).collect();
+        assert_eq!(kinds, ["bad_label", "bad_list_row"]);
+    }
 }

@@ -73,6 +73,9 @@ impl Progress for NoProgress {
     fn update(&self, _: &ProgressSnapshot) {}
 }
 
+/// Marks a position of the shuffled order whose input was rejected before transforming.
+const REJECTED: u32 = u32::MAX;
+
 /// An input in flight: where it goes, under which key and report name.
 struct Job {
     path: std::path::PathBuf,
@@ -108,67 +111,56 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         _ => vec!["cls".into(), "jpg".into(), "json".into()],
     };
 
-    // The order depends only on the listing (sorted) and the seed.
+    let inputs = std::mem::take(&mut listing.inputs);
+    let n = inputs.len();
+    if n >= REJECTED as usize {
+        return Err(PackError::Usage(format!(
+            "{n} inputs: one pack takes at most {} (split the input)",
+            REJECTED - 1
+        )));
+    }
+    // The order depends only on the listing (sorted) and the seed. Shuffling indices moves
+    // exactly as shuffling the inputs themselves would (Fisher–Yates only swaps positions), and
+    // costs 4 bytes per input; `order[p]` is the input at position `p`, whose generated key is
+    // made from `p`.
+    let mut order: Vec<u32> = (0..n as u32).collect();
     if let Some(seed) = plan.seed {
-        shuffle(&mut listing.items, seed);
+        shuffle(&mut order, seed);
     }
     let mut errors: Vec<(usize, ErrorRecord)> = Vec::new();
     let origin = listing.origin.clone();
-    // Only keys given by a list are stored: generated keys are unique by construction, so a
-    // set of them would cost memory per input for nothing.
-    let mut explicit = HashSet::new();
-    for item in &listing.items {
-        if let Some(k) = &item.key {
-            explicit.insert(k.to_string());
-        }
-    }
-    let mut seen_explicit = HashSet::new();
-    let found = listing.items.len() as u64 + listing.errors.len() as u64;
-    if listing.items.len() > u32::MAX as usize {
-        return Err(PackError::Usage(format!(
-            "{} inputs: one pack takes at most {} (split the input)",
-            listing.items.len(),
-            u32::MAX
-        )));
-    }
-    // Filter in place (no second list of every input); `origs` keeps each survivor's position
-    // in the shuffled order, which its generated key is made from.
-    let mut jobs = std::mem::take(&mut listing.items);
-    let mut origs: Vec<u32> = Vec::with_capacity(jobs.len());
-    let mut position = 0usize;
-    jobs.retain(|item| {
-        let i = position;
-        position += 1;
-        let (key, clash) = match &item.key {
-            Some(k) => (k.to_string(), !seen_explicit.insert(k.to_string())),
-            None => {
-                let k = index_key(i as u64);
-                let clash = explicit.contains(&k);
-                (k, clash)
-            }
-        };
-        if let Err(e) = validate_key(&key) {
-            let src = origin.source(item);
-            errors.push((i, record(&src, "bad_key", format!("key {key:?}: {e}"))));
-            false
-        } else if clash {
-            let src = origin.source(item);
-            errors.push((
-                i,
-                record(
-                    &src,
+    let found = n as u64 + listing.errors.len() as u64;
+    // Keys given by a list must be valid and unique, and must not take a generated key. Only
+    // lists can give keys, and only their keys are held (borrowed from the store): generated keys
+    // are unique by construction, so a set of them would cost memory per input for nothing.
+    // Rejected positions are marked in `order` rather than removed.
+    if inputs.has_keys() {
+        let explicit: HashSet<&str> = inputs.iter().filter_map(|i| i.key).collect();
+        let mut seen_explicit = HashSet::new();
+        for (position, slot) in order.iter_mut().enumerate() {
+            let item = inputs.get(*slot as usize);
+            let generated;
+            let (key, clash) = match item.key {
+                Some(k) => (k, !seen_explicit.insert(k)),
+                None => {
+                    generated = index_key(position as u64);
+                    (generated.as_str(), explicit.contains(generated.as_str()))
+                }
+            };
+            let problem = match validate_key(key) {
+                Err(e) => Some(("bad_key", format!("key {key:?}: {e}"))),
+                Ok(()) if clash => Some((
                     "duplicate_key",
                     format!("key {key:?} is used by another input"),
-                ),
-            ));
-            false
-        } else {
-            origs.push(i as u32);
-            true
+                )),
+                Ok(()) => None,
+            };
+            if let Some((kind, message)) = problem {
+                errors.push((position, record(&origin.source(&item), kind, message)));
+                *slot = REJECTED;
+            }
         }
-    });
-    drop(explicit);
-    drop(seen_explicit);
+    }
     let mut failed_early: Vec<ErrorRecord> = listing.errors;
 
     let mut snapshot = ProgressSnapshot {
@@ -201,25 +193,33 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let mut sink = ShardSink::new(plan);
     let mut stages = StageTimes::default();
     let mut bytes_in = 0u64;
+    // Results that arrived before their turn; at most `window` entries.
     let mut pending: BTreeMap<usize, Result<Done, ErrorRecord>> = BTreeMap::new();
+    let skip_rejected = |p: &mut usize| {
+        while *p < n && order[*p] == REJECTED {
+            *p += 1;
+        }
+    };
     let (mut next_submit, mut next_write) = (0usize, 0usize);
+    skip_rejected(&mut next_submit);
+    skip_rejected(&mut next_write);
+    let mut in_flight = 0usize;
     let classes = listing.classes.clone();
     let mut outcome = check_max(snapshot.failed);
-    while outcome.is_ok() && next_write < jobs.len() {
-        while next_submit < jobs.len() && next_submit < next_write + window {
-            let (orig, item) = (origs[next_submit] as usize, &jobs[next_submit]);
+    while outcome.is_ok() && next_write < n {
+        while next_submit < n && in_flight < window {
+            let position = next_submit;
+            let item = inputs.get(order[position] as usize);
             let job = Job {
                 key: item
                     .key
-                    .as_deref()
-                    .map_or_else(|| index_key(orig as u64), str::to_string),
-                source: origin.source(item),
-                path: origin.resolve(item),
+                    .map_or_else(|| index_key(position as u64), str::to_string),
+                source: origin.source(&item),
+                path: origin.resolve(&item),
                 label: item.label,
             };
             let class = class_name(&classes, job.label);
             let tx = tx.clone();
-            let idx = next_submit;
             pool.spawn(move || {
                 let r = std::panic::catch_unwind(|| process(&job, &class, &transform_spec))
                     .unwrap_or_else(|_| {
@@ -229,15 +229,20 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                             "the image stage panicked".into(),
                         ))
                     });
-                let _ = tx.send((idx, r));
+                let _ = tx.send((position, r));
             });
+            in_flight += 1;
             next_submit += 1;
+            skip_rejected(&mut next_submit);
         }
         let Ok((i, r)) = rx.recv() else { break };
         pending.insert(i, r);
         while let Some(r) = pending.remove(&next_write) {
-            let (orig_index, item) = (origs[next_write] as usize, &jobs[next_write]);
+            let position = next_write;
+            let item = inputs.get(order[position] as usize);
+            in_flight -= 1;
             next_write += 1;
+            skip_rejected(&mut next_write);
             snapshot.done += 1;
             match r {
                 Ok(done) => {
@@ -258,8 +263,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                     };
                     let key = item
                         .key
-                        .as_deref()
-                        .map_or_else(|| index_key(orig_index as u64), str::to_string);
+                        .map_or_else(|| index_key(position as u64), str::to_string);
                     let res = sink.add(&key, item.label, payload, &done.meta);
                     stages.write += t.elapsed();
                     if let Err(e) = res {
@@ -269,7 +273,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                     snapshot.shards = sink.entries.len() as u64;
                 }
                 Err(e) => {
-                    errors.push((orig_index, e));
+                    errors.push((position, e));
                     snapshot.failed += 1;
                     if let Err(e) = check_max(snapshot.failed) {
                         outcome = Err(e);
