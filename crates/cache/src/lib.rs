@@ -1,1 +1,85 @@
-//! Dataset locations and the local shard cache (placeholder).
+//! Dataset locations (local paths, `file://`, `http(s)://`, `s3://`) and the local shard cache.
+//!
+//! Remote shards are fetched whole, sequentially, through `object_store`, checked against the
+//! manifest's size and checksum, decompressed once when they are `.zst`, and published into a
+//! cache directory with an atomic rename. Several processes share one cache directory: per-shard
+//! file locks make each shard download once and keep shards in use from being evicted, and a
+//! least-recently-used sweep keeps the directory under its byte limit. Local datasets never enter
+//! the cache: they are read in place and nothing here ever copies or deletes them.
+//!
+//! The API is synchronous; an internal tokio runtime drives the HTTP and S3 clients.
+
+mod dir;
+mod location;
+mod metrics;
+mod remote;
+mod source;
+
+pub use dir::{default_cache_dir, CacheDir, CachedDataset, ClearReport};
+pub use location::{Location, RemoteUrl};
+pub use metrics::CacheMetrics;
+pub use remote::FetchPolicy;
+pub use source::{CacheOptions, FetchFailure, Lease, RemoteDataset, ShardSpec};
+
+use std::path::PathBuf;
+
+/// Why a cache or remote operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CacheError {
+    /// The dataset argument cannot be understood.
+    #[error("bad dataset location {location:?}: {message}")]
+    BadLocation {
+        /// As given.
+        location: String,
+        /// Why.
+        message: String,
+    },
+    /// A local file operation failed.
+    #[error("{path}: {cause}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// The cause (part of the message, so it is printed once).
+        cause: std::io::Error,
+    },
+    /// A remote object could not be fetched after every attempt.
+    #[error("fetching {url} failed after {attempts} attempt(s): {message}")]
+    Fetch {
+        /// The object.
+        url: String,
+        /// Attempts made.
+        attempts: u32,
+        /// The last error.
+        message: String,
+    },
+    /// The remote dataset's manifest is missing or invalid.
+    #[error("manifest {url}: {message}")]
+    Manifest {
+        /// Its URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// The cache limit cannot hold what must be on disk at once.
+    #[error("cache limit {limit} bytes is too small: {message}")]
+    TooSmall {
+        /// The limit.
+        limit: u64,
+        /// Why, with the bytes needed.
+        message: String,
+    },
+    /// The cache directory is not one this tool made.
+    #[error("{path} is not a shardtool cache directory (no CACHEDIR.TAG from shardtool); refusing to touch it")]
+    NotACache {
+        /// The folder.
+        path: PathBuf,
+    },
+}
+
+impl CacheError {
+    pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> CacheError {
+        let path = path.into();
+        move |cause| CacheError::Io { path, cause }
+    }
+}

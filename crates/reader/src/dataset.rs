@@ -1,14 +1,16 @@
-//! A dataset opened for reading: the manifest and one validated, zero-copy view per shard.
+//! A dataset opened for reading: the manifest and one validated, zero-copy view per shard,
+//! from a local folder (read in place) or a remote one (through the shard cache).
 
 use crate::mmap::map_readonly;
 use crate::ReadError;
 use memmap2::Mmap;
+use shardtool_cache::{CacheOptions, Lease, Location, RemoteDataset};
 use shardtool_manifest::{Manifest, ShardFormat};
 use shardtool_packed::PackedShard;
 use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The bytes of one shard: a read-only map of a plain file, or a buffer holding a decompressed
 /// `.zst` shard.
@@ -17,12 +19,14 @@ pub enum ShardBytes {
     Mapped(Mmap),
     /// Decompressed in memory.
     Owned(Vec<u8>),
+    /// A mapped file in the shard cache, held there (not evictable) while the lease lives.
+    Cached(Mmap, Lease),
 }
 
 impl AsRef<[u8]> for ShardBytes {
     fn as_ref(&self) -> &[u8] {
         match self {
-            ShardBytes::Mapped(m) => m,
+            ShardBytes::Mapped(m) | ShardBytes::Cached(m, _) => m,
             ShardBytes::Owned(v) => v,
         }
     }
@@ -69,21 +73,58 @@ impl ShardView {
     }
 }
 
+/// The state of one shard's view.
+#[derive(Default)]
+enum Slot {
+    /// Not open (yet, or again after its last sample this epoch).
+    #[default]
+    Closed,
+    Open(Arc<ShardView>),
+    /// Failed to open: every later caller gets the same error.
+    Failed(String),
+}
+
 /// An opened dataset.
 pub struct Dataset {
-    /// Its directory.
+    /// Its directory (for a remote dataset: its folder in the cache).
     pub dir: PathBuf,
     /// The manifest.
     pub manifest: Manifest,
-    /// Views, in manifest order, opened lazily.
-    shards: Vec<std::sync::OnceLock<Result<Arc<ShardView>, String>>>,
+    /// Views, in manifest order, opened lazily and closed by [`Dataset::release`].
+    shards: Vec<Mutex<Slot>>,
+    /// Set for a remote dataset read through the cache.
+    remote: Option<Arc<RemoteDataset>>,
 }
 
 /// Largest manifest read.
 const MAX_MANIFEST: u64 = 256 << 20;
 
 impl Dataset {
-    /// Opens a dataset directory or a `manifest.json` path. Shards are opened on first use.
+    /// Opens a dataset at `location`: a local folder or manifest path (read in place), or an
+    /// `http(s)://`, `s3://` or `file://` URL of a dataset folder or its manifest. Remote shards
+    /// are fetched into the cache described by `cache` (defaults when `None`).
+    pub fn open_location(location: &str, cache: Option<&CacheOptions>) -> Result<Self, ReadError> {
+        match Location::parse(location)? {
+            Location::Local(p) => Self::open(&p),
+            Location::Remote(url) => {
+                let remote = RemoteDataset::open(url, cache.cloned().unwrap_or_default())?;
+                let manifest = remote.manifest().clone();
+                Ok(Self {
+                    dir: remote.cache_dir().to_path_buf(),
+                    shards: manifest.shards.iter().map(|_| Default::default()).collect(),
+                    manifest,
+                    remote: Some(Arc::new(remote)),
+                })
+            }
+        }
+    }
+
+    /// The remote dataset behind this one, if it is remote.
+    pub fn remote(&self) -> Option<&Arc<RemoteDataset>> {
+        self.remote.as_ref()
+    }
+
+    /// Opens a local dataset directory or a `manifest.json` path. Shards are opened on first use.
     pub fn open(path: &Path) -> Result<Self, ReadError> {
         if !path.exists() {
             return Err(ReadError::Manifest {
@@ -113,6 +154,7 @@ impl Dataset {
             dir,
             manifest,
             shards,
+            remote: None,
         })
     }
 
@@ -124,17 +166,52 @@ impl Dataset {
     /// The view of shard `i`, opening and validating it on first use.
     pub fn shard(&self, i: usize) -> Result<Arc<ShardView>, ReadError> {
         let cell = self.shards.get(i).ok_or(ReadError::NoSuchShard(i))?;
-        // A shard that failed to open fails the same way for every later caller.
-        cell.get_or_init(|| self.open_shard(i).map(Arc::new).map_err(|e| e.to_string()))
-            .clone()
-            .map_err(|message| ReadError::CorruptShard {
+        // One opener per shard; others wait for its view instead of opening it twice.
+        let mut slot = cell.lock().unwrap_or_else(|p| p.into_inner());
+        if let Slot::Closed = *slot {
+            *slot = match self.open_shard(i) {
+                Ok(v) => Slot::Open(Arc::new(v)),
+                Err(e) => Slot::Failed(e.to_string()),
+            };
+        }
+        match &*slot {
+            Slot::Open(v) => Ok(v.clone()),
+            Slot::Failed(message) => Err(ReadError::CorruptShard {
                 shard: self.manifest.shards[i].file.clone(),
-                message,
-            })
+                message: message.clone(),
+            }),
+            Slot::Closed => unreachable!("opened above"),
+        }
+    }
+
+    /// Closes shard `i` once its last sample of the epoch is read: the mapping goes when the
+    /// last batch using it is assembled, and a cached shard becomes evictable again.
+    pub fn release(&self, i: usize) {
+        if let Some(cell) = self.shards.get(i) {
+            let mut slot = cell.lock().unwrap_or_else(|p| p.into_inner());
+            if let Slot::Open(_) = *slot {
+                *slot = Slot::Closed;
+            }
+        }
     }
 
     fn open_shard(&self, i: usize) -> Result<ShardView, ReadError> {
         let entry = &self.manifest.shards[i];
+        if let Some(remote) = &self.remote {
+            // The cache holds a whole, checked, decompressed copy.
+            let lease = remote.acquire(i)?;
+            let path = lease.path().to_path_buf();
+            let io = |e| ReadError::Io {
+                path: path.clone(),
+                cause: e,
+            };
+            let file = std::fs::File::open(&path).map_err(io)?;
+            // SAFETY: cached shards are published by rename and never modified in place, and
+            // the lease keeps them from being evicted while mapped (see mmap.rs).
+            #[allow(unsafe_code)]
+            let map = unsafe { map_readonly(&file) }.map_err(io)?;
+            return self.view_of(i, ShardBytes::Cached(map, lease));
+        }
         let path = self.dir.join(&entry.file);
         let io = |e| ReadError::Io {
             path: path.clone(),
@@ -156,6 +233,11 @@ impl Dataset {
             let map = unsafe { map_readonly(&file) }.map_err(io)?;
             ShardBytes::Mapped(map)
         };
+        self.view_of(i, bytes)
+    }
+
+    fn view_of(&self, i: usize, bytes: ShardBytes) -> Result<ShardView, ReadError> {
+        let entry = &self.manifest.shards[i];
         let corrupt = |message: String| ReadError::CorruptShard {
             shard: entry.file.clone(),
             message,

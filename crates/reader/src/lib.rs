@@ -26,8 +26,10 @@ pub use dataset::{Dataset, ShardView};
 pub use loader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState};
 pub use metrics::{Metrics, SlowRecord};
 pub use plan::{
-    derive_seed, per_rank, rank_order, shard_order, OrderOptions, Remainder, SampleRef,
+    derive_seed, first_use_order, open_window_bytes, per_rank, rank_order, shard_order,
+    OrderOptions, Remainder, SampleRef,
 };
+pub use shardtool_cache::{CacheMetrics, CacheOptions, FetchPolicy};
 
 use std::path::PathBuf;
 
@@ -78,6 +80,9 @@ pub enum ReadError {
     /// A saved state that does not fit this dataset.
     #[error("cannot resume: {0}")]
     BadState(String),
+    /// A remote dataset or its cache failed.
+    #[error(transparent)]
+    Cache(#[from] shardtool_cache::CacheError),
     /// The epoch ended with a different sample count than planned.
     #[error("epoch delivered {delivered} samples but the plan has {expected}")]
     Incomplete {

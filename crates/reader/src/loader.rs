@@ -4,12 +4,15 @@
 use crate::batch::{Batch, BatchAllocator, CpuAllocator, Layout};
 use crate::dataset::{Dataset, ShardView};
 use crate::metrics::{Metrics, MetricsRecorder, SlowRecord};
-use crate::plan::{per_rank, rank_order, OrderOptions, SampleRef};
+use crate::plan::{
+    first_use_order, open_window_bytes, per_rank, rank_order, OrderOptions, SampleRef,
+};
 use crate::ReadError;
 use serde::{Deserialize, Serialize};
+use shardtool_cache::CacheOptions;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -22,7 +25,8 @@ pub enum CorruptPolicy {
     /// Stop with an error naming the shard and key.
     #[default]
     Fail,
-    /// Leave the record out of its batch and count it in the metrics.
+    /// Leave the record out of its batch and count it in the metrics; a shard that cannot be
+    /// opened or fetched at all is left out for this epoch, and its samples are counted as lost.
     Skip,
 }
 
@@ -69,6 +73,7 @@ pub struct LoaderBuilder {
     resume: Option<LoaderState>,
     allocator: Arc<dyn BatchAllocator>,
     delays: Vec<(String, Duration)>,
+    cache: Option<CacheOptions>,
 }
 
 fn env_u32(name: &str) -> Option<u32> {
@@ -93,6 +98,7 @@ impl LoaderBuilder {
             resume: None,
             allocator: Arc::new(CpuAllocator::default()),
             delays: Vec::new(),
+            cache: None,
         }
     }
 
@@ -179,9 +185,19 @@ impl LoaderBuilder {
         self
     }
 
+    /// The shard cache for a remote dataset (`http(s)://`, `s3://`): folder, byte limit,
+    /// retries and prefetch. Without it a remote dataset uses the default cache folder.
+    pub fn cache(mut self, options: CacheOptions) -> Self {
+        self.cache = Some(options);
+        self
+    }
+
     /// Opens the dataset, plans the epoch and starts the workers.
     pub fn build(mut self) -> Result<Loader, ReadError> {
-        let dataset = Arc::new(Dataset::open(&self.path)?);
+        let dataset = Arc::new(match self.path.to_str() {
+            Some(loc) => Dataset::open_location(loc, self.cache.as_ref())?,
+            None => Dataset::open(&self.path)?,
+        });
         let fingerprint = fingerprint(&dataset);
         let mut skip = BTreeSet::new();
         let mut partial = None;
@@ -223,10 +239,43 @@ impl LoaderBuilder {
             per_rank(total, self.world, self.order.remainder)
         );
         let batches = order.len().div_ceil(self.batch_size) as u64;
+        let k = self.workers.min(batches.max(1) as usize);
+        // Samples still to read per shard: a shard is closed (and evictable) after its last.
+        let mut left = vec![0u64; counts.len()];
+        for (pos, r) in order.iter().enumerate() {
+            let b = (pos / self.batch_size) as u64;
+            let skipped_here = match partial {
+                Some((pb, c)) if pb == b => pos - b as usize * self.batch_size < c,
+                _ => false,
+            };
+            if !skip.contains(&b) && !skipped_here {
+                left[r.shard as usize] += 1;
+            }
+        }
+        if let Some(remote) = dataset.remote() {
+            let sizes: Vec<u64> = dataset
+                .manifest
+                .shards
+                .iter()
+                .map(|s| s.uncompressed_bytes.unwrap_or(s.bytes))
+                .collect();
+            let lookahead = (k * (self.prefetch.max(1) + 1)) as u64;
+            remote.check_capacity(open_window_bytes(
+                &order,
+                self.batch_size,
+                lookahead,
+                &sizes,
+            ))?;
+            remote.plan(
+                first_use_order(&order)
+                    .into_iter()
+                    .filter(|&s| left[s] > 0)
+                    .collect(),
+            );
+        }
         let order = Arc::new(order);
         let stop = Arc::new(AtomicBool::new(false));
         let metrics = Arc::new(MetricsRecorder::default());
-        let k = self.workers.min(batches.max(1) as usize);
         let shared = Arc::new(WorkerShared {
             dataset: dataset.clone(),
             order: order.clone(),
@@ -239,6 +288,7 @@ impl LoaderBuilder {
             metrics: metrics.clone(),
             delays: self.delays,
             partial,
+            left: left.into_iter().map(AtomicU64::new).collect(),
         });
         let mut handles = Vec::new();
         let mut receivers = Vec::new();
@@ -292,6 +342,7 @@ impl LoaderBuilder {
             handles,
             stop,
             metrics,
+            dataset,
             started: Instant::now(),
             expected_samples,
             delivered_samples: 0,
@@ -328,6 +379,18 @@ struct WorkerShared {
     metrics: Arc<MetricsRecorder>,
     delays: Vec<(String, Duration)>,
     partial: Option<(u64, usize)>,
+    left: Vec<AtomicU64>,
+}
+
+impl WorkerShared {
+    /// Counts `n` samples of `shard` as read, closing the shard after its last one.
+    fn done(&self, shard: u32, n: u64) {
+        if let Some(left) = self.left.get(shard as usize) {
+            if left.fetch_sub(n, Ordering::AcqRel) == n {
+                self.dataset.release(shard as usize);
+            }
+        }
+    }
 }
 
 type Msg = (u64, Result<Batch, ReadError>);
@@ -361,14 +424,27 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
     };
     let refs = &s.order[start + skip_first.min(end - start)..end];
     // Keep each shard view alive for the batch; records borrow from them.
-    let views: Vec<Arc<ShardView>> = refs
-        .iter()
-        .map(|r| s.dataset.shard(r.shard as usize))
-        .collect::<Result<_, _>>()?;
+    let mut views: Vec<Option<Arc<ShardView>>> = Vec::with_capacity(refs.len());
+    for r in refs {
+        match s.dataset.shard(r.shard as usize) {
+            Ok(v) => views.push(Some(v)),
+            Err(e) => match s.corrupt {
+                CorruptPolicy::Fail => return Err(e),
+                CorruptPolicy::Skip => {
+                    s.metrics
+                        .lost(&s.dataset.manifest.shards[r.shard as usize].file, &e);
+                    views.push(None);
+                }
+            },
+        }
+    }
     let mut keys = Vec::with_capacity(refs.len());
     let mut labels = Vec::with_capacity(refs.len());
     let mut recs = Vec::with_capacity(refs.len());
     for (r, view) in refs.iter().zip(&views) {
+        let Some(view) = view else {
+            continue;
+        };
         let t = Instant::now();
         let got = read_record(s, view, r);
         let elapsed = t.elapsed();
@@ -395,7 +471,17 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
             },
         }
     }
-    assemble(s, b, keys, labels, recs)
+    let batch = assemble(s, b, keys, labels, recs);
+    // The records are copied out: the views may close now.
+    drop(views);
+    let mut i = 0;
+    while i < refs.len() {
+        let shard = refs[i].shard;
+        let run = refs[i..].iter().take_while(|r| r.shard == shard).count();
+        s.done(shard, run as u64);
+        i += run;
+    }
+    batch
 }
 
 fn read_record<'a>(
@@ -568,6 +654,7 @@ pub struct Loader {
     handles: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     metrics: Arc<MetricsRecorder>,
+    dataset: Arc<Dataset>,
     started: Instant,
     expected_samples: u64,
     delivered_samples: u64,
@@ -621,7 +708,9 @@ impl Loader {
 
     /// Throughput, wait times, skipped and slow records so far.
     pub fn metrics(&self) -> Metrics {
-        self.metrics.snapshot(self.started.elapsed())
+        let mut m = self.metrics.snapshot(self.started.elapsed());
+        m.cache = self.dataset.remote().map(|r| r.metrics());
+        m
     }
 
     fn receive(&mut self) -> Option<Msg> {
@@ -664,7 +753,9 @@ impl Iterator for Loader {
             None => {
                 self.finished = true;
                 // Every planned sample must have been delivered or counted as skipped.
-                let got = self.delivered_samples + self.metrics.corrupt_count();
+                let got = self.delivered_samples
+                    + self.metrics.corrupt_count()
+                    + self.metrics.lost_count();
                 if got != self.expected_samples {
                     return Some(Err(ReadError::Incomplete {
                         expected: self.expected_samples,

@@ -39,6 +39,12 @@ pub struct Metrics {
     pub corrupt_skipped: u64,
     /// Records slower than 10× the running median.
     pub slow_records: Vec<SlowRecord>,
+    /// Samples lost under the skip policy because their shard could not be opened or fetched.
+    pub lost_samples: u64,
+    /// Those shards, each with the error that lost it.
+    pub lost_shards: Vec<(String, String)>,
+    /// Shard cache activity, for a remote dataset.
+    pub cache: Option<shardtool_cache::CacheMetrics>,
 }
 
 /// Shared, thread-safe recorder.
@@ -47,6 +53,8 @@ pub(crate) struct MetricsRecorder {
     samples: AtomicU64,
     bytes: AtomicU64,
     corrupt: AtomicU64,
+    lost: AtomicU64,
+    lost_shards: Mutex<Vec<(String, String)>>,
     waits: Mutex<Vec<Duration>>,
     recent: Mutex<Recent>,
     slow: Mutex<Vec<SlowRecord>>,
@@ -72,6 +80,20 @@ impl MetricsRecorder {
 
     pub(crate) fn corrupt(&self) {
         self.corrupt.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one sample lost with its shard, remembering the shard once.
+    pub(crate) fn lost(&self, shard: &str, e: &dyn std::fmt::Display) {
+        self.lost.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut l) = self.lost_shards.lock() {
+            if !l.iter().any(|(s, _)| s == shard) {
+                l.push((shard.to_string(), e.to_string()));
+            }
+        }
+    }
+
+    pub(crate) fn lost_count(&self) -> u64 {
+        self.lost.load(Ordering::Relaxed)
     }
 
     pub(crate) fn corrupt_count(&self) -> u64 {
@@ -138,6 +160,13 @@ impl MetricsRecorder {
             wait_p99: pct(0.99),
             corrupt_skipped: self.corrupt_count(),
             slow_records: self.slow.lock().map(|s| s.clone()).unwrap_or_default(),
+            lost_samples: self.lost_count(),
+            lost_shards: self
+                .lost_shards
+                .lock()
+                .map(|s| s.clone())
+                .unwrap_or_default(),
+            cache: None,
         }
     }
 }

@@ -212,6 +212,77 @@ fn buffer_shuffle(
     out
 }
 
+/// Shards in the order this rank first reads them: what a prefetcher should fetch, in turn.
+pub fn first_use_order(order: &[SampleRef]) -> Vec<usize> {
+    let mut seen = std::collections::HashSet::new();
+    order
+        .iter()
+        .map(|r| r.shard as usize)
+        .filter(|&s| seen.insert(s))
+        .collect()
+}
+
+/// The most bytes of shards open at once while `order` is read in batches of `batch`, when
+/// workers may run up to `lookahead` batches ahead of the oldest unfinished one: a shard is open
+/// from the batch of its first sample (reached `lookahead` batches early) to that of its last.
+pub fn open_window_bytes(order: &[SampleRef], batch: usize, lookahead: u64, sizes: &[u64]) -> u64 {
+    let batch = batch.max(1);
+    let mut span: std::collections::HashMap<u32, (u64, u64)> = Default::default();
+    for (pos, r) in order.iter().enumerate() {
+        let b = (pos / batch) as u64;
+        span.entry(r.shard)
+            .and_modify(|e| e.1 = b)
+            .or_insert((b, b));
+    }
+    // Sweep: +size where a shard opens, -size after it closes.
+    let mut events: Vec<(u64, i128)> = Vec::with_capacity(span.len() * 2);
+    for (shard, (first, last)) in span {
+        let size = sizes.get(shard as usize).copied().unwrap_or(0) as i128;
+        events.push((first.saturating_sub(lookahead), size));
+        events.push((last + 1, -size));
+    }
+    // Closing before opening at the same batch.
+    events.sort_unstable_by_key(|&(at, d)| (at, d));
+    let (mut open, mut peak) = (0i128, 0i128);
+    for (_, d) in events {
+        open += d;
+        peak = peak.max(open);
+    }
+    peak as u64
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    fn refs(shards: &[u32]) -> Vec<SampleRef> {
+        shards
+            .iter()
+            .enumerate()
+            .map(|(i, &s)| SampleRef {
+                shard: s,
+                record: i as u32,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn sequential_shards_open_one_at_a_time_without_lookahead() {
+        let order = refs(&[0, 0, 1, 1, 2, 2]);
+        assert_eq!(open_window_bytes(&order, 2, 0, &[10, 20, 30]), 30);
+        // Reaching one batch ahead overlaps neighbours.
+        assert_eq!(open_window_bytes(&order, 2, 1, &[10, 20, 30]), 50);
+        assert_eq!(first_use_order(&order), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn interleaved_shards_are_open_together() {
+        let order = refs(&[2, 0, 1, 2, 0, 1]);
+        assert_eq!(open_window_bytes(&order, 1, 0, &[10, 20, 30]), 60);
+        assert_eq!(first_use_order(&order), vec![2, 0, 1]);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,457 @@
+//! The cache directory on local disk: layout, per-shard locks, validity stamps, byte
+//! reservations for downloads in flight, least-recently-used eviction, listing and clearing.
+//!
+//! ```text
+//! <root>/CACHEDIR.TAG          marks the folder as ours; nothing is deleted without it
+//! <root>/evict.lock            serialises space accounting and eviction across processes
+//! <root>/reserve/<pid>-<n>     bytes promised to a download in flight
+//! <root>/<dataset id>/source   the dataset's folder URL
+//! <root>/<dataset id>/shards/  published shards (decompressed)
+//! <root>/<dataset id>/meta/    per-shard stamp {bytes, checksum, mtime, inode}; its mtime is the LRU clock
+//! <root>/<dataset id>/locks/   per-shard lock files: shared while in use, exclusive to fetch or evict
+//! <root>/<dataset id>/tmp/     downloads in flight
+//! ```
+
+use crate::CacheError;
+use serde::{Deserialize, Serialize};
+use shardtool_core::Checksum;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+const TAG: &str = "CACHEDIR.TAG";
+const TAG_TEXT: &str = "Signature: 8a477f597d28d172789f06886806bc55\n\
+# This file marks a shardtool shard cache (https://bford.info/cachedir/).\n\
+# `shardtool cache clear` deletes what is under this folder.\n";
+
+/// The default cache folder: `$SHARDTOOL_CACHE_DIR`, else `$XDG_CACHE_HOME/shardtool`, else
+/// `~/.cache/shardtool`, else `/tmp/shardtool-cache`.
+pub fn default_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("SHARDTOOL_CACHE_DIR").filter(|d| !d.is_empty()) {
+        return d.into();
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("shardtool");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(h).join(".cache").join("shardtool");
+    }
+    std::env::temp_dir().join("shardtool-cache")
+}
+
+/// A cache folder shared by every process on the node.
+#[derive(Debug, Clone)]
+pub struct CacheDir {
+    root: PathBuf,
+    limit: Option<u64>,
+}
+
+/// One dataset's part of a cache folder.
+#[derive(Debug, Clone, Serialize)]
+pub struct CachedDataset {
+    /// Its folder in the cache.
+    pub dir: PathBuf,
+    /// The remote folder it mirrors.
+    pub source: String,
+    /// Shards held.
+    pub shards: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Most recent use, as seconds since the epoch.
+    pub last_used: u64,
+}
+
+/// What `clear` did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClearReport {
+    /// Shard files deleted.
+    pub removed: u64,
+    /// Bytes freed.
+    pub bytes: u64,
+    /// Shards kept because a process is using them.
+    pub in_use: Vec<String>,
+}
+
+/// What the cache holds about one shard file.
+#[derive(Debug, Serialize, Deserialize, PartialEq)]
+struct Stamp {
+    bytes: u64,
+    checksum: String,
+    mtime_ns: i128,
+    inode: u64,
+}
+
+/// A shard's files in one dataset folder.
+pub(crate) struct ShardPaths {
+    pub data: PathBuf,
+    pub meta: PathBuf,
+    pub lock: PathBuf,
+}
+
+/// Bytes promised to a download; released on drop.
+pub(crate) struct Reservation(Option<PathBuf>);
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = fs::remove_file(p);
+        }
+    }
+}
+
+static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
+
+impl CacheDir {
+    /// Opens (creating if needed) a cache folder. `limit` caps the bytes of shards it holds.
+    ///
+    /// An existing non-empty folder without our tag is refused, so a mistyped `--cache-dir`
+    /// can never make eviction or `clear` delete someone's data.
+    pub fn open(root: impl Into<PathBuf>, limit: Option<u64>) -> Result<Self, CacheError> {
+        let root = root.into();
+        let tag = root.join(TAG);
+        if !tag.exists() {
+            let empty = match fs::read_dir(&root) {
+                Ok(mut it) => it.next().is_none(),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+                Err(e) => return Err(CacheError::io(&root)(e)),
+            };
+            if !empty {
+                return Err(CacheError::NotACache { path: root });
+            }
+            fs::create_dir_all(&root).map_err(CacheError::io(&root))?;
+            write_atomic(&tag, TAG_TEXT.as_bytes())?;
+        }
+        let reserve = root.join("reserve");
+        fs::create_dir_all(&reserve).map_err(CacheError::io(&reserve))?;
+        Ok(Self { root, limit })
+    }
+
+    /// Opens an existing cache folder for listing or clearing; never creates one.
+    pub fn existing(root: impl Into<PathBuf>) -> Result<Self, CacheError> {
+        let root = root.into();
+        if !root.join(TAG).is_file() {
+            return Err(CacheError::NotACache { path: root });
+        }
+        Ok(Self { root, limit: None })
+    }
+
+    /// The folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The byte limit, if any.
+    pub fn limit(&self) -> Option<u64> {
+        self.limit
+    }
+
+    /// The folder of the dataset whose remote folder is `source`: a readable name plus a hash
+    /// of the full URL, so two datasets never share a folder.
+    pub(crate) fn dataset_dir(&self, source: &str) -> Result<PathBuf, CacheError> {
+        let readable: String = source
+            .split("://")
+            .nth(1)
+            .unwrap_or(source)
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let readable = readable.trim_matches('_');
+        let readable = &readable[..readable.len().min(60)];
+        let id = format!("{readable}-{:016x}", Checksum::of(source.as_bytes()).0);
+        let dir = self.root.join(id);
+        for sub in ["shards", "meta", "locks", "tmp"] {
+            fs::create_dir_all(dir.join(sub)).map_err(CacheError::io(dir.join(sub)))?;
+        }
+        let src = dir.join("source");
+        if !src.exists() {
+            write_atomic(&src, source.as_bytes())?;
+        }
+        Ok(dir)
+    }
+
+    pub(crate) fn shard_paths(dataset: &Path, name: &str) -> ShardPaths {
+        ShardPaths {
+            data: dataset.join("shards").join(name),
+            meta: dataset.join("meta").join(format!("{name}.json")),
+            lock: dataset.join("locks").join(format!("{name}.lock")),
+        }
+    }
+
+    /// Whether the cached file is whole: size and stamp match, or, when the stamp is missing or
+    /// stale (file replaced, touched or copied), a full checksum matches. A damaged file is
+    /// never served.
+    pub(crate) fn is_whole(p: &ShardPaths, bytes: u64, sum: Checksum) -> Result<bool, CacheError> {
+        let md = match fs::metadata(&p.data) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(CacheError::io(&p.data)(e)),
+        };
+        if md.len() != bytes {
+            return Ok(false);
+        }
+        let now = stamp_of(&md, bytes, sum);
+        if let Ok(text) = fs::read(&p.meta) {
+            if serde_json::from_slice::<Stamp>(&text).ok().as_ref() == Some(&now) {
+                return Ok(true);
+            }
+        }
+        if hash_file(&p.data)? != sum {
+            return Ok(false);
+        }
+        write_atomic(&p.meta, &serde_json::to_vec(&now).unwrap_or_default())?;
+        Ok(true)
+    }
+
+    /// Records a freshly published, already checked file.
+    pub(crate) fn stamp(p: &ShardPaths, bytes: u64, sum: Checksum) -> Result<(), CacheError> {
+        let md = fs::metadata(&p.data).map_err(CacheError::io(&p.data))?;
+        write_atomic(
+            &p.meta,
+            &serde_json::to_vec(&stamp_of(&md, bytes, sum)).unwrap_or_default(),
+        )
+    }
+
+    /// Marks a shard as just used (the LRU clock is its stamp's mtime).
+    pub(crate) fn touch(p: &ShardPaths) {
+        if let Ok(f) = OpenOptions::new().append(true).open(&p.meta) {
+            let _ = f.set_modified(SystemTime::now());
+        }
+    }
+
+    /// Promises `need` bytes to a download, evicting least-recently-used shards that nobody
+    /// holds until the cache fits under its limit. Returns how many shards were evicted.
+    pub(crate) fn reserve(&self, need: u64) -> Result<(Reservation, u64), CacheError> {
+        let Some(limit) = self.limit else {
+            return Ok((Reservation(None), 0));
+        };
+        let lock_path = self.root.join("evict.lock");
+        let lock = open_lock(&lock_path)?;
+        lock.lock().map_err(CacheError::io(&lock_path))?;
+        let mut used = self.reserved_bytes()?;
+        let mut shards = self.all_shards()?;
+        used += shards.iter().map(|s| s.bytes).sum::<u64>();
+        // Oldest use first.
+        shards.sort_by_key(|s| s.used);
+        let mut evicted = 0;
+        let mut in_use = 0u64;
+        for s in shards {
+            if used + need <= limit {
+                break;
+            }
+            let Ok(l) = open_lock(&s.paths.lock) else {
+                continue;
+            };
+            // Holding the exclusive lock means no process has the shard open (or is fetching
+            // it); anyone who wants it next waits, finds it gone, and fetches it again.
+            if l.try_lock().is_err() {
+                in_use += s.bytes;
+                continue;
+            }
+            let _ = fs::remove_file(&s.paths.meta);
+            if fs::remove_file(&s.paths.data).is_ok() {
+                used -= s.bytes;
+                evicted += 1;
+            }
+        }
+        if used + need > limit {
+            return Err(CacheError::TooSmall {
+                limit,
+                message: format!(
+                    "a shard of {need} bytes does not fit: {used} bytes are held, {in_use} of them by shards in use \
+                     (raise --cache-limit, or lower the shards open at once with fewer workers or a smaller interleave)"
+                ),
+            });
+        }
+        let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
+        let path = self
+            .root
+            .join("reserve")
+            .join(format!("{}-{n}", std::process::id()));
+        write_atomic(&path, need.to_string().as_bytes())?;
+        Ok((Reservation(Some(path)), evicted))
+    }
+
+    /// Bytes promised to downloads of live processes; promises of dead ones are dropped.
+    fn reserved_bytes(&self) -> Result<u64, CacheError> {
+        let dir = self.root.join("reserve");
+        let mut total = 0;
+        for e in fs::read_dir(&dir).map_err(CacheError::io(&dir))?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let pid = name.split('-').next().unwrap_or("");
+            if !pid_alive(pid) {
+                let _ = fs::remove_file(e.path());
+                continue;
+            }
+            let mut text = String::new();
+            if File::open(e.path())
+                .and_then(|f| f.take(32).read_to_string(&mut text))
+                .is_ok()
+            {
+                total += text.trim().parse::<u64>().unwrap_or(0);
+            }
+        }
+        Ok(total)
+    }
+
+    fn datasets(&self) -> Result<Vec<PathBuf>, CacheError> {
+        let mut out = Vec::new();
+        for e in fs::read_dir(&self.root)
+            .map_err(CacheError::io(&self.root))?
+            .flatten()
+        {
+            let p = e.path();
+            if p.join("source").is_file() && p.join("shards").is_dir() {
+                out.push(p);
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    fn all_shards(&self) -> Result<Vec<Held>, CacheError> {
+        let mut out = Vec::new();
+        for d in self.datasets()? {
+            out.extend(shards_of(&d)?);
+        }
+        Ok(out)
+    }
+
+    /// What the cache holds, per dataset.
+    pub fn list(&self) -> Result<Vec<CachedDataset>, CacheError> {
+        let mut out = Vec::new();
+        for d in self.datasets()? {
+            let held = shards_of(&d)?;
+            out.push(CachedDataset {
+                source: fs::read_to_string(d.join("source")).unwrap_or_default(),
+                shards: held.len() as u64,
+                bytes: held.iter().map(|h| h.bytes).sum(),
+                last_used: held
+                    .iter()
+                    .map(|h| h.used)
+                    .max()
+                    .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs()),
+                dir: d,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Deletes cached shards (of one dataset folder URL, or all), skipping shards in use.
+    pub fn clear(&self, source: Option<&str>) -> Result<ClearReport, CacheError> {
+        let mut report = ClearReport::default();
+        for d in self.datasets()? {
+            let src = fs::read_to_string(d.join("source")).unwrap_or_default();
+            if source.is_some_and(|s| s != src) {
+                continue;
+            }
+            for h in shards_of(&d)? {
+                let Ok(l) = open_lock(&h.paths.lock) else {
+                    continue;
+                };
+                if l.try_lock().is_err() {
+                    report.in_use.push(h.paths.data.display().to_string());
+                    continue;
+                }
+                let _ = fs::remove_file(&h.paths.meta);
+                if fs::remove_file(&h.paths.data).is_ok() {
+                    report.removed += 1;
+                    report.bytes += h.bytes;
+                }
+            }
+            // Downloads in flight belong to live processes; stale ones can go.
+            if let Ok(it) = fs::read_dir(d.join("tmp")) {
+                for e in it.flatten() {
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    let pid = name.rsplit('.').nth(2).unwrap_or("");
+                    if !pid_alive(pid) {
+                        let _ = fs::remove_file(e.path());
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+struct Held {
+    paths: ShardPaths,
+    bytes: u64,
+    used: SystemTime,
+}
+
+fn shards_of(dataset: &Path) -> Result<Vec<Held>, CacheError> {
+    let dir = dataset.join("shards");
+    let mut out = Vec::new();
+    for e in fs::read_dir(&dir).map_err(CacheError::io(&dir))?.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Ok(md) = e.metadata() else { continue };
+        let paths = CacheDir::shard_paths(dataset, &name);
+        let used = fs::metadata(&paths.meta)
+            .and_then(|m| m.modified())
+            .or_else(|_| md.modified())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        out.push(Held {
+            paths,
+            bytes: md.len(),
+            used,
+        });
+    }
+    Ok(out)
+}
+
+fn stamp_of(md: &fs::Metadata, bytes: u64, sum: Checksum) -> Stamp {
+    Stamp {
+        bytes,
+        checksum: sum.to_string(),
+        mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
+        inode: md.ino(),
+    }
+}
+
+fn pid_alive(pid: &str) -> bool {
+    match pid.parse::<u32>() {
+        Ok(p) if p == std::process::id() => true,
+        Ok(p) => Path::new("/proc").join(p.to_string()).exists(),
+        Err(_) => false,
+    }
+}
+
+pub(crate) fn open_lock(path: &Path) -> Result<File, CacheError> {
+    OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(CacheError::io(path))
+}
+
+/// Hashes a whole file, streaming.
+pub(crate) fn hash_file(path: &Path) -> Result<Checksum, CacheError> {
+    let mut f = File::open(path).map_err(CacheError::io(path))?;
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(CacheError::io(path))?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+    }
+    Ok(Checksum(h.digest()))
+}
+
+/// Writes a small file atomically: temporary name, fsync, rename.
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+    let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
+    let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
+    let mut f = File::create(&tmp).map_err(CacheError::io(&tmp))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(CacheError::io(&tmp))?;
+    fs::rename(&tmp, path).map_err(CacheError::io(path))
+}

@@ -1,0 +1,159 @@
+//! Where a dataset lives: a local folder (read in place) or a remote folder (`http(s)://`,
+//! `s3://`) whose shards go through the cache.
+
+use crate::CacheError;
+use std::path::PathBuf;
+
+/// Name of the manifest a dataset folder holds.
+const MANIFEST: &str = "manifest.json";
+
+/// A parsed dataset location.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    /// A local folder or manifest path (`/data/x`, `./x`, `file:///data/x`): read in place, never
+    /// copied into the cache and never deleted by it.
+    Local(PathBuf),
+    /// A remote dataset folder.
+    Remote(RemoteUrl),
+}
+
+/// A remote dataset: the folder URL (always ending in `/`) and the manifest's file name in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteUrl {
+    /// `http`, `https` or `s3`.
+    pub scheme: String,
+    /// The folder, e.g. `https://host/data/imagenet/` or `s3://bucket/imagenet/`.
+    pub folder: url::Url,
+    /// The manifest's file name inside the folder (normally `manifest.json`).
+    pub manifest: String,
+}
+
+impl RemoteUrl {
+    /// The URL of a file in the dataset folder.
+    pub fn file_url(&self, name: &str) -> String {
+        format!("{}{}", self.folder, name)
+    }
+
+    /// The folder's path inside its bucket or server, without leading or trailing `/`.
+    pub fn prefix(&self) -> String {
+        self.folder.path().trim_matches('/').to_string()
+    }
+}
+
+impl Location {
+    /// Parses a dataset argument: a path, `file://…`, `http(s)://…` or `s3://bucket/…`, naming
+    /// the dataset folder or its manifest.
+    pub fn parse(s: &str) -> Result<Self, CacheError> {
+        let bad = |why: &str| CacheError::BadLocation {
+            location: s.to_string(),
+            message: why.to_string(),
+        };
+        let Some((scheme, _)) = s.split_once("://") else {
+            return Ok(Location::Local(PathBuf::from(s)));
+        };
+        let scheme = scheme.to_ascii_lowercase();
+        match scheme.as_str() {
+            "file" => {
+                let url = url::Url::parse(s).map_err(|e| bad(&e.to_string()))?;
+                let path = url
+                    .to_file_path()
+                    .map_err(|()| bad("not a local file path"))?;
+                Ok(Location::Local(path))
+            }
+            "http" | "https" | "s3" => {
+                let mut url = url::Url::parse(s).map_err(|e| bad(&e.to_string()))?;
+                if url.host_str().is_none_or(str::is_empty) {
+                    return Err(bad(if scheme == "s3" {
+                        "no bucket: expected s3://<bucket>/<folder>"
+                    } else {
+                        "no host"
+                    }));
+                }
+                if url.query().is_some() || url.fragment().is_some() {
+                    return Err(bad("query strings and fragments are not supported"));
+                }
+                let path = url.path().to_string();
+                let (folder, manifest) = match path.rsplit_once('/') {
+                    Some((dir, file)) if file.ends_with(".json") => {
+                        (format!("{dir}/"), file.to_string())
+                    }
+                    _ if path.ends_with('/') => (path, MANIFEST.to_string()),
+                    _ => (format!("{path}/"), MANIFEST.to_string()),
+                };
+                url.set_path(&folder);
+                Ok(Location::Remote(RemoteUrl {
+                    scheme,
+                    folder: url,
+                    manifest,
+                }))
+            }
+            other => Err(bad(&format!(
+                "unsupported scheme {other:?}: use a local path, file://, http://, https:// or s3://"
+            ))),
+        }
+    }
+}
+
+impl std::fmt::Display for Location {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Location::Local(p) => write!(f, "{}", p.display()),
+            Location::Remote(r) => write!(f, "{}{}", r.folder, r.manifest),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn remote(s: &str) -> RemoteUrl {
+        match Location::parse(s).unwrap() {
+            Location::Remote(r) => r,
+            l => panic!("{s} parsed as {l:?}"),
+        }
+    }
+
+    #[test]
+    fn local_paths_and_file_urls_stay_local() {
+        assert_eq!(
+            Location::parse("data/x").unwrap(),
+            Location::Local("data/x".into())
+        );
+        assert_eq!(
+            Location::parse("file:///data/x/manifest.json").unwrap(),
+            Location::Local("/data/x/manifest.json".into())
+        );
+    }
+
+    #[test]
+    fn folder_and_manifest_urls_name_the_same_dataset() {
+        let a = remote("http://127.0.0.1:8080/ds");
+        let b = remote("http://127.0.0.1:8080/ds/");
+        let c = remote("http://127.0.0.1:8080/ds/manifest.json");
+        assert_eq!(a, b);
+        assert_eq!(a, c);
+        assert_eq!(a.folder.as_str(), "http://127.0.0.1:8080/ds/");
+        assert_eq!(
+            a.file_url("shard-000000.tar"),
+            "http://127.0.0.1:8080/ds/shard-000000.tar"
+        );
+        assert_eq!(a.prefix(), "ds");
+        let s = remote("s3://bucket/a/b/other.json");
+        assert_eq!(s.manifest, "other.json");
+        assert_eq!(s.prefix(), "a/b");
+        assert_eq!(s.folder.host_str(), Some("bucket"));
+    }
+
+    #[test]
+    fn bad_locations_say_why() {
+        for (s, want) in [
+            ("ftp://host/x", "unsupported scheme"),
+            ("s3:///x", "no bucket"),
+            ("http://host/x?sig=1", "query"),
+        ] {
+            let e = Location::parse(s).unwrap_err().to_string();
+            assert!(e.contains(want), "{s}: {e}");
+        }
+    }
+}

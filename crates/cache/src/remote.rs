@@ -1,0 +1,379 @@
+//! Fetching from HTTP(S) and S3 through `object_store`: whole objects, streamed to a file, with
+//! stall timeouts, retries with exponential backoff and jitter, and resumption by range.
+
+use crate::location::RemoteUrl;
+use crate::metrics::Recorder;
+use crate::CacheError;
+use futures::StreamExt;
+use object_store::{path::Path as StorePath, GetOptions, GetRange, ObjectStore};
+use shardtool_core::Checksum;
+use std::io::{Seek, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use xxhash_rust::xxh3::Xxh3;
+
+/// How hard to try before giving up on an object.
+#[derive(Debug, Clone)]
+pub struct FetchPolicy {
+    /// Attempts per object, the first included (default 5).
+    pub attempts: u32,
+    /// Backoff before the second attempt; doubles each time (default 200 ms).
+    pub backoff: Duration,
+    /// Longest backoff (default 10 s).
+    pub max_backoff: Duration,
+    /// An attempt fails when no byte (or no response) arrives for this long (default 30 s).
+    pub stall_timeout: Duration,
+    /// Connection timeout (default 10 s).
+    pub connect_timeout: Duration,
+}
+
+impl Default for FetchPolicy {
+    fn default() -> Self {
+        Self {
+            attempts: 5,
+            backoff: Duration::from_millis(200),
+            max_backoff: Duration::from_secs(10),
+            stall_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// One attempt's failure: retried unless permanent.
+struct AttemptError {
+    message: String,
+    permanent: bool,
+}
+
+impl AttemptError {
+    fn retry(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            permanent: false,
+        }
+    }
+    fn fatal(message: impl Into<String>) -> Self {
+        Self {
+            message: message.into(),
+            permanent: true,
+        }
+    }
+}
+
+fn classify(e: object_store::Error) -> AttemptError {
+    use object_store::Error as E;
+    let permanent = matches!(
+        e,
+        E::NotFound { .. }
+            | E::PermissionDenied { .. }
+            | E::Unauthenticated { .. }
+            | E::InvalidPath { .. }
+            | E::NotSupported { .. }
+    );
+    AttemptError {
+        message: e.to_string(),
+        permanent,
+    }
+}
+
+/// A remote dataset folder and the client that reads it.
+pub(crate) struct Remote {
+    pub url: RemoteUrl,
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    rt: tokio::runtime::Runtime,
+    pub policy: FetchPolicy,
+    pub metrics: Arc<Recorder>,
+}
+
+impl Remote {
+    /// Builds the client. Endpoint, region and credentials of S3 come from the standard AWS
+    /// environment variables (`AWS_ENDPOINT`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`, …), so
+    /// S3-compatible stores work.
+    pub fn connect(
+        url: RemoteUrl,
+        policy: FetchPolicy,
+        metrics: Arc<Recorder>,
+    ) -> Result<Self, CacheError> {
+        let bad = |e: object_store::Error| CacheError::BadLocation {
+            location: url.folder.to_string(),
+            message: e.to_string(),
+        };
+        let options = object_store::ClientOptions::new()
+            .with_connect_timeout(policy.connect_timeout)
+            // Whole shards can take minutes; stalls are caught per chunk instead.
+            .with_timeout_disabled()
+            .with_allow_http(true);
+        // Our loop owns retries, so each one is counted and resumes by range.
+        let retry = object_store::RetryConfig {
+            max_retries: 0,
+            ..Default::default()
+        };
+        let (store, prefix): (Arc<dyn ObjectStore>, String) = match url.scheme.as_str() {
+            "s3" => {
+                let bucket = url.folder.host_str().unwrap_or_default();
+                let s3 = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_client_options(options)
+                    .with_retry(retry)
+                    .build()
+                    .map_err(bad)?;
+                (Arc::new(s3), url.prefix())
+            }
+            _ => {
+                let http = object_store::http::HttpBuilder::new()
+                    // The store joins paths with "/" itself.
+                    .with_url(url.folder.as_str().trim_end_matches('/'))
+                    .with_client_options(options)
+                    .with_retry(retry)
+                    .build()
+                    .map_err(bad)?;
+                (Arc::new(http), String::new())
+            }
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("shardtool-fetch")
+            .enable_all()
+            .build()
+            .map_err(CacheError::io("tokio runtime"))?;
+        Ok(Self {
+            url,
+            store,
+            prefix,
+            rt,
+            policy,
+            metrics,
+        })
+    }
+
+    fn path(&self, name: &str) -> StorePath {
+        if self.prefix.is_empty() {
+            StorePath::from(name)
+        } else {
+            StorePath::from(format!("{}/{name}", self.prefix))
+        }
+    }
+
+    /// Fetches a small object (the manifest) into memory, refusing more than `limit` bytes.
+    pub fn get_small(&self, name: &str, limit: u64) -> Result<Vec<u8>, CacheError> {
+        let path = self.path(name);
+        self.with_retries(name, (), |()| async {
+            let r = async {
+                let res = tokio::time::timeout(
+                    self.policy.stall_timeout,
+                    self.store.get_opts(&path, GetOptions::default()),
+                )
+                .await
+                .map_err(|_| AttemptError::retry("no response (stalled)"))?
+                .map_err(classify)?;
+                if res.meta.size > limit {
+                    return Err(AttemptError::fatal(format!(
+                        "{} bytes, more than the {limit}-byte limit",
+                        res.meta.size
+                    )));
+                }
+                let mut out = Vec::with_capacity(res.meta.size as usize);
+                let mut stream = res.into_stream();
+                while let Some(chunk) = self.next_chunk(&mut stream).await? {
+                    if out.len() as u64 + chunk.len() as u64 > limit {
+                        return Err(AttemptError::fatal(format!(
+                            "more than the {limit}-byte limit"
+                        )));
+                    }
+                    Recorder::add(&self.metrics.bytes, chunk.len() as u64);
+                    out.extend_from_slice(&chunk);
+                }
+                Ok(out)
+            }
+            .await;
+            ((), r)
+        })
+        .map(|((), v)| v)
+    }
+
+    async fn next_chunk(
+        &self,
+        stream: &mut futures::stream::BoxStream<'static, object_store::Result<bytes::Bytes>>,
+    ) -> Result<Option<bytes::Bytes>, AttemptError> {
+        match tokio::time::timeout(self.policy.stall_timeout, stream.next()).await {
+            Err(_) => Err(AttemptError::retry(format!(
+                "stalled: no data for {:?}",
+                self.policy.stall_timeout
+            ))),
+            Ok(None) => Ok(None),
+            Ok(Some(Err(e))) => Err(classify(e)),
+            Ok(Some(Ok(b))) => Ok(Some(b)),
+        }
+    }
+
+    /// Streams object `name` into `file` (which must be empty), checking that it is exactly
+    /// `size` bytes with checksum `sum`. An interrupted body resumes from the last byte written
+    /// when the server honours ranges, and starts over when it does not.
+    pub fn download(
+        &self,
+        name: &str,
+        size: u64,
+        sum: Checksum,
+        file: &mut std::fs::File,
+    ) -> Result<(), CacheError> {
+        let path = self.path(name);
+        let started = Instant::now();
+        // Bytes written and their running hash live across attempts, so a retry resumes.
+        let file = &*file;
+        self.with_retries(name, (0u64, Xxh3::new()), |(mut written, mut hasher)| {
+            let path = &path;
+            async move {
+                let r = self
+                    .attempt_download(path, size, sum, file, &mut written, &mut hasher)
+                    .await;
+                ((written, hasher), r)
+            }
+        })?;
+        self.metrics.fetched(started.elapsed());
+        Ok(())
+    }
+
+    /// One download attempt, from `written` bytes on.
+    async fn attempt_download(
+        &self,
+        path: &StorePath,
+        size: u64,
+        sum: Checksum,
+        mut file: &std::fs::File,
+        written: &mut u64,
+        hasher: &mut Xxh3,
+    ) -> Result<(), AttemptError> {
+        if *written >= size {
+            // A whole body whose checksum failed: start over.
+            *written = 0;
+        }
+        if *written == 0 {
+            *hasher = Xxh3::new();
+            file.set_len(0)
+                .map_err(|e| AttemptError::fatal(e.to_string()))?;
+            file.rewind()
+                .map_err(|e| AttemptError::fatal(e.to_string()))?;
+        }
+        let options = GetOptions {
+            range: (*written > 0).then_some(GetRange::Offset(*written)),
+            ..Default::default()
+        };
+        let resuming = *written > 0;
+        let res = tokio::time::timeout(
+            self.policy.stall_timeout,
+            self.store.get_opts(path, options),
+        )
+        .await
+        .map_err(|_| AttemptError::retry("no response (stalled)"))?
+        .map_err(|e| {
+            let mut e = classify(e);
+            if resuming {
+                // The resume itself failed (some servers refuse ranges): start over.
+                *written = 0;
+                e.permanent = false;
+            }
+            e
+        })?;
+        if res.meta.size != size {
+            return Err(AttemptError::fatal(format!(
+                "the remote object is {} bytes but the manifest says {size}",
+                res.meta.size
+            )));
+        }
+        if res.range.start != *written {
+            // The server sent something else than the range asked for: start over.
+            *written = 0;
+            return Err(AttemptError::retry("the server did not honour the range"));
+        }
+        let mut stream = res.into_stream();
+        while let Some(chunk) = self.next_chunk(&mut stream).await? {
+            if *written + chunk.len() as u64 > size {
+                *written = 0;
+                return Err(AttemptError::retry("the body is longer than the object"));
+            }
+            file.write_all(&chunk)
+                .map_err(|e| AttemptError::fatal(format!("writing the cache: {e}")))?;
+            hasher.update(&chunk);
+            *written += chunk.len() as u64;
+            Recorder::add(&self.metrics.bytes, chunk.len() as u64);
+        }
+        if *written != size {
+            return Err(AttemptError::retry(format!(
+                "the body ended after {} of {size} bytes",
+                *written
+            )));
+        }
+        let got = Checksum(hasher.digest());
+        if got != sum {
+            return Err(AttemptError::retry(format!(
+                "checksum {got} does not match the manifest's {sum}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `attempt` until it succeeds, fails permanently, or the attempts run out, sleeping
+    /// an exponentially growing, jittered backoff between attempts.
+    /// `state` is handed from one attempt to the next.
+    fn with_retries<S, T, F, Fut>(
+        &self,
+        name: &str,
+        mut state: S,
+        mut attempt: F,
+    ) -> Result<(S, T), CacheError>
+    where
+        F: FnMut(S) -> Fut,
+        Fut: std::future::Future<Output = (S, Result<T, AttemptError>)>,
+    {
+        let attempts = self.policy.attempts.max(1);
+        let mut jitter = Jitter::new();
+        let mut backoff = self.policy.backoff;
+        for n in 1..=attempts {
+            let (next, result) = self.rt.block_on(attempt(state));
+            state = next;
+            match result {
+                Ok(v) => return Ok((state, v)),
+                Err(e) if e.permanent || n == attempts => {
+                    Recorder::add(&self.metrics.failures, 1);
+                    return Err(CacheError::Fetch {
+                        url: self.url.file_url(name),
+                        attempts: n,
+                        message: e.message,
+                    });
+                }
+                Err(_) => {
+                    Recorder::add(&self.metrics.retries, 1);
+                    // Equal jitter: at least half the backoff, so retries do spread out but
+                    // never hammer a struggling server.
+                    let half = backoff / 2;
+                    std::thread::sleep(half + half.mul_f64(jitter.next_unit()));
+                    backoff = (backoff * 2).min(self.policy.max_backoff);
+                }
+            }
+        }
+        unreachable!("the loop returns on the last attempt")
+    }
+}
+
+/// A small xorshift generator for backoff jitter, seeded from the clock and the thread, so
+/// processes that failed together do not retry together.
+struct Jitter(u64);
+
+impl Jitter {
+    fn new() -> Self {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(1);
+        let id = std::process::id() as u64;
+        Self((t ^ (id << 32) ^ 0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next_unit(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}

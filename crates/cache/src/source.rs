@@ -1,0 +1,514 @@
+//! A remote dataset read through the cache: its manifest, shard leases (fetch on a miss, shared
+//! lock while in use) and a bounded prefetcher driven by the epoch plan.
+
+use crate::dir::{open_lock, CacheDir, ShardPaths};
+use crate::location::RemoteUrl;
+use crate::metrics::{CacheMetrics, Recorder};
+use crate::remote::{FetchPolicy, Remote};
+use crate::CacheError;
+use shardtool_core::Checksum;
+use shardtool_manifest::{Compression, Manifest};
+use std::fs::{self, File};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+/// Largest manifest fetched.
+const MAX_MANIFEST: u64 = 256 << 20;
+
+/// How a remote dataset is cached and fetched.
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    /// The cache folder (default: [`crate::default_cache_dir`]).
+    pub dir: PathBuf,
+    /// Most bytes of shards the folder may hold (default: no limit).
+    pub limit: Option<u64>,
+    /// Retries and timeouts.
+    pub policy: FetchPolicy,
+    /// Shards fetched at once by the prefetcher (default 4).
+    pub concurrency: usize,
+    /// Shards fetched ahead of the one being read (default 8).
+    pub ahead: usize,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        Self {
+            dir: crate::default_cache_dir(),
+            limit: None,
+            policy: FetchPolicy::default(),
+            concurrency: 4,
+            ahead: 8,
+        }
+    }
+}
+
+/// What the manifest says about one shard, as the cache needs it.
+#[derive(Debug, Clone)]
+pub struct ShardSpec {
+    /// File name in the dataset folder.
+    pub file: String,
+    /// Its bytes on the server.
+    pub bytes: u64,
+    /// Their checksum.
+    pub checksum: Checksum,
+    /// For `.zst` shards: the decompressed size and checksum (the cache stores this form).
+    pub decompressed: Option<(u64, Checksum)>,
+}
+
+impl ShardSpec {
+    /// Name of the cached file: the decompressed form drops `.zst`.
+    pub fn cached_name(&self) -> &str {
+        match self.decompressed {
+            Some(_) => self.file.strip_suffix(".zst").unwrap_or(&self.file),
+            None => &self.file,
+        }
+    }
+
+    /// Bytes of the cached file.
+    pub fn cached_bytes(&self) -> u64 {
+        self.decompressed.map_or(self.bytes, |(b, _)| b)
+    }
+
+    fn cached_checksum(&self) -> Checksum {
+        self.decompressed.map_or(self.checksum, |(_, c)| c)
+    }
+}
+
+/// A shard held in the cache for reading: while a lease lives, no process evicts the file.
+#[derive(Debug)]
+pub struct Lease {
+    path: PathBuf,
+    // The shared lock is held by this open file and released when it is dropped.
+    _lock: Option<File>,
+}
+
+impl Lease {
+    /// The whole, checked, decompressed shard file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// A shard that could not be fetched, for the skip policy's report.
+#[derive(Debug, Clone)]
+pub struct FetchFailure {
+    /// Shard file.
+    pub shard: String,
+    /// Its URL.
+    pub url: String,
+    /// The last error.
+    pub message: String,
+}
+
+struct Prefetch {
+    /// Shards in order of first use this epoch.
+    queue: Vec<usize>,
+    /// Index into `queue` of the next shard to start fetching.
+    next: usize,
+    /// Index into `queue` just past the furthest shard opened by the reader.
+    reader: usize,
+    /// Bytes of shards fetched ahead and not yet opened, and the most allowed.
+    ahead_bytes: u64,
+    max_ahead_bytes: u64,
+    stop: bool,
+}
+
+struct Shared {
+    remote: Remote,
+    cache: CacheDir,
+    dir: PathBuf,
+    specs: Vec<ShardSpec>,
+    prefetch: Mutex<Prefetch>,
+    wake: Condvar,
+    ahead: usize,
+}
+
+/// A remote dataset opened through a cache folder.
+pub struct RemoteDataset {
+    shared: Arc<Shared>,
+    manifest: Manifest,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl RemoteDataset {
+    /// Fetches and parses the manifest; shards are fetched when first acquired or prefetched.
+    pub fn open(url: RemoteUrl, options: CacheOptions) -> Result<Self, CacheError> {
+        let metrics = Arc::new(Recorder::default());
+        let remote = Remote::connect(url.clone(), options.policy.clone(), metrics)?;
+        let bytes = remote.get_small(&url.manifest, MAX_MANIFEST)?;
+        let manifest_url = url.file_url(&url.manifest);
+        let bad = |message: String| CacheError::Manifest {
+            url: manifest_url.clone(),
+            message,
+        };
+        let manifest =
+            Manifest::from_slice(&bytes, MAX_MANIFEST).map_err(|e| bad(e.to_string()))?;
+        let specs = manifest
+            .shards
+            .iter()
+            .map(|s| spec_of(s).map_err(|m| bad(format!("shard {}: {m}", s.file))))
+            .collect::<Result<Vec<_>, _>>()?;
+        let cache = CacheDir::open(&options.dir, options.limit)?;
+        let dir = cache.dataset_dir(url.folder.as_str())?;
+        let shared = Arc::new(Shared {
+            remote,
+            cache,
+            dir,
+            specs,
+            prefetch: Mutex::new(Prefetch {
+                queue: Vec::new(),
+                next: 0,
+                reader: 0,
+                ahead_bytes: 0,
+                max_ahead_bytes: u64::MAX,
+                stop: false,
+            }),
+            wake: Condvar::new(),
+            ahead: options.ahead.max(1),
+        });
+        let threads = (0..options.concurrency)
+            .filter_map(|i| {
+                let s = shared.clone();
+                std::thread::Builder::new()
+                    .name(format!("prefetch-{i}"))
+                    .spawn(move || s.prefetch_loop())
+                    .ok()
+            })
+            .collect();
+        Ok(Self {
+            shared,
+            manifest,
+            threads,
+        })
+    }
+
+    /// The dataset's manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Shard specs in manifest order.
+    pub fn specs(&self) -> &[ShardSpec] {
+        &self.shared.specs
+    }
+
+    /// The dataset's folder in the cache.
+    pub fn cache_dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Cache activity so far.
+    pub fn metrics(&self) -> CacheMetrics {
+        self.shared.remote.metrics.snapshot()
+    }
+
+    /// Fails unless the cache limit can hold `open_bytes` (the most bytes of shards that are
+    /// open at once in the reader's plan) plus the largest shard being fetched next to them.
+    /// What is left over bounds how far ahead the prefetcher may fetch.
+    pub fn check_capacity(&self, open_bytes: u64) -> Result<(), CacheError> {
+        let Some(limit) = self.shared.cache.limit() else {
+            return Ok(());
+        };
+        let largest = self
+            .shared
+            .specs
+            .iter()
+            .map(|s| s.cached_bytes() + s.decompressed.map_or(0, |_| s.bytes))
+            .max()
+            .unwrap_or(0);
+        if limit < open_bytes.max(largest) {
+            return Err(CacheError::TooSmall {
+                limit,
+                message: format!(
+                    "the reader keeps up to {open_bytes} bytes of shards open at once and the largest shard needs {largest} bytes \
+                     to fetch; raise --cache-limit to at least {}, or open fewer shards at once (smaller interleave, fewer workers)",
+                    open_bytes.max(largest)
+                ),
+            });
+        }
+        let mut p = self.shared.lock();
+        p.max_ahead_bytes = limit - open_bytes.max(largest);
+        Ok(())
+    }
+
+    /// Tells the prefetcher the order in which shards will be opened (first use, this epoch).
+    pub fn plan(&self, order: Vec<usize>) {
+        let mut p = self.shared.lock();
+        p.queue = order
+            .into_iter()
+            .filter(|&i| i < self.shared.specs.len())
+            .collect();
+        p.next = 0;
+        p.reader = 0;
+        p.ahead_bytes = 0;
+        drop(p);
+        self.shared.wake.notify_all();
+    }
+
+    /// Makes shard `i` available on local disk and holds it there until the lease is dropped.
+    pub fn acquire(&self, i: usize) -> Result<Lease, CacheError> {
+        self.shared.note_open(i);
+        self.shared.acquire(i, true)
+    }
+
+    /// Fetches shard `i` into the cache without holding it (for `cache prefetch`).
+    pub fn fetch(&self, i: usize) -> Result<(), CacheError> {
+        self.shared.acquire(i, false).map(drop)
+    }
+
+    /// The URL of shard `i`.
+    pub fn url_of(&self, i: usize) -> String {
+        self.shared
+            .specs
+            .get(i)
+            .map(|s| self.shared.remote.url.file_url(&s.file))
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for RemoteDataset {
+    fn drop(&mut self) {
+        self.shared.lock().stop = true;
+        self.shared.wake.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+fn spec_of(s: &shardtool_manifest::ShardEntry) -> Result<ShardSpec, String> {
+    let sum = |c: &str| Checksum::parse(c).ok_or_else(|| format!("bad checksum {c:?}"));
+    let decompressed = match s.compression {
+        None => None,
+        Some(Compression::Zstd) => {
+            let b = s
+                .uncompressed_bytes
+                .ok_or("a compressed shard without uncompressed_bytes")?;
+            let c = s
+                .uncompressed_checksum
+                .as_deref()
+                .ok_or("a compressed shard without uncompressed_checksum")?;
+            Some((b, sum(c)?))
+        }
+    };
+    Ok(ShardSpec {
+        file: s.file.clone(),
+        bytes: s.bytes,
+        checksum: sum(&s.checksum)?,
+        decompressed,
+    })
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Prefetch> {
+        self.prefetch.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn note_open(&self, i: usize) {
+        let mut p = self.lock();
+        if let Some(pos) = p.queue[p.reader.min(p.queue.len())..]
+            .iter()
+            .take(self.ahead * 4)
+            .position(|&q| q == i)
+        {
+            let start = p.reader;
+            for q in start..start + pos + 1 {
+                if q < p.next {
+                    let b = self.specs[p.queue[q]].cached_bytes();
+                    p.ahead_bytes = p.ahead_bytes.saturating_sub(b);
+                }
+            }
+            p.reader = start + pos + 1;
+        }
+        p.next = p.next.max(p.reader);
+        drop(p);
+        self.wake.notify_all();
+    }
+
+    fn prefetch_loop(&self) {
+        loop {
+            let i = {
+                let mut p = self.lock();
+                loop {
+                    if p.stop {
+                        return;
+                    }
+                    let within = p.next < p.queue.len() && p.next < p.reader + self.ahead;
+                    let bytes = p
+                        .queue
+                        .get(p.next)
+                        .map_or(0, |&i| self.specs[i].cached_bytes());
+                    if within && (p.ahead_bytes == 0 || p.ahead_bytes + bytes <= p.max_ahead_bytes)
+                    {
+                        let i = p.queue[p.next];
+                        if p.next >= p.reader {
+                            p.ahead_bytes += bytes;
+                        }
+                        p.next += 1;
+                        break i;
+                    }
+                    p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            // A failure here is not lost: the reader's own acquire retries and reports it.
+            let _ = self.acquire(i, false);
+        }
+    }
+
+    /// Returns a lease on a whole cached copy of shard `i`, fetching it first on a miss.
+    fn acquire(&self, i: usize, hold: bool) -> Result<Lease, CacheError> {
+        let spec = self.specs.get(i).ok_or_else(|| CacheError::Manifest {
+            url: self.remote.url.file_url(&self.remote.url.manifest),
+            message: format!("no shard #{i}"),
+        })?;
+        let paths = CacheDir::shard_paths(&self.dir, spec.cached_name());
+        let (bytes, sum) = (spec.cached_bytes(), spec.cached_checksum());
+        let mut fetched = false;
+        loop {
+            let lock = open_lock(&paths.lock)?;
+            // Shared: blocks only while another process fetches or evicts this shard.
+            lock.lock_shared().map_err(CacheError::io(&paths.lock))?;
+            if CacheDir::is_whole(&paths, bytes, sum)? {
+                CacheDir::touch(&paths);
+                if !fetched {
+                    Recorder::add(&self.remote.metrics.hits, 1);
+                }
+                return Ok(Lease {
+                    path: paths.data.clone(),
+                    _lock: hold.then_some(lock),
+                });
+            }
+            drop(lock);
+            let lock = open_lock(&paths.lock)?;
+            lock.lock().map_err(CacheError::io(&paths.lock))?;
+            // Someone may have fetched it while we waited for the exclusive lock.
+            if !CacheDir::is_whole(&paths, bytes, sum)? {
+                if paths.data.exists() {
+                    // Damaged or partial: never served, fetched again.
+                    Recorder::add(&self.remote.metrics.repaired, 1);
+                    let _ = fs::remove_file(&paths.meta);
+                    fs::remove_file(&paths.data).map_err(CacheError::io(&paths.data))?;
+                }
+                Recorder::add(&self.remote.metrics.misses, 1);
+                self.fetch_locked(spec, &paths)?;
+                fetched = true;
+            }
+            drop(lock);
+        }
+    }
+
+    /// Downloads, checks, decompresses and publishes one shard; the caller holds its lock.
+    fn fetch_locked(&self, spec: &ShardSpec, paths: &ShardPaths) -> Result<(), CacheError> {
+        let need = spec.cached_bytes() + spec.decompressed.map_or(0, |_| spec.bytes);
+        let (_reservation, evicted) = self.cache.reserve(need)?;
+        Recorder::add(&self.remote.metrics.evictions, evicted);
+        let tmp_dir = self.dir.join("tmp");
+        let tmp = |what: &str| {
+            tmp_dir.join(format!(
+                "{}.{what}.{}.{}.part",
+                spec.cached_name(),
+                std::process::id(),
+                NEXT_TMP.fetch_add(1, Ordering::Relaxed)
+            ))
+        };
+        let download = TempFile::create(tmp("download"))?;
+        self.remote
+            .download(&spec.file, spec.bytes, spec.checksum, &mut download.file()?)?;
+        let published = match spec.decompressed {
+            None => download,
+            Some((size, sum)) => {
+                let out = TempFile::create(tmp("zstd"))?;
+                decompress(&download.path, &out.path, size, sum)?;
+                drop(download);
+                out
+            }
+        };
+        published.publish(&paths.data)?;
+        CacheDir::stamp(paths, spec.cached_bytes(), spec.cached_checksum())
+    }
+}
+
+static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
+
+/// A temporary file removed on drop unless published.
+struct TempFile {
+    path: PathBuf,
+    file: Option<File>,
+}
+
+impl TempFile {
+    fn create(path: PathBuf) -> Result<Self, CacheError> {
+        let file = File::options()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(CacheError::io(&path))?;
+        Ok(Self {
+            path,
+            file: Some(file),
+        })
+    }
+
+    fn file(&self) -> Result<File, CacheError> {
+        // A second handle on the same open file description.
+        match &self.file {
+            Some(f) => f.try_clone().map_err(CacheError::io(&self.path)),
+            None => Err(CacheError::io(&self.path)(
+                std::io::ErrorKind::NotFound.into(),
+            )),
+        }
+    }
+
+    /// fsync, rename into place, fsync the folder.
+    fn publish(mut self, to: &Path) -> Result<(), CacheError> {
+        if let Some(f) = self.file.take() {
+            f.sync_all().map_err(CacheError::io(&self.path))?;
+        }
+        fs::rename(&self.path, to).map_err(CacheError::io(to))?;
+        if let Some(dir) = to.parent() {
+            let _ = File::open(dir).and_then(|d| d.sync_all());
+        }
+        self.path = PathBuf::new();
+        Ok(())
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Decompresses a downloaded `.zst` shard, refusing more than `size` bytes, and checks it.
+fn decompress(from: &Path, to: &Path, size: u64, sum: Checksum) -> Result<(), CacheError> {
+    let src = File::open(from).map_err(CacheError::io(from))?;
+    let dst = File::options()
+        .write(true)
+        .open(to)
+        .map_err(CacheError::io(to))?;
+    let mut w = shardtool_core::HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, dst));
+    let mut dec = zstd::Decoder::new(src)
+        .map_err(CacheError::io(from))?
+        .take(size + 1);
+    std::io::copy(&mut dec, &mut w).map_err(CacheError::io(from))?;
+    let (inner, n, got) = w.into_parts();
+    inner
+        .into_inner()
+        .map_err(|e| CacheError::io(to)(e.into_error()))?;
+    if n != size || got != sum {
+        return Err(CacheError::Fetch {
+            url: from.display().to_string(),
+            attempts: 1,
+            message: format!(
+                "decompressed to {n} bytes with checksum {got}; the manifest says {size} bytes, {sum}"
+            ),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,308 @@
+//! The cache against real HTTP servers on loopback: lighttpd for the normal path, and a
+//! fault-injecting server for 500s, stalls, truncated bodies and ignored ranges.
+
+mod common;
+mod fixture;
+
+use common::{Fault, FaultServer, Lighttpd};
+use fixture::{du, make_dataset};
+use shardtool_cache::{CacheError, CacheOptions, FetchPolicy, Location, RemoteDataset};
+use shardtool_core::Checksum;
+use std::time::Duration;
+
+fn open(url: &str, options: CacheOptions) -> Result<RemoteDataset, CacheError> {
+    match Location::parse(url)? {
+        Location::Remote(r) => RemoteDataset::open(r, options),
+        Location::Local(p) => panic!("{url} parsed as local {}", p.display()),
+    }
+}
+
+fn options(dir: &std::path::Path) -> CacheOptions {
+    CacheOptions {
+        dir: dir.to_path_buf(),
+        limit: None,
+        policy: FetchPolicy {
+            attempts: 4,
+            backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(100),
+            stall_timeout: Duration::from_millis(700),
+            connect_timeout: Duration::from_secs(2),
+        },
+        concurrency: 0,
+        ahead: 2,
+    }
+}
+
+#[test]
+fn fetches_checks_decompresses_and_then_hits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("www/ds");
+    let shards = make_dataset(&data, &[300_000, 200_000, 150_000], &[1]);
+    let server = Lighttpd::start(&tmp.path().join("www"));
+    let cache = tmp.path().join("cache");
+    let ds = open(&server.url("ds/"), options(&cache)).unwrap();
+    assert_eq!(ds.specs().len(), 3);
+    for (i, want) in shards.iter().enumerate() {
+        let lease = ds.acquire(i).unwrap();
+        let got = std::fs::read(lease.path()).unwrap();
+        assert_eq!(Checksum::of(&got), Checksum::of(want), "shard {i}");
+        // The .zst shard is stored decompressed, under its plain name.
+        assert!(!lease.path().to_string_lossy().ends_with(".zst"));
+    }
+    let m = ds.metrics();
+    assert_eq!((m.misses, m.hits, m.fetches), (3, 0, 3));
+    let on_server: u64 = ds.specs().iter().map(|s| s.bytes).sum();
+    assert!(m.bytes_fetched >= on_server, "{m:?}");
+    drop(ds);
+
+    // A second open (another process, another epoch) fetches nothing but the manifest.
+    let ds = open(&server.url("ds/manifest.json"), options(&cache)).unwrap();
+    for i in 0..3 {
+        ds.acquire(i).unwrap();
+    }
+    let m = ds.metrics();
+    assert_eq!((m.misses, m.hits), (0, 3));
+    let gets = server.gets();
+    for s in ds.specs() {
+        assert_eq!(gets.get(&format!("/ds/{}", s.file)), Some(&1), "{gets:?}");
+    }
+}
+
+#[test]
+fn a_damaged_cached_file_is_fetched_again_never_served() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("www/ds");
+    let shards = make_dataset(&data, &[100_000, 80_000], &[]);
+    let server = Lighttpd::start(&tmp.path().join("www"));
+    let cache = tmp.path().join("cache");
+    let ds = open(&server.url("ds"), options(&cache)).unwrap();
+    let path0 = ds.acquire(0).unwrap().path().to_path_buf();
+    let path1 = ds.acquire(1).unwrap().path().to_path_buf();
+    // Flip one byte in place (same size) and truncate the other.
+    let mut bytes = std::fs::read(&path0).unwrap();
+    bytes[5000] ^= 0x40;
+    std::fs::write(&path0, &bytes).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path1)
+        .unwrap();
+    f.set_len(1000).unwrap();
+    drop(f);
+    for (i, want) in shards.iter().enumerate() {
+        let lease = ds.acquire(i).unwrap();
+        assert_eq!(std::fs::read(lease.path()).unwrap(), *want, "shard {i}");
+    }
+    let m = ds.metrics();
+    assert_eq!(m.repaired, 2, "{m:?}");
+    assert_eq!(m.misses, 4);
+}
+
+#[test]
+fn server_errors_are_retried_with_backoff() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = make_dataset(tmp.path(), &[64_000], &[]);
+    // Two 500s on the shard, then success.
+    let server = FaultServer::start(tmp.path(), |path, n| {
+        if path.ends_with(".tar") && n <= 2 {
+            Fault::Error500
+        } else {
+            Fault::Ok
+        }
+    });
+    let ds = open(&server.url(""), options(&tmp.path().join("cache"))).unwrap();
+    let lease = ds.acquire(0).unwrap();
+    assert_eq!(std::fs::read(lease.path()).unwrap(), shards[0]);
+    let m = ds.metrics();
+    assert_eq!(m.retries, 2, "{m:?}");
+    let gets = server
+        .requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.ends_with(".tar"))
+        .count();
+    assert_eq!(gets, 3);
+}
+
+#[test]
+fn a_truncated_body_resumes_with_a_range_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = make_dataset(tmp.path(), &[500_000], &[]);
+    let server = FaultServer::start(tmp.path(), |path, n| {
+        if path.ends_with(".tar") && n == 1 {
+            Fault::Truncate(200_000)
+        } else {
+            Fault::Ok
+        }
+    });
+    let ds = open(&server.url(""), options(&tmp.path().join("cache"))).unwrap();
+    let lease = ds.acquire(0).unwrap();
+    assert_eq!(std::fs::read(lease.path()).unwrap(), shards[0]);
+    let tar: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with(".tar"))
+        .collect();
+    assert_eq!(tar.len(), 2, "{tar:?}");
+    assert_eq!(tar[0].range_start, None);
+    // Resumed from where the body broke off (the client may have received a little less).
+    let resumed = tar[1].range_start.expect("the retry asks for a range");
+    assert!(resumed > 0 && resumed <= 200_000, "{resumed}");
+    let m = ds.metrics();
+    assert!(m.bytes_fetched < 500_000 + 200_000, "{m:?}");
+}
+
+#[test]
+fn a_server_ignoring_ranges_makes_the_download_start_over() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = make_dataset(tmp.path(), &[300_000], &[]);
+    let server = FaultServer::start(tmp.path(), |path, n| match (path.ends_with(".tar"), n) {
+        (true, 1) => Fault::Truncate(100_000),
+        (true, _) => Fault::IgnoreRange,
+        _ => Fault::Ok,
+    });
+    let ds = open(&server.url(""), options(&tmp.path().join("cache"))).unwrap();
+    let lease = ds.acquire(0).unwrap();
+    assert_eq!(std::fs::read(lease.path()).unwrap(), shards[0]);
+}
+
+#[test]
+fn a_stalled_body_times_out_and_is_retried() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = make_dataset(tmp.path(), &[200_000], &[]);
+    let server = FaultServer::start(tmp.path(), |path, n| {
+        if path.ends_with(".tar") && n == 1 {
+            Fault::Stall(Duration::from_secs(5))
+        } else {
+            Fault::Ok
+        }
+    });
+    let ds = open(&server.url(""), options(&tmp.path().join("cache"))).unwrap();
+    let t = std::time::Instant::now();
+    let lease = ds.acquire(0).unwrap();
+    assert_eq!(std::fs::read(lease.path()).unwrap(), shards[0]);
+    // The 700 ms stall timeout cut the 5 s stall short.
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert_eq!(ds.metrics().retries, 1);
+}
+
+#[test]
+fn a_shard_that_keeps_failing_names_its_url_and_last_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_dataset(tmp.path(), &[10_000, 10_000], &[]);
+    std::fs::remove_file(tmp.path().join("shard-000001.tar")).unwrap();
+    let server = FaultServer::start(tmp.path(), |path, _| {
+        if path == "shard-000000.tar" {
+            Fault::Error500
+        } else {
+            Fault::Ok
+        }
+    });
+    let cache = tmp.path().join("cache");
+    let ds = open(&server.url(""), options(&cache)).unwrap();
+    let e = ds.acquire(0).unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, CacheError::Fetch { attempts: 4, .. }), "{text}");
+    assert!(text.contains(&server.url("shard-000000.tar")), "{text}");
+    assert!(text.contains("500"), "{text}");
+    // A missing object is permanent: one attempt, no retries.
+    let e = ds.acquire(1).unwrap_err();
+    assert!(matches!(e, CacheError::Fetch { attempts: 1, .. }), "{e}");
+    // Nothing partial is left behind to be served later.
+    assert_eq!(du(&ds.cache_dir().join("shards")), 0);
+    assert_eq!(du(&ds.cache_dir().join("tmp")), 0);
+}
+
+#[test]
+fn eviction_keeps_the_cache_under_its_limit_and_spares_shards_in_use() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("www/ds");
+    make_dataset(&data, &[100_000; 6], &[]);
+    let server = Lighttpd::start(&tmp.path().join("www"));
+    let cache = tmp.path().join("cache");
+    let mut o = options(&cache);
+    o.limit = Some(250_000);
+    let ds = open(&server.url("ds/"), o).unwrap();
+    ds.check_capacity(200_000).unwrap();
+    // Shard 0 stays in use throughout.
+    let held = ds.acquire(0).unwrap();
+    for i in 1..6 {
+        let lease = ds.acquire(i).unwrap();
+        drop(lease);
+        let used = du(&ds.cache_dir().join("shards"));
+        assert!(used <= 250_000, "after shard {i}: {used} bytes cached");
+        assert!(held.path().exists(), "the shard in use was evicted");
+    }
+    assert_eq!(ds.metrics().evictions, 4);
+    // With shards 0 and 5 both held, a third cannot fit: a clear error, not a hang.
+    let _five = ds.acquire(5).unwrap();
+    let e = ds.acquire(1).unwrap_err();
+    assert!(
+        matches!(e, CacheError::TooSmall { limit: 250_000, .. }),
+        "{e}"
+    );
+    assert!(e.to_string().contains("in use"), "{e}");
+    drop(held);
+}
+
+#[test]
+fn a_limit_below_the_open_window_is_refused_at_start() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("www/ds");
+    make_dataset(&data, &[100_000; 4], &[]);
+    let server = Lighttpd::start(&tmp.path().join("www"));
+    let mut o = options(&tmp.path().join("cache"));
+    o.limit = Some(150_000);
+    let ds = open(&server.url("ds/"), o).unwrap();
+    let e = ds.check_capacity(300_000).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("150000") && text.contains("300000"), "{text}");
+    // The largest shard alone must fit too.
+    let mut o = options(&tmp.path().join("cache2"));
+    o.limit = Some(50_000);
+    let ds = open(&server.url("ds/"), o).unwrap();
+    assert!(ds.check_capacity(0).is_err());
+}
+
+#[test]
+fn the_prefetcher_fetches_ahead_in_plan_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("www/ds");
+    make_dataset(&data, &[50_000; 8], &[]);
+    let server = Lighttpd::start(&tmp.path().join("www"));
+    let mut o = options(&tmp.path().join("cache"));
+    o.concurrency = 2;
+    o.ahead = 3;
+    let ds = open(&server.url("ds/"), o).unwrap();
+    ds.plan(vec![7, 6, 5, 4, 3, 2, 1, 0]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while ds.metrics().misses < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Three ahead of a reader that has not started, no more.
+    let cached = |i: usize| {
+        ds.cache_dir()
+            .join("shards")
+            .join(&ds.specs()[i].file)
+            .exists()
+    };
+    assert_eq!((0..8).filter(|&i| cached(i)).count(), 3);
+    assert!(cached(7) && cached(6) && cached(5));
+    // Reading moves the window on.
+    ds.acquire(7).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !cached(4) && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(cached(4));
+    assert_eq!(ds.metrics().hits, 1);
+}
+
+#[test]
+fn a_foreign_non_empty_folder_is_never_used_as_a_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("precious.txt"), b"keep me").unwrap();
+    let e = shardtool_cache::CacheDir::open(tmp.path(), Some(1)).unwrap_err();
+    assert!(matches!(e, CacheError::NotACache { .. }), "{e}");
+    assert!(shardtool_cache::CacheDir::existing(tmp.path()).is_err());
+    assert!(tmp.path().join("precious.txt").exists());
+}
