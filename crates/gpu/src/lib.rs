@@ -1,1 +1,74 @@
-//! GPU batches: a pinned staging ring and asynchronous host-to-device copies (placeholder).
+//! GPU batches for shardtool: a ring of pinned host buffers that the reader assembles batches
+//! into, asynchronous host-to-device copies on a dedicated stream, and a CPU twin with the same
+//! API that every test runs against.
+//!
+//! Dependency note: the intended design had `gpu → core` only, but the seam this crate plugs
+//! into — `BatchAllocator`, `HostBuffer`, `Batch` and `LoaderBuilder` — lives in
+//! `shardtool-reader`, so this crate depends on the reader (`gpu → reader → core, formats`).
+//! Nothing in the reader depends on this crate; the reader stays CUDA-free.
+//!
+//! ```text
+//! reader workers ──assemble──► StagingRing buffer (pinned) ──Batch──► DeviceLoader
+//!   copy stream:  [wait released(slot)] memcpy HtoD ─► record host_free ─► [normalise] ─► record ready
+//!   consumer stream: wait ready ─► user kernels ─► (DeviceBatch dropped) record released(slot)
+//!   host buffer goes back to the ring once host_free has completed
+//! ```
+//!
+//! Without the `cuda` feature only the CPU twin exists and `cuda:N` reports how to build a
+//! GPU-capable binary. With it, CUDA is loaded at run time (cudarc, dynamic loading): the
+//! binary builds and runs where no CUDA is installed, and `cuda:N` then fails with a typed
+//! error naming the missing driver or device.
+//!
+//! ```no_run
+//! use shardtool_gpu::{Device, DeviceLoader, DeviceOptions};
+//! use shardtool_reader::Loader;
+//! let opts = DeviceOptions { device: "auto".parse()?, ..Default::default() };
+//! let mut loader = DeviceLoader::new(Loader::builder("out/sample").batch_size(64), &opts)?;
+//! if let Some(note) = loader.fallback() {
+//!     eprintln!("{note}");
+//! }
+//! for batch in &mut loader {
+//!     let batch = batch?;
+//!     println!("batch {}: {} bytes on {}", batch.index, batch.num_bytes(), loader_target());
+//! }
+//! # fn loader_target() -> &'static str { "" }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod bench;
+#[cfg(feature = "cuda")]
+mod cuda;
+mod device;
+mod pipeline;
+mod ring;
+
+pub use bench::{bench, h2d_bandwidth, BenchOptions, BenchReport, H2dReport};
+pub use device::{Device, DeviceError, ParseDeviceError, Target};
+pub use pipeline::{DeviceBatch, DeviceLoader, DeviceOptions, Normalize, PipelineStats};
+pub use ring::{RingBuffer, RingStats, StagingRing};
+
+/// Whether this build can use CUDA at all (the `cuda` feature).
+pub const CUDA_BUILD: bool = cfg!(feature = "cuda");
+
+/// Why the GPU path failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GpuError {
+    /// The requested device is not usable.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// The reader failed.
+    #[error(transparent)]
+    Read(#[from] shardtool_reader::ReadError),
+    /// A CUDA call failed after the device was opened.
+    #[error("CUDA {call} failed: {message}")]
+    Cuda {
+        /// What was being done.
+        call: &'static str,
+        /// The driver's error text.
+        message: String,
+    },
+    /// Invalid options.
+    #[error("{0}")]
+    Options(String),
+}
