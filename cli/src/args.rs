@@ -80,16 +80,33 @@ pub enum Command {
     ///   shardtool read out/ --keys --seed 1 --epoch 2 --rank 0 --world 4
     ///   shardtool read out/ --keys --limit 100 --state-out pos.json
     ///   shardtool read out/ --keys --resume pos.json
+    ///   shardtool read s3://bucket/ds/ --cache-dir /nvme/cache --cache-limit 50GiB
     #[command(verbatim_doc_comment)]
     Read(crate::commands::read::ReadArgs),
 
     /// Measure the loader alone and beside a simulated training step: samples/s, MB/s,
     /// CPU-ms per sample, data wait p50/p99.
     ///
-    /// Example:
+    /// Examples:
     ///   shardtool bench out/ --batch 64 --step-ms 20
+    ///   shardtool bench https://host/ds/ --cache-dir /nvme/cache --cache-limit 100GiB
     #[command(verbatim_doc_comment)]
     Bench(crate::commands::bench::BenchArgs),
+
+    /// Manage the local cache of remote shards: list it, fill it ahead of training, clear it.
+    ///
+    /// Remote datasets (http://, https://, s3://) are read through this cache: each shard is
+    /// fetched once per node, checked against the manifest (size and checksum), decompressed
+    /// once if it is .zst, and kept under --cache-limit by evicting least recently used shards
+    /// that no process is reading. S3 endpoint, region and credentials come from the standard
+    /// AWS_* environment variables, so S3-compatible stores work (AWS_ENDPOINT, AWS_ALLOW_HTTP).
+    ///
+    /// Examples:
+    ///   shardtool cache prefetch https://data.example.com/imagenet/ --cache-dir /nvme/cache
+    ///   shardtool cache ls --cache-dir /nvme/cache
+    ///   shardtool cache clear s3://bucket/imagenet/ --cache-dir /nvme/cache
+    #[command(subcommand, verbatim_doc_comment)]
+    Cache(crate::commands::cache::CacheCommand),
 }
 
 /// Shard container format.

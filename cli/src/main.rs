@@ -58,6 +58,7 @@ fn main() -> ExitCode {
         args::Command::Preview(a) => commands::preview::run(a),
         args::Command::Read(a) => commands::read::run(a),
         args::Command::Bench(a) => commands::bench::run(a),
+        args::Command::Cache(c) => commands::cache::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -40,7 +40,10 @@ fn cpu_time() -> Duration {
 }
 
 fn run_once(a: &LoaderArgs, name: &str, step: Duration) -> Result<Row, Failure> {
-    let loader = a.builder().build().map_err(Failure::usage)?;
+    let loader = a
+        .builder()?
+        .build()
+        .map_err(crate::commands::read::build_failure)?;
     let cpu0 = cpu_time();
     let t0 = Instant::now();
     let mut samples = 0u64;
@@ -56,6 +59,7 @@ fn run_once(a: &LoaderArgs, name: &str, step: Duration) -> Result<Row, Failure> 
     let secs = t0.elapsed().as_secs_f64();
     let cpu = (cpu_time() - cpu0).as_secs_f64() * 1e3;
     let m = loader.metrics();
+    crate::commands::read::report_lost_and_cache(&m);
     Ok(Row {
         name: name.into(),
         samples,

@@ -9,7 +9,8 @@ use std::path::PathBuf;
 /// Loader options shared by `read` and `bench`.
 #[derive(Debug, clap::Args)]
 pub struct LoaderArgs {
-    /// Dataset directory or manifest.json.
+    /// Dataset: a local directory or manifest.json (read in place), or the http(s):// or
+    /// s3:// URL of a dataset folder or its manifest.json (read through the shard cache).
     #[arg(value_name = "DATASET")]
     pub dataset: PathBuf,
     /// Shuffle seed.
@@ -49,15 +50,19 @@ pub struct LoaderArgs {
     /// Decode tar image records to RGB8.
     #[arg(long)]
     pub decode: bool,
-    /// Skip (and count) corrupt records instead of failing.
+    /// Skip (and count) corrupt records, and shards that cannot be opened or fetched after
+    /// every retry (their samples are counted as lost), instead of failing.
     #[arg(long)]
     pub skip_corrupt: bool,
+    #[command(flatten)]
+    pub cache: crate::commands::cache::CacheArgs,
 }
 
 impl LoaderArgs {
     /// Applies the flags to a builder.
-    pub fn builder(&self) -> LoaderBuilder {
+    pub fn builder(&self) -> Result<LoaderBuilder, Failure> {
         let mut b = Loader::builder(&self.dataset)
+            .cache(self.cache.options()?)
             .seed(self.seed)
             .epoch(self.epoch)
             .batch_size(self.batch)
@@ -82,7 +87,7 @@ impl LoaderArgs {
         if let Some(k) = self.workers {
             b = b.workers(k);
         }
-        b
+        Ok(b)
     }
 }
 
@@ -108,7 +113,7 @@ pub struct ReadArgs {
 
 /// Runs `shardtool read`.
 pub fn run(a: ReadArgs) -> Result<(), Failure> {
-    let mut builder = a.loader.builder();
+    let mut builder = a.loader.builder()?;
     if let Some(path) = &a.resume {
         let text = std::fs::read(path)
             .with_context(|| format!("reading {}", path.display()))
@@ -118,8 +123,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
             .map_err(Failure::usage)?;
         builder = builder.resume(state);
     }
-    // A dataset that cannot be opened, or options that do not fit it, are usage errors.
-    let mut loader = builder.build().map_err(Failure::usage)?;
+    let mut loader = builder.build().map_err(build_failure)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut count = 0u64;
@@ -159,6 +163,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
     if m.corrupt_skipped > 0 {
         eprintln!("skipped {} corrupt records", m.corrupt_skipped);
     }
+    report_lost_and_cache(&m);
     if !a.keys {
         println!(
             "read {count} samples in {:.2} s: {:.0} samples/s, {:.1} MB/s, wait p50 {:.3} ms p99 {:.3} ms",
@@ -170,4 +175,43 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// Lost shards, loudly, and the cache's counters for a remote dataset (stderr).
+pub fn report_lost_and_cache(m: &shardtool_reader::Metrics) {
+    if m.lost_samples > 0 {
+        eprintln!(
+            "WARNING: {} samples LOST this epoch: {} shard(s) could not be read and were skipped",
+            m.lost_samples,
+            m.lost_shards.len()
+        );
+        for (shard, why) in &m.lost_shards {
+            eprintln!("  lost shard {shard}: {why}");
+        }
+    }
+    if let Some(c) = &m.cache {
+        eprintln!(
+            "cache: {} hits, {} misses, {} bytes fetched, fetch p50 {:.0} ms max {:.0} ms, {} retries, {} failures, {} evictions, {} repaired",
+            c.hits,
+            c.misses,
+            c.bytes_fetched,
+            c.fetch_p50.as_secs_f64() * 1e3,
+            c.fetch_max.as_secs_f64() * 1e3,
+            c.retries,
+            c.failures,
+            c.evictions,
+            c.repaired
+        );
+    }
+}
+
+/// A dataset that cannot be opened, or options that do not fit it, are usage errors (exit 2);
+/// a cache limit too small for the plan is a failed run (exit 1), reported before any read.
+pub fn build_failure(e: shardtool_reader::ReadError) -> Failure {
+    match e {
+        shardtool_reader::ReadError::Cache(shardtool_cache::CacheError::TooSmall { .. }) => {
+            Failure::run(e)
+        }
+        e => Failure::usage(e),
+    }
 }

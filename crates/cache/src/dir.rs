@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 const TAG: &str = "CACHEDIR.TAG";
+/// Prefix of the tag's temporary name while it is being written.
+const TAG_TMP: &str = ".shardtool-tag.";
 const TAG_TEXT: &str = "Signature: 8a477f597d28d172789f06886806bc55\n\
 # This file marks a shardtool shard cache (https://bford.info/cachedir/).\n\
 # `shardtool cache clear` deletes what is under this folder.\n";
@@ -113,8 +115,11 @@ impl CacheDir {
         let root = root.into();
         let tag = root.join(TAG);
         if !tag.exists() {
+            // Only our own tag being written by a racing process may be there already.
             let empty = match fs::read_dir(&root) {
-                Ok(mut it) => it.next().is_none(),
+                Ok(it) => it
+                    .flatten()
+                    .all(|e| e.file_name().to_string_lossy().starts_with(TAG_TMP)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                 Err(e) => return Err(CacheError::io(&root)(e)),
             };
@@ -122,7 +127,10 @@ impl CacheDir {
                 return Err(CacheError::NotACache { path: root });
             }
             fs::create_dir_all(&root).map_err(CacheError::io(&root))?;
-            write_atomic(&tag, TAG_TEXT.as_bytes())?;
+            let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
+            let tmp = root.join(format!("{TAG_TMP}{}.{n}", std::process::id()));
+            write_atomic(&tmp, TAG_TEXT.as_bytes())?;
+            fs::rename(&tmp, &tag).map_err(CacheError::io(&tag))?;
         }
         let reserve = root.join("reserve");
         fs::create_dir_all(&reserve).map_err(CacheError::io(&reserve))?;

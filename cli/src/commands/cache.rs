@@ -1,0 +1,221 @@
+//! Shard-cache flags shared by `read`, `bench` and `verify`, and `shardtool cache ls|prefetch|clear`.
+
+use crate::Failure;
+use anyhow::{anyhow, Context};
+use shardtool_cache::{CacheDir, CacheOptions, FetchPolicy, Location, RemoteDataset};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Where and how remote shards are cached (ignored for local datasets, which are read in place).
+#[derive(Debug, Clone, clap::Args)]
+pub struct CacheArgs {
+    /// Cache folder for remote shards, shared safely by every process on the node
+    /// [default: $SHARDTOOL_CACHE_DIR, else $XDG_CACHE_HOME/shardtool, else ~/.cache/shardtool].
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes of shards the cache folder may hold (e.g. 200GB, 64GiB); least recently used
+    /// shards not in use are evicted. Too small for the shards open at once is an error at start.
+    /// [default: no limit]
+    #[arg(long, value_name = "SIZE")]
+    pub cache_limit: Option<String>,
+    /// Shards fetched ahead of the one being read.
+    #[arg(long, default_value_t = 8, value_name = "N")]
+    pub prefetch_shards: usize,
+    /// Shards fetched at once.
+    #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub fetch_concurrency: u32,
+    /// Attempts per shard before it counts as failed (retries back off exponentially, with jitter).
+    #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub fetch_attempts: u32,
+    /// Seconds without a byte before an attempt counts as stalled.
+    #[arg(long, default_value_t = 30.0, value_name = "SECS")]
+    pub fetch_timeout: f64,
+}
+
+impl CacheArgs {
+    /// The cache options the flags ask for.
+    pub fn options(&self) -> Result<CacheOptions, Failure> {
+        let limit = match &self.cache_limit {
+            Some(s) => Some(
+                shardtool_pack::parse_byte_size(s)
+                    .map_err(|e| Failure::usage(anyhow!("--cache-limit: {e}")))?,
+            ),
+            None => None,
+        };
+        if !(self.fetch_timeout.is_finite() && self.fetch_timeout > 0.0) {
+            return Err(Failure::usage(anyhow!(
+                "--fetch-timeout must be a positive number of seconds"
+            )));
+        }
+        Ok(CacheOptions {
+            dir: self
+                .cache_dir
+                .clone()
+                .unwrap_or_else(shardtool_cache::default_cache_dir),
+            limit,
+            policy: FetchPolicy {
+                attempts: self.fetch_attempts,
+                stall_timeout: Duration::from_secs_f64(self.fetch_timeout),
+                ..FetchPolicy::default()
+            },
+            concurrency: self.fetch_concurrency as usize,
+            ahead: self.prefetch_shards,
+        })
+    }
+}
+
+/// `shardtool cache` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum CacheCommand {
+    /// List the datasets in a cache folder: source URL, shards, bytes, last use.
+    Ls {
+        /// Cache folder [default: as for read].
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fetch every shard of a remote dataset into the cache now (each checked against the
+    /// manifest), so that training starts warm.
+    Prefetch {
+        /// The remote dataset: http(s):// or s3:// URL of its folder or manifest.json.
+        #[arg(value_name = "URL")]
+        dataset: String,
+        #[command(flatten)]
+        cache: CacheArgs,
+    },
+    /// Delete cached shards (of one dataset, or all); shards a process is using are kept and
+    /// listed. Only a folder marked as a shardtool cache is ever touched.
+    Clear {
+        /// Only this remote dataset (its folder URL as shown by `cache ls`).
+        #[arg(value_name = "URL")]
+        dataset: Option<String>,
+        /// Cache folder [default: as for read].
+        #[arg(long, value_name = "DIR")]
+        cache_dir: Option<PathBuf>,
+    },
+}
+
+/// Runs `shardtool cache …`.
+pub fn run(c: CacheCommand) -> Result<(), Failure> {
+    match c {
+        CacheCommand::Ls { cache_dir, json } => {
+            let dir = cache_dir.unwrap_or_else(shardtool_cache::default_cache_dir);
+            let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
+            let list = cache.list().map_err(Failure::run)?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&list).map_err(Failure::run)?
+                );
+                return Ok(());
+            }
+            println!(
+                "{:>8} {:>14} {:>20}  source",
+                "shards", "bytes", "last used (unix s)"
+            );
+            for d in &list {
+                println!(
+                    "{:>8} {:>14} {:>20}  {}",
+                    d.shards, d.bytes, d.last_used, d.source
+                );
+            }
+            let total: u64 = list.iter().map(|d| d.bytes).sum();
+            println!(
+                "{} dataset(s), {total} bytes in {}",
+                list.len(),
+                dir.display()
+            );
+            Ok(())
+        }
+        CacheCommand::Prefetch { dataset, cache } => {
+            let url = match Location::parse(&dataset).map_err(Failure::usage)? {
+                Location::Remote(r) => r,
+                Location::Local(p) => {
+                    return Err(Failure::usage(anyhow!(
+                        "{} is local: local datasets are read in place and never cached",
+                        p.display()
+                    )))
+                }
+            };
+            let mut options = cache.options()?;
+            let workers = options.concurrency.max(1);
+            // The prefetch threads of the reader are not needed: every shard is fetched here.
+            options.concurrency = 0;
+            let ds = RemoteDataset::open(url, options).map_err(Failure::usage)?;
+            ds.check_capacity(0).map_err(Failure::run)?;
+            let n = ds.specs().len();
+            let next = AtomicUsize::new(0);
+            let failures = std::sync::Mutex::new(Vec::new());
+            std::thread::scope(|s| {
+                for _ in 0..workers.min(n.max(1)) {
+                    s.spawn(|| loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        if i >= n {
+                            break;
+                        }
+                        if let Err(e) = ds.fetch(i) {
+                            if let Ok(mut f) = failures.lock() {
+                                f.push(e.to_string());
+                            }
+                        }
+                    });
+                }
+            });
+            let m = ds.metrics();
+            let failures = failures.into_inner().unwrap_or_default();
+            println!(
+                "{n} shards: {} already cached, {} fetched ({} bytes, {} retries), {} failed; cache {}",
+                m.hits,
+                m.fetches,
+                m.bytes_fetched,
+                m.retries,
+                failures.len(),
+                ds.cache_dir().display()
+            );
+            if failures.is_empty() {
+                Ok(())
+            } else {
+                for f in &failures {
+                    eprintln!("failed: {f}");
+                }
+                Err(Failure::run(anyhow!(
+                    "{} shard(s) could not be fetched",
+                    failures.len()
+                )))
+            }
+        }
+        CacheCommand::Clear { dataset, cache_dir } => {
+            let dir = cache_dir.unwrap_or_else(shardtool_cache::default_cache_dir);
+            let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
+            let source = match &dataset {
+                Some(d) => match Location::parse(d).map_err(Failure::usage)? {
+                    Location::Remote(r) => Some(r.folder.to_string()),
+                    Location::Local(p) => {
+                        return Err(Failure::usage(anyhow!(
+                            "{} is local: local datasets are never cached",
+                            p.display()
+                        )))
+                    }
+                },
+                None => None,
+            };
+            let r = cache
+                .clear(source.as_deref())
+                .with_context(|| format!("clearing {}", dir.display()))
+                .map_err(Failure::run)?;
+            println!(
+                "removed {} shard(s), {} bytes; kept {} in use",
+                r.removed,
+                r.bytes,
+                r.in_use.len()
+            );
+            for p in &r.in_use {
+                println!("in use: {p}");
+            }
+            Ok(())
+        }
+    }
+}

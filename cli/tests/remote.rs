@@ -1,0 +1,294 @@
+//! Remote datasets end to end: `read`, `bench` and `cache` against real servers on loopback
+//! (lighttpd over HTTP, s3s-fs over S3, and a fault-injecting HTTP server), with several
+//! processes sharing one cache folder.
+
+#[path = "../../crates/cache/tests/common/mod.rs"]
+mod servers;
+
+use servers::{Fault, FaultServer, Lighttpd, S3};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shardtool"))
+}
+
+fn sample_data() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-data/imagefolder")
+}
+
+fn pack(out: &Path, extra: &[&str]) {
+    let per_shard = if extra.contains(&"--shard-samples") {
+        &[][..]
+    } else {
+        &["--shard-samples", "6"][..]
+    };
+    let st = bin()
+        .arg("pack")
+        .arg(sample_data())
+        .arg(out)
+        .args(["--resize", "crop:32x32", "-q"])
+        .args(per_shard)
+        .args(extra)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().unwrap()
+}
+
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn keys(args: &[&str]) -> Vec<String> {
+    let mut a = vec!["read"];
+    a.extend_from_slice(args);
+    a.push("--keys");
+    ok(&run(&a)).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn http_reads_match_local_reads_and_the_second_epoch_is_all_hits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = tmp.path().join("www");
+    for (name, extra) in [
+        ("tar-zst", &["--compress", "zstd"][..]),
+        ("packed", &["--format", "packed"][..]),
+    ] {
+        pack(&www.join(name), extra);
+    }
+    let server = Lighttpd::start(&www);
+    let cache = tmp.path().join("cache");
+    let c = cache.to_str().unwrap();
+    for name in ["tar-zst", "packed"] {
+        let local = www.join(name);
+        let url = server.url(&format!("{name}/"));
+        let want = keys(&[local.to_str().unwrap(), "--seed", "3", "--epoch", "1"]);
+        assert_eq!(want.len(), 45);
+        let got = keys(&[&url, "--seed", "3", "--epoch", "1", "--cache-dir", c]);
+        assert_eq!(got, want, "{name}");
+        // Epoch 2 from the warm cache: no shard is fetched again.
+        let out = run(&[
+            "read",
+            &url,
+            "--seed",
+            "3",
+            "--epoch",
+            "2",
+            "--cache-dir",
+            c,
+        ]);
+        ok(&out);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(" 0 misses"), "{err}");
+    }
+    let gets = server.gets();
+    let shard_gets: Vec<_> = gets.iter().filter(|(p, _)| !p.ends_with(".json")).collect();
+    assert!(!shard_gets.is_empty());
+    assert!(shard_gets.iter().all(|(_, &n)| n == 1), "{gets:?}");
+}
+
+#[test]
+fn four_processes_share_one_cache_and_download_each_shard_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = tmp.path().join("www");
+    pack(&www.join("ds"), &["--shard-samples", "3"]);
+    let server = Lighttpd::start(&www);
+    let url = server.url("ds");
+    let cache = tmp.path().join("cache");
+    let children: Vec<_> = (0..4)
+        .map(|rank| {
+            bin()
+                .args(["read", &url, "--keys", "--seed", "9", "--remainder", "pad"])
+                .args([
+                    "--rank",
+                    &rank.to_string(),
+                    "--world",
+                    "4",
+                    "--workers",
+                    "2",
+                ])
+                .arg("--cache-dir")
+                .arg(&cache)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut all = Vec::new();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        all.extend(ok(&out).lines().map(str::to_string));
+    }
+    // Every sample read (pad repeats a few to even out the ranks) …
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), 45);
+    // … and each shard downloaded exactly once, counted at the server.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(www.join("ds/manifest.json")).unwrap()).unwrap();
+    let gets = server.gets();
+    for s in manifest["shards"].as_array().unwrap() {
+        let file = s["file"].as_str().unwrap();
+        assert_eq!(
+            gets.get(&format!("/ds/{file}")),
+            Some(&1),
+            "{file}: {gets:?}"
+        );
+    }
+}
+
+#[test]
+fn s3_reads_match_local_reads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3::start();
+    let ds = server.root.path().join("bucket/sets/ds");
+    pack(&ds, &["--format", "packed", "--compress", "zstd"]);
+    let want = keys(&[ds.to_str().unwrap(), "--seed", "5"]);
+    let out = bin()
+        .args([
+            "read",
+            "s3://bucket/sets/ds/manifest.json",
+            "--keys",
+            "--seed",
+            "5",
+        ])
+        .arg("--cache-dir")
+        .arg(tmp.path().join("cache"))
+        .envs(server.env())
+        .output()
+        .unwrap();
+    let got: Vec<String> = ok(&out).lines().map(str::to_string).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_cache_limit_below_the_open_shards_fails_at_start_with_exit_1() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = tmp.path().join("www");
+    pack(&www.join("ds"), &["--format", "packed"]);
+    let server = Lighttpd::start(&www);
+    let cache = tmp.path().join("cache");
+    let t = std::time::Instant::now();
+    let out = run(&[
+        "read",
+        &server.url("ds/"),
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--cache-limit",
+        "10000",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cache limit 10000 bytes is too small"),
+        "{err}"
+    );
+    assert!(err.contains("--cache-limit"), "{err}");
+    assert!(t.elapsed() < std::time::Duration::from_secs(20));
+    // Nothing was fetched before the refusal.
+    let gets = server.gets();
+    assert!(
+        gets.keys().all(|p| p.ends_with("manifest.json")),
+        "{gets:?}"
+    );
+}
+
+#[test]
+fn a_shard_that_keeps_failing_fails_the_read_or_is_skipped_loudly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = tmp.path().join("ds");
+    pack(&ds, &[]);
+    let server = FaultServer::start(&ds, |path, _| {
+        if path == "shard-000002.tar" {
+            Fault::Error500
+        } else {
+            Fault::Ok
+        }
+    });
+    let url = server.url("");
+    let cache = tmp.path().join("cache");
+    let common = [
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--fetch-attempts",
+        "2",
+        "--no-shuffle",
+    ];
+    let mut a = vec!["read", url.as_str(), "--keys"];
+    a.extend_from_slice(&common);
+    let out = run(&a);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&server.url("shard-000002.tar")), "{err}");
+    assert!(err.contains("500"), "{err}");
+
+    a.push("--skip-corrupt");
+    let out = run(&a);
+    let got = ok(&out).lines().count();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(got, 45 - 6, "{err}");
+    assert!(err.contains("6 samples LOST"), "{err}");
+    assert!(err.contains("shard-000002.tar"), "{err}");
+}
+
+#[test]
+fn cache_prefetch_ls_and_clear() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = tmp.path().join("www");
+    pack(&www.join("ds"), &["--compress", "zstd"]);
+    let server = Lighttpd::start(&www);
+    let cache = tmp.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let url = server.url("ds/");
+    let out = ok(&run(&["cache", "prefetch", &url, "--cache-dir", c]));
+    assert!(
+        out.contains("8 shards: 0 already cached, 8 fetched"),
+        "{out}"
+    );
+    let out = ok(&run(&["cache", "prefetch", &url, "--cache-dir", c]));
+    assert!(out.contains("8 already cached, 0 fetched"), "{out}");
+    let ls: serde_json::Value =
+        serde_json::from_str(&ok(&run(&["cache", "ls", "--cache-dir", c, "--json"]))).unwrap();
+    assert_eq!(ls[0]["source"], url.as_str());
+    assert_eq!(ls[0]["shards"], 8);
+    let out = ok(&run(&["cache", "clear", &url, "--cache-dir", c]));
+    assert!(out.contains("removed 8 shard(s)"), "{out}");
+    let ls: serde_json::Value =
+        serde_json::from_str(&ok(&run(&["cache", "ls", "--cache-dir", c, "--json"]))).unwrap();
+    assert_eq!(ls[0]["shards"], 0);
+
+    // A folder that is not a cache is never cleared.
+    let other = tmp.path().join("www/ds");
+    let out = run(&["cache", "clear", "--cache-dir", other.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(other.join("manifest.json").exists());
+    // Local datasets are never copied into the cache.
+    let fresh = tmp.path().join("fresh-cache");
+    ok(&run(&[
+        "read",
+        other.to_str().unwrap(),
+        "--cache-dir",
+        fresh.to_str().unwrap(),
+    ]));
+    assert!(!fresh.exists());
+    let out = run(&[
+        "cache",
+        "prefetch",
+        other.to_str().unwrap(),
+        "--cache-dir",
+        c,
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+}
