@@ -1,6 +1,13 @@
 //! Checks of a packed (safetensors) shard: the layout of FORMAT.md (validated by
-//! `PackedShard::open`), every record's checksum, keys, labels against the class list, and record
-//! shapes against the sample metadata.
+//! `PackedShard::open`), keys, labels against the class list, record shapes against the sample
+//! metadata, and — when asked ([`Records`]) — every record's own checksum.
+//!
+//! Why record checksums are not always recomputed: the manifest's file checksum covers every
+//! byte of the shard, records included, and was computed by pack from the very bytes it wrote.
+//! When the file hashes to it, every record is byte for byte as written, so recomputing each
+//! record's checksum would hash every pixel a second time to learn nothing about damage. They are
+//! recomputed when the file checksum fails or cannot be compared (to name the damaged records),
+//! and with `--decode` (the deep check, which also proves the writer's records consistent).
 
 use crate::check_tar::{check_label_range, Ctx, Scan};
 use crate::report::{Problem, ProblemKind};
@@ -14,11 +21,20 @@ use xxhash_rust::xxh3::Xxh3;
 /// The fields every packed record carries.
 pub(crate) const PACKED_FIELDS: [&str; 3] = ["key", "label", "pixels"];
 
-/// Checks a whole packed shard held in `bytes`. With `hash_file`, the file checksum is computed in
-/// the same pass as the record checksums (each record hashed while still in cache, so every byte
-/// comes from memory once) and returned in [`Scan::file_sum`]; otherwise records are checked in
-/// parallel.
-pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, hash_file: bool) -> Scan<'d> {
+/// Whether and how to recompute record checksums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Records {
+    /// Not at all: the file checksum already matched the manifest.
+    Skip,
+    /// In parallel over records.
+    Check,
+    /// In one pass with the file checksum (each record hashed while still in cache, so every
+    /// byte comes from memory once), returned in [`Scan::file_sum`].
+    CheckAndHashFile,
+}
+
+/// Checks a whole packed shard held in `bytes`; `records` says what to do about record checksums.
+pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, records: Records) -> Scan<'d> {
     let mut scan = Scan::default();
     if bytes.is_empty() {
         scan.problems.push(Problem::shard(
@@ -52,17 +68,17 @@ pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, hash_file: bool) 
             ));
         }
     }
-    let fused = if hash_file {
-        fused_pass(bytes, &shard)
-    } else {
-        None
+    let fused = match records {
+        Records::CheckAndHashFile => fused_pass(bytes, &shard),
+        Records::Skip | Records::Check => None,
     };
-    let bad: Vec<usize> = match fused {
-        Some((sum, bad)) => {
+    let bad: Vec<usize> = match (fused, records) {
+        (_, Records::Skip) => Vec::new(),
+        (Some((sum, bad)), _) => {
             scan.file_sum = Some(sum);
             bad
         }
-        None => (0..shard.len())
+        (None, _) => (0..shard.len())
             .into_par_iter()
             .filter(|&i| !shard.verify_checksum(i))
             .collect(),
@@ -202,11 +218,23 @@ mod tests {
             classes: &c,
             decode: false,
         };
-        let two_pass = check_packed(bytes, &ctx, false);
-        let fused = check_packed(bytes, &ctx, true);
+        let two_pass = check_packed(bytes, &ctx, Records::Check);
+        let fused = check_packed(bytes, &ctx, Records::CheckAndHashFile);
+        let skipped = check_packed(bytes, &ctx, Records::Skip);
         let kinds: Vec<ProblemKind> = two_pass.problems.iter().map(|p| p.kind).collect();
         let fused_kinds: Vec<ProblemKind> = fused.problems.iter().map(|p| p.kind).collect();
         assert_eq!(kinds, fused_kinds, "one pass and two passes agree");
+        let without_records: Vec<ProblemKind> = kinds
+            .iter()
+            .copied()
+            .filter(|k| *k != ProblemKind::RecordChecksum)
+            .collect();
+        let skipped_kinds: Vec<ProblemKind> = skipped.problems.iter().map(|p| p.kind).collect();
+        assert_eq!(
+            skipped_kinds, without_records,
+            "skipping record checksums changes nothing else"
+        );
+        assert_eq!(skipped.file_sum, None);
         let opened = !kinds
             .iter()
             .any(|k| matches!(k, ProblemKind::Truncated | ProblemKind::Malformed));

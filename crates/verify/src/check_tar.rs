@@ -2,6 +2,7 @@
 //! names following the key rules, samples holding exactly the declared fields once each, labels
 //! and metadata consistent. Images to decode are handed back for the caller to decode in parallel.
 
+use crate::ahead::AheadHasher;
 use crate::report::{Problem, ProblemKind};
 use serde_json::Value;
 use shardtool_core::validate_key;
@@ -69,8 +70,16 @@ struct SampleAcc<'d> {
     fields: Vec<(String, &'d [u8])>,
 }
 
-/// Checks a whole tar shard held in `bytes`.
-pub(crate) fn check_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>) -> Scan<'d> {
+/// Checks a whole tar shard held in `bytes`. With `hash_file`, the file checksum is computed in the
+/// same pass, a little ahead of the parser ([`AheadHasher`]), and returned in [`Scan::file_sum`].
+pub(crate) fn check_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, hash_file: bool) -> Scan<'d> {
+    let mut ahead = hash_file.then(|| AheadHasher::new(bytes));
+    let mut scan = scan_tar(bytes, ctx, &mut ahead);
+    scan.file_sum = ahead.map(AheadHasher::finish);
+    scan
+}
+
+fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'d>>) -> Scan<'d> {
     let mut scan = Scan::default();
     if bytes.is_empty() {
         scan.problems.push(Problem::shard(
@@ -84,7 +93,12 @@ pub(crate) fn check_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>) -> Scan<'d> {
     let mut current: Option<SampleAcc<'d>> = None;
     let mut end = 0usize;
     let mut broken = false;
-    for entry in TarReader::new(bytes) {
+    let mut reader = TarReader::new(bytes);
+    loop {
+        if let Some(h) = ahead.as_mut() {
+            h.cover(end);
+        }
+        let Some(entry) = reader.next() else { break };
         let e = match entry {
             Ok(e) => e,
             Err(err) => {
@@ -264,19 +278,24 @@ fn finish_sample<'d>(
         }
     }
     if !ctx.fields.is_empty() {
-        let declared = ctx
-            .fields
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>()
-            .join(", ");
+        // Built only for a problem: this runs once per sample.
+        let declared = || {
+            ctx.fields
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         for f in ctx.fields {
             if !present.contains(f.as_str()) {
                 scan.member(
                     ctx,
                     &format!("{key}.{f}"),
                     ProblemKind::MissingField,
-                    format!("sample {key} has no .{f} member (the manifest declares {declared})"),
+                    format!(
+                        "sample {key} has no .{f} member (the manifest declares {})",
+                        declared()
+                    ),
                 );
             }
         }
@@ -521,7 +540,16 @@ mod tests {
             classes: &c,
             decode,
         };
-        let s = check_tar(&bytes, &ctx);
+        let s = check_tar(&bytes, &ctx, false);
+        let hashed = check_tar(&bytes, &ctx, true);
+        let kinds = |s: &Scan<'_>| s.problems.iter().map(|p| p.kind).collect::<Vec<_>>();
+        assert_eq!(
+            kinds(&s),
+            kinds(&hashed),
+            "hashing on the way changes no finding"
+        );
+        assert_eq!(s.file_sum, None);
+        assert_eq!(hashed.file_sum, Some(shardtool_core::Checksum::of(&bytes)));
         (
             s.problems.iter().map(|p| p.kind).collect(),
             s.samples,
@@ -602,7 +630,12 @@ mod tests {
             decode: false,
         };
         for cut in [0, 100, 512, bytes.len() - 1024, bytes.len() - 1] {
-            let s = check_tar(&bytes[..cut], &ctx);
+            let s = check_tar(&bytes[..cut], &ctx, true);
+            assert_eq!(
+                s.file_sum,
+                Some(shardtool_core::Checksum::of(&bytes[..cut])),
+                "a broken shard is still hashed whole"
+            );
             assert!(
                 s.problems.iter().any(|p| p.kind == ProblemKind::Truncated),
                 "cut at {cut}: {:?}",
@@ -611,9 +644,9 @@ mod tests {
         }
         let mut long = bytes.clone();
         long.extend_from_slice(&[0; 512]);
-        assert!(check_tar(&long, &ctx).problems.is_empty());
+        assert!(check_tar(&long, &ctx, false).problems.is_empty());
         long.push(1);
-        let s = check_tar(&long, &ctx);
+        let s = check_tar(&long, &ctx, true);
         assert_eq!(s.problems[0].kind, ProblemKind::TrailingData);
     }
 }

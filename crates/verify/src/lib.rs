@@ -17,6 +17,7 @@
 //! only for a target that cannot be opened at all (no directory, no manifest, an unparsable or
 //! foreign manifest), which the CLI maps to exit code 2.
 
+mod ahead;
 mod check_packed;
 mod check_tar;
 mod dataset;

@@ -1,7 +1,7 @@
 //! The verification run: open the manifest, compare it with the directory, then read and check
 //! every shard once, in parallel, and merge the per-shard findings in shard order.
 
-use crate::check_packed::check_packed;
+use crate::check_packed::{check_packed, Records};
 use crate::check_tar::{check_tar, Ctx, ImageJob};
 use crate::dataset::{open_dataset, unlisted_shards};
 use crate::loader::{load, BufferPool, Incomplete, Loaded};
@@ -242,13 +242,34 @@ fn verify_shard(
         }
     };
     out.bytes_read = loaded.stored_len;
-    // Structure first: a mapped packed shard is hashed in the same pass as its records.
     let mut content = Vec::new();
     let mut stored_sum = loaded.stored_sum;
     if loaded.incomplete.is_none() {
+        let records = if entry.format == ShardFormat::Wds {
+            // Not used for tar shards, which hash in the same pass as their parse.
+            Records::Skip
+        } else if opts.decode {
+            // The deep check recomputes every record checksum; for a mapped file, in the same
+            // pass as the file checksum.
+            if stored_sum.is_none() {
+                Records::CheckAndHashFile
+            } else {
+                Records::Check
+            }
+        } else {
+            // Hash the file first (one pass at memory speed); record checksums are needed only
+            // to name damaged records when it does not match (see `check_packed`).
+            let sum = *stored_sum.get_or_insert_with(|| Checksum::of(&loaded.data));
+            if matches_manifest(entry, sum, loaded.uncompressed) {
+                Records::Skip
+            } else {
+                Records::Check
+            }
+        };
         let sum = check_content(
             entry,
             &loaded.data,
+            records,
             stored_sum.is_none(),
             fields,
             classes,
@@ -263,6 +284,23 @@ fn verify_shard(
     out.problems.extend(content);
     buffers.give(loaded.data);
     out
+}
+
+/// Whether the shard's stored checksum (and, for a compressed shard, its uncompressed checksum
+/// when the manifest records one) equals the manifest's. A checksum the manifest lacks or that
+/// does not parse never matches.
+fn matches_manifest(
+    entry: &ShardEntry,
+    stored_sum: Checksum,
+    uncompressed: Option<(u64, Checksum)>,
+) -> bool {
+    let stored_ok = Checksum::parse(&entry.checksum) == Some(stored_sum);
+    let uncompressed_ok = match (&entry.uncompressed_checksum, uncompressed) {
+        (None, _) => true,
+        (Some(expected), Some((_, sum))) => Checksum::parse(expected) == Some(sum),
+        (Some(_), None) => false,
+    };
+    stored_ok && uncompressed_ok
 }
 
 /// Sizes and checksums, stored and uncompressed, and why the content could not be read whole.
@@ -333,12 +371,13 @@ fn compare_with_manifest(
 }
 
 /// Structure, labels, metadata and (with `decode`) images of a completely read shard. Problems go
-/// to `problems`; counts and keys to `out`. With `hash_file`, returns the checksum of `data` when
-/// the checks computed it on the way (packed shards).
+/// to `problems`; counts and keys to `out`. `records` applies to packed shards; with `hash_file`,
+/// a tar scan hashes `data` on the way and the checksum is returned.
 #[allow(clippy::too_many_arguments)]
 fn check_content(
     entry: &ShardEntry,
     data: &[u8],
+    records: Records,
     hash_file: bool,
     fields: &BTreeSet<String>,
     classes: &[String],
@@ -353,8 +392,8 @@ fn check_content(
         decode: opts.decode,
     };
     let scan = match entry.format {
-        ShardFormat::Wds => check_tar(data, &ctx),
-        ShardFormat::Packed => check_packed(data, &ctx, hash_file),
+        ShardFormat::Wds => check_tar(data, &ctx, hash_file),
+        ShardFormat::Packed => check_packed(data, &ctx, records),
     };
     problems.extend(scan.problems);
     if scan.samples != entry.samples {
