@@ -43,7 +43,9 @@ fn find_binary(env: &str, name: &str, hint: &str) -> PathBuf {
     let path = std::env::var_os("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&path).chain([
         PathBuf::from("/usr/sbin"),
-        PathBuf::from("/work/tools/s3s/bin"),
+        // Where .ci/run installs s3s-fs.
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/shardtool-ci/s3s/bin"),
     ]) {
         let p = dir.join(name);
         if p.is_file() {
