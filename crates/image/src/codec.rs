@@ -390,8 +390,19 @@ fn resize(
     plan: &SizePlan,
     filter: Filter,
 ) -> Result<Rgb8Image, ImageError> {
+    resize_pixels(resizer, &img.pixels, img.width, img.height, plan, filter)
+}
+
+pub(crate) fn resize_pixels(
+    resizer: &mut fr::Resizer,
+    pixels: &[u8],
+    width: u32,
+    height: u32,
+    plan: &SizePlan,
+    filter: Filter,
+) -> Result<Rgb8Image, ImageError> {
     let err = |e: &dyn std::fmt::Display| ImageError::new(ErrorKind::Resize, e.to_string());
-    let src = fr::images::ImageRef::new(img.width, img.height, &img.pixels, fr::PixelType::U8x3)
+    let src = fr::images::ImageRef::new(width, height, pixels, fr::PixelType::U8x3)
         .map_err(|e| err(&e))?;
     let mut dst = fr::images::Image::new(plan.width, plan.height, fr::PixelType::U8x3);
     let alg = fr::ResizeAlg::Convolution(match filter {

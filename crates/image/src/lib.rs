@@ -9,11 +9,13 @@
 mod codec;
 mod geometry;
 mod orient;
+mod services;
 mod spec;
 
 pub use codec::{transform, Output, Timings, Transformed};
 pub use geometry::{plan_size, SizePlan};
 pub use orient::{apply_orientation, Orientation};
+pub use services::{encode_png_rgb8, probe_size, resize_rgb8};
 pub use spec::{Encode, Filter, ParseError, Resize, TransformSpec};
 
 /// What kind of failure an input had; the `kind` column of `errors.jsonl`.

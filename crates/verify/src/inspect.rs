@@ -450,11 +450,7 @@ fn wds_stats(data: &[u8], name: &str, s: &mut Stats) {
 
 /// The size an encoded image declares in its header, without decoding it.
 pub(crate) fn image_dimensions(bytes: &[u8]) -> Option<(u32, u32)> {
-    image::ImageReader::new(std::io::Cursor::new(bytes))
-        .with_guessed_format()
-        .ok()?
-        .into_dimensions()
-        .ok()
+    shardtool_image::probe_size(bytes)
 }
 
 fn packed_stats(data: &[u8], name: &str, s: &mut Stats) {

@@ -9,12 +9,13 @@ use crate::font::{draw_text, fill_rect, fit_text, GLYPH_H};
 use crate::inspect::sniff;
 use crate::loader::{load, load_any, BufferPool};
 use crate::VerifyError;
-use fast_image_resize as fr;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shardtool_core::{shuffle, Limits, Rgb8Image, SplitMix64};
-use shardtool_image::{plan_size, transform, Encode, Resize, TransformSpec};
+use shardtool_image::{
+    encode_png_rgb8, plan_size, resize_rgb8, transform, Encode, Filter, Resize, TransformSpec,
+};
 use shardtool_manifest::{Compression, ShardFormat};
 use shardtool_packed::PackedShard;
 use shardtool_wds::group_samples;
@@ -433,16 +434,7 @@ fn thumbnail(pixels: &[u8], width: u32, height: u32, tile: u32) -> Result<Rgb8Im
         return Rgb8Image::new(width, height, pixels.to_vec())
             .ok_or_else(|| "record size does not match its shape".to_string());
     }
-    let src = fr::images::ImageRef::new(width, height, pixels, fr::PixelType::U8x3)
-        .map_err(|e| e.to_string())?;
-    let mut dst = fr::images::Image::new(plan.width, plan.height, fr::PixelType::U8x3);
-    let opts =
-        fr::ResizeOptions::new().resize_alg(fr::ResizeAlg::Convolution(fr::FilterType::CatmullRom));
-    fr::Resizer::new()
-        .resize(&src, &mut dst, &opts)
-        .map_err(|e| e.to_string())?;
-    Rgb8Image::new(plan.width, plan.height, dst.into_vec())
-        .ok_or_else(|| "resize produced a wrong buffer".to_string())
+    resize_rgb8(pixels, width, height, &plan, Filter::CatmullRom).map_err(|e| e.to_string())
 }
 
 /// Height of the label area under a tile: the class name at 2×, then size and key at 1×.
@@ -526,20 +518,9 @@ fn blit(dst: &mut Rgb8Image, src: &Rgb8Image, x: u32, y: u32) {
     }
 }
 
-/// Encodes an RGB8 image as PNG.
+/// Encodes an RGB8 image as PNG (through `shardtool-image`, the crate that holds the codecs).
 pub fn encode_png(img: &Rgb8Image) -> Result<Vec<u8>, String> {
-    use image::codecs::png::PngEncoder;
-    use image::ImageEncoder;
-    let mut out = Vec::new();
-    PngEncoder::new(&mut out)
-        .write_image(
-            &img.pixels,
-            img.width,
-            img.height,
-            image::ExtendedColorType::Rgb8,
-        )
-        .map_err(|e| format!("PNG encoding failed: {e}"))?;
-    Ok(out)
+    encode_png_rgb8(img).map_err(|e| format!("PNG encoding failed: {}", e.message))
 }
 
 #[cfg(test)]
