@@ -41,6 +41,7 @@ pub enum Command {
     ///   shardtool verify out/
     ///   shardtool verify out/manifest.json --decode --jobs 8
     ///   shardtool verify out/ --json | jq '.problems[] | select(.kind == "checksum_mismatch")'
+    ///   shardtool verify https://host/ds/ --cache-dir /nvme/cache
     #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
 
@@ -213,9 +214,14 @@ pub struct PackArgs {
 /// Arguments of `shardtool verify`.
 #[derive(Debug, Args)]
 pub struct VerifyArgs {
-    /// The dataset: a directory holding manifest.json, or the manifest itself.
-    #[arg(value_name = "DATASET_DIR | manifest.json")]
+    /// The dataset: a directory holding manifest.json, or the manifest itself; or the
+    /// http(s):// or s3:// URL of either, whose shards are fetched through the shard cache
+    /// (each checked against the manifest on the way in) and then verified there.
+    #[arg(value_name = "DATASET_DIR | manifest.json | URL")]
     pub dataset: PathBuf,
+
+    #[command(flatten)]
+    pub cache: crate::commands::cache::CacheArgs,
 
     /// Also decode every image and check its size against its metadata (<key>.json width and
     /// height); much slower than the default checks, and scales with --jobs.

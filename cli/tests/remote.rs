@@ -292,3 +292,48 @@ fn cache_prefetch_ls_and_clear() {
     ]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn verify_checks_a_remote_dataset_through_the_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = tmp.path().join("www");
+    pack(&www.join("ds"), &["--compress", "zstd"]);
+    let server = Lighttpd::start(&www);
+    let cache = tmp.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let url = server.url("ds/");
+    let out = run(&["verify", &url, "--cache-dir", c, "--json", "--decode"]);
+    let doc: serde_json::Value = serde_json::from_str(&ok(&out)).unwrap();
+    assert_eq!(doc["ok"], true, "{doc}");
+    assert_eq!(doc["samples"], 45);
+    assert_eq!(doc["dataset"], format!("{url}manifest.json"));
+    assert!(doc["images_decoded"].as_u64().unwrap() >= 45, "{doc}");
+
+    // A shard damaged on the server is caught on the way in and named.
+    let shard = www.join("ds/shard-000003.tar.zst");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 1;
+    std::fs::write(&shard, bytes).unwrap();
+    let fresh = tmp.path().join("cache2");
+    let out = run(&[
+        "verify",
+        &url,
+        "--cache-dir",
+        fresh.to_str().unwrap(),
+        "--fetch-attempts",
+        "1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("shard-000003.tar"), "{text}");
+    assert!(text.contains("checksum"), "{text}");
+    // And a limit that cannot hold the whole dataset is refused before fetching.
+    let out = run(&["verify", &url, "--cache-dir", c, "--cache-limit", "1000"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("too small"));
+}

@@ -5,6 +5,7 @@ use crate::args::VerifyArgs;
 use crate::Failure;
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
+use shardtool_cache::{Lease, Location, RemoteDataset, RemoteUrl};
 use shardtool_verify::{verify, Progress, Report, VerifyError, VerifyOptions};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,10 +113,20 @@ fn print_error_json(e: &VerifyError) {
 /// Runs `shardtool verify`.
 pub fn run(a: VerifyArgs) -> Result<(), Failure> {
     let opts = options(&a);
-    let bar = Bar::new(!a.quiet && !a.json);
-    let result = verify(&a.dataset, &opts, &bar);
-    bar.finish();
-    let report = opened(result, a.json)?;
+    let remote = match a.dataset.to_str().map(Location::parse) {
+        Some(Ok(Location::Remote(url))) => Some(url),
+        Some(Err(e)) => return Err(Failure::usage(e)),
+        _ => None,
+    };
+    let report = match remote {
+        Some(url) => verify_remote(&a, url, &opts)?,
+        None => {
+            let bar = Bar::new(!a.quiet && !a.json);
+            let result = verify(&a.dataset, &opts, &bar);
+            bar.finish();
+            opened(result, a.json)?
+        }
+    };
     if a.json {
         let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;
         println!("{text}");
@@ -187,4 +198,94 @@ fn print_human(r: &Report) {
             );
         }
     }
+}
+
+/// Largest `errors.jsonl` fetched for a remote verify.
+const MAX_ERRORS_FILE: u64 = 64 << 20;
+
+/// Verifies a remote dataset: every shard is fetched through the cache (size and checksum of
+/// the stored file, and of the decompressed one for `.zst`, are checked on the way in), held
+/// there, and the cached copies are then verified like a local dataset through a manifest that
+/// describes them as stored in the cache.
+fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result<Report, Failure> {
+    let mut options = a.cache.options()?;
+    let workers = options.concurrency.max(1);
+    options.concurrency = 0;
+    let shown = url.file_url(&url.manifest);
+    let ds = RemoteDataset::open(url, options).map_err(|e| {
+        if a.json {
+            let doc = serde_json::json!({
+                "ok": false,
+                "error": { "kind": "unreadable", "message": e.to_string() },
+            });
+            println!("{doc}");
+        }
+        Failure::usage(e)
+    })?;
+    // Every shard is held at once, so the whole dataset must fit under the limit.
+    let all: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
+    ds.check_capacity(all).map_err(Failure::run)?;
+    let n = ds.specs().len();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let held: std::sync::Mutex<Vec<Lease>> = Default::default();
+    let failed: std::sync::Mutex<Vec<String>> = Default::default();
+    std::thread::scope(|s| {
+        for _ in 0..workers.min(n.max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    break;
+                }
+                match ds.acquire(i) {
+                    Ok(l) => held.lock().unwrap_or_else(|p| p.into_inner()).push(l),
+                    Err(e) => failed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push(e.to_string()),
+                }
+            });
+        }
+    });
+    let failed = failed.into_inner().unwrap_or_default();
+    for f in &failed {
+        eprintln!("fetch failed: {f}");
+    }
+    // A view folder: the manifest as the cache stores the shards, and links to them.
+    let view = tempfile::Builder::new()
+        .prefix("verify-")
+        .tempdir_in(ds.cache_dir())
+        .map_err(Failure::run)?;
+    let mut manifest = ds.manifest().clone();
+    for (entry, spec) in manifest.shards.iter_mut().zip(ds.specs()) {
+        entry.file = spec.cached_name().to_string();
+        if let (Some(b), Some(c)) = (
+            entry.uncompressed_bytes.take(),
+            entry.uncompressed_checksum.take(),
+        ) {
+            entry.bytes = b;
+            entry.checksum = c;
+        }
+        entry.compression = None;
+        let cached = ds.cache_dir().join("shards").join(&entry.file);
+        if cached.exists() {
+            std::os::unix::fs::symlink(&cached, view.path().join(&entry.file))
+                .map_err(Failure::run)?;
+        }
+    }
+    manifest.totals.bytes = manifest.shards.iter().map(|s| s.bytes).sum();
+    std::fs::write(view.path().join("manifest.json"), manifest.to_json()).map_err(Failure::run)?;
+    if let Some(errors) = ds
+        .fetch_small("errors.jsonl", MAX_ERRORS_FILE)
+        .map_err(Failure::run)?
+    {
+        std::fs::write(view.path().join("errors.jsonl"), errors).map_err(Failure::run)?;
+    }
+    let bar = Bar::new(!a.quiet && !a.json);
+    let result = verify(view.path(), opts, &bar);
+    bar.finish();
+    let mut report = opened(result, a.json)?;
+    report.dataset = shown.clone();
+    report.manifest = shown;
+    drop(held);
+    Ok(report)
 }

@@ -5,7 +5,7 @@ use crate::location::RemoteUrl;
 use crate::metrics::Recorder;
 use crate::CacheError;
 use futures::StreamExt;
-use object_store::{path::Path as StorePath, GetOptions, GetRange, ObjectStore};
+use object_store::{path::Path as StorePath, GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use shardtool_core::Checksum;
 use std::io::{Seek, Write};
 use std::sync::Arc;
@@ -190,6 +190,19 @@ impl Remote {
             ((), r)
         })
         .map(|((), v)| v)
+    }
+
+    /// Like [`Remote::get_small`], with a missing object as `Ok(None)`.
+    pub fn get_small_opt(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, CacheError> {
+        let path = self.path(name);
+        // One HEAD tells a missing object from a failing one without retrying a 404.
+        let head = self.rt.block_on(async {
+            tokio::time::timeout(self.policy.stall_timeout, self.store.head(&path)).await
+        });
+        match head {
+            Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+            _ => self.get_small(name, limit).map(Some),
+        }
     }
 
     async fn next_chunk(

@@ -259,6 +259,12 @@ impl RemoteDataset {
         self.shared.acquire(i, false).map(drop)
     }
 
+    /// Fetches a small file of the dataset folder (such as `errors.jsonl`) into memory,
+    /// refusing more than `limit` bytes; `Ok(None)` when the server has no such file.
+    pub fn fetch_small(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, CacheError> {
+        self.shared.remote.get_small_opt(name, limit)
+    }
+
     /// The URL of shard `i`.
     pub fn url_of(&self, i: usize) -> String {
         self.shared
