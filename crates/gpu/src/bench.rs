@@ -9,7 +9,7 @@ use crate::GpuError;
 use shardtool_reader::LoaderBuilder;
 use std::time::{Duration, Instant};
 
-/// Options of [`bench`].
+/// Options of [`bench()`].
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
     /// Batch target.
@@ -39,7 +39,7 @@ impl Default for BenchOptions {
     }
 }
 
-/// What [`bench`] measured.
+/// What [`bench()`] measured.
 #[derive(Debug, Clone)]
 pub struct BenchReport {
     /// Where batches went, e.g. `cuda:0 (NVIDIA H200)` or `cpu`.

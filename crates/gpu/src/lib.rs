@@ -29,9 +29,8 @@
 //! }
 //! for batch in &mut loader {
 //!     let batch = batch?;
-//!     println!("batch {}: {} bytes on {}", batch.index, batch.num_bytes(), loader_target());
+//!     println!("batch {}: {} bytes, on the GPU: {}", batch.index, batch.num_bytes(), batch.on_gpu());
 //! }
-//! # fn loader_target() -> &'static str { "" }
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
