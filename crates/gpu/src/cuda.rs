@@ -377,7 +377,7 @@ impl CudaEngine {
             }
             return Ok(s);
         }
-        // Grow: free the smallest idle slot (in stream order, after its consumer released it)
+        // Grow: free one idle, too-small slot (in stream order, after its consumer released it)
         // so a slowly growing batch size does not pile up device memory.
         if let Some(old) = self.pool.free.lock().ok().and_then(|mut f| f.pop()) {
             if let Some(ev) = &old.released {
