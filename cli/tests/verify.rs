@@ -665,3 +665,105 @@ fn help_teaches_with_examples() {
     assert!(text.contains("--decode"), "{text}");
     assert!(text.contains("Exit status"), "{text}");
 }
+
+// ---- errors.jsonl --------------------------------------------------------------------------
+
+/// Counts one more failed input in the manifest (found and failed both grow).
+fn count_one_failure(ds: &Path) {
+    edit_manifest(ds, |m| {
+        for k in ["found", "failed"] {
+            let n = m["inputs"][k].as_u64().unwrap();
+            m["inputs"][k] = Value::from(n + 1);
+        }
+    });
+}
+
+#[test]
+fn pack_writes_an_error_report_that_verify_accepts() {
+    let (_t, ds) = dataset(Flavour::Wds);
+    let report = ds.join("errors.jsonl");
+    assert!(
+        report.is_file(),
+        "pack writes errors.jsonl even with no failures"
+    );
+    let (code, doc) = verify_json(&ds, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    // Nothing failed, so a missing report loses nothing.
+    std::fs::remove_file(&report).unwrap();
+    let (code, doc) = verify_json(&ds, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+}
+
+#[test]
+fn error_report_with_a_failure_the_manifest_does_not_count() {
+    let (_t, ds) = dataset(Flavour::Packed);
+    std::fs::write(
+        ds.join("errors.jsonl"),
+        "{\"path\":\"a/x.jpg\",\"kind\":\"decode\",\"message\":\"bad\"}\n",
+    )
+    .unwrap();
+    let (code, doc) = verify_json(&ds, &[]);
+    assert_broken(code, &doc);
+    assert_problem(&doc, "error_report", Some("errors.jsonl"), None);
+    assert_eq!(problems(&doc).len(), 1, "{doc:#}");
+    // Counted in the manifest as well: whole again.
+    count_one_failure(&ds);
+    let (code, doc) = verify_json(&ds, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+}
+
+#[test]
+fn missing_error_report_when_inputs_failed() {
+    let (_t, ds) = dataset(Flavour::Wds);
+    count_one_failure(&ds);
+    std::fs::remove_file(ds.join("errors.jsonl")).unwrap();
+    let (code, doc) = verify_json(&ds, &[]);
+    assert_broken(code, &doc);
+    assert_problem(&doc, "error_report", Some("errors.jsonl"), None);
+    assert_eq!(problems(&doc).len(), 1, "{doc:#}");
+}
+
+#[test]
+fn unparsable_and_overlong_error_report_lines_are_named() {
+    let (_t, ds) = dataset(Flavour::WdsZstd);
+    count_one_failure(&ds);
+    count_one_failure(&ds);
+    let mut text = b"{\"path\": 1}\n".to_vec();
+    text.extend(std::iter::repeat_n(b'x', 1 << 20));
+    text.push(b'\n');
+    std::fs::write(ds.join("errors.jsonl"), text).unwrap();
+    let (code, doc) = verify_json(&ds, &[]);
+    assert_broken(code, &doc);
+    assert_problem(&doc, "error_report", Some("errors.jsonl"), Some("line 1"));
+    assert_problem(&doc, "error_report", Some("errors.jsonl"), Some("line 2"));
+    // Two lines, as the manifest counts: only the two bad lines are problems.
+    assert_eq!(problems(&doc).len(), 2, "{doc:#}");
+}
+
+// ---- record checksums ----------------------------------------------------------------------
+
+/// Damage the file checksum cannot see (a manifest re-hashed over a bad record, as a writer with
+/// inconsistent record checksums would leave): the default check trusts the file checksum, which
+/// covers every byte; `--decode` recomputes every record checksum and names the record.
+#[test]
+fn decode_recomputes_record_checksums_even_when_the_file_checksum_matches() {
+    let (_t, ds) = dataset(Flavour::Packed);
+    let (name, path) = shard(&ds, Flavour::Packed, 1);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let (offset, key) = {
+        let s = PackedShard::open(&bytes[..]).unwrap();
+        (s.data_offset() as usize + 100, s.record(0).key.to_string())
+    };
+    bytes[offset] ^= 0x55;
+    std::fs::write(&path, &bytes).unwrap();
+    let sum = format!("xxh3:{:016x}", xxhash_rust::xxh3::xxh3_64(&bytes));
+    edit_manifest(&ds, |m| m["shards"][1]["checksum"] = Value::from(sum));
+    let (code, doc) = verify_json(&ds, &[]);
+    assert_eq!(code, 0, "{doc:#}");
+    for extra in [&["--decode"][..], &["--decode", "--no-mmap"][..]] {
+        let (code, doc) = verify_json(&ds, extra);
+        assert_broken(code, &doc);
+        assert_problem(&doc, "record_checksum", Some(&name), Some(&key));
+        assert_eq!(problems(&doc).len(), 1, "{doc:#}");
+    }
+}

@@ -21,6 +21,7 @@ mod ahead;
 mod check_packed;
 mod check_tar;
 mod dataset;
+mod error_report;
 mod font;
 mod inspect;
 mod loader;

@@ -67,6 +67,9 @@ pub enum ProblemKind {
     Decode,
     /// An image's size differs from its metadata's `width`/`height`.
     ImageSizeMismatch,
+    /// `errors.jsonl` is missing although inputs failed, has a line that is not a pack error
+    /// record, or has a different number of lines than the manifest's `inputs.failed`.
+    ErrorReport,
 }
 
 impl ProblemKind {
@@ -101,6 +104,7 @@ impl ProblemKind {
             ProblemKind::BadMetadata => "bad_metadata",
             ProblemKind::Decode => "decode",
             ProblemKind::ImageSizeMismatch => "image_size_mismatch",
+            ProblemKind::ErrorReport => "error_report",
         }
     }
 }
@@ -235,6 +239,7 @@ mod tests {
             ProblemKind::UncompressedChecksumMismatch,
             ProblemKind::ImageSizeMismatch,
             ProblemKind::Decode,
+            ProblemKind::ErrorReport,
         ] {
             let json = serde_json::to_value(k).unwrap();
             assert_eq!(json, serde_json::Value::String(k.as_str().into()));

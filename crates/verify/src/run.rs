@@ -4,6 +4,7 @@
 use crate::check_packed::{check_packed, Records};
 use crate::check_tar::{check_tar, Ctx, ImageJob};
 use crate::dataset::{open_dataset, unlisted_shards};
+use crate::error_report::check_error_report;
 use crate::loader::{load, BufferPool, Incomplete, Loaded};
 use crate::report::{Problem, ProblemKind, Report};
 use crate::{VerifyError, DEFAULT_MAX_SHARD_BYTES};
@@ -96,6 +97,7 @@ pub fn verify(
             "looks like a shard but is not listed in the manifest",
         ));
     }
+    problems.extend(check_error_report(&ds.dir, m.inputs.failed));
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .thread_name(|i| format!("verify-{i}"))
