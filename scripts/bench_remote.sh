@@ -2,8 +2,8 @@
 # Remote-reading benchmark over loopback HTTP (lighttpd), against curl and against local disk:
 #   cold: `shardtool cache prefetch` (1 and 4 at once) and a cold `shardtool read`, each from an
 #         empty cache folder, beside curl fetching the same shards one after another to files;
-#   warm: `shardtool bench` of the URL with every shard cached, beside the same bench of the
-#         local folder (both page-cached).
+#   warm: `shardtool bench --epochs 10` of the URL with every shard cached, beside the same bench
+#         of the local folder (both page-cached); each epoch opens the dataset again.
 # Runs alternate and repeat RUNS times (default 3); medians and ratios are printed.
 # Uses bench-data/crops (scripts/make_bench_data.sh), listed 4 times: ~800 MB of packed shards.
 #
@@ -70,8 +70,8 @@ for run in $(seq "$RUNS"); do
   add cold_read "$(echo "$t1 - $t0" | bc)"
   # Warm: every shard cached (from the cold read) and page-cached, against the local folder.
   cat "$TMP"/cache/*/shards/* >/dev/null
-  w=$($BIN bench "$URL" --cache-dir "$TMP/cache" --batch 256 --workers 1 2>/dev/null | awk '/^loader alone/ {print $4}')
-  l=$($BIN bench "$TMP/www/ds" --batch 256 --workers 1 2>/dev/null | awk '/^loader alone/ {print $4}')
+  w=$($BIN bench "$URL" --cache-dir "$TMP/cache" --batch 256 --workers 1 --epochs 10 2>/dev/null | awk '/^loader alone/ {print $4}')
+  l=$($BIN bench "$TMP/www/ds" --batch 256 --workers 1 --epochs 10 2>/dev/null | awk '/^loader alone/ {print $4}')
   add warm_mbs "$w"; add local_mbs "$l"
   echo "run $run: curl ${T[curl_files]##* } s, prefetch x1 ${T[prefetch_c1]##* } s, x4 ${T[prefetch_c4]##* } s, cold read ${T[cold_read]##* } s, warm $w MB/s, local $l MB/s"
 done

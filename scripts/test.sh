@@ -25,3 +25,9 @@ fi
 
 step "cargo test"
 cargo test --workspace --locked
+
+# The GPU-capable build (CUDA loaded at run time) must build, lint clean and pass its CPU path
+# where no GPU exists; on a GPU machine scripts/gpu-check.sh runs the GPU-gated tests.
+step "cuda feature: clippy, gpu conformance tests and the CLI's device tests (CPU path)"
+cargo clippy -p shardtool-gpu -p shardtool --features shardtool/cuda --all-targets --locked -- -D warnings
+cargo test -p shardtool-gpu -p shardtool --features shardtool/cuda --locked --test conformance --test read

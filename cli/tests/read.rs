@@ -170,3 +170,64 @@ fn a_closed_stdout_ends_quietly_without_a_panic() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn bench_runs_the_device_loader_on_the_cpu_twin_and_refuses_a_missing_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &["--format", "packed"]);
+    let d = ds.to_str().unwrap();
+    let out = bin()
+        .args([
+            "bench",
+            d,
+            "--batch",
+            "8",
+            "--device",
+            "cpu",
+            "--step-ms",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("device run"), "{text}");
+    let rows: Vec<&str> = text.lines().filter(|l| l.starts_with("cpu step")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    // Every sample went through the device loader.
+    assert!(
+        rows.iter()
+            .all(|r| r.split_whitespace().nth(4) == Some("45")),
+        "{text}"
+    );
+
+    // `auto` without a GPU says once that it runs on the CPU.
+    let out = bin()
+        .args(["bench", d, "--batch", "8", "--device", "auto"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("running on the CPU").count(), 1, "{err}");
+
+    // No GPU here (CI, and machines without CUDA): cuda:0 is a usage error naming what is
+    // missing, before any work is done.
+    if std::env::var_os("SHARDTOOL_GPU_TESTS").is_none() {
+        let out = bin()
+            .args(["bench", d, "--device", "cuda:0"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        assert!(out.stdout.is_empty());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("without CUDA support") || err.contains("driver"),
+            "{err}"
+        );
+    }
+}

@@ -13,6 +13,17 @@ pub struct BenchArgs {
     /// Simulated training step per batch, in milliseconds (0 skips that run).
     #[arg(long, default_value_t = 0.0, value_name = "T")]
     pub step_ms: f64,
+    /// Epochs per run (--epoch, --epoch + 1, …): longer runs for steadier figures on small
+    /// datasets. Each epoch opens the dataset again, as a new epoch of training would.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub epochs: u64,
+    /// Also run the loader with its batches copied to a device: `cpu` (the CPU twin: reused
+    /// buffers, no copy), `auto` (the GPU when there is one, else the CPU, said once) or
+    /// `cuda:N`. On a GPU this adds pinned and pageable host-to-device GB/s of a plain copy
+    /// loop, the loader's delivered GB/s against them, and data wait with the GPU in the loop.
+    /// `cuda:N` needs a binary built with `--features cuda` and a CUDA driver.
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<shardtool_gpu::Device>,
 }
 
 struct Row {
@@ -39,35 +50,42 @@ fn cpu_time() -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-fn run_once(a: &LoaderArgs, name: &str, step: Duration) -> Result<Row, Failure> {
-    let loader = a
-        .builder()?
-        .build()
-        .map_err(crate::commands::read::build_failure)?;
-    let cpu0 = cpu_time();
-    let t0 = Instant::now();
-    let mut samples = 0u64;
-    let mut loader = loader;
-    for batch in &mut loader {
-        let batch = batch.map_err(Failure::run)?;
-        samples += batch.len() as u64;
-        if !step.is_zero() {
-            // Busy-wait would steal a core from the workers; sleeping models a GPU step.
-            std::thread::sleep(step);
+fn run_once(a: &LoaderArgs, epochs: u64, name: &str, step: Duration) -> Result<Row, Failure> {
+    let (mut samples, mut secs, mut cpu, mut bytes) = (0u64, 0f64, 0f64, 0u64);
+    let (mut p50, mut p99) = (Duration::ZERO, Duration::ZERO);
+    for e in 0..epochs {
+        let mut loader = a
+            .builder()?
+            .epoch(a.epoch + e)
+            .build()
+            .map_err(crate::commands::read::build_failure)?;
+        let cpu0 = cpu_time();
+        let t0 = Instant::now();
+        for batch in &mut loader {
+            let batch = batch.map_err(Failure::run)?;
+            samples += batch.len() as u64;
+            if !step.is_zero() {
+                // Busy-wait would steal a core from the workers; sleeping models a GPU step.
+                std::thread::sleep(step);
+            }
         }
+        secs += t0.elapsed().as_secs_f64();
+        cpu += (cpu_time() - cpu0).as_secs_f64() * 1e3;
+        let m = loader.metrics();
+        crate::commands::read::report_lost_and_cache(&m);
+        bytes += m.bytes;
+        // The worst epoch's waits.
+        p50 = p50.max(m.wait_p50);
+        p99 = p99.max(m.wait_p99);
     }
-    let secs = t0.elapsed().as_secs_f64();
-    let cpu = (cpu_time() - cpu0).as_secs_f64() * 1e3;
-    let m = loader.metrics();
-    crate::commands::read::report_lost_and_cache(&m);
     Ok(Row {
         name: name.into(),
         samples,
         secs,
-        mb: m.bytes as f64 / 1e6,
+        mb: bytes as f64 / 1e6,
         cpu_ms_per_sample: cpu / samples.max(1) as f64,
-        p50: m.wait_p50,
-        p99: m.wait_p99,
+        p50,
+        p99,
     })
 }
 
@@ -104,7 +122,11 @@ fn memcpy_row(bytes: u64, samples: u64, batch_bytes: usize) -> Row {
 
 /// Runs `shardtool bench`.
 pub fn run(a: BenchArgs) -> Result<(), Failure> {
-    let alone = run_once(&a.loader, "loader alone", Duration::ZERO)?;
+    // An unusable device is a usage error before any work is done.
+    if let Some(d) = a.device {
+        d.resolve().map_err(Failure::usage)?;
+    }
+    let alone = run_once(&a.loader, a.epochs, "loader alone", Duration::ZERO)?;
     let batch_bytes = (alone.mb * 1e6 / alone.samples.max(1) as f64) as usize * a.loader.batch;
     let copy = memcpy_row((alone.mb * 1e6) as u64, alone.samples, batch_bytes);
     let ratio = (alone.mb / alone.secs.max(1e-9)) / (copy.mb / copy.secs.max(1e-9));
@@ -113,6 +135,7 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
         let step = Duration::from_secs_f64(a.step_ms / 1e3);
         rows.push(run_once(
             &a.loader,
+            a.epochs,
             &format!("with {} ms step", a.step_ms),
             step,
         )?);
@@ -137,5 +160,75 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
         "loader bytes/s as a share of one-thread memcpy: {:.0}%",
         ratio * 100.0
     );
+    if let Some(device) = a.device {
+        device_bench(&a, device)?;
+    }
+    Ok(())
+}
+
+/// The loader with each batch copied to `device` (pinned staging ring, side-stream copies).
+fn device_bench(a: &BenchArgs, device: shardtool_gpu::Device) -> Result<(), Failure> {
+    use shardtool_gpu::{BenchOptions, GpuError};
+    let fail = |e: GpuError| match e {
+        GpuError::Device(_) | GpuError::Options(_) => Failure::usage(e),
+        e => Failure::run(e),
+    };
+    let cache = a.loader.cache.options()?;
+    let mut steps = vec![Duration::ZERO];
+    if a.step_ms > 0.0 {
+        steps.push(Duration::from_secs_f64(a.step_ms / 1e3));
+    }
+    let mut reports = Vec::new();
+    for step in steps {
+        let (args, cache, first) = (a.loader.clone(), cache.clone(), a.loader.epoch);
+        let opts = BenchOptions {
+            device,
+            step,
+            epochs: a.epochs,
+            ..Default::default()
+        };
+        let r = shardtool_gpu::bench(
+            move |e| args.builder_with(cache.clone()).epoch(first + e),
+            &opts,
+        )
+        .map_err(fail)?;
+        if reports.is_empty() {
+            if let Some(f) = &r.fallback {
+                eprintln!("{f}");
+            }
+        }
+        reports.push(r);
+    }
+    let h2d = match reports.first().map(|r| r.target.as_str()) {
+        Some(t) if t != "cpu" => {
+            Some(shardtool_gpu::h2d_bandwidth(device, 64 << 20, 20).map_err(fail)?)
+        }
+        _ => None,
+    };
+    println!();
+    println!(
+        "{:<24} {:>10} {:>10} {:>12} {:>12} {:>12} {:>8}",
+        "device run", "samples", "GB/s", "wait p50 ms", "wait p99 ms", "wait max ms", "pinned"
+    );
+    for r in &reports {
+        println!(
+            "{:<24} {:>10} {:>10.3} {:>12.3} {:>12.3} {:>12.3} {:>8}",
+            format!("{} step {} ms", r.target, r.step.as_millis()),
+            r.samples,
+            r.delivered_gb_s,
+            r.wait_p50.as_secs_f64() * 1e3,
+            r.wait_p99.as_secs_f64() * 1e3,
+            r.wait_max.as_secs_f64() * 1e3,
+            r.pinned
+        );
+    }
+    if let (Some(h), Some(r)) = (h2d, reports.first()) {
+        println!(
+            "host-to-device copy loop: pinned {:.2} GB/s, pageable {:.2} GB/s; loader delivered {:.0}% of pinned",
+            h.pinned_gb_s,
+            h.pageable_gb_s,
+            r.delivered_gb_s / h.pinned_gb_s.max(1e-12) * 100.0
+        );
+    }
     Ok(())
 }

@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 /// Loader options shared by `read` and `bench`.
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct LoaderArgs {
     /// Dataset: a local directory or manifest.json (read in place), or the http(s):// or
     /// s3:// URL of a dataset folder or its manifest.json (read through the shard cache).
@@ -61,8 +61,13 @@ pub struct LoaderArgs {
 impl LoaderArgs {
     /// Applies the flags to a builder.
     pub fn builder(&self) -> Result<LoaderBuilder, Failure> {
+        Ok(self.builder_with(self.cache.options()?))
+    }
+
+    /// Applies the flags to a builder, with cache options already checked.
+    pub fn builder_with(&self, cache: shardtool_reader::CacheOptions) -> LoaderBuilder {
         let mut b = Loader::builder(&self.dataset)
-            .cache(self.cache.options()?)
+            .cache(cache)
             .seed(self.seed)
             .epoch(self.epoch)
             .batch_size(self.batch)
@@ -87,7 +92,7 @@ impl LoaderArgs {
         if let Some(k) = self.workers {
             b = b.workers(k);
         }
-        Ok(b)
+        b
     }
 }
 

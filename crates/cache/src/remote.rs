@@ -300,17 +300,27 @@ impl Remote {
             return Err(AttemptError::retry("the server did not honour the range"));
         }
         let mut stream = res.into_stream();
-        while let Some(chunk) = self.next_chunk(&mut stream).await? {
-            if *written + chunk.len() as u64 > size {
-                *written = 0;
-                return Err(AttemptError::retry("the body is longer than the object"));
+        // Body chunks are small (kilobytes); batching them into large writes saves syscalls.
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut file);
+        let received = async {
+            while let Some(chunk) = self.next_chunk(&mut stream).await? {
+                if *written + chunk.len() as u64 > size {
+                    *written = 0;
+                    return Err(AttemptError::retry("the body is longer than the object"));
+                }
+                out.write_all(&chunk)
+                    .map_err(|e| AttemptError::fatal(format!("writing the cache: {e}")))?;
+                hasher.update(&chunk);
+                *written += chunk.len() as u64;
+                Recorder::add(&self.metrics.bytes, chunk.len() as u64);
             }
-            file.write_all(&chunk)
-                .map_err(|e| AttemptError::fatal(format!("writing the cache: {e}")))?;
-            hasher.update(&chunk);
-            *written += chunk.len() as u64;
-            Recorder::add(&self.metrics.bytes, chunk.len() as u64);
+            Ok(())
         }
+        .await;
+        // Whatever arrived is on disk before a retry resumes after it.
+        out.flush()
+            .map_err(|e| AttemptError::fatal(format!("writing the cache: {e}")))?;
+        received?;
         if *written != size {
             return Err(AttemptError::retry(format!(
                 "the body ended after {} of {size} bytes",
