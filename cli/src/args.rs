@@ -3,7 +3,7 @@
 
 // Doc comments here are `--help` text for people, not rustdoc: `<KEY>`-style placeholders are
 // meant literally.
-#![allow(rustdoc::invalid_html_tags)]
+#![allow(rustdoc::invalid_html_tags, rustdoc::bare_urls)]
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
