@@ -4,7 +4,6 @@ use crate::Failure;
 use anyhow::{anyhow, Context};
 use shardtool_cache::{CacheDir, CacheOptions, FetchPolicy, Location, RemoteDataset};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// Where and how remote shards are cached (ignored for local datasets, which are read in place).
@@ -147,25 +146,9 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             let ds = RemoteDataset::open(url, options).map_err(Failure::usage)?;
             ds.check_capacity(0).map_err(Failure::run)?;
             let n = ds.specs().len();
-            let next = AtomicUsize::new(0);
-            let failures = std::sync::Mutex::new(Vec::new());
-            std::thread::scope(|s| {
-                for _ in 0..workers.min(n.max(1)) {
-                    s.spawn(|| loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        if i >= n {
-                            break;
-                        }
-                        if let Err(e) = ds.fetch(i) {
-                            if let Ok(mut f) = failures.lock() {
-                                f.push(e.to_string());
-                            }
-                        }
-                    });
-                }
-            });
+            // Not held: under a limit below the dataset size, older shards make room for newer.
+            let (_, failures) = ds.acquire_all(workers, false);
             let m = ds.metrics();
-            let failures = failures.into_inner().unwrap_or_default();
             println!(
                 "{n} shards: {} already cached, {} fetched ({} bytes, {} retries), {} failed; cache {}",
                 m.hits,

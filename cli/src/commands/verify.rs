@@ -5,7 +5,7 @@ use crate::args::VerifyArgs;
 use crate::Failure;
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
-use shardtool_cache::{Lease, Location, RemoteDataset, RemoteUrl};
+use shardtool_cache::{Location, RemoteDataset, RemoteUrl};
 use shardtool_verify::{verify, Progress, Report, VerifyError, VerifyOptions};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -225,28 +225,7 @@ fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result
     // Every shard is held at once, so the whole dataset must fit under the limit.
     let all: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
     ds.check_capacity(all).map_err(Failure::run)?;
-    let n = ds.specs().len();
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let held: std::sync::Mutex<Vec<Lease>> = Default::default();
-    let failed: std::sync::Mutex<Vec<String>> = Default::default();
-    std::thread::scope(|s| {
-        for _ in 0..workers.min(n.max(1)) {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, Ordering::Relaxed);
-                if i >= n {
-                    break;
-                }
-                match ds.acquire(i) {
-                    Ok(l) => held.lock().unwrap_or_else(|p| p.into_inner()).push(l),
-                    Err(e) => failed
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(e.to_string()),
-                }
-            });
-        }
-    });
-    let failed = failed.into_inner().unwrap_or_default();
+    let (held, failed) = ds.acquire_all(workers, true);
     for f in &failed {
         eprintln!("fetch failed: {f}");
     }

@@ -254,15 +254,36 @@ impl RemoteDataset {
         self.shared.acquire(i, true)
     }
 
-    /// Fetches shard `i` into the cache without holding it (for `cache prefetch`).
-    pub fn fetch(&self, i: usize) -> Result<(), CacheError> {
-        self.shared.acquire(i, false).map(drop)
-    }
-
     /// Fetches a small file of the dataset folder (such as `errors.jsonl`) into memory,
     /// refusing more than `limit` bytes; `Ok(None)` when the server has no such file.
     pub fn fetch_small(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, CacheError> {
         self.shared.remote.get_small_opt(name, limit)
+    }
+
+    /// Fetches every shard with `workers` threads; returns the leases (holding every shard in
+    /// the cache when `hold`, else only naming them) and the errors of shards that could not be
+    /// fetched.
+    pub fn acquire_all(&self, workers: usize, hold: bool) -> (Vec<Lease>, Vec<CacheError>) {
+        let n = self.shared.specs.len();
+        let next = AtomicU64::new(0);
+        let out = Mutex::new((Vec::new(), Vec::new()));
+        std::thread::scope(|s| {
+            for _ in 0..workers.clamp(1, n.max(1)) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    if i >= n {
+                        break;
+                    }
+                    let r = self.shared.acquire(i, hold);
+                    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+                    match r {
+                        Ok(l) => o.0.push(l),
+                        Err(e) => o.1.push(e),
+                    }
+                });
+            }
+        });
+        out.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The URL of shard `i`.
