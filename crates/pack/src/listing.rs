@@ -85,7 +85,7 @@ impl Inputs {
     }
 
     /// Registers a directory prefix (ending in `/`, or empty) and returns its index for
-    /// [`Inputs::push`]. Prefixes are not deduplicated here; see [`DirInterner`].
+    /// [`Inputs::push`]. Prefixes are not deduplicated here; the directory interner in `listing.rs` does that.
     pub fn add_dir(&mut self, prefix: &[u8]) -> u32 {
         self.dirs.push(prefix.into());
         (self.dirs.len() - 1) as u32
