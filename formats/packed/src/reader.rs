@@ -659,7 +659,7 @@ fn index_variable(tensors: &Tensors, file: &[u8]) -> Result<(usize, Vec<Entry>),
         if begin < prev_end {
             return Err(Error::OverlappingRecords { record: i });
         }
-        if begin % RECORD_ALIGN != 0 {
+        if !begin.is_multiple_of(RECORD_ALIGN) {
             return Err(Error::MisalignedRecord {
                 record: i,
                 offset: begin,
