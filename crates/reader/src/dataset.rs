@@ -198,40 +198,28 @@ impl Dataset {
     fn open_shard(&self, i: usize) -> Result<ShardView, ReadError> {
         let entry = &self.manifest.shards[i];
         if let Some(remote) = &self.remote {
-            // The cache holds a whole, checked, decompressed copy.
+            // The cache holds a whole, checked, decompressed copy; the lease keeps it from being
+            // evicted while mapped.
             let lease = remote.acquire(i)?;
-            let path = lease.path().to_path_buf();
+            let map = map_file(lease.path())?;
+            return self.view_of(i, ShardBytes::Cached(map, lease));
+        }
+        let path = self.dir.join(&entry.file);
+        let bytes = if entry.compression.is_some() {
             let io = |e| ReadError::Io {
                 path: path.clone(),
                 cause: e,
             };
-            let file = std::fs::File::open(&path).map_err(io)?;
-            // SAFETY: cached shards are published by rename and never modified in place, and
-            // the lease keeps them from being evicted while mapped (see mmap.rs).
-            #[allow(unsafe_code)]
-            let map = unsafe { map_readonly(&file) }.map_err(io)?;
-            return self.view_of(i, ShardBytes::Cached(map, lease));
-        }
-        let path = self.dir.join(&entry.file);
-        let io = |e| ReadError::Io {
-            path: path.clone(),
-            cause: e,
-        };
-        let file = std::fs::File::open(&path).map_err(io)?;
-        let bytes = if entry.compression.is_some() {
             let limit = entry.uncompressed_bytes.unwrap_or(0);
             let mut out = Vec::new();
-            zstd::Decoder::new(file)
+            zstd::Decoder::new(std::fs::File::open(&path).map_err(io)?)
                 .map_err(io)?
                 .take(limit + 1)
                 .read_to_end(&mut out)
                 .map_err(io)?;
             ShardBytes::Owned(out)
         } else {
-            // SAFETY: published shards are write-once and never modified in place (see mmap.rs).
-            #[allow(unsafe_code)]
-            let map = unsafe { map_readonly(&file) }.map_err(io)?;
-            ShardBytes::Mapped(map)
+            ShardBytes::Mapped(map_file(&path)?)
         };
         self.view_of(i, bytes)
     }
@@ -260,6 +248,20 @@ impl Dataset {
         }
         Ok(view)
     }
+}
+
+/// Maps a published shard file (a dataset's or the cache's) read-only.
+fn map_file(path: &Path) -> Result<Mmap, ReadError> {
+    let io = |e| ReadError::Io {
+        path: path.to_path_buf(),
+        cause: e,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: published shards, in a dataset or in the cache, are renamed into place and never
+    // modified in place; cached ones are held by a lease while mapped (see mmap.rs).
+    #[allow(unsafe_code)]
+    let map = unsafe { map_readonly(&file) }.map_err(io)?;
+    Ok(map)
 }
 
 /// Indexes a tar shard once: each sample's key, label and image byte range.
