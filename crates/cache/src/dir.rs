@@ -249,19 +249,13 @@ impl CacheDir {
             if used + need <= limit {
                 break;
             }
-            let Ok(l) = open_lock(&s.paths.lock) else {
-                continue;
-            };
-            // Holding the exclusive lock means no process has the shard open (or is fetching
-            // it); anyone who wants it next waits, finds it gone, and fetches it again.
-            if l.try_lock().is_err() {
-                in_use += s.bytes;
-                continue;
-            }
-            let _ = fs::remove_file(&s.paths.meta);
-            if fs::remove_file(&s.paths.data).is_ok() {
-                used -= s.bytes;
-                evicted += 1;
+            match s.remove() {
+                Removed::Yes => {
+                    used -= s.bytes;
+                    evicted += 1;
+                }
+                Removed::InUse => in_use += s.bytes,
+                Removed::No => {}
             }
         }
         if used + need > limit {
@@ -357,17 +351,13 @@ impl CacheDir {
                 continue;
             }
             for h in shards_of(&d)? {
-                let Ok(l) = open_lock(&h.paths.lock) else {
-                    continue;
-                };
-                if l.try_lock().is_err() {
-                    report.in_use.push(h.paths.data.display().to_string());
-                    continue;
-                }
-                let _ = fs::remove_file(&h.paths.meta);
-                if fs::remove_file(&h.paths.data).is_ok() {
-                    report.removed += 1;
-                    report.bytes += h.bytes;
+                match h.remove() {
+                    Removed::Yes => {
+                        report.removed += 1;
+                        report.bytes += h.bytes;
+                    }
+                    Removed::InUse => report.in_use.push(h.paths.data.display().to_string()),
+                    Removed::No => {}
                 }
             }
             // Downloads in flight belong to live processes; stale ones can go.
@@ -389,6 +379,35 @@ struct Held {
     paths: ShardPaths,
     bytes: u64,
     used: SystemTime,
+}
+
+/// What became of a cached shard asked to go.
+enum Removed {
+    Yes,
+    /// A process holds it (shared lock): kept.
+    InUse,
+    /// Its lock or file could not be handled: kept.
+    No,
+}
+
+impl Held {
+    /// Deletes the shard and its stamp unless a process holds it. Holding the exclusive lock
+    /// means no process has the shard open or is fetching it; whoever wants it next waits,
+    /// finds it gone, and fetches it again.
+    fn remove(&self) -> Removed {
+        let Ok(lock) = open_lock(&self.paths.lock) else {
+            return Removed::No;
+        };
+        if lock.try_lock().is_err() {
+            return Removed::InUse;
+        }
+        let _ = fs::remove_file(&self.paths.meta);
+        if fs::remove_file(&self.paths.data).is_ok() {
+            Removed::Yes
+        } else {
+            Removed::No
+        }
+    }
 }
 
 fn shards_of(dataset: &Path) -> Result<Vec<Held>, CacheError> {
