@@ -440,10 +440,18 @@ fn encode_jpeg(codecs: &mut Codecs, img: &Rgb8Image, quality: u8) -> Result<Vec<
 }
 
 fn encode_png(img: &Rgb8Image) -> Result<Vec<u8>, ImageError> {
-    use image::codecs::png::{CompressionType, FilterType, PngEncoder};
+    encode_png_with(img, image::codecs::png::CompressionType::Fast)
+}
+
+/// PNG of an RGB8 image at the given compression (adaptive filtering).
+pub(crate) fn encode_png_with(
+    img: &Rgb8Image,
+    compression: image::codecs::png::CompressionType,
+) -> Result<Vec<u8>, ImageError> {
+    use image::codecs::png::{FilterType, PngEncoder};
     use image::ImageEncoder;
     let mut out = Vec::new();
-    PngEncoder::new_with_quality(&mut out, CompressionType::Fast, FilterType::Adaptive)
+    PngEncoder::new_with_quality(&mut out, compression, FilterType::Adaptive)
         .write_image(
             &img.pixels,
             img.width,

@@ -9,18 +9,7 @@ use shardtool_core::Rgb8Image;
 
 /// Encodes an RGB8 image as PNG (default compression: for sheets people look at, not for shards).
 pub fn encode_png_rgb8(img: &Rgb8Image) -> Result<Vec<u8>, ImageError> {
-    use image::codecs::png::PngEncoder;
-    use image::ImageEncoder;
-    let mut out = Vec::new();
-    PngEncoder::new(&mut out)
-        .write_image(
-            &img.pixels,
-            img.width,
-            img.height,
-            image::ExtendedColorType::Rgb8,
-        )
-        .map_err(|e| ImageError::new(ErrorKind::Encode, format!("PNG encode: {e}")))?;
-    Ok(out)
+    crate::codec::encode_png_with(img, image::codecs::png::CompressionType::Default)
 }
 
 /// The `(width, height)` an encoded image declares in its header, found by content and read
