@@ -302,9 +302,9 @@ fn flipped_byte_inside_a_tar_record() {
         let cls = entries.iter().find(|e| e.name.ends_with(".cls")).unwrap();
         (
             jpg.header_offset as usize + 512,
-            jpg.name.clone(),
+            jpg.name.to_string(),
             cls.header_offset as usize + 512,
-            cls.name.clone(),
+            cls.name.to_string(),
         )
     };
     // Break the JPEG signature and turn the label into one outside the class list.
