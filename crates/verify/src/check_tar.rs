@@ -4,10 +4,16 @@
 
 use crate::ahead::AheadHasher;
 use crate::report::{Problem, ProblemKind};
+use serde::Deserialize;
 use serde_json::Value;
 use shardtool_core::validate_key;
 use shardtool_wds::{split_name, EntryKind, ReadError, TarReader, BLOCK};
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
+
+/// Keys seen in one shard. foldhash: seeded per process like std's SipHash, several times faster
+/// on short keys, and this set is probed once per sample.
+type KeySet<'d> = HashSet<Cow<'d, str>, foldhash::fast::RandomState>;
 
 /// Largest `.json` member parsed; anything larger is reported rather than parsed.
 const MAX_JSON_BYTES: usize = 1 << 20;
@@ -64,10 +70,22 @@ impl Scan<'_> {
     }
 }
 
-struct SampleAcc<'d> {
-    key: String,
-    /// `(field, data)` in archive order.
-    fields: Vec<(String, &'d [u8])>,
+/// A sample's fields, `(field, data)` in archive order. Names borrow from the shard unless a
+/// USTAR prefix or upper case made a copy necessary.
+type Fields<'d> = Vec<(Cow<'d, str>, &'d [u8])>;
+
+/// Splits a member name into key and field, borrowing from the shard when the name does.
+fn split_member(name: Cow<'_, str>) -> (Cow<'_, str>, Cow<'_, str>) {
+    match name {
+        Cow::Borrowed(n) => {
+            let (k, f) = split_name(n);
+            (Cow::Borrowed(k), Cow::Borrowed(f))
+        }
+        Cow::Owned(n) => {
+            let (k, f) = split_name(&n);
+            (Cow::Owned(k.to_string()), Cow::Owned(f.to_string()))
+        }
+    }
 }
 
 /// Checks a whole tar shard held in `bytes`. With `hash_file`, the file checksum is computed in the
@@ -89,8 +107,10 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
         ));
         return scan;
     }
-    let mut seen: HashSet<String> = HashSet::new();
-    let mut current: Option<SampleAcc<'d>> = None;
+    let mut seen = KeySet::default();
+    // The sample being gathered: its key and fields (the vector is reused from sample to sample).
+    let mut current: Option<Cow<'d, str>> = None;
+    let mut fields: Fields<'d> = Vec::new();
     let mut end = 0usize;
     let mut broken = false;
     let mut reader = TarReader::new(bytes);
@@ -117,7 +137,7 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
             .unwrap_or(usize::MAX)
             .saturating_add(BLOCK)
             .saturating_add(e.data.len().div_ceil(BLOCK) * BLOCK);
-        let name = e.name.as_str();
+        let name: &str = &e.name;
         let unsafe_or_unexpected = match e.kind {
             EntryKind::Regular => None,
             EntryKind::Link => Some((
@@ -155,7 +175,7 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
             );
             continue;
         }
-        if name.split(['/', '\\']).any(|c| c == "..") {
+        if name.contains("..") && name.split(['/', '\\']).any(|c| c == "..") {
             scan.member(
                 ctx,
                 name,
@@ -175,8 +195,7 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
             );
             continue;
         }
-        let (key, field) = split_name(name);
-        if field.is_empty() {
+        if split_name(name).1.is_empty() {
             scan.member(
                 ctx,
                 name,
@@ -185,32 +204,31 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
             );
             continue;
         }
-        let lower = field.to_ascii_lowercase();
-        if lower != field {
+        let data = e.data;
+        let (key, mut field) = split_member(e.name);
+        if field.bytes().any(|b| b.is_ascii_uppercase()) {
+            let member = format!("{key}.{field}");
             scan.member(
                 ctx,
-                name,
+                &member,
                 ProblemKind::BadMemberName,
                 format!("field {field:?} is not lowercase"),
             );
+            field = Cow::Owned(field.to_ascii_lowercase());
         }
-        match current.as_mut() {
-            Some(s) if s.key == key => s.fields.push((lower, e.data)),
-            _ => {
-                if let Some(done) = current.take() {
-                    finish_sample(done, ctx, &mut scan, &mut seen);
-                }
-                current = Some(SampleAcc {
-                    key: key.to_string(),
-                    fields: vec![(lower, e.data)],
-                });
+        if current.as_ref() != Some(&key) {
+            if let Some(done) = current.take() {
+                finish_sample(done, &fields, ctx, &mut scan, &mut seen);
             }
+            fields.clear();
+            current = Some(key);
         }
+        fields.push((field, data));
     }
     // After a read error the last sample may have lost members to the damage: it is not
     // counted or checked, so the error is reported once rather than as missing fields.
     if let Some(done) = current.take().filter(|_| !broken) {
-        finish_sample(done, ctx, &mut scan, &mut seen);
+        finish_sample(done, &fields, ctx, &mut scan, &mut seen);
     }
     if !broken {
         check_end(bytes, end, ctx, &mut scan);
@@ -246,18 +264,18 @@ fn check_end(bytes: &[u8], end: usize, ctx: &Ctx<'_>, scan: &mut Scan<'_>) {
 }
 
 fn finish_sample<'d>(
-    s: SampleAcc<'d>,
+    key: Cow<'d, str>,
+    fields: &[(Cow<'d, str>, &'d [u8])],
     ctx: &Ctx<'_>,
     scan: &mut Scan<'d>,
-    seen: &mut HashSet<String>,
+    seen: &mut KeySet<'d>,
 ) {
     scan.samples += 1;
-    let key = s.key;
     if let Err(e) = validate_key(&key) {
         scan.member(ctx, &key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
     }
     if seen.insert(key.clone()) {
-        scan.keys.push(key.clone());
+        scan.keys.push(key.to_string());
     } else {
         scan.member(
             ctx,
@@ -266,9 +284,9 @@ fn finish_sample<'d>(
             format!("key {key:?} appears again, apart from its first sample, in this shard"),
         );
     }
-    let mut present: BTreeSet<&str> = BTreeSet::new();
-    for (field, _) in &s.fields {
-        if !present.insert(field) {
+    // A sample has a handful of fields: linear scans beat building a set for each sample.
+    for (i, (field, _)) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|(f, _)| f == field) {
             scan.member(
                 ctx,
                 &format!("{key}.{field}"),
@@ -287,7 +305,7 @@ fn finish_sample<'d>(
                 .join(", ")
         };
         for f in ctx.fields {
-            if !present.contains(f.as_str()) {
+            if !fields.iter().any(|(n, _)| n == f) {
                 scan.member(
                     ctx,
                     &format!("{key}.{f}"),
@@ -299,35 +317,40 @@ fn finish_sample<'d>(
                 );
             }
         }
-        for f in &present {
-            if !ctx.fields.contains(*f) {
-                scan.member(
-                    ctx,
-                    &format!("{key}.{f}"),
-                    ProblemKind::UnexpectedField,
-                    format!("sample {key} has a .{f} member, which the manifest does not declare"),
-                );
-            }
+        // Reported once per field name, in name order (no allocation when there are none).
+        let mut unexpected: Vec<&str> = fields
+            .iter()
+            .map(|(f, _)| &**f)
+            .filter(|f| !ctx.fields.contains(*f))
+            .collect();
+        unexpected.sort_unstable();
+        unexpected.dedup();
+        for f in unexpected {
+            scan.member(
+                ctx,
+                &format!("{key}.{f}"),
+                ProblemKind::UnexpectedField,
+                format!("sample {key} has a .{f} member, which the manifest does not declare"),
+            );
         }
     }
-    let get = |f: &str| s.fields.iter().find(|(n, _)| n == f).map(|(_, d)| *d);
+    let get = |f: &str| fields.iter().find(|(n, _)| n == f).map(|(_, d)| *d);
 
     // Labels: `.cls` must be an integer index of the class list.
     let mut label = None;
     if let Some(cls) = get("cls") {
-        let member = format!("{key}.cls");
         match std::str::from_utf8(cls)
             .ok()
             .and_then(|t| t.trim().parse::<i64>().ok())
         {
             None => scan.member(
                 ctx,
-                &member,
+                &format!("{key}.cls"),
                 ProblemKind::BadLabel,
                 format!("holds {}, not an integer label", quote(cls)),
             ),
             Some(l) => {
-                check_label_range(l, ctx, scan, &member);
+                check_label_range(l, ctx, scan, || format!("{key}.cls"));
                 label = Some(l);
             }
         }
@@ -336,31 +359,33 @@ fn finish_sample<'d>(
     // Metadata: `.json` must be an object consistent with the key and label.
     let mut expect = None;
     if let Some(json) = get("json") {
-        let member = format!("{key}.json");
+        let member = || format!("{key}.json");
         if json.len() > MAX_JSON_BYTES {
             scan.member(
                 ctx,
-                &member,
+                &member(),
                 ProblemKind::BadMetadata,
                 format!(
                     "is {} bytes, over the {MAX_JSON_BYTES}-byte limit for metadata",
                     json.len()
                 ),
             );
+        } else if let Some(stated) = clean_meta(json, &key, label, ctx) {
+            expect = stated;
         } else {
             match serde_json::from_slice::<Value>(json) {
                 Ok(Value::Object(meta)) => {
-                    expect = check_meta(&meta, &key, label, ctx, scan, &member);
+                    expect = check_meta(&meta, &key, label, ctx, scan, &member());
                 }
                 Ok(_) => scan.member(
                     ctx,
-                    &member,
+                    &member(),
                     ProblemKind::BadMetadata,
                     "is JSON but not an object".into(),
                 ),
                 Err(e) => scan.member(
                     ctx,
-                    &member,
+                    &member(),
                     ProblemKind::BadMetadata,
                     format!("is not valid JSON: {e}"),
                 ),
@@ -369,8 +394,8 @@ fn finish_sample<'d>(
     }
 
     if ctx.decode {
-        for (field, data) in &s.fields {
-            if IMAGE_FIELDS.contains(&field.as_str()) {
+        for (field, data) in fields {
+            if IMAGE_FIELDS.contains(&&**field) {
                 scan.images.push(ImageJob {
                     member: format!("{key}.{field}"),
                     data,
@@ -378,6 +403,78 @@ fn finish_sample<'d>(
                 });
             }
         }
+    }
+}
+
+/// A field that, when present, must hold a `T` (JSON `null` included in what it must not be).
+struct Present<T>(Option<T>);
+
+impl<T> Default for Present<T> {
+    fn default() -> Self {
+        Self(None)
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Present<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        T::deserialize(d).map(|v| Self(Some(v)))
+    }
+}
+
+/// The metadata fields the checks read, borrowed from the member's bytes; other fields are
+/// skipped (their syntax is still checked).
+#[derive(Deserialize)]
+struct MetaView<'a> {
+    #[serde(default, borrow)]
+    key: Present<&'a str>,
+    #[serde(default)]
+    label: Present<i64>,
+    #[serde(default, borrow)]
+    class: Present<&'a str>,
+    #[serde(default)]
+    width: Present<u64>,
+    #[serde(default)]
+    height: Present<u64>,
+}
+
+/// The fast path of the metadata checks, for the common case of metadata with nothing to report:
+/// parses into a borrowed [`MetaView`] without building a JSON tree and returns the
+/// `(width, height)` it states. Returns `None` whenever [`check_meta`] might report something (or
+/// the view cannot represent the input: an escaped string, a duplicate field, a wrong type); the
+/// caller then runs the full checks, so every finding and message comes from one place.
+fn clean_meta(
+    json: &[u8],
+    key: &str,
+    cls_label: Option<i64>,
+    ctx: &Ctx<'_>,
+) -> Option<Option<(u64, u64)>> {
+    // serde also reads a struct from a JSON array; metadata must be an object.
+    if json.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let m: MetaView<'_> = serde_json::from_slice(json).ok()?;
+    if m.key.0.is_some_and(|k| k != key) {
+        return None;
+    }
+    let mut label = cls_label;
+    if let Some(l) = m.label.0 {
+        match cls_label {
+            Some(c) if c != l => return None,
+            Some(_) => {}
+            None if !label_in_range(l, ctx) => return None,
+            None => label = Some(l),
+        }
+    }
+    if let (Some(class), Some(l)) = (m.class.0, label) {
+        let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
+        if named.is_some_and(|n| n != class) {
+            return None;
+        }
+    }
+    match (m.width.0, m.height.0) {
+        (None, None) => Some(None),
+        (Some(w), Some(h)) => Some(Some((w, h))),
+        _ => None,
     }
 }
 
@@ -419,7 +516,7 @@ fn check_meta(
                 ),
                 Some(_) => {}
                 None => {
-                    check_label_range(l, ctx, scan, member);
+                    check_label_range(l, ctx, scan, || member.to_string());
                     label = Some(l);
                 }
             },
@@ -456,22 +553,32 @@ fn check_meta(
     }
 }
 
-pub(crate) fn check_label_range(label: i64, ctx: &Ctx<'_>, scan: &mut Scan<'_>, member: &str) {
-    if ctx.classes.is_empty() {
+/// Whether `label` indexes the class list (any label does when the list is not known).
+fn label_in_range(label: i64, ctx: &Ctx<'_>) -> bool {
+    ctx.classes.is_empty() || usize::try_from(label).is_ok_and(|i| i < ctx.classes.len())
+}
+
+/// Reports `label` when it is not an index of the class list; `member` names the member or record
+/// (built only then).
+pub(crate) fn check_label_range(
+    label: i64,
+    ctx: &Ctx<'_>,
+    scan: &mut Scan<'_>,
+    member: impl FnOnce() -> String,
+) {
+    if label_in_range(label, ctx) {
         return;
     }
     let n = ctx.classes.len();
-    if usize::try_from(label).map_or(true, |i| i >= n) {
-        scan.member(
-            ctx,
-            member,
-            ProblemKind::BadLabel,
-            format!(
-                "label {label} is not in the class list ({n} classes, labels 0 to {})",
-                n - 1
-            ),
-        );
-    }
+    scan.member(
+        ctx,
+        &member(),
+        ProblemKind::BadLabel,
+        format!(
+            "label {label} is not in the class list ({n} classes, labels 0 to {})",
+            n - 1
+        ),
+    );
 }
 
 /// A short, printable rendering of untrusted bytes.
@@ -614,6 +721,64 @@ mod tests {
         assert!(p.contains(&ProblemKind::DuplicateKey), "{p:?}");
         assert!(p.contains(&ProblemKind::BadKey), "{p:?}");
         assert!(p.contains(&ProblemKind::BadMemberName), "{p:?}");
+    }
+
+    #[test]
+    fn the_metadata_fast_path_agrees_with_the_full_checks() {
+        let f = fields();
+        let c = classes();
+        let ctx = Ctx {
+            shard: "s.tar",
+            fields: &f,
+            classes: &c,
+            decode: false,
+        };
+        // (document, whether the fast path must take it when the sample has no .cls)
+        let docs = [
+            (r#"{"key":"k1","label":0,"class":"a","width":2,"height":3}"#, true),
+            (r#"{"key":"k1","label":1}"#, true),
+            (r#" {"extra":[1,{"x":null}],"key":"k1","note":"\u00e9"}"#, true),
+            ("{}", true),
+            (r#"{"key":"k2"}"#, false),
+            (r#"{"key":"k\u0031"}"#, false),
+            (r#"{"key":null}"#, false),
+            (r#"{"key":"k1","key":"k1"}"#, false),
+            (r#"{"label":null}"#, false),
+            (r#"{"label":1.0}"#, false),
+            (r#"{"label":5}"#, false),
+            (r#"{"label":-1}"#, false),
+            (r#"{"label":0,"label":1}"#, false),
+            (r#"{"class":"b","label":0}"#, false),
+            (r#"{"class":3,"label":0}"#, false),
+            (r#"{"width":2}"#, false),
+            (r#"{"width":-1,"height":2}"#, false),
+            (r#"{"width":2,"height":"3"}"#, false),
+            ("[1]", false),
+            ("[]", false),
+            ("{", false),
+            (r#"{"key":"k1"} x"#, false),
+        ];
+        for cls in [None, Some(0), Some(1)] {
+            for (doc, clean) in docs {
+                let fast = clean_meta(doc.as_bytes(), "k1", cls, &ctx);
+                if cls.is_none() {
+                    assert_eq!(fast.is_some(), clean, "{doc}");
+                }
+                let Some(expect) = fast else { continue };
+                let Ok(Value::Object(meta)) = serde_json::from_slice::<Value>(doc.as_bytes())
+                else {
+                    panic!("the fast path took {doc}, which is not a JSON object");
+                };
+                let mut scan = Scan::default();
+                let full = check_meta(&meta, "k1", cls, &ctx, &mut scan, "k1.json");
+                assert!(
+                    scan.problems.is_empty(),
+                    "the fast path took {doc} (cls {cls:?}), which the full checks report: {:?}",
+                    scan.problems
+                );
+                assert_eq!(full, expect, "{doc}");
+            }
+        }
     }
 
     #[test]
