@@ -259,8 +259,9 @@ pub(crate) fn load_zstd(
     })
 }
 
-/// Maps `file` read-only, with its pages populated up front (one system call instead of a fault
-/// per page).
+/// Maps `file` read-only. Pages are mapped on first touch, not populated up front: the kernel's
+/// fault-around maps page-cache folios in batches, which measured faster than `MAP_POPULATE`'s
+/// page-by-page walk (map, hash and unmap of 25 MB of cached shards: 4.85 ms against 6.0 ms).
 ///
 /// # Safety
 ///
@@ -274,7 +275,7 @@ pub(crate) fn load_zstd(
 fn map_readonly(file: &File) -> io::Result<Mmap> {
     // SAFETY: see the `# Safety` section above: shard files are write-once, so the mapped bytes
     // neither change nor disappear while the mapping (owned by the returned value) is alive.
-    unsafe { MmapOptions::new().populate().map(file) }
+    unsafe { MmapOptions::new().map(file) }
 }
 
 /// Maps a plain shard. Empty files are not mapped (a zero-length mapping is an error on some
