@@ -78,8 +78,13 @@ pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, records: Records)
             scan.file_sum = Some(sum);
             bad
         }
-        (None, _) => (0..shard.len())
+        // With --decode this runs in verify's pool and fans out; without, each shard is one
+        // thread's work (shards run in parallel) and the records are checked in order.
+        (None, _) if ctx.decode => (0..shard.len())
             .into_par_iter()
+            .filter(|&i| !shard.verify_checksum(i))
+            .collect(),
+        (None, _) => (0..shard.len())
             .filter(|&i| !shard.verify_checksum(i))
             .collect(),
     };
@@ -111,7 +116,7 @@ pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, records: Records)
                 format!("key {key:?} is used by an earlier record of this shard (record {i})"),
             );
         }
-        check_label_range(rec.label, ctx, &mut scan, key);
+        check_label_range(rec.label, ctx, &mut scan, || key.to_string());
         let meta = shard.sample_meta(i);
         let [h, w, _] = rec.shape;
         let dim = |k: &str| meta.get(k).map(|v| v.as_u64());
