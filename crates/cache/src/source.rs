@@ -519,15 +519,13 @@ fn decompress(from: &Path, to: &Path, size: u64, sum: Checksum) -> Result<(), Ca
         .write(true)
         .open(to)
         .map_err(CacheError::io(to))?;
-    let mut w = shardtool_core::HashingWriter::new(std::io::BufWriter::with_capacity(1 << 20, dst));
+    let mut w = shardtool_core::HashingWriter::new(shardtool_core::BlockWriter::new(dst));
     let mut dec = zstd::Decoder::new(src)
         .map_err(CacheError::io(from))?
         .take(size + 1);
     std::io::copy(&mut dec, &mut w).map_err(CacheError::io(from))?;
     let (inner, n, got) = w.into_parts();
-    inner
-        .into_inner()
-        .map_err(|e| CacheError::io(to)(e.into_error()))?;
+    inner.into_inner().map_err(CacheError::io(to))?;
     if n != size || got != sum {
         return Err(CacheError::Fetch {
             url: from.display().to_string(),

@@ -1,11 +1,14 @@
 //! Shared vocabulary of shardtool: sample keys, resource limits, checksums, seeded shuffles and the
-//! RGB8 image type that flows between the codec, the packer and the shard formats. No I/O lives here.
+//! RGB8 image type that flows between the codec, the packer and the shard formats. No I/O lives here
+//! beyond writers generic over `std::io::Write`.
 
+pub mod block_writer;
 pub mod checksum;
 pub mod key;
 pub mod limits;
 pub mod rng;
 
+pub use block_writer::{BlockWriter, WRITE_BLOCK};
 pub use checksum::{Checksum, HashingWriter};
 pub use key::{index_key, validate_key, KeyError};
 pub use limits::Limits;
