@@ -70,10 +70,14 @@ for run in $(seq "$RUNS"); do
   add cold_read "$(echo "$t1 - $t0" | bc)"
   # Warm: every shard cached (from the cold read) and page-cached, against the local folder.
   cat "$TMP"/cache/*/shards/* >/dev/null
-  w=$($BIN bench "$URL" --cache-dir "$TMP/cache" --batch 256 --workers 1 --epochs 10 2>/dev/null | awk '/^loader alone/ {print $4}')
-  l=$($BIN bench "$TMP/www/ds" --batch 256 --workers 1 --epochs 10 2>/dev/null | awk '/^loader alone/ {print $4}')
-  add warm_mbs "$w"; add local_mbs "$l"
-  echo "run $run: curl ${T[curl_files]##* } s, prefetch x1 ${T[prefetch_c1]##* } s, x4 ${T[prefetch_c4]##* } s, cold read ${T[cold_read]##* } s, warm $w MB/s, local $l MB/s"
+  # Three alternating pairs: single bench runs of either kind swing by 10-20% on a busy machine.
+  ws="" ls=""
+  for _ in 1 2 3; do
+    w=$($BIN bench "$URL" --cache-dir "$TMP/cache" --batch 256 --workers 1 --epochs 10 2>/dev/null | awk '/^loader alone/ {print $5}')
+    l=$($BIN bench "$TMP/www/ds" --batch 256 --workers 1 --epochs 10 2>/dev/null | awk '/^loader alone/ {print $5}')
+    add warm_mbs "$w"; add local_mbs "$l"; ws="$ws $w"; ls="$ls $l"
+  done
+  echo "run $run: curl ${T[curl_files]##* } s, prefetch x1 ${T[prefetch_c1]##* } s, x4 ${T[prefetch_c4]##* } s, cold read ${T[cold_read]##* } s, warm MB/s$ws, local MB/s$ls"
 done
 python3 - "$BYTES" <<PY
 import statistics as st, sys
@@ -84,7 +88,7 @@ t = {k: [float(x) for x in v.split()] for k, v in {
   "cold_read": "${T[cold_read]}", "warm_mbs": "${T[warm_mbs]}", "local_mbs": "${T[local_mbs]}"}.items()}
 m = {k: st.median(v) for k, v in t.items()}
 mbs = lambda s: b / s / 1e6
-print(f"\nmedians of {len(t['curl_files'])} runs")
+print(f"\nmedians of {len(t['curl_files'])} runs (warm and local: {len(t['warm_mbs'])} benches each)")
 print(f"curl one after another, to files    {mbs(m['curl_files']):8.0f} MB/s")
 print(f"curl one after another, to /dev/null {mbs(m['curl_null']):8.0f} MB/s")
 for k, name in [("prefetch_c1", "cache prefetch, 1 at a time"), ("prefetch_c4", "cache prefetch, 4 at a time"), ("cold_read", "read, cold cache")]:
