@@ -14,6 +14,7 @@ mod location;
 mod metrics;
 mod remote;
 mod source;
+mod writeback;
 
 pub use dir::{default_cache_dir, CacheDir, CachedDataset, ClearReport};
 pub use location::{Location, RemoteUrl};

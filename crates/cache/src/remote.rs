@@ -3,6 +3,7 @@
 
 use crate::location::RemoteUrl;
 use crate::metrics::Recorder;
+use crate::writeback;
 use crate::CacheError;
 use futures::StreamExt;
 use object_store::{path::Path as StorePath, GetOptions, GetRange, ObjectStore, ObjectStoreExt};
@@ -308,6 +309,9 @@ impl Remote {
             *written,
             shardtool_core::WRITE_BLOCK,
         );
+        // Write-back of whole steps starts as they complete, overlapping the disk with the
+        // network; the fsync before publishing then only waits for the tail.
+        let mut flushing = *written - *written % writeback::STEP;
         let received = async {
             while let Some(chunk) = self.next_chunk(&mut stream).await? {
                 if *written + chunk.len() as u64 > size {
@@ -319,6 +323,11 @@ impl Remote {
                 hasher.update(&chunk);
                 *written += chunk.len() as u64;
                 Recorder::add(&self.metrics.bytes, chunk.len() as u64);
+                let whole = *written - *written % writeback::STEP;
+                if whole > flushing {
+                    writeback::start(out.get_ref(), flushing, whole - flushing);
+                    flushing = whole;
+                }
             }
             Ok(())
         }

@@ -148,7 +148,13 @@ mod tests {
     fn writes_reach_the_inner_writer_whole_and_in_aligned_blocks() {
         let data = pattern(10_000);
         for offset in [0u64, 1, 63, 64, 1000] {
-            for sizes in [vec![1usize], vec![7, 100, 3], vec![64], vec![300], vec![5000]] {
+            for sizes in [
+                vec![1usize],
+                vec![7, 100, 3],
+                vec![64],
+                vec![300],
+                vec![5000],
+            ] {
                 let mut w = BlockWriter::with_offset(Log::default(), offset, 64);
                 let mut pos = 0;
                 let mut k = 0;
@@ -164,7 +170,7 @@ mod tests {
                 for (i, &(at, len)) in log.writes.iter().enumerate() {
                     let end = offset as usize + at + len;
                     assert!(
-                        end % 64 == 0 || i == last,
+                        end.is_multiple_of(64) || i == last,
                         "write {i} of {len} bytes ends off a boundary at {end} (offset {offset}, sizes {sizes:?})"
                     );
                 }
