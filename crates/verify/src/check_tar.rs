@@ -735,9 +735,15 @@ mod tests {
         };
         // (document, whether the fast path must take it when the sample has no .cls)
         let docs = [
-            (r#"{"key":"k1","label":0,"class":"a","width":2,"height":3}"#, true),
+            (
+                r#"{"key":"k1","label":0,"class":"a","width":2,"height":3}"#,
+                true,
+            ),
             (r#"{"key":"k1","label":1}"#, true),
-            (r#" {"extra":[1,{"x":null}],"key":"k1","note":"\u00e9"}"#, true),
+            (
+                r#" {"extra":[1,{"x":null}],"key":"k1","note":"\u00e9"}"#,
+                true,
+            ),
             ("{}", true),
             (r#"{"key":"k2"}"#, false),
             (r#"{"key":"k\u0031"}"#, false),

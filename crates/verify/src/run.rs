@@ -526,7 +526,10 @@ mod tests {
                 });
                 assert_eq!(out, items.iter().map(|i| i * 10).collect::<Vec<_>>());
                 let threads = names.into_inner().unwrap().len();
-                assert!(threads <= jobs.max(1), "{threads} threads for --jobs {jobs}");
+                assert!(
+                    threads <= jobs.max(1),
+                    "{threads} threads for --jobs {jobs}"
+                );
             }
         }
     }
