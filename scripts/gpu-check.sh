@@ -3,7 +3,8 @@
 #
 # Usage:  scripts/gpu-check.sh [--device cuda:N] [--copies N] [--crop WxH] [--batch N]
 #
-# 1. builds the GPU-capable binary and examples (cargo --offline, --features cuda, release)
+# 1. builds the GPU-capable binary and examples (cargo --offline, --features cuda, release), or,
+#    when gpu-bundle/ exists (scripts/gpu-bundle.sh, built elsewhere), uses the binaries in it
 # 2. runs the conformance tests against CPU and GPU (SHARDTOOL_GPU_TESTS=1)
 # 3. measures plain host-to-device bandwidth, pinned vs pageable (examples/h2d.rs)
 # 4. packs a dataset from sample-data/imagefolder (copied N times, crop WxH, --format packed)
@@ -60,16 +61,25 @@ step() {
   return "$rc"
 }
 
-if ! command -v cargo >/dev/null 2>&1; then
-  log "gpu-check: cargo not found on PATH; install a Rust toolchain (rust-version in Cargo.toml) or add it to PATH"
+bundle="$root/gpu-bundle"
+if [ -x "$bundle/conformance" ] && [ -x "$bundle/shardtool" ]; then
+  use_bundle=1
+elif ! command -v cargo >/dev/null 2>&1; then
+  log "gpu-check: cargo not found on PATH and no gpu-bundle/; install a Rust toolchain (rust-version in Cargo.toml) or build the bundle elsewhere with scripts/gpu-bundle.sh"
   exit 1
+else
+  use_bundle=0
 fi
 threads=$(nproc 2>/dev/null || echo 4)
 workers=$(( threads > 8 ? 8 : threads ))
 
 log "gpu-check $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 log "host: $(uname -srm), $threads cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo 2>/dev/null)"
-log "cargo: $(cargo --version 2>&1)"
+if [ "$use_bundle" = 1 ]; then
+  log "binaries: gpu-bundle/ built for commit $(cat "$bundle/COMMIT" 2>/dev/null || echo unknown)"
+else
+  log "cargo: $(cargo --version 2>&1)"
+fi
 if command -v nvidia-smi >/dev/null 2>&1; then
   timeout 20 nvidia-smi --query-gpu=name,driver_version,memory.total,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader >>"$results" 2>&1 \
     || log "nvidia-smi failed"
@@ -80,15 +90,21 @@ export CARGO_NET_OFFLINE="${CARGO_NET_OFFLINE:-true}"
 
 # 1. build, release only. The test build comes first and the test run below repeats the same
 #    command (without --no-run), so nothing is compiled twice inside the test timeout.
-tests=(cargo test --release -p shardtool-gpu --features cuda)
-if ! step "build tests" 240 "${tests[@]}" --no-run \
-  || ! step "build examples" 120 cargo build --release -p shardtool-gpu --features cuda --examples \
-  || ! step "build shardtool" 180 cargo build --release -p shardtool --features cuda; then
-  log "gpu-check: build failed; see above"
-  exit 1
+if [ "$use_bundle" = 1 ]; then
+  tests=("$bundle/conformance")
+  bin="$bundle/shardtool"
+  ex="$bundle"
+else
+  tests=(cargo test --release -p shardtool-gpu --features cuda)
+  if ! step "build tests" 240 "${tests[@]}" --no-run \
+    || ! step "build examples" 120 cargo build --release -p shardtool-gpu --features cuda --examples \
+    || ! step "build shardtool" 180 cargo build --release -p shardtool --features cuda; then
+    log "gpu-check: build failed; see above"
+    exit 1
+  fi
+  bin="$root/target/release/shardtool"
+  ex="$root/target/release/examples"
 fi
-bin="$root/target/release/shardtool"
-ex="$root/target/release/examples"
 
 # 2. conformance tests, CPU twin and GPU
 step "tests (CPU twin + cuda:0)" 120 env SHARDTOOL_GPU_TESTS=1 "${tests[@]}"
