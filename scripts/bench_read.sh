@@ -12,16 +12,7 @@ cargo build --release -q -p shardtool
 BIN=target/release/shardtool
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-python3 - "$CROPS" "$TMP/list.csv" <<'PY'
-import os, sys
-crops, out = sys.argv[1], sys.argv[2]
-files = sorted(os.path.join(r, f) for r, _, fs in os.walk(crops) for f in fs)
-with open(out, "w") as o:
-    o.write("path,label\n")
-    for _ in range(4):
-        for f in files:
-            o.write(f"{os.path.abspath(f)},{os.path.basename(os.path.dirname(f))}\n")
-PY
+scripts/list_repeated.py "$CROPS" "$TMP/list.csv" 4
 $BIN pack --list "$TMP/list.csv" "$TMP/packed" --resize crop:256x256 --format packed --shard-size 64MiB -q
 $BIN pack --list "$TMP/list.csv" "$TMP/wds" --resize shorter:256 --quality 90 --shard-size 64MiB -q
 cat "$TMP"/packed/* "$TMP"/wds/* >/dev/null

@@ -21,16 +21,7 @@ TMP=$(mktemp -d)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 cleanup() { [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null; rm -rf "$TMP"; }
 trap cleanup EXIT
-python3 - "$CROPS" "$TMP/list.csv" <<'PY'
-import os, sys
-crops, out = sys.argv[1], sys.argv[2]
-files = sorted(os.path.join(r, f) for r, _, fs in os.walk(crops) for f in fs)
-with open(out, "w") as o:
-    o.write("path,label\n")
-    for _ in range(4):
-        for f in files:
-            o.write(f"{os.path.abspath(f)},{os.path.basename(os.path.dirname(f))}\n")
-PY
+scripts/list_repeated.py "$CROPS" "$TMP/list.csv" 4
 mkdir -p "$TMP/www"
 $BIN pack --list "$TMP/list.csv" "$TMP/www/ds" --resize crop:256x256 --format packed --shard-size 64MiB -q
 cat > "$TMP/lighttpd.conf" <<CONF
