@@ -608,6 +608,16 @@ mod tests {
         vec!["a".into(), "b".into()]
     }
 
+    /// The checks' context for shard `s.tar` with the test fields and classes.
+    fn ctx<'a>(fields: &'a BTreeSet<String>, classes: &'a [String], decode: bool) -> Ctx<'a> {
+        Ctx {
+            shard: "s.tar",
+            fields,
+            classes,
+            decode,
+        }
+    }
+
     fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
         let mut w = TarWriter::new(Vec::new());
         for (n, d) in members {
@@ -639,14 +649,8 @@ mod tests {
             .map(|(n, d)| (n.as_str(), d.as_slice()))
             .collect();
         let bytes = tar(&refs);
-        let f = fields();
-        let c = classes();
-        let ctx = Ctx {
-            shard: "s.tar",
-            fields: &f,
-            classes: &c,
-            decode,
-        };
+        let (f, c) = (fields(), classes());
+        let ctx = ctx(&f, &c, decode);
         let s = check_tar(&bytes, &ctx, false);
         let hashed = check_tar(&bytes, &ctx, true);
         let kinds = |s: &Scan<'_>| s.problems.iter().map(|p| p.kind).collect::<Vec<_>>();
@@ -725,14 +729,8 @@ mod tests {
 
     #[test]
     fn the_metadata_fast_path_agrees_with_the_full_checks() {
-        let f = fields();
-        let c = classes();
-        let ctx = Ctx {
-            shard: "s.tar",
-            fields: &f,
-            classes: &c,
-            decode: false,
-        };
+        let (f, c) = (fields(), classes());
+        let ctx = ctx(&f, &c, false);
         // (document, whether the fast path must take it when the sample has no .cls)
         let docs = [
             (
@@ -792,14 +790,8 @@ mod tests {
         let m = good();
         let refs: Vec<(&str, &[u8])> = m.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
         let bytes = tar(&refs);
-        let f = fields();
-        let c = classes();
-        let ctx = Ctx {
-            shard: "s.tar",
-            fields: &f,
-            classes: &c,
-            decode: false,
-        };
+        let (f, c) = (fields(), classes());
+        let ctx = ctx(&f, &c, false);
         for cut in [0, 100, 512, bytes.len() - 1024, bytes.len() - 1] {
             let s = check_tar(&bytes[..cut], &ctx, true);
             assert_eq!(
