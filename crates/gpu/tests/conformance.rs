@@ -8,7 +8,7 @@ use shardtool_gpu::{
     bench, BenchOptions, Device, DeviceBatch, DeviceError, DeviceLoader, DeviceOptions, GpuError,
     Normalize, StagingRing, Target,
 };
-use shardtool_manifest::{InputCounts, Manifest, ShardEntry, ShardFormat, Totals};
+use shardtool_manifest::{Manifest, ShardEntry, ShardFormat};
 use shardtool_packed::{Mode, PackedWriter};
 use shardtool_reader::{Layout, Loader, LoaderBuilder};
 use std::path::Path;
@@ -35,28 +35,8 @@ fn pixels(i: u32, h: u32, w: u32) -> Vec<u8> {
 }
 
 fn write_manifest(dir: &Path, shards: Vec<ShardEntry>) {
-    let samples = shards.iter().map(|s| s.samples).sum();
-    let bytes = shards.iter().map(|s| s.bytes).sum();
-    let m = Manifest {
-        format: shardtool_manifest::FORMAT.into(),
-        version: shardtool_manifest::VERSION,
-        tool: "test".into(),
-        pack: Default::default(),
-        classes: (0..10).map(|i| i.to_string()).collect(),
-        fields: vec![],
-        totals: Totals {
-            samples,
-            shards: shards.len() as u64,
-            bytes,
-        },
-        inputs: InputCounts {
-            found: samples,
-            packed: samples,
-            failed: 0,
-            ignored: 0,
-        },
-        shards,
-    };
+    let classes = (0..10).map(|i| i.to_string()).collect();
+    let m = Manifest::new("test", classes, vec![], shards);
     std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
 }
 

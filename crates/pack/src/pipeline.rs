@@ -6,7 +6,7 @@ use crate::sink::{Payload, ShardSink};
 use crate::{AtomicFile, ErrorRecord, PackError};
 use shardtool_core::{index_key, shuffle, validate_key};
 use shardtool_image::{transform, Encode, Output, Timings, TransformSpec};
-use shardtool_manifest::{self as manifest, InputCounts, Manifest, Totals};
+use shardtool_manifest::{self as manifest, InputCounts, Manifest};
 use std::collections::{BTreeMap, HashSet};
 use std::io::Read;
 use std::path::Path;
@@ -300,26 +300,19 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     write_errors(&errors_path, &errors)?;
     outcome?;
 
-    let samples: u64 = sink.entries.iter().map(|s| s.samples).sum();
-    let manifest = Manifest {
-        format: manifest::FORMAT.into(),
-        version: manifest::VERSION,
-        tool: format!("shardtool {}", env!("CARGO_PKG_VERSION")),
-        pack: plan.manifest_options(),
-        classes: listing.classes,
+    let mut manifest = Manifest::new(
+        format!("shardtool {}", env!("CARGO_PKG_VERSION")),
+        listing.classes,
         fields,
-        totals: Totals {
-            samples,
-            shards: sink.entries.len() as u64,
-            bytes: sink.bytes_out,
-        },
-        shards: std::mem::take(&mut sink.entries),
-        inputs: InputCounts {
-            found,
-            packed: samples,
-            failed: errors.len() as u64,
-            ignored: listing.ignored,
-        },
+        std::mem::take(&mut sink.entries),
+    );
+    debug_assert_eq!(manifest.totals.bytes, sink.bytes_out);
+    manifest.pack = plan.manifest_options();
+    manifest.inputs = InputCounts {
+        found,
+        packed: manifest.totals.samples,
+        failed: errors.len() as u64,
+        ignored: listing.ignored,
     };
     let manifest_path = plan.output.join(manifest::FILE_NAME);
     AtomicFile::write(&manifest_path, &manifest.to_json())

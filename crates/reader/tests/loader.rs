@@ -3,7 +3,7 @@
 
 use proptest::prelude::*;
 use shardtool_core::Checksum;
-use shardtool_manifest::{InputCounts, Manifest, ShardEntry, ShardFormat, Totals};
+use shardtool_manifest::{Manifest, ShardEntry, ShardFormat};
 use shardtool_packed::{Mode, PackedWriter};
 use shardtool_reader::{CorruptPolicy, Layout, Loader, ReadError, Remainder};
 use std::collections::BTreeMap;
@@ -18,28 +18,8 @@ fn pixels(i: u32) -> Vec<u8> {
 }
 
 fn write_manifest(dir: &Path, shards: Vec<ShardEntry>) {
-    let samples = shards.iter().map(|s| s.samples).sum();
-    let bytes = shards.iter().map(|s| s.bytes).sum();
-    let m = Manifest {
-        format: shardtool_manifest::FORMAT.into(),
-        version: shardtool_manifest::VERSION,
-        tool: "test".into(),
-        pack: Default::default(),
-        classes: (0..10).map(|i| i.to_string()).collect(),
-        fields: vec![],
-        totals: Totals {
-            samples,
-            shards: shards.len() as u64,
-            bytes,
-        },
-        inputs: InputCounts {
-            found: samples,
-            packed: samples,
-            failed: 0,
-            ignored: 0,
-        },
-        shards,
-    };
+    let classes = (0..10).map(|i| i.to_string()).collect();
+    let m = Manifest::new("test", classes, vec![], shards);
     std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
 }
 

@@ -509,7 +509,7 @@ fn decode_one(shard: &str, job: &ImageJob<'_>, spec: &TransformSpec) -> Option<P
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardtool_manifest::{InputCounts, Manifest, Totals};
+    use shardtool_manifest::Manifest;
     use shardtool_wds::TarWriter;
     use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -562,26 +562,12 @@ mod tests {
                 uncompressed_checksum: None,
             });
         }
-        let samples = entries.iter().map(|e| e.samples).sum();
-        let m = Manifest {
-            format: shardtool_manifest::FORMAT.into(),
-            version: shardtool_manifest::VERSION,
-            tool: "test".into(),
-            pack: Default::default(),
-            classes: vec!["only".into()],
-            fields: vec!["cls".into(), "jpg".into(), "json".into()],
-            totals: Totals {
-                samples,
-                shards: entries.len() as u64,
-                bytes: entries.iter().map(|e| e.bytes).sum(),
-            },
-            shards: entries,
-            inputs: InputCounts {
-                found: samples,
-                packed: samples,
-                ..Default::default()
-            },
-        };
+        let m = Manifest::new(
+            "test",
+            vec!["only".into()],
+            vec!["cls".into(), "jpg".into(), "json".into()],
+            entries,
+        );
         std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
     }
 

@@ -127,7 +127,48 @@ pub enum ManifestError {
     Invalid(String),
 }
 
+impl Totals {
+    /// The totals of `shards` (sums saturate; [`Manifest::validate`] refuses overflowing ones).
+    pub fn of(shards: &[ShardEntry]) -> Self {
+        let sum =
+            |f: fn(&ShardEntry) -> u64| shards.iter().fold(0u64, |a, s| a.saturating_add(f(s)));
+        Self {
+            samples: sum(|s| s.samples),
+            shards: shards.len() as u64,
+            bytes: sum(|s| s.bytes),
+        }
+    }
+}
+
 impl Manifest {
+    /// A manifest of this format version for `shards`, with totals computed from them, every
+    /// sample counted as a packed input (none failed or ignored) and default pack options; set
+    /// `pack` and `inputs` afterwards when they differ.
+    pub fn new(
+        tool: impl Into<String>,
+        classes: Vec<String>,
+        fields: Vec<String>,
+        shards: Vec<ShardEntry>,
+    ) -> Self {
+        let totals = Totals::of(&shards);
+        Self {
+            format: FORMAT.into(),
+            version: VERSION,
+            tool: tool.into(),
+            pack: serde_json::Map::new(),
+            classes,
+            fields,
+            totals,
+            inputs: InputCounts {
+                found: totals.samples,
+                packed: totals.samples,
+                failed: 0,
+                ignored: 0,
+            },
+            shards,
+        }
+    }
+
     /// Parses and validates a manifest of at most `limit` bytes.
     pub fn from_slice(bytes: &[u8], limit: u64) -> Result<Self, ManifestError> {
         if bytes.len() as u64 > limit {
@@ -263,6 +304,25 @@ mod tests {
                 ignored: 0,
             },
         }
+    }
+
+    #[test]
+    fn new_computes_totals_that_validate() {
+        let s = sample();
+        let mut m = Manifest::new(
+            s.tool.clone(),
+            s.classes.clone(),
+            s.fields.clone(),
+            s.shards.clone(),
+        );
+        m.validate().unwrap();
+        assert_eq!(m.totals, s.totals);
+        assert_eq!(
+            (m.inputs.found, m.inputs.packed, m.inputs.failed),
+            (3, 3, 0)
+        );
+        m.inputs = s.inputs;
+        assert_eq!(m, s);
     }
 
     #[test]
