@@ -125,9 +125,10 @@ pub fn verify(
     };
 
     // Merge in shard order; a key's first shard wins, later ones are reported.
+    // Sized from the manifest's count, which is untrusted: capped, and the map grows past it.
     let mut first_shard: HashMap<String, usize, foldhash::fast::RandomState> =
         HashMap::with_capacity_and_hasher(
-            usize::try_from(m.totals.samples).unwrap_or(0).min(1 << 24),
+            usize::try_from(m.totals.samples).unwrap_or(0).min(1 << 16),
             Default::default(),
         );
     let mut samples = 0u64;
