@@ -14,7 +14,7 @@
 
 use crate::CacheError;
 use serde::{Deserialize, Serialize};
-use shardtool_core::Checksum;
+use shardtool_core::{Checksum, ChecksumHasher};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -460,7 +460,7 @@ pub(crate) fn open_lock(path: &Path) -> Result<File, CacheError> {
 /// Hashes a whole file, streaming.
 pub(crate) fn hash_file(path: &Path) -> Result<Checksum, CacheError> {
     let mut f = File::open(path).map_err(CacheError::io(path))?;
-    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    let mut h = ChecksumHasher::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = f.read(&mut buf).map_err(CacheError::io(path))?;
@@ -469,7 +469,7 @@ pub(crate) fn hash_file(path: &Path) -> Result<Checksum, CacheError> {
         }
         h.update(&buf[..n]);
     }
-    Ok(Checksum(h.digest()))
+    Ok(h.checksum())
 }
 
 /// Writes a small file atomically: temporary name, fsync, rename.

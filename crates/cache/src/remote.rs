@@ -7,11 +7,10 @@ use crate::writeback;
 use crate::CacheError;
 use futures::StreamExt;
 use object_store::{path::Path as StorePath, GetOptions, GetRange, ObjectStore, ObjectStoreExt};
-use shardtool_core::Checksum;
+use shardtool_core::{Checksum, ChecksumHasher};
 use std::io::{Seek, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use xxhash_rust::xxh3::Xxh3;
 
 /// How hard to try before giving up on an object.
 #[derive(Debug, Clone)]
@@ -235,15 +234,19 @@ impl Remote {
         let started = Instant::now();
         // Bytes written and their running hash live across attempts, so a retry resumes.
         let file = &*file;
-        self.with_retries(name, (0u64, Xxh3::new()), |(mut written, mut hasher)| {
-            let path = &path;
-            async move {
-                let r = self
-                    .attempt_download(path, size, sum, file, &mut written, &mut hasher)
-                    .await;
-                ((written, hasher), r)
-            }
-        })?;
+        self.with_retries(
+            name,
+            (0u64, ChecksumHasher::new()),
+            |(mut written, mut hasher)| {
+                let path = &path;
+                async move {
+                    let r = self
+                        .attempt_download(path, size, sum, file, &mut written, &mut hasher)
+                        .await;
+                    ((written, hasher), r)
+                }
+            },
+        )?;
         self.metrics.fetched(started.elapsed());
         Ok(())
     }
@@ -256,14 +259,14 @@ impl Remote {
         sum: Checksum,
         mut file: &std::fs::File,
         written: &mut u64,
-        hasher: &mut Xxh3,
+        hasher: &mut ChecksumHasher,
     ) -> Result<(), AttemptError> {
         if *written >= size {
             // A whole body whose checksum failed: start over.
             *written = 0;
         }
         if *written == 0 {
-            *hasher = Xxh3::new();
+            *hasher = ChecksumHasher::new();
             file.set_len(0)
                 .map_err(|e| AttemptError::fatal(e.to_string()))?;
             file.rewind()
@@ -342,7 +345,7 @@ impl Remote {
                 *written
             )));
         }
-        let got = Checksum(hasher.digest());
+        let got = hasher.checksum();
         if got != sum {
             return Err(AttemptError::retry(format!(
                 "checksum {got} does not match the manifest's {sum}"

@@ -9,7 +9,7 @@ pub mod limits;
 pub mod rng;
 
 pub use block_writer::{BlockWriter, WRITE_BLOCK};
-pub use checksum::{Checksum, HashingWriter};
+pub use checksum::{Checksum, ChecksumHasher, HashingWriter};
 pub use key::{index_key, validate_key, KeyError};
 pub use limits::Limits;
 pub use rng::{shuffle, SplitMix64};

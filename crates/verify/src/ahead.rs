@@ -2,8 +2,7 @@
 //! memory once: the hash pulls each stretch into cache, and the parser's reads of headers and
 //! metadata in that stretch are cache hits instead of a second trip to memory.
 
-use shardtool_core::Checksum;
-use xxhash_rust::xxh3::Xxh3;
+use shardtool_core::{Checksum, ChecksumHasher};
 
 /// How far the hash runs ahead of the parser: well inside a core's L2 cache, and large enough
 /// that the hasher's per-call cost is negligible.
@@ -13,7 +12,7 @@ const AHEAD: usize = 256 << 10;
 pub(crate) struct AheadHasher<'d> {
     bytes: &'d [u8],
     done: usize,
-    hasher: Xxh3,
+    hasher: ChecksumHasher,
 }
 
 impl<'d> AheadHasher<'d> {
@@ -21,7 +20,7 @@ impl<'d> AheadHasher<'d> {
         Self {
             bytes,
             done: 0,
-            hasher: Xxh3::new(),
+            hasher: ChecksumHasher::new(),
         }
     }
 
@@ -37,7 +36,7 @@ impl<'d> AheadHasher<'d> {
     /// Hashes what is left and returns the checksum of all of `bytes`.
     pub(crate) fn finish(mut self) -> Checksum {
         self.cover(self.bytes.len());
-        Checksum(self.hasher.digest())
+        self.hasher.checksum()
     }
 }
 

@@ -13,10 +13,9 @@ use crate::check_tar::{check_label_range, Ctx, Scan};
 use crate::report::{Problem, ProblemKind};
 use rayon::prelude::*;
 use serde_json::Value;
-use shardtool_core::{validate_key, Checksum};
+use shardtool_core::{validate_key, Checksum, ChecksumHasher};
 use shardtool_packed::{Error, PackedShard};
 use std::collections::HashSet;
-use xxhash_rust::xxh3::Xxh3;
 
 /// The fields every packed record carries.
 pub(crate) const PACKED_FIELDS: [&str; 3] = ["key", "label", "pixels"];
@@ -168,7 +167,7 @@ pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, records: Records)
 /// case for a shard `open` accepted, but then the caller falls back to two passes).
 fn fused_pass(bytes: &[u8], shard: &PackedShard<&[u8]>) -> Option<(Checksum, Vec<usize>)> {
     let base = bytes.as_ptr() as usize;
-    let mut hasher = Xxh3::new();
+    let mut hasher = ChecksumHasher::new();
     let mut pos = 0usize;
     let mut bad = Vec::new();
     for (i, rec) in shard.records().enumerate() {
@@ -187,7 +186,7 @@ fn fused_pass(bytes: &[u8], shard: &PackedShard<&[u8]>) -> Option<(Checksum, Vec
         pos = end;
     }
     hasher.update(bytes.get(pos..)?);
-    Some((Checksum(hasher.digest()), bad))
+    Some((hasher.checksum(), bad))
 }
 
 #[cfg(test)]

@@ -11,12 +11,11 @@
 //!   bound.
 
 use memmap2::{Mmap, MmapOptions};
-use shardtool_core::Checksum;
+use shardtool_core::{Checksum, ChecksumHasher};
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
 use std::sync::Mutex;
-use xxhash_rust::xxh3::Xxh3;
 
 /// Bytes read per step: large enough to amortise the system call, small enough to stay in cache
 /// for the hash that follows.
@@ -117,7 +116,7 @@ pub(crate) struct Loaded {
 /// A reader that hashes and counts what passes through it.
 struct HashingReader<R> {
     inner: R,
-    hasher: Xxh3,
+    hasher: ChecksumHasher,
     count: u64,
 }
 
@@ -138,7 +137,7 @@ fn pump(
     buf: &mut Vec<u8>,
     cap: u64,
     keep: bool,
-    hasher: &mut Xxh3,
+    hasher: &mut ChecksumHasher,
 ) -> io::Result<(u64, bool)> {
     let mut total = 0u64;
     loop {
@@ -172,7 +171,7 @@ pub(crate) fn load_plain(path: &Path, limit: u64, pool: &BufferPool) -> io::Resu
         // `len` comes from the file system and is within the limit.
         data.reserve(len as usize);
     }
-    let mut hasher = Xxh3::new();
+    let mut hasher = ChecksumHasher::new();
     let cap = if keep {
         limit.saturating_add(1)
     } else {
@@ -186,7 +185,7 @@ pub(crate) fn load_plain(path: &Path, limit: u64, pool: &BufferPool) -> io::Resu
     Ok(Loaded {
         data: ShardBytes::Owned(data),
         stored_len: read,
-        stored_sum: Some(Checksum(hasher.digest())),
+        stored_sum: Some(hasher.checksum()),
         uncompressed: None,
         incomplete: too_large.then_some(Incomplete::TooLarge { limit }),
     })
@@ -205,7 +204,7 @@ pub(crate) fn load_zstd(
     let stored = file.metadata()?.len();
     let counted = HashingReader {
         inner: file,
-        hasher: Xxh3::new(),
+        hasher: ChecksumHasher::new(),
         count: 0,
     };
     let cap = declared.unwrap_or(limit).min(limit);
@@ -213,7 +212,7 @@ pub(crate) fn load_zstd(
     // Reserve what the manifest promises, but no more than a plausible ratio of the stored size:
     // a lying manifest must not reserve gigabytes. Growth past it is by chunks, up to the cap.
     data.reserve(cap.min(stored.saturating_mul(8).saturating_add(CHUNK)) as usize);
-    let mut hasher = Xxh3::new();
+    let mut hasher = ChecksumHasher::new();
     let mut decoder = zstd::stream::read::Decoder::with_buffer(BufReader::with_capacity(
         CHUNK as usize,
         counted,
@@ -246,14 +245,14 @@ pub(crate) fn load_zstd(
     };
     let uncompressed = incomplete
         .is_none()
-        .then(|| (data.len() as u64, Checksum(hasher.digest())));
+        .then(|| (data.len() as u64, hasher.checksum()));
     if incomplete.is_some() {
         data.clear();
     }
     Ok(Loaded {
         data: ShardBytes::Owned(data),
         stored_len: counted.count,
-        stored_sum: Some(Checksum(counted.hasher.digest())),
+        stored_sum: Some(counted.hasher.checksum()),
         uncompressed,
         incomplete,
     })

@@ -90,7 +90,7 @@ impl std::fmt::Display for ShardMode {
 /// The checksum stored for a record: xxh3-64 of exactly its `h * w * 3`
 /// pixel bytes.
 pub fn checksum(pixels: &[u8]) -> u64 {
-    xxhash_rust::xxh3::xxh3_64(pixels)
+    twox_hash::XxHash3_64::oneshot(pixels)
 }
 
 /// Rounds `x` up to a multiple of `align` (a power of two), or `None` on
