@@ -195,17 +195,18 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
             );
             continue;
         }
-        if split_name(name).1.is_empty() {
+        let data = e.data;
+        let (key, mut field) = split_member(e.name);
+        if field.is_empty() {
+            // Without a field, the key is the whole member name.
             scan.member(
                 ctx,
-                name,
+                &key,
                 ProblemKind::BadMemberName,
                 "member name has no field (no '.' after the key)".into(),
             );
             continue;
         }
-        let data = e.data;
-        let (key, mut field) = split_member(e.name);
         if field.bytes().any(|b| b.is_ascii_uppercase()) {
             let member = format!("{key}.{field}");
             scan.member(
@@ -725,6 +726,28 @@ mod tests {
         assert!(p.contains(&ProblemKind::DuplicateKey), "{p:?}");
         assert!(p.contains(&ProblemKind::BadKey), "{p:?}");
         assert!(p.contains(&ProblemKind::BadMemberName), "{p:?}");
+    }
+
+    #[test]
+    fn a_member_without_a_field_is_named_whole() {
+        let members: Vec<(&str, &[u8])> = vec![("nodot", b"0"), ("d.1/x", b"0")];
+        let bytes = tar(&members);
+        let (f, c) = (fields(), classes());
+        let s = check_tar(&bytes, &ctx(&f, &c, false), false);
+        let named: Vec<_> = s
+            .problems
+            .iter()
+            .filter(|p| p.kind == ProblemKind::BadMemberName)
+            .map(|p| (p.shard.as_deref(), p.member_or_record.as_deref()))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                (Some("s.tar"), Some("nodot")),
+                (Some("s.tar"), Some("d.1/x"))
+            ]
+        );
+        assert_eq!(s.samples, 0);
     }
 
     #[test]
