@@ -4,9 +4,10 @@
 //! On Linux the binary defines the C `main` itself instead of going through Rust's runtime
 //! start-up, which reads all of `/proc/self/maps` to find the main thread's stack guard (glibc's
 //! `pthread_getattr_np`): `shardtool --version` went from 1.12 to 0.97 ms on the benchmark
-//! machine, which counts for commands as short as `verify` of a small dataset (about 2.5 ms). What that start-up did and is still needed is done here: stdout is flushed at the
-//! end and a panic exits with status 101. What is given up: a stack overflow on the main thread
-//! ends in a plain SIGSEGV without Rust's one-line message.
+//! machine, which counts for commands as short as `verify` of a small dataset (about 2.5 ms).
+//! What that start-up did and is still needed is done here: stdout is flushed at the end and a
+//! panic exits with status 101. What is given up: a stack overflow on the main thread ends in a
+//! plain SIGSEGV without Rust's one-line message.
 #![cfg_attr(all(target_os = "linux", not(test)), no_main)]
 
 mod args;
