@@ -81,13 +81,13 @@ fn run() -> u8 {
     reset_sigpipe();
     let cli = args::Cli::parse();
     let result = match cli.command {
-        args::Command::Pack(a) => commands::pack::run(a),
-        args::Command::Verify(a) => commands::verify::run(a),
-        args::Command::Inspect(a) => commands::inspect::run(a),
-        args::Command::Preview(a) => commands::preview::run(a),
-        args::Command::Read(a) => commands::read::run(a),
-        args::Command::Bench(a) => commands::bench::run(a),
-        args::Command::Cache(c) => commands::cache::run(c),
+        args::Command::Pack(args::Lazy(a)) => commands::pack::run(a),
+        args::Command::Verify(args::Lazy(a)) => commands::verify::run(a),
+        args::Command::Inspect(args::Lazy(a)) => commands::inspect::run(a),
+        args::Command::Preview(args::Lazy(a)) => commands::preview::run(a),
+        args::Command::Read(args::Lazy(a)) => commands::read::run(a),
+        args::Command::Bench(args::Lazy(a)) => commands::bench::run(a),
+        args::Command::Cache(args::Lazy(c)) => commands::cache::run(c),
     };
     match result {
         Ok(()) => 0,
