@@ -3,11 +3,14 @@
 //! and metadata consistent. Images to decode are handed back for the caller to decode in parallel.
 
 use crate::ahead::AheadHasher;
+use crate::loader::HashingReader;
 use crate::report::{Problem, ProblemKind};
 use serde::Deserialize;
 use serde_json::Value;
-use shardtool_core::validate_key;
-use shardtool_wds::{split_name, EntryKind, ReadError, TarReader, BLOCK};
+use shardtool_core::{validate_key, Checksum};
+use shardtool_wds::{
+    split_name, EntryKind, ReadError, StreamError, Tail, TarReader, TarStream, BLOCK,
+};
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 
@@ -15,8 +18,8 @@ use std::collections::{BTreeSet, HashSet};
 /// on short keys, and this set is probed once per sample.
 type KeySet<'d> = HashSet<Cow<'d, str>, foldhash::fast::RandomState>;
 
-/// Largest `.json` member parsed; anything larger is reported rather than parsed.
-const MAX_JSON_BYTES: usize = 1 << 20;
+/// Largest `.json` or `.cls` member read; anything larger is reported rather than parsed.
+const MAX_META_BYTES: usize = 1 << 20;
 
 /// Fields whose data is an image.
 pub(crate) const IMAGE_FIELDS: &[&str] = &[
@@ -40,7 +43,7 @@ pub(crate) struct ImageJob<'d> {
     /// Member name (`<key>.<field>`).
     pub member: String,
     /// Its bytes.
-    pub data: &'d [u8],
+    pub data: Cow<'d, [u8]>,
     /// `(width, height)` from the sample's metadata, when it states one.
     pub expect: Option<(u64, u64)>,
 }
@@ -70,22 +73,32 @@ impl Scan<'_> {
     }
 }
 
-/// A sample's fields, `(field, data)` in archive order. Names borrow from the shard unless a
-/// USTAR prefix or upper case made a copy necessary.
-type Fields<'d> = Vec<(Cow<'d, str>, &'d [u8])>;
+/// A field's bytes as the checks see them. In memory every field has all its bytes; a streamed
+/// shard keeps only the fields the checks read (`.cls` and `.json` up to [`MAX_META_BYTES`]), the
+/// others have none. `len` is the field's size either way.
+#[derive(Clone, Default)]
+pub(crate) struct FieldData<'d> {
+    bytes: Cow<'d, [u8]>,
+    len: u64,
+}
 
-/// Splits a member name into key and field, borrowing from the shard when the name does.
-fn split_member(name: Cow<'_, str>) -> (Cow<'_, str>, Cow<'_, str>) {
-    match name {
-        Cow::Borrowed(n) => {
-            let (k, f) = split_name(n);
-            (Cow::Borrowed(k), Cow::Borrowed(f))
-        }
-        Cow::Owned(n) => {
-            let (k, f) = split_name(&n);
-            (Cow::Owned(k.to_string()), Cow::Owned(f.to_string()))
+impl<'d> FieldData<'d> {
+    fn whole(bytes: &'d [u8]) -> Self {
+        Self {
+            bytes: Cow::Borrowed(bytes),
+            len: bytes.len() as u64,
         }
     }
+}
+
+/// A sample's fields, `(field, data)` in archive order. Names borrow from the shard (or, for a
+/// streamed shard, from the declared field names) unless a copy was necessary.
+type Fields<'d> = Vec<(Cow<'d, str>, FieldData<'d>)>;
+
+/// Whether a streamed shard keeps the data of `field` (as lowercased) of `len` bytes: the checks
+/// read only these.
+fn keeps(field: &str, len: u64) -> bool {
+    matches!(field, "cls" | "json") && len <= MAX_META_BYTES as u64
 }
 
 /// Checks a whole tar shard held in `bytes`. With `hash_file`, the file checksum is computed in the
@@ -100,17 +113,10 @@ pub(crate) fn check_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, hash_file: bool) -> 
 fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'d>>) -> Scan<'d> {
     let mut scan = Scan::default();
     if bytes.is_empty() {
-        scan.problems.push(Problem::shard(
-            ctx.shard,
-            ProblemKind::Truncated,
-            "the shard is empty (0 bytes)",
-        ));
+        scan.problems.push(empty_shard(ctx));
         return scan;
     }
-    let mut seen = KeySet::default();
-    // The sample being gathered: its key and fields (the vector is reused from sample to sample).
-    let mut current: Option<Cow<'d, str>> = None;
-    let mut fields: Fields<'d> = Vec::new();
+    let mut g = Gather::default();
     let mut end = 0usize;
     let mut broken = false;
     let mut reader = TarReader::new(bytes);
@@ -122,12 +128,7 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
         let e = match entry {
             Ok(e) => e,
             Err(err) => {
-                let kind = match err {
-                    ReadError::Truncated { .. } => ProblemKind::Truncated,
-                    _ => ProblemKind::Malformed,
-                };
-                scan.problems
-                    .push(Problem::shard(ctx.shard, kind, err.to_string()));
+                scan.problems.push(read_problem(ctx, &err));
                 broken = true;
                 break;
             }
@@ -137,8 +138,161 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
             .unwrap_or(usize::MAX)
             .saturating_add(BLOCK)
             .saturating_add(e.data.len().div_ceil(BLOCK) * BLOCK);
-        let name: &str = &e.name;
-        let unsafe_or_unexpected = match e.kind {
+        let data = FieldData::whole(e.data);
+        match e.name {
+            Cow::Borrowed(name) => g.member(ctx, &mut scan, name, e.kind, data, Cow::Borrowed),
+            Cow::Owned(name) => g.member(ctx, &mut scan, &name, e.kind, data, |s| {
+                Cow::Owned(s.to_owned())
+            }),
+        };
+    }
+    g.finish(ctx, &mut scan, broken);
+    if !broken {
+        let rest = bytes.get(end..).unwrap_or(&[]);
+        let marker = rest.len().min(2 * BLOCK);
+        let tail = Tail {
+            end: end as u64,
+            len: rest.len() as u64,
+            first_nonzero: rest.iter().position(|&b| b != 0).map(|p| (end + p) as u64),
+        };
+        debug_assert!(marker <= rest.len());
+        check_end(&tail, ctx, &mut scan);
+    }
+    scan
+}
+
+/// A tar shard streamed from a file: its scan (owning everything it holds, or borrowing only
+/// from the declared field names) and what was read.
+pub(crate) struct Streamed<'a> {
+    pub scan: Scan<'a>,
+    /// Bytes read, and their checksum.
+    pub len: u64,
+    pub sum: Checksum,
+}
+
+/// Checks the tar shard that `file` yields (`len` bytes long by its metadata) by reading it front
+/// to back through `buf`, hashing every byte on the way; the data of members the checks do not
+/// read is not kept. Reports what [`check_tar`] reports for the same bytes. Images are never
+/// collected (decoding needs them whole: use [`check_tar`]). Returns the buffer for reuse, and
+/// the error when the file could not be read to its end.
+pub(crate) fn stream_tar<'a, R: std::io::Read>(
+    file: R,
+    len: u64,
+    buf: Vec<u8>,
+    ctx: &Ctx<'a>,
+) -> (Result<Streamed<'a>, std::io::Error>, Vec<u8>) {
+    debug_assert!(!ctx.decode);
+    let mut scan = Scan::default();
+    let mut stream = TarStream::new(HashingReader::new(file), len, buf);
+    // A declared field name is borrowed rather than copied for every member.
+    let own = |s: &str| -> Cow<'a, str> {
+        match ctx.fields.get(s) {
+            Some(f) => Cow::Borrowed(f.as_str()),
+            None => Cow::Owned(s.to_owned()),
+        }
+    };
+    let mut g = Gather::default();
+    let mut broken = false;
+    let mut io_error = None;
+    if len == 0 {
+        scan.problems.push(empty_shard(ctx));
+        broken = true;
+    }
+    while !broken {
+        let h = match stream.next_header() {
+            Ok(Some(h)) => h,
+            Ok(None) => break,
+            Err(StreamError::Tar(err)) => {
+                scan.problems.push(read_problem(ctx, &err));
+                broken = true;
+                break;
+            }
+            Err(StreamError::Io(e)) => {
+                io_error = Some(e);
+                break;
+            }
+        };
+        let (kind, size) = (h.kind, h.size);
+        let joined = g.member(ctx, &mut scan, &h.name, kind, FieldData::default(), own);
+        let keep = joined.filter(|f| keeps(f, size)).is_some();
+        let mut data = FieldData {
+            bytes: Cow::Borrowed(&[]),
+            len: size,
+        };
+        if keep {
+            // `size` is at most MAX_META_BYTES here.
+            let mut bytes = Vec::with_capacity(size as usize);
+            if let Err(e) = stream.read_data(size, &mut bytes) {
+                io_error = Some(match e {
+                    StreamError::Io(e) => e,
+                    StreamError::Tar(e) => std::io::Error::other(e),
+                });
+                break;
+            }
+            data.bytes = Cow::Owned(bytes);
+        }
+        if joined.is_some() {
+            g.set_data(data);
+        }
+    }
+    let tail = stream.tail();
+    let (reader, buf) = stream.into_parts();
+    if let Some(e) = io_error {
+        return (Err(e), buf);
+    }
+    let tail = match tail {
+        Ok(t) => t,
+        Err(e) => return (Err(e), buf),
+    };
+    g.finish(ctx, &mut scan, broken);
+    if !broken {
+        check_end(&tail, ctx, &mut scan);
+    }
+    let (len, sum) = reader.finish();
+    (Ok(Streamed { scan, len, sum }), buf)
+}
+
+fn empty_shard(ctx: &Ctx<'_>) -> Problem {
+    Problem::shard(
+        ctx.shard,
+        ProblemKind::Truncated,
+        "the shard is empty (0 bytes)",
+    )
+}
+
+fn read_problem(ctx: &Ctx<'_>, err: &ReadError) -> Problem {
+    let kind = match err {
+        ReadError::Truncated { .. } => ProblemKind::Truncated,
+        _ => ProblemKind::Malformed,
+    };
+    Problem::shard(ctx.shard, kind, err.to_string())
+}
+
+/// Groups members into samples, checking each member's type and name on the way and each sample
+/// when it is complete: the part of a scan that does not depend on where the bytes are.
+#[derive(Default)]
+struct Gather<'d> {
+    /// Keys of finished samples.
+    seen: KeySet<'d>,
+    /// The sample being gathered: its key and fields (the vector is reused from sample to
+    /// sample).
+    current: Option<Cow<'d, str>>,
+    fields: Fields<'d>,
+}
+
+impl<'d> Gather<'d> {
+    /// Checks one member; when it joins a sample, adds it as a field with `data` and returns the
+    /// field's (lowercased) name. `own` turns parts of `name` into what the sample keeps.
+    fn member<'n>(
+        &mut self,
+        ctx: &Ctx<'_>,
+        scan: &mut Scan<'d>,
+        name: &'n str,
+        kind: EntryKind,
+        data: FieldData<'d>,
+        own: impl Fn(&'n str) -> Cow<'d, str>,
+    ) -> Option<&str> {
+        let unsafe_or_unexpected = match kind {
             EntryKind::Regular => None,
             EntryKind::Link => Some((
                 ProblemKind::UnsafeMember,
@@ -164,7 +318,7 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
         };
         if let Some((kind, message)) = unsafe_or_unexpected {
             scan.member(ctx, name, kind, format!("member {message}"));
-            continue;
+            return None;
         }
         if name.starts_with('/') {
             scan.member(
@@ -173,7 +327,7 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
                 ProblemKind::UnsafeMember,
                 "member has an absolute path".into(),
             );
-            continue;
+            return None;
         }
         if name.contains("..") && name.split(['/', '\\']).any(|c| c == "..") {
             scan.member(
@@ -182,7 +336,7 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
                 ProblemKind::UnsafeMember,
                 "member path has a '..' component".into(),
             );
-            continue;
+            return None;
         }
         let base = name.rsplit('/').next().unwrap_or(name);
         if base.starts_with("__") && base.ends_with("__") {
@@ -193,55 +347,63 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
                 "member is a WebDataset metadata member (__*__), which shardtool never writes"
                     .into(),
             );
-            continue;
+            return None;
         }
-        let data = e.data;
-        let (key, mut field) = split_member(e.name);
+        let (key, field) = split_name(name);
         if field.is_empty() {
             // Without a field, the key is the whole member name.
             scan.member(
                 ctx,
-                &key,
+                key,
                 ProblemKind::BadMemberName,
                 "member name has no field (no '.' after the key)".into(),
             );
-            continue;
+            return None;
         }
-        if field.bytes().any(|b| b.is_ascii_uppercase()) {
-            let member = format!("{key}.{field}");
+        let field = if field.bytes().any(|b| b.is_ascii_uppercase()) {
             scan.member(
                 ctx,
-                &member,
+                name,
                 ProblemKind::BadMemberName,
                 format!("field {field:?} is not lowercase"),
             );
-            field = Cow::Owned(field.to_ascii_lowercase());
-        }
-        if current.as_ref() != Some(&key) {
-            if let Some(done) = current.take() {
-                finish_sample(done, &fields, ctx, &mut scan, &mut seen);
+            Cow::Owned(field.to_ascii_lowercase())
+        } else {
+            own(field)
+        };
+        if self.current.as_deref() != Some(key) {
+            if let Some(done) = self.current.take() {
+                finish_sample(done, &self.fields, ctx, scan, &mut self.seen);
             }
-            fields.clear();
-            current = Some(key);
+            self.fields.clear();
+            self.current = Some(own(key));
         }
-        fields.push((field, data));
+        self.fields.push((field, data));
+        self.fields.last().map(|(f, _)| &**f)
     }
-    // After a read error the last sample may have lost members to the damage: it is not
-    // counted or checked, so the error is reported once rather than as missing fields.
-    if let Some(done) = current.take().filter(|_| !broken) {
-        finish_sample(done, &fields, ctx, &mut scan, &mut seen);
+
+    /// Replaces the data of the field added last.
+    fn set_data(&mut self, data: FieldData<'d>) {
+        if let Some(last) = self.fields.last_mut() {
+            last.1 = data;
+        }
     }
-    if !broken {
-        check_end(bytes, end, ctx, &mut scan);
+
+    /// Finishes the last sample. After a read error it may have lost members to the damage: it
+    /// is then not counted or checked, so the error is reported once rather than as missing
+    /// fields.
+    fn finish(mut self, ctx: &Ctx<'_>, scan: &mut Scan<'d>, broken: bool) {
+        if let Some(done) = self.current.take().filter(|_| !broken) {
+            finish_sample(done, &self.fields, ctx, scan, &mut self.seen);
+        }
     }
-    scan
 }
 
 /// The archive must end with two zero blocks; only zero bytes may follow them.
-fn check_end(bytes: &[u8], end: usize, ctx: &Ctx<'_>, scan: &mut Scan<'_>) {
-    let rest = bytes.get(end..).unwrap_or(&[]);
-    let marker = rest.len().min(2 * BLOCK);
-    if marker < 2 * BLOCK || rest[..marker].iter().any(|&b| b != 0) {
+fn check_end(tail: &Tail, ctx: &Ctx<'_>, scan: &mut Scan<'_>) {
+    let marker_end = tail.end.saturating_add(2 * BLOCK as u64);
+    let end = tail.end;
+    if tail.len < 2 * BLOCK as u64 || tail.first_nonzero.is_some_and(|p| p < marker_end) {
         scan.problems.push(Problem::shard(
             ctx.shard,
             ProblemKind::Truncated,
@@ -252,21 +414,18 @@ fn check_end(bytes: &[u8], end: usize, ctx: &Ctx<'_>, scan: &mut Scan<'_>) {
         ));
         return;
     }
-    if let Some(pos) = rest[marker..].iter().position(|&b| b != 0) {
+    if let Some(pos) = tail.first_nonzero {
         scan.problems.push(Problem::shard(
             ctx.shard,
             ProblemKind::TrailingData,
-            format!(
-                "non-zero bytes at byte {} follow the end-of-archive marker",
-                end + marker + pos
-            ),
+            format!("non-zero bytes at byte {pos} follow the end-of-archive marker"),
         ));
     }
 }
 
 fn finish_sample<'d>(
     key: Cow<'d, str>,
-    fields: &[(Cow<'d, str>, &'d [u8])],
+    fields: &[(Cow<'d, str>, FieldData<'d>)],
     ctx: &Ctx<'_>,
     scan: &mut Scan<'d>,
     seen: &mut KeySet<'d>,
@@ -335,24 +494,38 @@ fn finish_sample<'d>(
             );
         }
     }
-    let get = |f: &str| fields.iter().find(|(n, _)| n == f).map(|(_, d)| *d);
+    let get = |f: &str| fields.iter().find(|(n, _)| n == f).map(|(_, d)| d);
 
     // Labels: `.cls` must be an integer index of the class list.
     let mut label = None;
     if let Some(cls) = get("cls") {
-        match std::str::from_utf8(cls)
-            .ok()
-            .and_then(|t| t.trim().parse::<i64>().ok())
-        {
-            None => scan.member(
+        let member = || format!("{key}.cls");
+        if cls.len > MAX_META_BYTES as u64 {
+            scan.member(
                 ctx,
-                &format!("{key}.cls"),
+                &member(),
                 ProblemKind::BadLabel,
-                format!("holds {}, not an integer label", quote(cls)),
-            ),
-            Some(l) => {
-                check_label_range(l, ctx, scan, || format!("{key}.cls"));
-                label = Some(l);
+                format!(
+                    "is {} bytes, over the {MAX_META_BYTES}-byte limit for a label",
+                    cls.len
+                ),
+            );
+        } else {
+            let cls = &cls.bytes[..];
+            match std::str::from_utf8(cls)
+                .ok()
+                .and_then(|t| t.trim().parse::<i64>().ok())
+            {
+                None => scan.member(
+                    ctx,
+                    &member(),
+                    ProblemKind::BadLabel,
+                    format!("holds {}, not an integer label", quote(cls)),
+                ),
+                Some(l) => {
+                    check_label_range(l, ctx, scan, member);
+                    label = Some(l);
+                }
             }
         }
     }
@@ -361,20 +534,20 @@ fn finish_sample<'d>(
     let mut expect = None;
     if let Some(json) = get("json") {
         let member = || format!("{key}.json");
-        if json.len() > MAX_JSON_BYTES {
+        if json.len > MAX_META_BYTES as u64 {
             scan.member(
                 ctx,
                 &member(),
                 ProblemKind::BadMetadata,
                 format!(
-                    "is {} bytes, over the {MAX_JSON_BYTES}-byte limit for metadata",
-                    json.len()
+                    "is {} bytes, over the {MAX_META_BYTES}-byte limit for metadata",
+                    json.len
                 ),
             );
-        } else if let Some(stated) = clean_meta(json, &key, label, ctx) {
+        } else if let Some(stated) = clean_meta(&json.bytes, &key, label, ctx) {
             expect = stated;
         } else {
-            match serde_json::from_slice::<Value>(json) {
+            match serde_json::from_slice::<Value>(&json.bytes) {
                 Ok(Value::Object(meta)) => {
                     expect = check_meta(&meta, &key, label, ctx, scan, &member());
                 }
@@ -399,7 +572,7 @@ fn finish_sample<'d>(
             if IMAGE_FIELDS.contains(&&**field) {
                 scan.images.push(ImageJob {
                     member: format!("{key}.{field}"),
-                    data,
+                    data: data.bytes.clone(),
                     expect,
                 });
             }
@@ -662,11 +835,148 @@ mod tests {
         );
         assert_eq!(s.file_sum, None);
         assert_eq!(hashed.file_sum, Some(shardtool_core::Checksum::of(&bytes)));
+        if !decode {
+            assert_streams_alike(&bytes, &ctx);
+        }
         (
             s.problems.iter().map(|p| p.kind).collect(),
             s.samples,
             s.images.len(),
         )
+    }
+
+    /// Streaming `bytes` (through buffers of several sizes) finds exactly what the in-memory scan
+    /// finds, and hashes the same bytes.
+    fn assert_streams_alike(bytes: &[u8], ctx: &Ctx<'_>) {
+        let whole = check_tar(bytes, ctx, true);
+        for buf in [1024, 1536, 4096, 128 << 10] {
+            let (streamed, back) = stream_tar(bytes, bytes.len() as u64, vec![0; buf], ctx);
+            assert_eq!(back.len(), buf, "the buffer comes back");
+            let streamed = streamed.expect("reading a slice cannot fail");
+            assert_eq!(streamed.scan.problems, whole.problems, "buffer {buf}");
+            assert_eq!(streamed.scan.samples, whole.samples, "buffer {buf}");
+            assert_eq!(streamed.scan.keys, whole.keys, "buffer {buf}");
+            assert_eq!(streamed.len, bytes.len() as u64);
+            assert_eq!(Some(streamed.sum), whole.file_sum);
+            assert!(streamed.scan.images.is_empty());
+        }
+    }
+
+    #[test]
+    fn streaming_finds_what_the_in_memory_scan_finds_in_damaged_shards() {
+        let (f, c) = (fields(), classes());
+        let ctx = ctx(&f, &c, false);
+        let members = good();
+        let refs: Vec<(&str, &[u8])> = members
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect();
+        let whole = tar(&refs);
+        let mut cases: Vec<Vec<u8>> = Vec::new();
+        // Cut everywhere a block starts, and inside blocks.
+        for cut in (0..whole.len()).step_by(256) {
+            cases.push(whole[..cut].to_vec());
+        }
+        // A flipped byte in each header, and in each member's data.
+        for at in (0..whole.len() - 1024)
+            .step_by(512)
+            .flat_map(|b| [b + 3, b + 130, b + 600])
+        {
+            let mut b = whole.clone();
+            b[at] ^= 0x20;
+            cases.push(b);
+        }
+        // Non-zero bytes after the marker, and a marker missing its second block.
+        let mut trailing = whole.clone();
+        trailing.extend_from_slice(&[0, 0, 9]);
+        cases.push(trailing);
+        cases.push(whole[..whole.len() - 512].to_vec());
+        // Oversized metadata and label, and members that are not regular files.
+        let big = vec![b' '; MAX_META_BYTES + 1];
+        let more: Vec<(&str, &[u8])> = vec![("k3.cls", &big), ("k3.json", &big), ("k3.jpg", b"x")];
+        cases.push(tar(&more));
+        let mut odd = whole[..whole.len() - 1024].to_vec();
+        for (name, kind) in [
+            ("k4.jpg", b'2'),
+            ("k4", b'5'),
+            ("../k5.cls", b'0'),
+            ("__k__.x", b'0'),
+        ] {
+            let mut h = [0u8; 512];
+            h[..name.len()].copy_from_slice(name.as_bytes());
+            h[100..107].copy_from_slice(b"0000644");
+            h[124..135].copy_from_slice(b"00000000001");
+            h[156] = kind;
+            h[257..263].copy_from_slice(b"ustar\0");
+            h[148..156].copy_from_slice(b"        ");
+            let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+            h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+            odd.extend_from_slice(&h);
+            if kind == b'0' {
+                let mut d = [0u8; 512];
+                d[0] = b'0';
+                odd.extend_from_slice(&d);
+            }
+        }
+        odd.extend_from_slice(&[0; 1024]);
+        cases.push(odd);
+        for bytes in &cases {
+            assert_streams_alike(bytes, &ctx);
+        }
+        // The cases do reach the checks they are meant for.
+        let kinds: BTreeSet<ProblemKind> = cases
+            .iter()
+            .flat_map(|b| check_tar(b, &ctx, false).problems)
+            .map(|p| p.kind)
+            .collect();
+        for k in [
+            ProblemKind::Truncated,
+            ProblemKind::Malformed,
+            ProblemKind::TrailingData,
+            ProblemKind::BadLabel,
+            ProblemKind::BadMetadata,
+            ProblemKind::UnsafeMember,
+            ProblemKind::UnexpectedMember,
+        ] {
+            assert!(kinds.contains(&k), "{k:?} not reached: {kinds:?}");
+        }
+    }
+
+    #[test]
+    fn a_read_error_while_streaming_is_returned_with_the_buffer() {
+        /// Yields `ok` bytes of `bytes`, then fails.
+        struct Failing<'a> {
+            bytes: &'a [u8],
+            ok: usize,
+        }
+        impl std::io::Read for Failing<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                if self.ok == 0 {
+                    return Err(std::io::Error::other("injected"));
+                }
+                let n = buf.len().min(self.ok).min(self.bytes.len());
+                buf[..n].copy_from_slice(&self.bytes[..n]);
+                self.bytes = &self.bytes[n..];
+                self.ok -= n;
+                Ok(n)
+            }
+        }
+        let members = good();
+        let refs: Vec<(&str, &[u8])> = members
+            .iter()
+            .map(|(n, d)| (n.as_str(), d.as_slice()))
+            .collect();
+        let bytes = tar(&refs);
+        let (f, c) = (fields(), classes());
+        for ok in [0, 700, 2048, bytes.len() - 100] {
+            let src = Failing { bytes: &bytes, ok };
+            let (r, back) = stream_tar(src, bytes.len() as u64, vec![0; 1024], &ctx(&f, &c, false));
+            assert_eq!(back.len(), 1024);
+            match r {
+                Err(e) => assert_eq!(e.to_string(), "injected", "after {ok} bytes"),
+                Ok(_) => panic!("a failed read after {ok} bytes went unnoticed"),
+            }
+        }
     }
 
     #[test]

@@ -114,10 +114,25 @@ pub(crate) struct Loaded {
 }
 
 /// A reader that hashes and counts what passes through it.
-struct HashingReader<R> {
+pub(crate) struct HashingReader<R> {
     inner: R,
     hasher: ChecksumHasher,
     count: u64,
+}
+
+impl<R> HashingReader<R> {
+    pub(crate) fn new(inner: R) -> Self {
+        Self {
+            inner,
+            hasher: ChecksumHasher::new(),
+            count: 0,
+        }
+    }
+
+    /// Bytes read, and their checksum.
+    pub(crate) fn finish(self) -> (u64, Checksum) {
+        (self.count, self.hasher.checksum())
+    }
 }
 
 impl<R: Read> Read for HashingReader<R> {
@@ -202,11 +217,7 @@ pub(crate) fn load_zstd(
 ) -> io::Result<Loaded> {
     let file = File::open(path)?;
     let stored = file.metadata()?.len();
-    let counted = HashingReader {
-        inner: file,
-        hasher: ChecksumHasher::new(),
-        count: 0,
-    };
+    let counted = HashingReader::new(file);
     let cap = declared.unwrap_or(limit).min(limit);
     let mut data = pool.take();
     // Reserve what the manifest promises, but no more than a plausible ratio of the stored size:

@@ -5,9 +5,11 @@
 //! buffer). See `README.md` beside this crate for the member layout.
 
 mod reader;
+mod stream;
 mod writer;
 
 pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
+pub use stream::{StreamError, StreamHeader, Tail, TarStream};
 pub use writer::{TarWriter, FIXED_MTIME};
 
 /// Size of a tar block.

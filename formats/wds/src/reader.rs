@@ -100,70 +100,95 @@ impl<'a> TarReader<'a> {
                 what: "header",
             });
         };
-        if h.iter().all(|&b| b == 0) {
+        let Some(h) = parse_header(h, offset)? else {
             return Ok(None);
-        }
-        let stored = parse_octal(&h[148..156]).ok_or(ReadError::BadNumber {
-            offset,
-            field: "checksum",
-        })?;
-        // The header checksum treats its own eight bytes as spaces: one plain sum over the block
-        // minus those bytes. `u32` lanes (512 × 255 cannot overflow them) let the compiler
-        // vectorise the sum; it runs once per member.
-        let all: u32 = h.iter().map(|&b| u32::from(b)).sum();
-        let own: u32 = h[148..156].iter().map(|&b| u32::from(b)).sum();
-        let computed = u64::from(all - own + 8 * u32::from(b' '));
-        if stored != computed {
-            return Err(ReadError::BadChecksum { offset });
-        }
-        let size = parse_octal(&h[124..136]).ok_or(ReadError::BadNumber {
-            offset,
-            field: "size",
-        })?;
-        let name = cstr(&h[..100]);
-        let is_ustar = &h[257..262] == b"ustar";
-        let prefix = if is_ustar { cstr(&h[345..500]) } else { &[] };
-        let bad_name = || ReadError::BadName { offset };
-        let name: Cow<'a, str> = if prefix.is_empty() {
-            Cow::Borrowed(std::str::from_utf8(name).map_err(|_| bad_name())?)
-        } else {
-            let mut full = Vec::with_capacity(prefix.len() + 1 + name.len());
-            full.extend_from_slice(prefix);
-            full.push(b'/');
-            full.extend_from_slice(name);
-            Cow::Owned(String::from_utf8(full).map_err(|_| bad_name())?)
-        };
-        let kind = match h[156] {
-            b'0' | 0 | b'7' => EntryKind::Regular,
-            b'1' | b'2' => EntryKind::Link,
-            b'3' | b'4' | b'6' => EntryKind::Device,
-            b'5' => EntryKind::Directory,
-            b'x' | b'g' | b'L' | b'K' => EntryKind::Extension,
-            other => EntryKind::Other(other),
-        };
-        // Links and devices carry no data in the archive whatever their size field says.
-        let data_len = match kind {
-            EntryKind::Link | EntryKind::Device | EntryKind::Directory => 0,
-            _ => size,
         };
         let start = self.pos + BLOCK;
-        let end = usize::try_from(data_len)
-            .ok()
-            .and_then(|l| start.checked_add(l))
-            .filter(|&e| e <= self.bytes.len())
-            .ok_or(ReadError::Truncated {
-                offset: start as u64,
-                what: "member data",
-            })?;
+        let end = member_end(offset, h.size, self.bytes.len() as u64)?;
+        // `end` is within `bytes`, so it fits a usize.
+        let end = end as usize;
         let padded = end.saturating_add((BLOCK - (end - start) % BLOCK) % BLOCK);
         self.pos = padded.min(self.bytes.len());
         Ok(Some(Entry {
-            name,
-            kind,
+            name: h.name,
+            kind: h.kind,
             header_offset: offset,
             data: &self.bytes[start..end],
         }))
     }
+}
+
+/// A parsed header block: the member's name, type and the number of data bytes that follow it
+/// in the archive.
+pub(crate) struct Header<'h> {
+    pub name: Cow<'h, str>,
+    pub kind: EntryKind,
+    pub size: u64,
+}
+
+/// Parses the header block `h` (512 bytes) found at `offset`; `None` for an all-zero block (the
+/// start of the end-of-archive marker). Allocates only for a name with a USTAR prefix.
+pub(crate) fn parse_header(h: &[u8], offset: u64) -> Result<Option<Header<'_>>, ReadError> {
+    if h.iter().all(|&b| b == 0) {
+        return Ok(None);
+    }
+    let stored = parse_octal(&h[148..156]).ok_or(ReadError::BadNumber {
+        offset,
+        field: "checksum",
+    })?;
+    // The header checksum treats its own eight bytes as spaces: one plain sum over the block
+    // minus those bytes. `u32` lanes (512 × 255 cannot overflow them) let the compiler
+    // vectorise the sum; it runs once per member.
+    let all: u32 = h.iter().map(|&b| u32::from(b)).sum();
+    let own: u32 = h[148..156].iter().map(|&b| u32::from(b)).sum();
+    let computed = u64::from(all - own + 8 * u32::from(b' '));
+    if stored != computed {
+        return Err(ReadError::BadChecksum { offset });
+    }
+    let size = parse_octal(&h[124..136]).ok_or(ReadError::BadNumber {
+        offset,
+        field: "size",
+    })?;
+    let name = cstr(&h[..100]);
+    let is_ustar = &h[257..262] == b"ustar";
+    let prefix = if is_ustar { cstr(&h[345..500]) } else { &[] };
+    let bad_name = || ReadError::BadName { offset };
+    let name: Cow<'_, str> = if prefix.is_empty() {
+        Cow::Borrowed(std::str::from_utf8(name).map_err(|_| bad_name())?)
+    } else {
+        let mut full = Vec::with_capacity(prefix.len() + 1 + name.len());
+        full.extend_from_slice(prefix);
+        full.push(b'/');
+        full.extend_from_slice(name);
+        Cow::Owned(String::from_utf8(full).map_err(|_| bad_name())?)
+    };
+    let kind = match h[156] {
+        b'0' | 0 | b'7' => EntryKind::Regular,
+        b'1' | b'2' => EntryKind::Link,
+        b'3' | b'4' | b'6' => EntryKind::Device,
+        b'5' => EntryKind::Directory,
+        b'x' | b'g' | b'L' | b'K' => EntryKind::Extension,
+        other => EntryKind::Other(other),
+    };
+    // Links and devices carry no data in the archive whatever their size field says.
+    let size = match kind {
+        EntryKind::Link | EntryKind::Device | EntryKind::Directory => 0,
+        _ => size,
+    };
+    Ok(Some(Header { name, kind, size }))
+}
+
+/// Where the data of the member whose header is at `offset` ends (its padding excluded), or the
+/// error when that is past `archive_len`.
+pub(crate) fn member_end(offset: u64, size: u64, archive_len: u64) -> Result<u64, ReadError> {
+    let start = offset + BLOCK as u64;
+    start
+        .checked_add(size)
+        .filter(|&e| e <= archive_len)
+        .ok_or(ReadError::Truncated {
+            offset: start,
+            what: "member data",
+        })
 }
 
 impl<'a> Iterator for TarReader<'a> {
