@@ -295,13 +295,16 @@ pub struct VerifyArgs {
     pub json: bool,
 
     /// Worker threads (default: all cores). Shards are checked in parallel, one per thread;
-    /// a .zst shard (or any shard with --no-mmap) is held in memory whole while it is checked.
+    /// without --decode a plain tar shard is read through a 128 KiB buffer, while a .zst shard
+    /// (or, with --no-mmap, a packed shard or any shard with --decode) is held in memory whole
+    /// while it is checked.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
 
-    /// Read plain shards into memory instead of mapping them: slower (one more copy), but safe
-    /// when another process may truncate shard files during the run, which would kill a run
-    /// that maps them (SIGBUS). Shards written by shardtool are never modified in place.
+    /// Read plain shards into memory instead of mapping them (packed shards, and every shard
+    /// with --decode; tar shards without --decode are never mapped): slower (one more copy),
+    /// but safe when another process may truncate shard files during the run, which would kill
+    /// a run that maps them (SIGBUS). Shards written by shardtool are never modified in place.
     #[arg(long)]
     pub no_mmap: bool,
 
