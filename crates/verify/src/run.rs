@@ -32,7 +32,9 @@ pub struct VerifyOptions {
     pub max_shard_bytes: u64,
     /// Map plain shards instead of reading them into memory: no copy, about `cat`'s speed. Sound
     /// because shards are write-once; turn it off when another process may truncate shard files
-    /// during the run (a mapped file that shrinks kills the process with SIGBUS).
+    /// during the run (a mapped file that shrinks kills the process with SIGBUS). Applies to
+    /// packed shards, and to tar shards with `decode`; without it a tar shard is streamed
+    /// through a small buffer (see `stream_shard`) either way.
     pub mmap: bool,
 }
 
