@@ -221,6 +221,7 @@ mod tests {
             fields: &f,
             classes: &c,
             decode: false,
+            expected_samples: 0,
         };
         let two_pass = check_packed(bytes, &ctx, Records::Check);
         let fused = check_packed(bytes, &ctx, Records::CheckAndHashFile);

@@ -36,6 +36,8 @@ pub(crate) struct Ctx<'a> {
     pub classes: &'a [String],
     /// Collect images to decode.
     pub decode: bool,
+    /// Samples the manifest says the shard holds (untrusted: only sizes the key set, capped).
+    pub expected_samples: u64,
 }
 
 /// An image to decode and the size its metadata promises.
@@ -116,7 +118,8 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
         scan.problems.push(empty_shard(ctx));
         return scan;
     }
-    let mut g = Gather::default();
+    let mut g = Gather::new(ctx);
+    scan.keys.reserve(g.seen.capacity());
     let mut end = 0usize;
     let mut broken = false;
     let mut reader = TarReader::new(bytes);
@@ -140,10 +143,18 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
             .saturating_add(e.data.len().div_ceil(BLOCK) * BLOCK);
         let data = FieldData::whole(e.data);
         match e.name {
-            Cow::Borrowed(name) => g.member(ctx, &mut scan, name, e.kind, data, Cow::Borrowed),
-            Cow::Owned(name) => g.member(ctx, &mut scan, &name, e.kind, data, |s| {
-                Cow::Owned(s.to_owned())
-            }),
+            Cow::Borrowed(name) => g.member(
+                ctx,
+                &mut scan,
+                name,
+                e.kind,
+                data,
+                (Cow::Borrowed, Cow::Borrowed),
+            ),
+            Cow::Owned(name) => {
+                let own = |s: &str| Cow::Owned(s.to_owned());
+                g.member(ctx, &mut scan, &name, e.kind, data, (own, own))
+            }
         };
     }
     g.finish(ctx, &mut scan, broken);
@@ -185,13 +196,15 @@ pub(crate) fn stream_tar<'a, R: std::io::Read>(
     let mut scan = Scan::default();
     let mut stream = TarStream::new(HashingReader::new(file), len, buf);
     // A declared field name is borrowed rather than copied for every member.
-    let own = |s: &str| -> Cow<'a, str> {
+    let own_field = |s: &str| -> Cow<'a, str> {
         match ctx.fields.get(s) {
             Some(f) => Cow::Borrowed(f.as_str()),
             None => Cow::Owned(s.to_owned()),
         }
     };
-    let mut g = Gather::default();
+    let own_key = |s: &str| -> Cow<'a, str> { Cow::Owned(s.to_owned()) };
+    let mut g = Gather::new(ctx);
+    scan.keys.reserve(g.seen.capacity());
     let mut broken = false;
     let mut io_error = None;
     if len == 0 {
@@ -213,7 +226,14 @@ pub(crate) fn stream_tar<'a, R: std::io::Read>(
             }
         };
         let (kind, size) = (h.kind, h.size);
-        let joined = g.member(ctx, &mut scan, &h.name, kind, FieldData::default(), own);
+        let joined = g.member(
+            ctx,
+            &mut scan,
+            &h.name,
+            kind,
+            FieldData::default(),
+            (own_key, own_field),
+        );
         let keep = joined.filter(|f| keeps(f, size)).is_some();
         let mut data = FieldData {
             bytes: Cow::Borrowed(&[]),
@@ -270,7 +290,6 @@ fn read_problem(ctx: &Ctx<'_>, err: &ReadError) -> Problem {
 
 /// Groups members into samples, checking each member's type and name on the way and each sample
 /// when it is complete: the part of a scan that does not depend on where the bytes are.
-#[derive(Default)]
 struct Gather<'d> {
     /// Keys of finished samples.
     seen: KeySet<'d>,
@@ -281,8 +300,22 @@ struct Gather<'d> {
 }
 
 impl<'d> Gather<'d> {
+    fn new(ctx: &Ctx<'_>) -> Self {
+        // Sized for the manifest's count, so that the set does not grow step by step; capped,
+        // since the count is untrusted (the set still grows past it).
+        let keys = usize::try_from(ctx.expected_samples)
+            .unwrap_or(0)
+            .min(1 << 16);
+        Self {
+            seen: KeySet::with_capacity_and_hasher(keys, Default::default()),
+            current: None,
+            fields: Vec::new(),
+        }
+    }
+
     /// Checks one member; when it joins a sample, adds it as a field with `data` and returns the
-    /// field's (lowercased) name. `own` turns parts of `name` into what the sample keeps.
+    /// field's (lowercased) name. `own_key` and `own_field` turn parts of `name` into what the
+    /// sample keeps.
     fn member<'n>(
         &mut self,
         ctx: &Ctx<'_>,
@@ -290,7 +323,10 @@ impl<'d> Gather<'d> {
         name: &'n str,
         kind: EntryKind,
         data: FieldData<'d>,
-        own: impl Fn(&'n str) -> Cow<'d, str>,
+        (own_key, own_field): (
+            impl Fn(&'n str) -> Cow<'d, str>,
+            impl Fn(&'n str) -> Cow<'d, str>,
+        ),
     ) -> Option<&str> {
         let unsafe_or_unexpected = match kind {
             EntryKind::Regular => None,
@@ -329,7 +365,19 @@ impl<'d> Gather<'d> {
             );
             return None;
         }
-        if name.contains("..") && name.split(['/', '\\']).any(|c| c == "..") {
+        // One pass over the name's bytes (it is short, and this runs for every member) instead of
+        // a substring search, a split and two reverse searches.
+        let bytes = name.as_bytes();
+        let mut slash = None;
+        let mut dots = false;
+        for (i, &b) in bytes.iter().enumerate() {
+            if b == b'/' {
+                slash = Some(i);
+            } else if b == b'.' && i > 0 && bytes[i - 1] == b'.' {
+                dots = true;
+            }
+        }
+        if dots && name.split(['/', '\\']).any(|c| c == "..") {
             scan.member(
                 ctx,
                 name,
@@ -338,7 +386,8 @@ impl<'d> Gather<'d> {
             );
             return None;
         }
-        let base = name.rsplit('/').next().unwrap_or(name);
+        let base_start = slash.map_or(0, |i| i + 1);
+        let base = &name[base_start..];
         if base.starts_with("__") && base.ends_with("__") {
             scan.member(
                 ctx,
@@ -349,7 +398,12 @@ impl<'d> Gather<'d> {
             );
             return None;
         }
-        let (key, field) = split_name(name);
+        // `split_name`'s rule: the key ends at the first '.' of the last path component.
+        let (key, field) = match base.find('.') {
+            Some(dot) => (&name[..base_start + dot], &base[dot + 1..]),
+            None => (name, ""),
+        };
+        debug_assert_eq!((key, field), split_name(name));
         if field.is_empty() {
             // Without a field, the key is the whole member name.
             scan.member(
@@ -369,14 +423,14 @@ impl<'d> Gather<'d> {
             );
             Cow::Owned(field.to_ascii_lowercase())
         } else {
-            own(field)
+            own_field(field)
         };
         if self.current.as_deref() != Some(key) {
             if let Some(done) = self.current.take() {
                 finish_sample(done, &self.fields, ctx, scan, &mut self.seen);
             }
             self.fields.clear();
-            self.current = Some(own(key));
+            self.current = Some(own_key(key));
         }
         self.fields.push((field, data));
         self.fields.last().map(|(f, _)| &**f)
@@ -434,7 +488,10 @@ fn finish_sample<'d>(
     if let Err(e) = validate_key(&key) {
         scan.member(ctx, &key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
     }
-    if seen.insert(key.clone()) {
+    // Looked up now, stored at the end: an owned key then moves into the set instead of being
+    // copied for it.
+    let new_key = !seen.contains(&key);
+    if new_key {
         scan.keys.push(key.to_string());
     } else {
         scan.member(
@@ -577,6 +634,9 @@ fn finish_sample<'d>(
                 });
             }
         }
+    }
+    if new_key {
+        seen.insert(key);
     }
 }
 
@@ -789,6 +849,7 @@ mod tests {
             fields,
             classes,
             decode,
+            expected_samples: 2,
         }
     }
 

@@ -458,6 +458,7 @@ fn stream_shard(
         fields,
         classes,
         decode: false,
+        expected_samples: entry.samples,
     };
     let mut buf = buffers.take();
     if buf.len() < STREAM_BUFFER {
@@ -597,6 +598,7 @@ fn check_content(
         fields,
         classes,
         decode: opts.decode,
+        expected_samples: entry.samples,
     };
     let mut scan = match entry.format {
         ShardFormat::Wds => check_tar(data, &ctx, hash_file),
