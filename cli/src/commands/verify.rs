@@ -66,15 +66,12 @@ impl Progress for Bar {
 
 /// The options the flags ask for.
 pub fn options(a: &VerifyArgs) -> VerifyOptions {
-    let mut o = VerifyOptions {
+    VerifyOptions {
         decode: a.decode,
         mmap: !a.no_mmap,
-        ..VerifyOptions::default()
-    };
-    if let Some(j) = a.jobs {
-        o.jobs = j as usize;
+        // None: 0, one per core (counted while the dataset is opened).
+        ..VerifyOptions::with_jobs(a.jobs.map_or(0, |j| j as usize))
     }
-    o
 }
 
 /// The stable name of an error that stopped verification before it started.

@@ -157,13 +157,11 @@ impl Stats {
 
 /// Inspects a dataset (directory or manifest) or a single shard file.
 pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, VerifyError> {
-    if opts.jobs == 0 {
-        return Err(VerifyError::Usage("--jobs must be at least 1".into()));
-    }
+    let jobs = opts.jobs_or_cores();
     let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs)
+        .num_threads(jobs)
         .build()
-        .map_err(|e| VerifyError::Usage(format!("cannot start {} threads: {e}", opts.jobs)))?;
+        .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
     let buffers = BufferPool::default();
     match open_target(target, &opts.limits, true)? {
         Target::Dataset(ds) => {

@@ -23,7 +23,8 @@ use std::time::Instant;
 pub struct VerifyOptions {
     /// Decode every image and compare its size with its metadata.
     pub decode: bool,
-    /// Worker threads.
+    /// Worker threads; 0 (the default): one per core the process may use, counted while the
+    /// dataset is opened.
     pub jobs: usize,
     /// Limits for decoding images (`max_pixels`) and reading the manifest (`max_header_bytes`).
     pub limits: Limits,
@@ -39,13 +40,30 @@ pub struct VerifyOptions {
 }
 
 impl Default for VerifyOptions {
+    /// One job per core (`jobs: 0`), and the default limits.
     fn default() -> Self {
+        Self::with_jobs(0)
+    }
+}
+
+impl VerifyOptions {
+    /// The defaults with `jobs` worker threads (0: one per core).
+    pub fn with_jobs(jobs: usize) -> Self {
         Self {
             decode: false,
-            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            jobs,
             limits: Limits::default(),
             max_shard_bytes: DEFAULT_MAX_SHARD_BYTES,
             mmap: true,
+        }
+    }
+
+    /// `jobs`, or the number of cores the process may use when it is 0 (reads cgroup files:
+    /// about 0.1 ms).
+    pub fn jobs_or_cores(&self) -> usize {
+        match self.jobs {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
         }
     }
 }
@@ -87,9 +105,6 @@ pub fn verify(
     progress: &dyn Progress,
 ) -> Result<Report, VerifyError> {
     let start = Instant::now();
-    if opts.jobs == 0 {
-        return Err(VerifyError::Usage("--jobs must be at least 1".into()));
-    }
     let prepare = || Prepared::new(target, opts, progress);
     let check = |p: &Prepared, entry: &ShardEntry| {
         let o = verify_shard(
@@ -103,14 +118,15 @@ pub fn verify(
         progress.shard_done(&entry.file, o.bytes_read);
         o
     };
-    let (p, outcomes) = if opts.decode {
+    let (p, outcomes, jobs) = if opts.decode {
         // Decoding fans out inside a shard too (its images), which wants a work-stealing pool.
         let p = prepare()?;
+        let jobs = opts.jobs_or_cores();
         let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(opts.jobs)
+            .num_threads(jobs)
             .thread_name(|i| format!("verify-{i}"))
             .build()
-            .map_err(|e| VerifyError::Usage(format!("cannot start {} threads: {e}", opts.jobs)))?;
+            .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
         let outcomes = pool.install(|| {
             p.ds.manifest
                 .shards
@@ -119,7 +135,7 @@ pub fn verify(
                 .map(|e| check(&p, e))
                 .collect()
         });
-        (p, outcomes)
+        (p, outcomes, jobs)
     } else {
         // Without decoding a shard is one thread's work: plain threads, started before the
         // manifest is read, which matters on small datasets (see `prepare_then_map`).
@@ -183,7 +199,7 @@ pub fn verify(
         dataset: ds.dir.display().to_string(),
         manifest: ds.manifest_path.display().to_string(),
         decode: opts.decode,
-        jobs: opts.jobs,
+        jobs,
         shards: m.shards.len() as u64,
         shards_read,
         samples,
@@ -254,7 +270,7 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
     prepare: impl FnOnce() -> Result<P, E>,
     items: impl Fn(&P) -> &[I] + Sync,
     f: impl Fn(&P, &I) -> T + Sync,
-) -> Result<(P, Vec<T>), E> {
+) -> Result<(P, Vec<T>, usize), E> {
     // `None` once `prepare` has failed: the threads then return at once.
     let slot: OnceLock<Option<P>> = OnceLock::new();
     let next = AtomicUsize::new(0);
@@ -267,21 +283,43 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
         }
         done
     };
+    let worker = || match slot.wait() {
+        Some(p) => work(p),
+        None => Vec::new(),
+    };
+    let mut threads = 1;
     let mut all = std::thread::scope(|s| {
-        let workers: Vec<_> = if jobs <= 1 {
-            Vec::new()
-        } else {
-            (0..jobs)
-                .filter_map(|k| {
-                    std::thread::Builder::new()
-                        .name(format!("verify-{k}"))
-                        .spawn_scoped(s, || match slot.wait() {
-                            Some(p) => work(p),
-                            None => Vec::new(),
-                        })
-                        .ok()
+        let spawn = |k: usize| {
+            std::thread::Builder::new()
+                .name(format!("verify-{k}"))
+                .spawn_scoped(s, worker)
+                .ok()
+        };
+        let workers: Vec<_> = match jobs {
+            1 => Vec::new(),
+            // One per core: the first worker counts the cores (cgroup files, about 0.1 ms) and
+            // starts the others while the calling thread opens the dataset. Returns the count
+            // with its own results and theirs.
+            0 => std::thread::Builder::new()
+                .name("verify-0".into())
+                .spawn_scoped(s, move || {
+                    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+                    let others: Vec<_> = (1..n).filter_map(spawn).collect();
+                    let started = 1 + others.len();
+                    let mut done = worker();
+                    for w in others {
+                        match w.join() {
+                            Ok(d) => done.extend(d),
+                            Err(panic) => std::panic::resume_unwind(panic),
+                        }
+                    }
+                    (started, done)
                 })
-                .collect()
+                .ok()
+                .into_iter()
+                .map(Worker::Counting)
+                .collect(),
+            _ => (0..jobs).filter_map(spawn).map(Worker::Plain).collect(),
         };
         /// Releases the threads when `prepare` returns an error or unwinds.
         struct Release<'a, P>(&'a OnceLock<Option<P>>);
@@ -295,9 +333,19 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
         let p = slot.get_or_init(|| Some(prepared)).as_ref();
         let p = p.expect("only `Release` stores None, and it has not run");
         let mut all = Vec::new();
+        if !workers.is_empty() {
+            threads = 0;
+        }
         for w in workers {
-            match w.join() {
-                Ok(done) => all.extend(done),
+            let joined = match w {
+                Worker::Plain(h) => h.join().map(|d| (1, d)),
+                Worker::Counting(h) => h.join(),
+            };
+            match joined {
+                Ok((n, done)) => {
+                    threads += n;
+                    all.extend(done);
+                }
                 Err(panic) => std::panic::resume_unwind(panic),
             }
         }
@@ -307,7 +355,14 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
     })?;
     all.sort_unstable_by_key(|(i, _)| *i);
     let p = slot.into_inner().flatten().expect("set above");
-    Ok((p, all.into_iter().map(|(_, t)| t).collect()))
+    Ok((p, all.into_iter().map(|(_, t)| t).collect(), threads))
+}
+
+/// A started worker of [`prepare_then_map`]: one thread, or the first of `jobs == 0`, which
+/// returns how many threads it started (itself included).
+enum Worker<'scope, T> {
+    Plain(std::thread::ScopedJoinHandle<'scope, Vec<(usize, T)>>),
+    Counting(std::thread::ScopedJoinHandle<'scope, (usize, Vec<(usize, T)>)>),
 }
 
 /// Reads one shard and runs every check on it.
@@ -688,10 +743,11 @@ mod tests {
 
     #[test]
     fn prepare_then_map_keeps_item_order_and_the_thread_bound() {
-        for jobs in [1, 2, 3, 8] {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        for jobs in [0, 1, 2, 3, 8] {
             for n in [0usize, 1, 2, 5, 40] {
                 let names = std::sync::Mutex::new(std::collections::HashSet::new());
-                let (items, out) = prepare_then_map(
+                let (items, out, started) = prepare_then_map(
                     jobs,
                     || Ok::<_, ()>((0..n).collect::<Vec<usize>>()),
                     |items| items.as_slice(),
@@ -704,30 +760,36 @@ mod tests {
                 assert_eq!(out, items.iter().map(|i| i * 10).collect::<Vec<_>>());
                 assert_eq!(items.len(), n);
                 let threads = names.into_inner().unwrap().len();
-                assert!(threads <= jobs, "{threads} threads for --jobs {jobs}");
+                // 0: one per core.
+                let bound = if jobs == 0 { cores } else { jobs };
+                assert_eq!(started, bound, "threads started for --jobs {jobs}");
+                assert!(threads <= bound, "{threads} threads for --jobs {jobs}");
             }
         }
     }
 
     #[test]
     fn a_failed_or_panicking_prepare_releases_the_waiting_threads() {
-        // Returning at all proves the started threads were released.
-        let failed = prepare_then_map(
-            4,
-            || Err::<Vec<u8>, _>("no manifest"),
-            |v| v.as_slice(),
-            |_, _| unreachable!("no work after a failed prepare"),
-        );
-        assert_eq!(failed.err(), Some("no manifest"));
-        let panicked = std::panic::catch_unwind(|| {
-            prepare_then_map(
-                4,
-                || -> Result<Vec<u8>, ()> { panic!("prepare broke") },
+        // Returning at all proves the started threads were released (0: the first thread
+        // starts the others).
+        for jobs in [0, 4] {
+            let failed = prepare_then_map(
+                jobs,
+                || Err::<Vec<u8>, _>("no manifest"),
                 |v| v.as_slice(),
-                |_, _| (),
-            )
-        });
-        assert!(panicked.is_err());
+                |_, _| unreachable!("no work after a failed prepare"),
+            );
+            assert_eq!(failed.err(), Some("no manifest"));
+            let panicked = std::panic::catch_unwind(|| {
+                prepare_then_map(
+                    jobs,
+                    || -> Result<Vec<u8>, ()> { panic!("prepare broke") },
+                    |v| v.as_slice(),
+                    |_, _| (),
+                )
+            });
+            assert!(panicked.is_err());
+        }
     }
 
     fn tar(keys: &[&str]) -> Vec<u8> {
@@ -848,11 +910,6 @@ mod tests {
         assert!(matches!(
             verify(dir.path(), &o, &NoProgress),
             Err(VerifyError::Manifest { .. })
-        ));
-        let zero = VerifyOptions { jobs: 0, ..o };
-        assert!(matches!(
-            verify(dir.path(), &zero, &NoProgress),
-            Err(VerifyError::Usage(_))
         ));
     }
 }
