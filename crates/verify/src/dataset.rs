@@ -127,7 +127,10 @@ pub(crate) fn open_target(
 
 fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, VerifyError> {
     let file = std::fs::File::open(path).map_err(|e| VerifyError::io(path, e))?;
-    let mut bytes = Vec::new();
+    // Sized from the file system (within the limit) so that a manifest is read in one or two
+    // calls rather than in doubling steps from 32 bytes.
+    let hint = file.metadata().map_or(0, |m| m.len()).min(limit);
+    let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0).saturating_add(1));
     file.take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(|e| VerifyError::io(path, e))?;
