@@ -8,6 +8,11 @@
 //! What that start-up did and is still needed is done here: stdout is flushed at the end and a
 //! panic exits with status 101. What is given up: a stack overflow on the main thread ends in a
 //! plain SIGSEGV without Rust's one-line message.
+//!
+//! The process then ends with `_exit`, skipping the C exit handlers and library destructors:
+//! nothing registered there has work that outlives the process (Rust registers none, and every
+//! file and temporary is closed or removed by `run`'s drops; aws-lc's destructor only frees its
+//! random generator's memory). About 0.08 ms less per run on the benchmark VM.
 #![cfg_attr(all(target_os = "linux", not(test)), no_main)]
 
 mod args;
@@ -68,7 +73,10 @@ pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) ->
     // initialisers std registers. A panic has printed its message through the hook by now.
     let code = std::panic::catch_unwind(run).map_or(101, i32::from);
     let _ = std::io::stdout().flush();
-    code
+    let _ = std::io::stderr().flush();
+    // SAFETY: `_exit` ends the process and never returns; every Rust value of the run has been
+    // dropped and stdout flushed above (see the module comment for what is skipped).
+    unsafe { libc::_exit(code) }
 }
 
 #[cfg(not(all(target_os = "linux", not(test))))]
