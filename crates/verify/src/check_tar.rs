@@ -878,12 +878,17 @@ mod tests {
         v
     }
 
-    fn scan_of(members: &[(String, Vec<u8>)], decode: bool) -> (Vec<ProblemKind>, u64, usize) {
+    /// A tar of owned members.
+    fn tar_of(members: &[(String, Vec<u8>)]) -> Vec<u8> {
         let refs: Vec<(&str, &[u8])> = members
             .iter()
             .map(|(n, d)| (n.as_str(), d.as_slice()))
             .collect();
-        let bytes = tar(&refs);
+        tar(&refs)
+    }
+
+    fn scan_of(members: &[(String, Vec<u8>)], decode: bool) -> (Vec<ProblemKind>, u64, usize) {
+        let bytes = tar_of(members);
         let (f, c) = (fields(), classes());
         let ctx = ctx(&f, &c, decode);
         let s = check_tar(&bytes, &ctx, false);
@@ -927,12 +932,7 @@ mod tests {
     fn streaming_finds_what_the_in_memory_scan_finds_in_damaged_shards() {
         let (f, c) = (fields(), classes());
         let ctx = ctx(&f, &c, false);
-        let members = good();
-        let refs: Vec<(&str, &[u8])> = members
-            .iter()
-            .map(|(n, d)| (n.as_str(), d.as_slice()))
-            .collect();
-        let whole = tar(&refs);
+        let whole = tar_of(&good());
         let mut cases: Vec<Vec<u8>> = Vec::new();
         // Cut everywhere a block starts, and inside blocks.
         for cut in (0..whole.len()).step_by(256) {
@@ -1022,12 +1022,7 @@ mod tests {
                 Ok(n)
             }
         }
-        let members = good();
-        let refs: Vec<(&str, &[u8])> = members
-            .iter()
-            .map(|(n, d)| (n.as_str(), d.as_slice()))
-            .collect();
-        let bytes = tar(&refs);
+        let bytes = tar_of(&good());
         let (f, c) = (fields(), classes());
         for ok in [0, 700, 2048, bytes.len() - 100] {
             let src = Failing { bytes: &bytes, ok };
