@@ -29,7 +29,8 @@ pub struct VerifyOptions {
     /// Limits for decoding images (`max_pixels`) and reading the manifest (`max_header_bytes`).
     pub limits: Limits,
     /// Largest (uncompressed) shard read into memory; larger ones are only checksummed. Mapped
-    /// shards (see `mmap`) take no memory of their own and have no such limit.
+    /// shards (see `mmap`) and streamed tar shards take no memory of their own (beyond a
+    /// 128 KiB buffer) and have no such limit.
     pub max_shard_bytes: u64,
     /// Map plain shards instead of reading them into memory: no copy, about `cat`'s speed. Sound
     /// because shards are write-once; turn it off when another process may truncate shard files
