@@ -34,9 +34,10 @@ pub struct VerifyOptions {
     pub max_shard_bytes: u64,
     /// Map plain shards instead of reading them into memory: no copy, about `cat`'s speed. Sound
     /// because shards are write-once; turn it off when another process may truncate shard files
-    /// during the run (a mapped file that shrinks kills the process with SIGBUS). Applies to
-    /// packed shards, and to tar shards with `decode`; without it a tar shard is streamed
-    /// through a small buffer (see `stream_shard`) either way.
+    /// during the run (a mapped file that shrinks kills the process with SIGBUS). Without it,
+    /// and for tar shards of small samples when not decoding (see
+    /// `STREAM_BELOW_BYTES_PER_SAMPLE`), a tar shard is streamed through a small buffer (see
+    /// `stream_shard`).
     pub mmap: bool,
 }
 
