@@ -160,13 +160,11 @@ fn scan_tar<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, ahead: &mut Option<AheadHasher<'
     g.finish(ctx, &mut scan, broken);
     if !broken {
         let rest = bytes.get(end..).unwrap_or(&[]);
-        let marker = rest.len().min(2 * BLOCK);
         let tail = Tail {
             end: end as u64,
             len: rest.len() as u64,
             first_nonzero: rest.iter().position(|&b| b != 0).map(|p| (end + p) as u64),
         };
-        debug_assert!(marker <= rest.len());
         check_end(&tail, ctx, &mut scan);
     }
     scan
@@ -243,10 +241,7 @@ pub(crate) fn stream_tar<'a, R: std::io::Read>(
             // `size` is at most MAX_META_BYTES here.
             let mut bytes = Vec::with_capacity(size as usize);
             if let Err(e) = stream.read_data(size, &mut bytes) {
-                io_error = Some(match e {
-                    StreamError::Io(e) => e,
-                    StreamError::Tar(e) => std::io::Error::other(e),
-                });
+                io_error = Some(e);
                 break;
             }
             data.bytes = Cow::Owned(bytes);

@@ -104,11 +104,10 @@ impl<'a> TarReader<'a> {
             return Ok(None);
         };
         let start = self.pos + BLOCK;
-        let end = member_end(offset, h.size, self.bytes.len() as u64)?;
-        // `end` is within `bytes`, so it fits a usize.
+        let (end, padded) = member_end(offset, h.size, self.bytes.len() as u64)?;
+        // `end` is within `bytes`, so it fits a usize; the padding may be cut off.
         let end = end as usize;
-        let padded = end.saturating_add((BLOCK - (end - start) % BLOCK) % BLOCK);
-        self.pos = padded.min(self.bytes.len());
+        self.pos = usize::try_from(padded).map_or(self.bytes.len(), |p| p.min(self.bytes.len()));
         Ok(Some(Entry {
             name: h.name,
             kind: h.kind,
@@ -178,17 +177,23 @@ pub(crate) fn parse_header(h: &[u8], offset: u64) -> Result<Option<Header<'_>>, 
     Ok(Some(Header { name, kind, size }))
 }
 
-/// Where the data of the member whose header is at `offset` ends (its padding excluded), or the
-/// error when that is past `archive_len`.
-pub(crate) fn member_end(offset: u64, size: u64, archive_len: u64) -> Result<u64, ReadError> {
+/// Where the data of the member whose header is at `offset` ends, without and with its padding
+/// to the block size (the padding may run past the archive's end), or the error when the data
+/// runs past `archive_len`.
+pub(crate) fn member_end(
+    offset: u64,
+    size: u64,
+    archive_len: u64,
+) -> Result<(u64, u64), ReadError> {
     let start = offset + BLOCK as u64;
-    start
+    let end = start
         .checked_add(size)
         .filter(|&e| e <= archive_len)
         .ok_or(ReadError::Truncated {
             offset: start,
             what: "member data",
-        })
+        })?;
+    Ok((end, start + size.div_ceil(BLOCK as u64) * BLOCK as u64))
 }
 
 impl<'a> Iterator for TarReader<'a> {
