@@ -2,7 +2,7 @@
 //! every shard once, in parallel, and merge the per-shard findings in shard order.
 
 use crate::check_packed::{check_packed, Records};
-use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob};
+use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan};
 use crate::dataset::{open_dataset, unlisted_shards, Dataset};
 use crate::error_report::check_error_report;
 use crate::loader::{load, BufferPool, Incomplete, Loaded, ShardBytes};
@@ -340,13 +340,12 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
         slot.get_or_init(|| Some(prepared));
         Ok(())
     })?;
-    let p = slot.get().and_then(Option::as_ref).expect("set above");
+    let p = slot.into_inner().flatten().expect("set above");
     let mut all = results.into_inner().unwrap_or_else(|e| e.into_inner());
     // Whatever no thread took (none could be started, or one job).
-    all.extend(work(p));
+    all.extend(work(&p));
     let threads = started.into_inner().max(1);
     all.sort_unstable_by_key(|(i, _)| *i);
-    let p = slot.into_inner().flatten().expect("set above");
     Ok((p, all.into_iter().map(|(_, t)| t).collect(), threads))
 }
 
@@ -515,7 +514,7 @@ fn stream_shard(
     }
     let (streamed, buf) = stream_tar(file, len, buf, &ctx);
     buffers.give(ShardBytes::Owned(buf));
-    let s = match streamed {
+    let mut s = match streamed {
         Ok(s) => s,
         Err(e) => {
             out.problems.push(unreadable(e));
@@ -532,14 +531,7 @@ fn stream_shard(
     };
     compare_with_manifest(entry, &loaded, s.sum, &mut out.problems);
     let mut content = Vec::new();
-    take_scan(
-        entry,
-        s.scan.problems,
-        s.scan.samples,
-        s.scan.keys,
-        out,
-        &mut content,
-    );
+    take_scan(entry, &mut s.scan, out, &mut content);
     out.problems.extend(content);
 }
 
@@ -653,14 +645,7 @@ fn check_content(
         ShardFormat::Wds => check_tar(data, &ctx, hash_file),
         ShardFormat::Packed => check_packed(data, &ctx, records),
     };
-    take_scan(
-        entry,
-        std::mem::take(&mut scan.problems),
-        scan.samples,
-        std::mem::take(&mut scan.keys),
-        out,
-        problems,
-    );
+    take_scan(entry, &mut scan, out, problems);
     if opts.decode {
         let spec = TransformSpec {
             resize: Resize::None,
@@ -682,13 +667,12 @@ fn check_content(
 /// Takes a shard scan's problems, sample count (checked against the manifest's) and keys.
 fn take_scan(
     entry: &ShardEntry,
-    scan_problems: Vec<Problem>,
-    samples: u64,
-    keys: Vec<String>,
+    scan: &mut Scan<'_>,
     out: &mut ShardOutcome,
     problems: &mut Vec<Problem>,
 ) {
-    problems.extend(scan_problems);
+    problems.append(&mut scan.problems);
+    let samples = scan.samples;
     if samples != entry.samples {
         problems.push(Problem::shard(
             &entry.file,
@@ -700,7 +684,7 @@ fn take_scan(
         ));
     }
     out.samples = Some(samples);
-    out.keys = keys;
+    out.keys = std::mem::take(&mut scan.keys);
 }
 
 fn decode_one(shard: &str, job: &ImageJob<'_>, spec: &TransformSpec) -> Option<Problem> {
