@@ -29,12 +29,12 @@ $BIN pack "$CROPS" "$TMP/wds" --encode keep --shard-samples 250 -q
 $BIN pack "$CROPS" "$TMP/wdspng" --encode png --shard-samples 250 -q
 $BIN pack "$CROPS" "$TMP/packed" --format packed --shard-samples 250 -q
 
-# compare NAME CMD_A CMD_B: RUNS rounds, each running both commands once in random order (after
+# compare CMD_A CMD_B: RUNS rounds, each running both commands once in random order (after
 # three warm-up runs each), so that both see the same drift of a noisy machine; prints the median
 # wall time of each in ms and the median of the per-round ratios A/B. Commands are started with
 # posix_spawn (no shell), stdout and stderr to /dev/null.
 compare() {
-  python3 - "$RUNS" "$2" "$3" <<'PY'
+  python3 - "$RUNS" "$1" "$2" <<'PY'
 import os, random, shlex, statistics, sys, time
 runs, cmds = int(sys.argv[1]), [shlex.split(c) for c in sys.argv[2:]]
 null = os.open(os.devnull, os.O_WRONLY)
@@ -74,15 +74,15 @@ for ds in wds wdspng packed; do
   cat $shards >/dev/null # warm the page cache
   echo
   echo "== $ds: $(ls "$TMP/$ds"/shard-* | wc -l) shards, $((bytes / 1000000)) MB, 1000 samples"
-  read -r c v r <<<"$(compare "$ds-cat-j2" "cat $shards" "$BIN verify $TMP/$ds -q")"
+  read -r c v r <<<"$(compare "cat $shards" "$BIN verify $TMP/$ds -q")"
   report "checksum verify (default: one job per core, $(nproc)) vs cat" "cat shards > /dev/null" "$c" "shardtool verify" "$v" "$r"
   python3 -c "import sys; c,v,b,r=map(float,sys.argv[1:]); print(f'  throughput: cat {b/c/1e3:.0f} MB/s, verify {b/v/1e3:.0f} MB/s; verify/cat = {c/v*100:.0f}% of medians, {r*100:.0f}% per round (target >= 80%)')" "$c" "$v" "$bytes" "$r"
-  read -r c v r <<<"$(compare "$ds-cat-j1" "cat $shards" "$BIN verify $TMP/$ds -q --jobs 1")"
+  read -r c v r <<<"$(compare "cat $shards" "$BIN verify $TMP/$ds -q --jobs 1")"
   report "checksum verify --jobs 1 vs cat" "cat shards > /dev/null" "$c" "shardtool verify --jobs 1" "$v" "$r"
   python3 -c "import sys; c,v,r=map(float,sys.argv[1:]); print(f'  verify/cat = {c/v*100:.0f}% of medians, {r*100:.0f}% per round')" "$c" "$v" "$r"
 done
 
 echo
-read -r one two r <<<"$(compare decode "$BIN verify $TMP/wds -q --decode --jobs 1" "$BIN verify $TMP/wds -q --decode --jobs 2")"
+read -r one two r <<<"$(compare "$BIN verify $TMP/wds -q --decode --jobs 1" "$BIN verify $TMP/wds -q --decode --jobs 2")"
 report "verify --decode (wds, 1000 JPEGs 400x350)" "--decode --jobs 1" "$one" "--decode --jobs 2" "$two" "$r"
 python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(f'  images/s: jobs 1 {1000/a*1e3:.0f}, jobs 2 {1000/b*1e3:.0f}; scaling {a/b:.2f}x on 2 jobs')" "$one" "$two"
