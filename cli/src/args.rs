@@ -294,17 +294,15 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Worker threads (default: all cores). Shards are checked in parallel, one per thread;
-    /// without --decode a plain tar shard of small samples (under 64 KiB on average) is read
-    /// through a 128 KiB buffer, while a .zst shard (or, with --no-mmap, any other shard) is
-    /// held in memory whole while it is checked.
+    /// Worker threads (default: all cores). Shards are checked in parallel, one per thread; a
+    /// plain shard is mapped, a .zst shard is held in memory whole while it is checked.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
 
-    /// Read plain shards instead of mapping them (tar shards of small samples are read anyway
-    /// when not decoding): slower for large samples (one more copy), but safe when another
-    /// process may truncate shard files during the run, which would kill a run that maps them
-    /// (SIGBUS). Shards written by shardtool are never modified in place.
+    /// Read plain shards instead of mapping them (without --decode a tar shard is read through a
+    /// 128 KiB buffer, otherwise a shard is held in memory whole): slower (one more copy), but
+    /// safe when another process may truncate shard files during the run, which would kill a
+    /// run that maps them (SIGBUS). Shards written by shardtool are never modified in place.
     #[arg(long)]
     pub no_mmap: bool,
 

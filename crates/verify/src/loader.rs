@@ -1,6 +1,5 @@
-//! Reading a shard file once, front to back, whole (a plain tar shard checked without decoding
-//! is streamed instead, by `check_tar::stream_tar`, when its samples are small or mapping is
-//! off). Two ways:
+//! Reading a shard file once, front to back, whole (with mapping off, a plain tar shard checked
+//! without decoding is streamed instead, by `check_tar::stream_tar`). Two ways:
 //!
 //! - **Mapped** (plain shards, the default): the file is mapped read-only and hashed in place, so
 //!   the bytes are touched once from the page cache, as `cat` touches them, with no copy.

@@ -34,9 +34,8 @@ pub struct VerifyOptions {
     pub max_shard_bytes: u64,
     /// Map plain shards instead of reading them into memory: no copy, about `cat`'s speed. Sound
     /// because shards are write-once; turn it off when another process may truncate shard files
-    /// during the run (a mapped file that shrinks kills the process with SIGBUS). Without it,
-    /// and for tar shards of small samples when not decoding (see
-    /// `STREAM_BELOW_BYTES_PER_SAMPLE`), a tar shard is streamed through a small buffer (see
+    /// during the run (a mapped file that shrinks kills the process with SIGBUS). Without it, a
+    /// plain tar shard checked without decoding is streamed through a small buffer (see
     /// `stream_shard`).
     pub mmap: bool,
 }
@@ -393,7 +392,7 @@ fn verify_shard(
     if entry.format == ShardFormat::Wds
         && entry.compression != Some(Compression::Zstd)
         && !opts.decode
-        && (!opts.mmap || entry.bytes < STREAM_BELOW_BYTES_PER_SAMPLE.saturating_mul(entry.samples))
+        && !opts.mmap
     {
         stream_shard(&path, entry, fields, classes, buffers, &mut out);
         return out;
@@ -461,23 +460,14 @@ fn verify_shard(
     out
 }
 
-/// Tar shards whose samples average fewer bytes than this (by the manifest) are streamed rather
-/// than mapped when not decoding. Measured on the benchmark VM (docs/benchmarks.md, fifth round):
-/// streaming won on 25 KB JPEG samples whether the page cache held the shards in 4 KiB folios
-/// (97% of `cat` against 82% mapped) or in 2 MiB folios (74% against 67%), and mapping won on
-/// 160 KB PNG samples in 2 MiB folios (118% against 98%), where skipping the copy of large
-/// members outweighs the page-table work.
-const STREAM_BELOW_BYTES_PER_SAMPLE: u64 = 64 << 10;
-
 /// Bytes read per step when streaming a tar shard: `cat`'s read size, small enough that the
 /// hash and the header checks that follow each read find the bytes in cache.
 const STREAM_BUFFER: usize = 128 << 10;
 
-/// Checks a plain tar shard without decoding, by reading it front to back through a small buffer
-/// (see [`stream_tar`]): the data of members no check reads is hashed and dropped. On a shard
-/// written moments before (its page cache in 4 KiB pages), this beat mapping the file, whose
-/// page-table set-up and tear-down per 4 KiB page cost more than the copy (see
-/// docs/benchmarks.md).
+/// Checks a plain tar shard without decoding and without mapping it, by reading it front to back
+/// through a small buffer (see [`stream_tar`]): the data of members no check reads is hashed and
+/// dropped, so memory stays bounded whatever the shard's size. Mapping is faster (no copy; see
+/// docs/benchmarks.md, sixth round), so this serves `--no-mmap`.
 fn stream_shard(
     path: &Path,
     entry: &ShardEntry,
@@ -852,9 +842,9 @@ mod tests {
     }
 
     #[test]
-    fn large_samples_are_mapped_and_small_ones_streamed_with_the_same_findings() {
-        // Samples of about 2 KB and of about 100 KB: one streamed, one mapped (unless mmap is
-        // off); each clean, then with a byte of an image flipped and a key repeated.
+    fn mapped_and_streamed_tar_shards_have_the_same_findings() {
+        // Samples of about 2 KB and of about 100 KB, mapped and (mmap off) streamed through the
+        // 128 KiB buffer; each clean, then with a byte of an image flipped and a key repeated.
         for jpg in [2 << 10, 100 << 10] {
             let dir = tempfile::tempdir().unwrap();
             dataset_sized(dir.path(), &[&["a", "b"], &["c", "a"]], jpg);
