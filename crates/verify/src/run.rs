@@ -23,8 +23,8 @@ use std::time::Instant;
 pub struct VerifyOptions {
     /// Decode every image and compare its size with its metadata.
     pub decode: bool,
-    /// Worker threads; 0 (the default): one per core the process may use, counted while the
-    /// dataset is opened.
+    /// Worker threads; 0 (the default): one per core the process may use (at least two when
+    /// checking without decoding), counted while the dataset is opened.
     pub jobs: usize,
     /// Limits for decoding images (`max_pixels`) and reading the manifest (`max_header_bytes`).
     pub limits: Limits,
@@ -140,7 +140,13 @@ pub fn verify(
     } else {
         // Without decoding a shard is one thread's work: plain threads, started before the
         // manifest is read, which matters on small datasets (see `prepare_then_map`).
-        prepare_then_map(opts.jobs, prepare, |p| &p.ds.manifest.shards, check)?
+        prepare_then_map(
+            opts.jobs,
+            prepare,
+            |p| &p.ds.manifest.shards,
+            check,
+            Checksum::warm_up,
+        )?
     };
     let Prepared {
         ds, mut problems, ..
@@ -256,10 +262,10 @@ impl Prepared {
     }
 }
 
-/// Runs `prepare` on the calling thread while `jobs` worker threads start (0: one per core), then
-/// has the workers apply `f` to every item of the prepared value, handed out one at a time so a
-/// slow item does not hold up the others; returns the prepared value, the results in item order
-/// and the number of threads that worked.
+/// Runs `prepare` on the calling thread while `jobs` worker threads start (0: one per core, at
+/// least two), each running `warm` before it waits, then has the workers apply `f` to every item
+/// of the prepared value, handed out one at a time so a slow item does not hold up the others;
+/// returns the prepared value, the results in item order and the number of threads that worked.
 ///
 /// Starting the threads first matters on small datasets: their creation and first scheduling
 /// overlap opening the manifest and listing the directory (about 0.1 ms of a 2.5 ms `verify` on
@@ -272,6 +278,7 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
     prepare: impl FnOnce() -> Result<P, E>,
     items: impl Fn(&P) -> &[I] + Sync,
     f: impl Fn(&P, &I) -> T + Sync,
+    warm: impl Fn() + Sync,
 ) -> Result<(P, Vec<T>, usize), E> {
     // `None` once `prepare` has failed: the threads then return at once.
     let slot: OnceLock<Option<P>> = OnceLock::new();
@@ -292,6 +299,7 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
     let results = Mutex::new(Vec::new());
     let started = AtomicUsize::new(0);
     let worker = || {
+        warm();
         if let Some(p) = slot.wait() {
             let done = work(p);
             // Poisoned only if another worker panicked; the scope raises that panic.
@@ -310,14 +318,16 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
         };
         match jobs {
             1 => {}
-            // One per core: the first worker counts the cores (cgroup files, about 0.1 ms) and
-            // starts the others while the calling thread opens the dataset.
+            // One per core, at least two (a second thread on a lone core costs little): two start
+            // at once, and the second counts the cores (cgroup files, about 0.1 ms) and starts
+            // the others, so that neither the count nor those starts hold up the first item.
             0 => {
+                started.fetch_add(usize::from(spawn(0)), Ordering::Relaxed);
                 let _ = std::thread::Builder::new()
-                    .name("verify-0".into())
+                    .name("verify-1".into())
                     .spawn_scoped(s, move || {
                         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-                        let others = (1..n).filter(|&k| spawn(k)).count();
+                        let others = (2..n).filter(|&k| spawn(k)).count();
                         started.fetch_add(1 + others, Ordering::Relaxed);
                         worker();
                     });
@@ -723,13 +733,14 @@ mod tests {
                         names.lock().unwrap().insert(std::thread::current().id());
                         i * 10
                     },
+                    || {},
                 )
                 .unwrap();
                 assert_eq!(out, items.iter().map(|i| i * 10).collect::<Vec<_>>());
                 assert_eq!(items.len(), n);
                 let threads = names.into_inner().unwrap().len();
-                // 0: one per core.
-                let bound = if jobs == 0 { cores } else { jobs };
+                // 0: one per core, at least two.
+                let bound = if jobs == 0 { cores.max(2) } else { jobs };
                 assert_eq!(started, bound, "threads started for --jobs {jobs}");
                 assert!(threads <= bound, "{threads} threads for --jobs {jobs}");
             }
@@ -746,6 +757,7 @@ mod tests {
                 || Err::<Vec<u8>, _>("no manifest"),
                 |v| v.as_slice(),
                 |_, _| unreachable!("no work after a failed prepare"),
+                || {},
             );
             assert_eq!(failed.err(), Some("no manifest"));
             let panicked = std::panic::catch_unwind(|| {
@@ -754,6 +766,7 @@ mod tests {
                     || -> Result<Vec<u8>, ()> { panic!("prepare broke") },
                     |v| v.as_slice(),
                     |_, _| (),
+                    || {},
                 )
             });
             assert!(panicked.is_err());
