@@ -67,7 +67,10 @@ mod tests {
             for s in steps {
                 h.cover(s);
                 // Everything before the parser's position is hashed, with room to spare.
-                assert!(h.done >= s.saturating_add(REFILL).min(bytes.len()), "at {s}");
+                assert!(
+                    h.done >= s.saturating_add(REFILL).min(bytes.len()),
+                    "at {s}"
+                );
             }
             assert_eq!(h.finish(), Checksum::of(&bytes));
         }

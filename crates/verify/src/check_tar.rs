@@ -4,6 +4,7 @@
 
 use crate::ahead::AheadHasher;
 use crate::loader::HashingReader;
+use crate::meta_scan::{self, Meta};
 use crate::report::{Problem, ProblemKind};
 use serde::Deserialize;
 use serde_json::Value;
@@ -667,7 +668,8 @@ struct MetaView<'a> {
 }
 
 /// The fast path of the metadata checks, for the common case of metadata with nothing to report:
-/// parses into a borrowed [`MetaView`] without building a JSON tree and returns the
+/// reads the fields the checks compare (with [`meta_scan::scan_flat`], or, for an object beyond
+/// it, into a borrowed [`MetaView`]) without building a JSON tree and returns the
 /// `(width, height)` it states. Returns `None` whenever [`check_meta`] might report something (or
 /// the view cannot represent the input: an escaped string, a duplicate field, a wrong type); the
 /// caller then runs the full checks, so every finding and message comes from one place.
@@ -677,16 +679,28 @@ fn clean_meta(
     cls_label: Option<i64>,
     ctx: &Ctx<'_>,
 ) -> Option<Option<(u64, u64)>> {
-    // serde also reads a struct from a JSON array; metadata must be an object.
-    if json.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-        return None;
-    }
-    let m: MetaView<'_> = serde_json::from_slice(json).ok()?;
-    if m.key.0.is_some_and(|k| k != key) {
+    let m = match meta_scan::scan_flat(json) {
+        Some(m) => m,
+        None => {
+            // serde also reads a struct from a JSON array; metadata must be an object.
+            if json.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+                return None;
+            }
+            let v: MetaView<'_> = serde_json::from_slice(json).ok()?;
+            Meta {
+                key: v.key.0,
+                label: v.label.0,
+                class: v.class.0,
+                width: v.width.0,
+                height: v.height.0,
+            }
+        }
+    };
+    if m.key.is_some_and(|k| k != key) {
         return None;
     }
     let mut label = cls_label;
-    if let Some(l) = m.label.0 {
+    if let Some(l) = m.label {
         match cls_label {
             Some(c) if c != l => return None,
             Some(_) => {}
@@ -694,13 +708,13 @@ fn clean_meta(
             None => label = Some(l),
         }
     }
-    if let (Some(class), Some(l)) = (m.class.0, label) {
+    if let (Some(class), Some(l)) = (m.class, label) {
         let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
         if named.is_some_and(|n| n != class) {
             return None;
         }
     }
-    match (m.width.0, m.height.0) {
+    match (m.width, m.height) {
         (None, None) => Some(None),
         (Some(w), Some(h)) => Some(Some((w, h))),
         _ => None,

@@ -25,6 +25,7 @@ mod error_report;
 mod font;
 mod inspect;
 mod loader;
+mod meta_scan;
 mod preview;
 mod report;
 mod run;
