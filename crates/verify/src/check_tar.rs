@@ -667,6 +667,23 @@ struct MetaView<'a> {
     height: Present<u64>,
 }
 
+/// Reads the fields the metadata checks compare with serde, borrowing from `json`; `None` when
+/// it is not an object, or a field of [`Meta`] does not hold its type or is repeated.
+pub fn serde_meta(json: &[u8]) -> Option<Meta<'_>> {
+    // serde also reads a struct from a JSON array; metadata must be an object.
+    if json.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    let v: MetaView<'_> = serde_json::from_slice(json).ok()?;
+    Some(Meta {
+        key: v.key.0,
+        label: v.label.0,
+        class: v.class.0,
+        width: v.width.0,
+        height: v.height.0,
+    })
+}
+
 /// The fast path of the metadata checks, for the common case of metadata with nothing to report:
 /// reads the fields the checks compare (with [`meta_scan::scan_flat`], or, for an object beyond
 /// it, into a borrowed [`MetaView`]) without building a JSON tree and returns the
@@ -679,23 +696,7 @@ fn clean_meta(
     cls_label: Option<i64>,
     ctx: &Ctx<'_>,
 ) -> Option<Option<(u64, u64)>> {
-    let m = match meta_scan::scan_flat(json) {
-        Some(m) => m,
-        None => {
-            // serde also reads a struct from a JSON array; metadata must be an object.
-            if json.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-                return None;
-            }
-            let v: MetaView<'_> = serde_json::from_slice(json).ok()?;
-            Meta {
-                key: v.key.0,
-                label: v.label.0,
-                class: v.class.0,
-                width: v.width.0,
-                height: v.height.0,
-            }
-        }
-    };
+    let m = meta_scan::scan_flat(json).or_else(|| serde_meta(json))?;
     if m.key.is_some_and(|k| k != key) {
         return None;
     }

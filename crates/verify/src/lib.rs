@@ -7,8 +7,8 @@
 //! plain shards mapped read-only and hashed in place (shards are write-once; see
 //! [`VerifyOptions::mmap`]), `.zst` shards decompressed as a stream into a buffer capped at the
 //! size the manifest declares, both sides hashed on the way. Shards are processed in parallel on
-//! a rayon pool of `jobs` threads, so memory use is about `jobs` × the largest decompressed
-//! shard (mapped shards use page cache, not heap).
+//! `jobs` threads, so memory use is about `jobs` × the largest decompressed shard (mapped shards
+//! use page cache, not heap).
 //!
 //! The problem kinds and their stable names are listed in `README.md` beside this crate.
 //!
@@ -37,6 +37,13 @@ pub use report::{Problem, ProblemKind, Report};
 pub use run::{verify, NoProgress, Progress, VerifyOptions};
 
 use std::path::PathBuf;
+
+/// The metadata readers, for the `verify_meta` fuzz target only; not part of the API.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::check_tar::serde_meta;
+    pub use crate::meta_scan::{scan_flat, Meta};
+}
 
 /// Largest shard (after decompression) held in memory by default: 4 GiB.
 pub const DEFAULT_MAX_SHARD_BYTES: u64 = 4 << 30;

@@ -3,22 +3,27 @@
 //! was the largest part of checking a sample's structure). It accepts a subset of JSON only: no
 //! nested values, no escapes, integers where verify reads numbers. On anything else it gives up
 //! and the caller reads the object with serde_json; whatever it accepts, serde_json reads the
-//! same way (a property test below checks that).
+//! same way (a property test below and the `verify_meta` fuzz target check that).
 
 /// The metadata fields verify reads, borrowed from the member's bytes.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Meta<'a> {
+pub struct Meta<'a> {
+    /// `key`: the sample's key.
     pub key: Option<&'a str>,
+    /// `label`: its class index.
     pub label: Option<i64>,
+    /// `class`: its class name.
     pub class: Option<&'a str>,
+    /// `width` of the image, in pixels.
     pub width: Option<u64>,
+    /// `height` of the image, in pixels.
     pub height: Option<u64>,
 }
 
 /// Reads `json` as a flat object; `None` when it is not one of the simple objects this reader
 /// handles (including every invalid document, a repeated field of [`Meta`], and a field of
 /// [`Meta`] of another type).
-pub(crate) fn scan_flat(json: &[u8]) -> Option<Meta<'_>> {
+pub fn scan_flat(json: &[u8]) -> Option<Meta<'_>> {
     let mut p = Cursor { b: json, i: 0 };
     let mut m = Meta::default();
     p.ws();
@@ -192,55 +197,8 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::check_tar::serde_meta as by_serde;
     use proptest::prelude::*;
-    use serde::Deserialize;
-
-    /// What serde_json reads into the same fields (the view the verify checks used before this
-    /// reader), with its rule that a present field must hold its type.
-    #[derive(Deserialize)]
-    struct Serde<'a> {
-        #[serde(default, borrow)]
-        key: Present<&'a str>,
-        #[serde(default)]
-        label: Present<i64>,
-        #[serde(default, borrow)]
-        class: Present<&'a str>,
-        #[serde(default)]
-        width: Present<u64>,
-        #[serde(default)]
-        height: Present<u64>,
-    }
-
-    struct Present<T>(Option<T>);
-
-    impl<T> Default for Present<T> {
-        fn default() -> Self {
-            Self(None)
-        }
-    }
-
-    impl<'de, T: Deserialize<'de>> Deserialize<'de> for Present<T> {
-        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            T::deserialize(d).map(|v| Self(Some(v)))
-        }
-    }
-
-    /// What `clean_meta` falls back to (serde reads a struct from an array too, hence the first
-    /// byte's check). Other fields are skipped by their syntax, as here: a number too large for
-    /// an `f64` passes both (a `serde_json::Value` would refuse it).
-    fn by_serde(json: &[u8]) -> Option<Meta<'_>> {
-        if json.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
-            return None;
-        }
-        let s: Serde<'_> = serde_json::from_slice(json).ok()?;
-        Some(Meta {
-            key: s.key.0,
-            label: s.label.0,
-            class: s.class.0,
-            width: s.width.0,
-            height: s.height.0,
-        })
-    }
 
     #[test]
     fn reads_what_pack_writes() {
