@@ -263,7 +263,7 @@ impl Prepared {
 }
 
 /// Runs `prepare` on the calling thread while `jobs` worker threads start (0: one per core, at
-/// least two), each running `warm` before it waits, then has the workers apply `f` to every item
+/// least two), the first running `warm` before it waits, then has the workers apply `f` to every item
 /// of the prepared value, handed out one at a time so a slow item does not hold up the others;
 /// returns the prepared value, the results in item order and the number of threads that worked.
 ///
@@ -298,8 +298,12 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
     // of a millisecond of a small `verify` on the benchmark VM.
     let results = Mutex::new(Vec::new());
     let started = AtomicUsize::new(0);
-    let worker = || {
-        warm();
+    // One thread warms up: others that got to the same work (a first-use check, say) would
+    // only repeat it.
+    let worker = |k: usize| {
+        if k == 0 {
+            warm();
+        }
         if let Some(p) = slot.wait() {
             let done = work(p);
             // Poisoned only if another worker panicked; the scope raises that panic.
@@ -313,7 +317,7 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
         let spawn = move |k: usize| {
             std::thread::Builder::new()
                 .name(format!("verify-{k}"))
-                .spawn_scoped(s, worker)
+                .spawn_scoped(s, move || worker(k))
                 .is_ok()
         };
         match jobs {
@@ -329,7 +333,7 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
                         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
                         let others = (2..n).filter(|&k| spawn(k)).count();
                         started.fetch_add(1 + others, Ordering::Relaxed);
-                        worker();
+                        worker(1);
                     });
             }
             _ => {
