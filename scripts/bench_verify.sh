@@ -3,8 +3,12 @@
 # the same page-cached shards (target: verify at >= 80% of cat's speed), and `verify --decode`
 # with --jobs 1 against --jobs 2 (target: decode scales with cores).
 #
-# Packs bench-data/crops (1000 real-photo 400x350 crops) three ways, 4 shards each:
+# Packs bench-data/crops (1000 real-photo 400x350 crops) three ways, 4 shards each, and a fourth
+# dataset ten times larger:
 #   wds     tar shards of the original JPEGs (--encode keep), about 25 MB
+#   wds10   the same crops ten times over (symbolic links; 10,000 samples, 12 shards of 1000),
+#           about 250 MB: the first dataset's checksum comparison is short enough (2-3 ms) for
+#           process start and exit to weigh on it; this one measures throughput
 #   wdspng  tar shards of lossless PNGs (--encode png), about 155 MB
 #   packed  safetensors shards of RGB8 pixels, about 420 MB (the file checksum covers every record;
 #           per-record checksums are recomputed only when it fails, or with --decode)
@@ -28,6 +32,14 @@ trap 'rm -rf "$TMP"' EXIT
 $BIN pack "$CROPS" "$TMP/wds" --encode keep --shard-samples 250 -q
 $BIN pack "$CROPS" "$TMP/wdspng" --encode png --shard-samples 250 -q
 $BIN pack "$CROPS" "$TMP/packed" --format packed --shard-samples 250 -q
+for class in "$CROPS"/*/; do
+  c=$(basename "$class")
+  mkdir -p "$TMP/crops10/$c"
+  for copy in 0 1 2 3 4 5 6 7 8 9; do
+    for f in "$class"*; do ln -s "$PWD/$f" "$TMP/crops10/$c/${copy}_$(basename "$f")"; done
+  done
+done
+$BIN pack "$TMP/crops10" "$TMP/wds10" --encode keep --shard-samples 1000 -q
 
 # compare CMD_A CMD_B: RUNS rounds, each running both commands once in random order (after
 # three warm-up runs each), so that both see the same drift of a noisy machine; prints the median
@@ -68,12 +80,13 @@ PY
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min)"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "tools:   $($BIN --version); $RUNS interleaved rounds per comparison"
-for ds in wds wdspng packed; do
+for ds in wds wds10 wdspng packed; do
   shards=$(ls "$TMP/$ds"/shard-* | tr '\n' ' ')
   bytes=$(cat $shards | wc -c)
   cat $shards >/dev/null # warm the page cache
+  samples=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['totals']['samples'])" "$TMP/$ds/manifest.json")
   echo
-  echo "== $ds: $(ls "$TMP/$ds"/shard-* | wc -l) shards, $((bytes / 1000000)) MB, 1000 samples"
+  echo "== $ds: $(ls "$TMP/$ds"/shard-* | wc -l) shards, $((bytes / 1000000)) MB, $samples samples"
   read -r c v r <<<"$(compare "cat $shards" "$BIN verify $TMP/$ds -q")"
   report "checksum verify (default: one job per core, $(nproc)) vs cat" "cat shards > /dev/null" "$c" "shardtool verify" "$v" "$r"
   python3 -c "import sys; c,v,b,r=map(float,sys.argv[1:]); print(f'  throughput: cat {b/c/1e3:.0f} MB/s, verify {b/v/1e3:.0f} MB/s; verify/cat = {c/v*100:.0f}% of medians, {r*100:.0f}% per round (target >= 80%)')" "$c" "$v" "$bytes" "$r"
