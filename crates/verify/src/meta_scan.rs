@@ -24,6 +24,19 @@ pub struct Meta<'a> {
 /// handles (including every invalid document, a repeated field of [`Meta`], and a field of
 /// [`Meta`] of another type).
 pub fn scan_flat(json: &[u8]) -> Option<Meta<'_>> {
+    // One pass over the whole document first (it vectorises; per string it cost more than the
+    // rest of the scan): no backslash anywhere (escapes are refused, and a backslash outside a
+    // string is invalid), no control character but JSON's whitespace (which is invalid inside a
+    // string, where `string` looks for it), and valid UTF-8, so that every string is.
+    let (backslash, control) = json.iter().fold((false, false), |(b, c), &x| {
+        (
+            b | (x == b'\\'),
+            c | (x < 0x20 && !matches!(x, b'\t' | b'\n' | b'\r')),
+        )
+    });
+    if backslash || control || !(json.is_ascii() || std::str::from_utf8(json).is_ok()) {
+        return None;
+    }
     let mut p = Cursor { b: json, i: 0 };
     let mut m = Meta::default();
     p.ws();
@@ -91,19 +104,17 @@ impl<'a> Cursor<'a> {
         }
     }
 
-    /// A string without escapes or control characters, valid UTF-8, as bytes (converting every
-    /// field name to `str` cost more than the rest of the scan: an ASCII check is enough to
-    /// skip the full UTF-8 check).
+    /// A string without control characters, as bytes (the document has no backslash and is
+    /// valid UTF-8: see `scan_flat`).
     fn string(&mut self) -> Option<&'a [u8]> {
         self.eat(b'"')?;
         let start = self.i;
         let len = self.b[start..]
             .iter()
-            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+            .position(|&c| c == b'"' || c < 0x20)?;
         self.i = start + len;
         self.eat(b'"')?;
-        let s = &self.b[start..start + len];
-        (s.is_ascii() || std::str::from_utf8(s).is_ok()).then_some(s)
+        Some(&self.b[start..start + len])
     }
 
     /// A string read as text.
