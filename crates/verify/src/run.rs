@@ -12,6 +12,7 @@ use rayon::prelude::*;
 use shardtool_core::{Checksum, Limits};
 use shardtool_image::{transform, Encode, Resize, TransformSpec};
 use shardtool_manifest::{is_safe_file_name, Compression, ShardEntry, ShardFormat};
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -107,8 +108,8 @@ pub fn verify(
 ) -> Result<Report, VerifyError> {
     let start = Instant::now();
     let prepare = || Prepared::new(target, opts, progress);
-    let check = |p: &Prepared, entry: &ShardEntry| {
-        let o = verify_shard(
+    let check = |p: &Prepared, i: usize, entry: &ShardEntry| {
+        let mut o = verify_shard(
             &p.ds.dir,
             entry,
             &p.fields,
@@ -116,6 +117,10 @@ pub fn verify(
             opts,
             &p.buffers,
         );
+        // Poisoned only if another worker panicked, which the caller raises.
+        if let Ok(mut keys) = p.keys.lock() {
+            keys.record(i, std::mem::take(&mut o.keys));
+        }
         progress.shard_done(&entry.file, o.bytes_read);
         o
     };
@@ -132,8 +137,9 @@ pub fn verify(
             p.ds.manifest
                 .shards
                 .par_iter()
+                .enumerate()
                 .with_max_len(1)
-                .map(|e| check(&p, e))
+                .map(|(i, e)| check(&p, i, e))
                 .collect()
         });
         (p, outcomes, jobs)
@@ -149,17 +155,17 @@ pub fn verify(
         )?
     };
     let Prepared {
-        ds, mut problems, ..
+        ds,
+        mut problems,
+        keys,
+        ..
     } = p;
     let m = &ds.manifest;
+    let KeyIndex { first, mut later } = keys.into_inner().unwrap_or_else(|e| e.into_inner());
+    // Reported with the later shard, in shard order and each shard's key order.
+    later.sort_unstable_by_key(|&(shard, pos, _)| (shard, pos));
+    let mut later = later.into_iter().peekable();
 
-    // Merge in shard order; a key's first shard wins, later ones are reported.
-    // Sized from the manifest's count, which is untrusted: capped, and the map grows past it.
-    let mut first_shard: HashMap<String, usize, foldhash::fast::RandomState> =
-        HashMap::with_capacity_and_hasher(
-            usize::try_from(m.totals.samples).unwrap_or(0).min(1 << 16),
-            Default::default(),
-        );
     let mut samples = 0u64;
     let mut all_parsed = true;
     let mut shards_read = 0u64;
@@ -175,21 +181,17 @@ pub fn verify(
             }
             None => all_parsed = false,
         }
-        for key in o.keys {
-            match first_shard.get(&key) {
-                Some(&j) => problems.push(Problem::member(
-                    &entry.file,
-                    key.as_str(),
-                    ProblemKind::DuplicateKey,
-                    format!(
-                        "key {key:?} is also used in shard {}; keys must be unique in a dataset",
-                        m.shards[j].file
-                    ),
-                )),
-                None => {
-                    first_shard.insert(key, i);
-                }
-            }
+        while let Some((_, _, key)) = later.next_if(|&(shard, _, _)| shard == i) {
+            let j = first.get(&key).map_or(i, |&(j, _)| j);
+            problems.push(Problem::member(
+                &entry.file,
+                key.as_str(),
+                ProblemKind::DuplicateKey,
+                format!(
+                    "key {key:?} is also used in shard {}; keys must be unique in a dataset",
+                    m.shards[j].file
+                ),
+            ));
         }
     }
     if all_parsed && samples != m.totals.samples {
@@ -228,6 +230,53 @@ struct Prepared {
     problems: Vec<Problem>,
     fields: BTreeSet<String>,
     buffers: BufferPool,
+    keys: Mutex<KeyIndex>,
+}
+
+/// Every key of the dataset with the shard (and position in it) where it first appears. The
+/// workers fill it as they finish shards, so the end of the run, which waits for them, is left
+/// only the last shard's keys to add rather than all of them.
+#[derive(Default)]
+struct KeyIndex {
+    first: HashMap<String, (usize, usize), foldhash::fast::RandomState>,
+    /// Every other occurrence: shard, position in it, key.
+    later: Vec<(usize, usize, String)>,
+}
+
+impl KeyIndex {
+    /// An index sized for `samples` keys (the manifest's count, which is untrusted: capped, and
+    /// the map grows past it).
+    fn with_capacity(samples: u64) -> Self {
+        Self {
+            first: HashMap::with_capacity_and_hasher(
+                usize::try_from(samples).unwrap_or(0).min(1 << 16),
+                Default::default(),
+            ),
+            later: Vec::new(),
+        }
+    }
+
+    /// Adds the keys of shard `shard`, each once, in its order. Shards may come in any order.
+    fn record(&mut self, shard: usize, keys: Vec<String>) {
+        for (pos, key) in keys.into_iter().enumerate() {
+            match self.first.entry(key) {
+                Entry::Vacant(v) => {
+                    v.insert((shard, pos));
+                }
+                Entry::Occupied(mut o) => {
+                    let here = (shard, pos);
+                    let seen = *o.get();
+                    let (first, other) = if here < seen {
+                        (here, seen)
+                    } else {
+                        (seen, here)
+                    };
+                    *o.get_mut() = first;
+                    self.later.push((other.0, other.1, o.key().clone()));
+                }
+            }
+        }
+    }
 }
 
 impl Prepared {
@@ -253,17 +302,19 @@ impl Prepared {
             m.shards.len() as u64,
             m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes)),
         );
+        let keys = Mutex::new(KeyIndex::with_capacity(ds.manifest.totals.samples));
         Ok(Self {
             ds,
             problems,
             fields,
             buffers: BufferPool::default(),
+            keys,
         })
     }
 }
 
 /// Runs `prepare` on the calling thread while `jobs` worker threads start (0: one per core, at
-/// least two), the first running `warm` before it waits, then has the workers apply `f` to every item
+/// least two), the first running `warm` before it waits, then has the workers apply `f` to every item (and its index)
 /// of the prepared value, handed out one at a time so a slow item does not hold up the others;
 /// returns the prepared value, the results in item order and the number of threads that worked.
 ///
@@ -277,7 +328,7 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
     jobs: usize,
     prepare: impl FnOnce() -> Result<P, E>,
     items: impl Fn(&P) -> &[I] + Sync,
-    f: impl Fn(&P, &I) -> T + Sync,
+    f: impl Fn(&P, usize, &I) -> T + Sync,
     warm: impl Fn() + Sync,
 ) -> Result<(P, Vec<T>, usize), E> {
     // `None` once `prepare` has failed: the threads then return at once.
@@ -288,7 +339,7 @@ fn prepare_then_map<P: Send + Sync, I: Sync, T: Send, E>(
         loop {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(item) = items(p).get(i) else { break };
-            done.push((i, f(p, item)));
+            done.push((i, f(p, i, item)));
         }
         done
     };
@@ -733,7 +784,8 @@ mod tests {
                     jobs,
                     || Ok::<_, ()>((0..n).collect::<Vec<usize>>()),
                     |items| items.as_slice(),
-                    |_, &i| {
+                    |_, j, &i| {
+                        assert_eq!(i, j, "the index of each item is passed with it");
                         names.lock().unwrap().insert(std::thread::current().id());
                         i * 10
                     },
@@ -752,6 +804,40 @@ mod tests {
     }
 
     #[test]
+    fn the_key_index_finds_what_a_merge_in_shard_order_finds_in_any_order() {
+        let shards: [&[&str]; 4] = [&["a", "b", "c"], &["d", "a"], &["b", "e", "a"], &["e"]];
+        // The merge this replaces: shards in order, a key's first shard wins.
+        let mut first = HashMap::new();
+        let mut want = Vec::new();
+        for (i, keys) in shards.iter().enumerate() {
+            for k in *keys {
+                match first.get(k) {
+                    Some(&j) => want.push((i, k.to_string(), j)),
+                    None => {
+                        first.insert(*k, i);
+                    }
+                }
+            }
+        }
+        for order in [[0, 1, 2, 3], [3, 2, 1, 0], [2, 0, 3, 1], [1, 3, 0, 2]] {
+            let mut index = KeyIndex::with_capacity(3);
+            for i in order {
+                index.record(i, shards[i].iter().map(|k| k.to_string()).collect());
+            }
+            let mut later = index.later.clone();
+            later.sort_unstable_by_key(|&(s, pos, _)| (s, pos));
+            let got: Vec<_> = later
+                .into_iter()
+                .map(|(s, _, k)| {
+                    let j = index.first[&k].0;
+                    (s, k, j)
+                })
+                .collect();
+            assert_eq!(got, want, "shards recorded in the order {order:?}");
+        }
+    }
+
+    #[test]
     fn a_failed_or_panicking_prepare_releases_the_waiting_threads() {
         // Returning at all proves the started threads were released (0: the first thread
         // starts the others).
@@ -760,7 +846,7 @@ mod tests {
                 jobs,
                 || Err::<Vec<u8>, _>("no manifest"),
                 |v| v.as_slice(),
-                |_, _| unreachable!("no work after a failed prepare"),
+                |_, _, _| unreachable!("no work after a failed prepare"),
                 || {},
             );
             assert_eq!(failed.err(), Some("no manifest"));
@@ -769,7 +855,7 @@ mod tests {
                     jobs,
                     || -> Result<Vec<u8>, ()> { panic!("prepare broke") },
                     |v| v.as_slice(),
-                    |_, _| (),
+                    |_, _, _| (),
                     || {},
                 )
             });
