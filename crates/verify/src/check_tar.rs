@@ -293,6 +293,11 @@ struct Gather<'d> {
     /// sample).
     current: Option<Cow<'d, str>>,
     fields: Fields<'d>,
+    /// The declared fields (by their place among `Ctx::fields`) the current sample holds, and
+    /// whether it holds anything else (a field twice, an undeclared one): the common sample,
+    /// holding each declared field once, then skips the field checks that compare names.
+    declared: u64,
+    irregular: bool,
 }
 
 impl<'d> Gather<'d> {
@@ -306,6 +311,8 @@ impl<'d> Gather<'d> {
             seen: KeySet::with_capacity_and_hasher(keys, Default::default()),
             current: None,
             fields: Vec::new(),
+            declared: 0,
+            irregular: false,
         }
     }
 
@@ -423,10 +430,16 @@ impl<'d> Gather<'d> {
         };
         if self.current.as_deref() != Some(key) {
             if let Some(done) = self.current.take() {
-                finish_sample(done, &self.fields, ctx, scan, &mut self.seen);
+                let regular = self.regular(ctx);
+                finish_sample(done, &self.fields, regular, ctx, scan, &mut self.seen);
             }
             self.fields.clear();
+            (self.declared, self.irregular) = (0, false);
             self.current = Some(own_key(key));
+        }
+        match ctx.fields.iter().position(|d| *d == *field) {
+            Some(i) if i < 64 && self.declared & (1 << i) == 0 => self.declared |= 1 << i,
+            _ => self.irregular = true,
         }
         self.fields.push((field, data));
         self.fields.last().map(|(f, _)| &**f)
@@ -444,8 +457,15 @@ impl<'d> Gather<'d> {
     /// fields.
     fn finish(mut self, ctx: &Ctx<'_>, scan: &mut Scan<'d>, broken: bool) {
         if let Some(done) = self.current.take().filter(|_| !broken) {
-            finish_sample(done, &self.fields, ctx, scan, &mut self.seen);
+            let regular = self.regular(ctx);
+            finish_sample(done, &self.fields, regular, ctx, scan, &mut self.seen);
         }
+    }
+
+    /// Whether the current sample holds every declared field once and nothing else.
+    fn regular(&self, ctx: &Ctx<'_>) -> bool {
+        let n = ctx.fields.len();
+        !self.irregular && (1..=64).contains(&n) && self.declared == u64::MAX >> (64 - n)
     }
 }
 
@@ -473,9 +493,12 @@ fn check_end(tail: &Tail, ctx: &Ctx<'_>, scan: &mut Scan<'_>) {
     }
 }
 
+/// Checks a finished sample. `regular`: it is known to hold every declared field once and
+/// nothing else (see `Gather::regular`), so the checks of its field names are skipped.
 fn finish_sample<'d>(
     key: Cow<'d, str>,
     fields: &[(Cow<'d, str>, FieldData<'d>)],
+    regular: bool,
     ctx: &Ctx<'_>,
     scan: &mut Scan<'d>,
     seen: &mut KeySet<'d>,
@@ -497,54 +520,58 @@ fn finish_sample<'d>(
             format!("key {key:?} appears again, apart from its first sample, in this shard"),
         );
     }
-    // A sample has a handful of fields: linear scans beat building a set for each sample.
-    for (i, (field, _)) in fields.iter().enumerate() {
-        if fields[..i].iter().any(|(f, _)| f == field) {
-            scan.member(
-                ctx,
-                &format!("{key}.{field}"),
-                ProblemKind::DuplicateField,
-                format!("sample {key} holds field {field} more than once"),
-            );
-        }
-    }
-    if !ctx.fields.is_empty() {
-        // Built only for a problem: this runs once per sample.
-        let declared = || {
-            ctx.fields
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        for f in ctx.fields {
-            if !fields.iter().any(|(n, _)| n == f) {
+    // A sample holding every declared field once and nothing else has nothing to report about
+    // its field names.
+    if !regular {
+        // A sample has a handful of fields: linear scans beat building a set for each sample.
+        for (i, (field, _)) in fields.iter().enumerate() {
+            if fields[..i].iter().any(|(f, _)| f == field) {
                 scan.member(
                     ctx,
-                    &format!("{key}.{f}"),
-                    ProblemKind::MissingField,
-                    format!(
-                        "sample {key} has no .{f} member (the manifest declares {})",
-                        declared()
-                    ),
+                    &format!("{key}.{field}"),
+                    ProblemKind::DuplicateField,
+                    format!("sample {key} holds field {field} more than once"),
                 );
             }
         }
-        // Reported once per field name, in name order (no allocation when there are none).
-        let mut unexpected: Vec<&str> = fields
-            .iter()
-            .map(|(f, _)| &**f)
-            .filter(|f| !ctx.fields.contains(*f))
-            .collect();
-        unexpected.sort_unstable();
-        unexpected.dedup();
-        for f in unexpected {
-            scan.member(
-                ctx,
-                &format!("{key}.{f}"),
-                ProblemKind::UnexpectedField,
-                format!("sample {key} has a .{f} member, which the manifest does not declare"),
-            );
+        if !ctx.fields.is_empty() {
+            // Built only for a problem: this runs once per sample.
+            let declared = || {
+                ctx.fields
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            for f in ctx.fields {
+                if !fields.iter().any(|(n, _)| n == f) {
+                    scan.member(
+                        ctx,
+                        &format!("{key}.{f}"),
+                        ProblemKind::MissingField,
+                        format!(
+                            "sample {key} has no .{f} member (the manifest declares {})",
+                            declared()
+                        ),
+                    );
+                }
+            }
+            // Reported once per field name, in name order (no allocation when there are none).
+            let mut unexpected: Vec<&str> = fields
+                .iter()
+                .map(|(f, _)| &**f)
+                .filter(|f| !ctx.fields.contains(*f))
+                .collect();
+            unexpected.sort_unstable();
+            unexpected.dedup();
+            for f in unexpected {
+                scan.member(
+                    ctx,
+                    &format!("{key}.{f}"),
+                    ProblemKind::UnexpectedField,
+                    format!("sample {key} has a .{f} member, which the manifest does not declare"),
+                );
+            }
         }
     }
     let get = |f: &str| fields.iter().find(|(n, _)| n == f).map(|(_, d)| d);
@@ -1069,6 +1096,16 @@ mod tests {
                 ProblemKind::UnexpectedField
             ]
         );
+    }
+
+    #[test]
+    fn a_declared_field_twice_is_reported_even_when_none_is_missing() {
+        // k1 holds cls, jpg, jpg, json: every declared field, one of them twice.
+        let mut m = good();
+        m.insert(2, ("k1.jpg".into(), b"\xff\xd8again".to_vec()));
+        let (p, n, _) = scan_of(&m, false);
+        assert_eq!(n, 2);
+        assert_eq!(p, vec![ProblemKind::DuplicateField]);
     }
 
     #[test]
