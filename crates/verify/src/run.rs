@@ -314,9 +314,10 @@ impl Prepared {
 }
 
 /// Runs `prepare` on the calling thread while `jobs` worker threads start (0: one per core, at
-/// least two), the first running `warm` before it waits, then has the workers apply `f` to every item (and its index)
-/// of the prepared value, handed out one at a time so a slow item does not hold up the others;
-/// returns the prepared value, the results in item order and the number of threads that worked.
+/// least two), the first running `warm` before it waits, then has the workers apply `f` to every
+/// item of the prepared value (with its index), handed out one at a time so a slow item does not
+/// hold up the others; returns the prepared value, the results in item order and the number of
+/// threads that worked.
 ///
 /// Starting the threads first matters on small datasets: their creation and first scheduling
 /// overlap opening the manifest and listing the directory (about 0.1 ms of a 2.5 ms `verify` on
