@@ -1,6 +1,10 @@
 //! Memory stays flat as the dataset grows: packing 10x more images must not raise the peak
 //! resident set size. The peak RSS of the child is measured with `/usr/bin/time -v`, or, where that
 //! is missing, with `resource.getrusage(RUSAGE_CHILDREN)` from a small python3 wrapper.
+//!
+//! Pack's fixed-size buffers fill once the output passes their size (its shard writer passes
+//! writes on in 2 MiB blocks, `WRITE_BLOCK`): the smaller dataset is made large enough to fill
+//! them too, so that the comparison measures growth with the dataset rather than that plateau.
 
 mod common;
 
@@ -71,14 +75,21 @@ fn measure(root: &Path, ds: &Path, n: u32) -> u64 {
         ds.as_os_str(),
         "--jobs".as_ref(),
         "2".as_ref(),
-        // A real resize (DCT-scaled decode, then resampling), cheap enough in a debug build.
+        // A real resize (DCT-scaled decode, then resampling), cheap enough in a debug build,
+        // with outputs large enough that 60 of them pass the 2 MiB write block.
         "--resize".as_ref(),
-        "shorter:64".as_ref(),
+        "shorter:256".as_ref(),
         "--quiet".as_ref(),
     ];
     let kib = peak_rss_kib(&args);
     let m = manifest(ds);
     assert_eq!(m.inputs.packed, u64::from(n));
+    assert!(
+        m.totals.bytes > shardtool_core::WRITE_BLOCK as u64,
+        "{n} images made {} bytes of shards, not enough to fill the {}-byte write block",
+        m.totals.bytes,
+        shardtool_core::WRITE_BLOCK
+    );
     kib
 }
 
