@@ -295,7 +295,9 @@ pub struct VerifyArgs {
     pub json: bool,
 
     /// Worker threads (default: all cores). Shards are checked in parallel, one per thread; a
-    /// plain shard is mapped, a .zst shard is held in memory whole while it is checked.
+    /// plain shard is mapped (without --decode, a tar shard whose page cache turns out to be in
+    /// small pieces is read through a 128 KiB buffer instead, which is faster then), a .zst
+    /// shard is held in memory whole while it is checked.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
 

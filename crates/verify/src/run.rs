@@ -5,7 +5,7 @@ use crate::check_packed::{check_packed, Records};
 use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan};
 use crate::dataset::{open_dataset, unlisted_shards, Dataset};
 use crate::error_report::check_error_report;
-use crate::loader::{load, BufferPool, Incomplete, Loaded, ShardBytes};
+use crate::loader::{load, maps_cheaply, BufferPool, Incomplete, Loaded, ShardBytes};
 use crate::report::{Problem, ProblemKind, Report};
 use crate::{VerifyError, DEFAULT_MAX_SHARD_BYTES};
 use rayon::prelude::*;
@@ -15,7 +15,7 @@ use shardtool_manifest::{is_safe_file_name, Compression, ShardEntry, ShardFormat
 use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -37,7 +37,8 @@ pub struct VerifyOptions {
     /// because shards are write-once; turn it off when another process may truncate shard files
     /// during the run (a mapped file that shrinks kills the process with SIGBUS). Without it, a
     /// plain tar shard checked without decoding is streamed through a small buffer (see
-    /// `stream_shard`).
+    /// `stream_shard`); with it too once the first mapped one shows its page cache in small
+    /// folios, where streaming is faster (see `loader::maps_cheaply`).
     pub mmap: bool,
 }
 
@@ -116,6 +117,7 @@ pub fn verify(
             &p.ds.manifest.classes,
             opts,
             &p.buffers,
+            &p.small_folios,
         );
         // Poisoned only if another worker panicked, which the caller raises.
         if let Ok(mut keys) = p.keys.lock() {
@@ -231,6 +233,9 @@ struct Prepared {
     fields: BTreeSet<String>,
     buffers: BufferPool,
     keys: Mutex<KeyIndex>,
+    /// Set once a tar shard's page cache was found in small folios (see `maps_cheaply`): the
+    /// rest of the run then streams tar shards without trying to map them first.
+    small_folios: AtomicBool,
 }
 
 /// Every key of the dataset with the shard (and position in it) where it first appears. The
@@ -309,6 +314,7 @@ impl Prepared {
             fields,
             buffers: BufferPool::default(),
             keys,
+            small_folios: AtomicBool::new(false),
         })
     }
 }
@@ -422,6 +428,7 @@ fn verify_shard(
     classes: &[String],
     opts: &VerifyOptions,
     buffers: &BufferPool,
+    small_folios: &AtomicBool,
 ) -> ShardOutcome {
     let mut out = ShardOutcome::default();
     let name = entry.file.as_str();
@@ -455,11 +462,12 @@ fn verify_shard(
         }
         Ok(_) => {}
     }
-    if entry.format == ShardFormat::Wds
+    // A tar shard checked without decoding streams as well as it maps, and better when the page
+    // cache holds it in small folios (see `maps_cheaply`).
+    let streamable = entry.format == ShardFormat::Wds
         && entry.compression != Some(Compression::Zstd)
-        && !opts.decode
-        && !opts.mmap
-    {
+        && !opts.decode;
+    if streamable && (!opts.mmap || small_folios.load(Ordering::Relaxed)) {
         stream_shard(&path, entry, fields, classes, buffers, &mut out);
         return out;
     }
@@ -481,6 +489,12 @@ fn verify_shard(
             return out;
         }
     };
+    if streamable && matches!(loaded.data, ShardBytes::Mapped(_)) && !maps_cheaply(&loaded.data) {
+        small_folios.store(true, Ordering::Relaxed);
+        buffers.give(loaded.data);
+        stream_shard(&path, entry, fields, classes, buffers, &mut out);
+        return out;
+    }
     out.bytes_read = loaded.stored_len;
     let mut content = Vec::new();
     let mut stored_sum = loaded.stored_sum;
@@ -947,21 +961,30 @@ mod tests {
 
     #[test]
     fn mapped_and_streamed_tar_shards_have_the_same_findings() {
-        // Samples of about 2 KB and of about 100 KB, mapped and (mmap off) streamed through the
-        // 128 KiB buffer; each clean, then with a byte of an image flipped and a key repeated.
+        // Samples of about 2 KB and of about 100 KB, mapped, streamed after the probe of the
+        // mapping found small folios, and (mmap off) streamed through the 128 KiB buffer; each
+        // clean, then with a byte of an image flipped and a key repeated. The probe's answer is
+        // forced (other tests running meanwhile take either path, which is the point).
+        use crate::loader::{PROBE_ANSWER, PROBE_LOCK};
+        let _answer = PROBE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         for jpg in [2 << 10, 100 << 10] {
             let dir = tempfile::tempdir().unwrap();
             dataset_sized(dir.path(), &[&["a", "b"], &["c", "a"]], jpg);
-            let run = |mmap| {
+            let run = |mmap, answer| {
+                PROBE_ANSWER.store(answer, Ordering::Relaxed);
                 let opts = VerifyOptions {
                     jobs: 2,
                     mmap,
                     ..Default::default()
                 };
-                verify(dir.path(), &opts, &NoProgress).unwrap()
+                let r = verify(dir.path(), &opts, &NoProgress).unwrap();
+                PROBE_ANSWER.store(0, Ordering::Relaxed);
+                r
             };
-            let (mapped, read) = (run(true), run(false));
+            let (mapped, probed, read) = (run(true, 1), run(true, 2), run(false, 0));
             assert_eq!(mapped.problems, read.problems, "jpg of {jpg} bytes");
+            assert_eq!(probed.problems, read.problems, "jpg of {jpg} bytes");
+            assert_eq!(probed.bytes_read, read.bytes_read);
             assert_eq!(
                 kinds(&mapped),
                 [(ProblemKind::DuplicateKey, Some("s-000001.tar"))]
@@ -974,8 +997,9 @@ mod tests {
             let mut bytes = std::fs::read(&shard).unwrap();
             bytes[512 * 3 + jpg / 2] ^= 1; // inside a.jpg's data
             std::fs::write(&shard, &bytes).unwrap();
-            let (mapped, read) = (run(true), run(false));
+            let (mapped, probed, read) = (run(true, 1), run(true, 2), run(false, 0));
             assert_eq!(mapped.problems, read.problems, "jpg of {jpg} bytes");
+            assert_eq!(probed.problems, read.problems, "jpg of {jpg} bytes");
             assert!(
                 kinds(&mapped).contains(&(ProblemKind::ChecksumMismatch, Some("s-000000.tar"))),
                 "{:?}",
