@@ -1,5 +1,6 @@
-//! Reading a shard file once, front to back, whole (with mapping off, a plain tar shard checked
-//! without decoding is streamed instead, by `check_tar::stream_tar`). Two ways:
+//! Reading a shard file once, front to back, whole (a plain tar shard checked without decoding
+//! is streamed instead, by `check_tar::stream_tar`, with mapping off or once [`maps_cheaply`]
+//! finds the page cache in small folios). Two ways:
 //!
 //! - **Mapped** (plain shards, the default): the file is mapped read-only and hashed in place, so
 //!   the bytes are touched once from the page cache, as `cat` touches them, with no copy.

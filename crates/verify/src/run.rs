@@ -546,8 +546,9 @@ const STREAM_BUFFER: usize = 128 << 10;
 
 /// Checks a plain tar shard without decoding and without mapping it, by reading it front to back
 /// through a small buffer (see [`stream_tar`]): the data of members no check reads is hashed and
-/// dropped, so memory stays bounded whatever the shard's size. Mapping is faster (no copy; see
-/// docs/benchmarks.md, sixth round), so this serves `--no-mmap`.
+/// dropped, so memory stays bounded whatever the shard's size. It serves `--no-mmap`, and shards
+/// whose page cache is in small folios, where it beats mapping (see `loader::maps_cheaply`);
+/// on the 2 MiB folios pack leaves, mapping is faster (docs/benchmarks.md, sixth round).
 fn stream_shard(
     path: &Path,
     entry: &ShardEntry,
