@@ -5,7 +5,7 @@
 // meant literally.
 #![allow(rustdoc::invalid_html_tags, rustdoc::bare_urls)]
 
-use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// Pack image folders into shuffled, pre-resized shards for fast ML training input.
@@ -27,7 +27,7 @@ pub enum Command {
     ///   shardtool pack --list train.csv out/ --resize crop:224x224 --format packed
     ///   shardtool pack photos/ out/ --shard-size 64MiB --compress zstd --overwrite
     #[command(verbatim_doc_comment)]
-    Pack(Lazy<PackArgs>),
+    Pack(PackArgs),
 
     /// Check a dataset against its manifest: files, sizes, checksums, sample counts, tar/packed
     /// structure, keys, fields and labels; with --decode also decode every image.
@@ -43,7 +43,7 @@ pub enum Command {
     ///   shardtool verify out/ --json | jq '.problems[] | select(.kind == "checksum_mismatch")'
     ///   shardtool verify https://host/ds/ --cache-dir /nvme/cache
     #[command(verbatim_doc_comment)]
-    Verify(Lazy<VerifyArgs>),
+    Verify(VerifyArgs),
 
     /// Summarise a dataset or a single shard: sample and shard counts, class histogram, image
     /// sizes (min/median/max, most common), bytes per sample and per field, pack options.
@@ -58,7 +58,7 @@ pub enum Command {
     ///   shardtool inspect out/shard-000003.tar.zst
     ///   shardtool inspect out/ --json | jq .image_sizes
     #[command(verbatim_doc_comment)]
-    Inspect(Lazy<InspectArgs>),
+    Inspect(InspectArgs),
 
     /// Draw a contact sheet (PNG) of randomly chosen samples with their class names, to judge
     /// resize quality and labels by eye.
@@ -72,7 +72,7 @@ pub enum Command {
     ///   shardtool preview out/ -o sheet.png --count 36 --seed 7 --tile 160
     ///   shardtool preview out/shard-000000.safetensors -o s0.png
     #[command(verbatim_doc_comment)]
-    Preview(Lazy<PreviewArgs>),
+    Preview(PreviewArgs),
 
     /// Stream a dataset through the loader (shuffle, partition, batches), optionally printing
     /// keys, and save or resume the loader position.
@@ -83,7 +83,7 @@ pub enum Command {
     ///   shardtool read out/ --keys --resume pos.json
     ///   shardtool read s3://bucket/ds/ --cache-dir /nvme/cache --cache-limit 50GiB
     #[command(verbatim_doc_comment)]
-    Read(Lazy<crate::commands::read::ReadArgs>),
+    Read(crate::commands::read::ReadArgs),
 
     /// Measure the loader alone and beside a simulated training step: samples/s, MB/s,
     /// CPU-ms per sample, data wait p50/p99.
@@ -92,7 +92,7 @@ pub enum Command {
     ///   shardtool bench out/ --batch 64 --step-ms 20
     ///   shardtool bench https://host/ds/ --cache-dir /nvme/cache --cache-limit 100GiB
     #[command(verbatim_doc_comment)]
-    Bench(Lazy<crate::commands::bench::BenchArgs>),
+    Bench(crate::commands::bench::BenchArgs),
 
     /// Manage the local cache of remote shards: list it, fill it ahead of training, clear it.
     ///
@@ -107,69 +107,7 @@ pub enum Command {
     ///   shardtool cache ls --cache-dir /nvme/cache
     ///   shardtool cache clear s3://bucket/imagenet/ --cache-dir /nvme/cache
     #[command(subcommand, verbatim_doc_comment)]
-    Cache(Lazy<crate::commands::cache::CacheCommand>),
-}
-
-/// A subcommand's arguments (or nested subcommands), added to its `Command` only when that
-/// subcommand is the one being parsed or its help is shown (clap's `Command::defer`). Building
-/// every subcommand's arguments up front took about 0.3 ms of each run on the benchmark VM,
-/// which counts for commands as short as `verify` of a small dataset.
-#[derive(Debug)]
-pub struct Lazy<T>(pub T);
-
-impl<T: FromArgMatches> FromArgMatches for Lazy<T> {
-    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
-        T::from_arg_matches(m).map(Self)
-    }
-    fn from_arg_matches_mut(m: &mut ArgMatches) -> Result<Self, clap::Error> {
-        T::from_arg_matches_mut(m).map(Self)
-    }
-    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
-        self.0.update_from_arg_matches(m)
-    }
-    fn update_from_arg_matches_mut(&mut self, m: &mut ArgMatches) -> Result<(), clap::Error> {
-        self.0.update_from_arg_matches_mut(m)
-    }
-}
-
-impl<T: Args> Args for Lazy<T> {
-    fn group_id() -> Option<clap::Id> {
-        T::group_id()
-    }
-    fn augment_args(cmd: clap::Command) -> clap::Command {
-        cmd.defer(|c| keep_about(c, T::augment_args))
-    }
-    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
-        cmd.defer(|c| keep_about(c, T::augment_args_for_update))
-    }
-}
-
-impl<T: Subcommand> Subcommand for Lazy<T> {
-    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
-        cmd.defer(|c| keep_about(c, T::augment_subcommands))
-    }
-    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
-        cmd.defer(|c| keep_about(c, T::augment_subcommands_for_update))
-    }
-    fn has_subcommand(name: &str) -> bool {
-        T::has_subcommand(name)
-    }
-}
-
-/// Applies `add` to `cmd` and restores the about texts `cmd` had: the derived `add` sets them
-/// from the arguments type's own doc comment, which used to be overridden by the subcommand's
-/// (set after it) and, deferred, would now override it.
-fn keep_about(cmd: clap::Command, add: fn(clap::Command) -> clap::Command) -> clap::Command {
-    let about = cmd.get_about().cloned();
-    let long_about = cmd.get_long_about().cloned();
-    let mut cmd = add(cmd);
-    if let Some(a) = about {
-        cmd = cmd.about(a);
-    }
-    if let Some(a) = long_about {
-        cmd = cmd.long_about(a);
-    }
-    cmd
+    Cache(crate::commands::cache::CacheCommand),
 }
 
 /// Shard container format.
@@ -374,12 +312,11 @@ mod tests {
 
     #[test]
     fn the_whole_command_tree_is_consistent() {
-        // Builds every deferred subcommand too.
         Cli::command().debug_assert();
     }
 
     #[test]
-    fn deferred_subcommands_keep_their_own_about_and_parse() {
+    fn subcommands_keep_their_own_about_and_parse() {
         let mut cmd = Cli::command();
         cmd.build();
         let mut seen = 0;
@@ -413,14 +350,14 @@ mod tests {
         assert_eq!(seen, 7);
         let cli = Cli::try_parse_from(["shardtool", "verify", "ds/", "--jobs", "3"]).unwrap();
         match cli.command {
-            Command::Verify(Lazy(a)) => {
+            Command::Verify(a) => {
                 assert_eq!(a.jobs, Some(3));
                 assert_eq!(a.dataset, PathBuf::from("ds/"));
             }
             other => panic!("parsed as {other:?}"),
         }
         let cli = Cli::try_parse_from(["shardtool", "cache", "ls", "--cache-dir", "c"]).unwrap();
-        assert!(matches!(cli.command, Command::Cache(Lazy(_))));
+        assert!(matches!(cli.command, Command::Cache(_)));
         let err = Cli::try_parse_from(["shardtool", "verify", "--bogus"]).unwrap_err();
         assert!(err.to_string().contains("--bogus"), "{err}");
     }

@@ -1,26 +1,11 @@
 //! The `shardtool` binary: parses arguments, runs one command, maps the outcome to an exit code
-//! (0 success, 1 failed run, 2 usage error).
-//!
-//! On Linux the binary defines the C `main` itself instead of going through Rust's runtime
-//! start-up, which reads all of `/proc/self/maps` to find the main thread's stack guard (glibc's
-//! `pthread_getattr_np`): `shardtool --version` went from 1.12 to 0.97 ms on the benchmark
-//! machine, which counts for commands as short as `verify` of a small dataset (about 2.5 ms).
-//! What that start-up did and is still needed is done here: stdout is flushed at the end and a
-//! panic exits with status 101. What is given up: a stack overflow on the main thread ends in a
-//! plain SIGSEGV without Rust's one-line message.
-//!
-//! The process then ends with `_exit`, skipping the C exit handlers and library destructors:
-//! nothing registered there has work that outlives the process (Rust registers none, and every
-//! file and temporary is closed or removed by `run`'s drops; aws-lc's destructor only frees its
-//! random generator's memory). About 0.08 ms less per run on the benchmark VM.
-#![cfg_attr(all(target_os = "linux", not(test)), no_main)]
+//! (0 success, 1 failed run, 2 usage error). The work lives in the library crates; this is glue.
 
 mod args;
 mod commands;
 mod progress;
 
 use clap::Parser;
-#[cfg(not(all(target_os = "linux", not(test))))]
 use std::process::ExitCode;
 
 /// A failure with the exit code it should produce.
@@ -63,23 +48,6 @@ fn reset_sigpipe() {
 #[cfg(not(unix))]
 fn reset_sigpipe() {}
 
-/// The process entry point called by the C runtime (see the module comment).
-#[cfg(all(target_os = "linux", not(test)))]
-#[allow(unsafe_code)]
-#[no_mangle]
-pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
-    use std::io::Write;
-    // `std::env::args` works without the runtime's start-up: glibc passes the arguments to the
-    // initialisers std registers. A panic has printed its message through the hook by now.
-    let code = std::panic::catch_unwind(run).map_or(101, i32::from);
-    let _ = std::io::stdout().flush();
-    let _ = std::io::stderr().flush();
-    // SAFETY: `_exit` ends the process and never returns; every Rust value of the run has been
-    // dropped and stdout flushed above (see the module comment for what is skipped).
-    unsafe { libc::_exit(code) }
-}
-
-#[cfg(not(all(target_os = "linux", not(test))))]
 fn main() -> ExitCode {
     ExitCode::from(run())
 }
@@ -89,13 +57,13 @@ fn run() -> u8 {
     reset_sigpipe();
     let cli = args::Cli::parse();
     let result = match cli.command {
-        args::Command::Pack(args::Lazy(a)) => commands::pack::run(a),
-        args::Command::Verify(args::Lazy(a)) => commands::verify::run(a),
-        args::Command::Inspect(args::Lazy(a)) => commands::inspect::run(a),
-        args::Command::Preview(args::Lazy(a)) => commands::preview::run(a),
-        args::Command::Read(args::Lazy(a)) => commands::read::run(a),
-        args::Command::Bench(args::Lazy(a)) => commands::bench::run(a),
-        args::Command::Cache(args::Lazy(c)) => commands::cache::run(c),
+        args::Command::Pack(a) => commands::pack::run(a),
+        args::Command::Verify(a) => commands::verify::run(a),
+        args::Command::Inspect(a) => commands::inspect::run(a),
+        args::Command::Preview(a) => commands::preview::run(a),
+        args::Command::Read(a) => commands::read::run(a),
+        args::Command::Bench(a) => commands::bench::run(a),
+        args::Command::Cache(c) => commands::cache::run(c),
     };
     match result {
         Ok(()) => 0,
