@@ -1,9 +1,7 @@
 //! The command line contract: exit codes (0 success, 1 failed run, 2 usage error), refusing to
 //! overwrite a dataset without `--overwrite`, and `--max-errors`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 
 fn make_inputs(root: &Path, good: u32, bad: u32) {
@@ -258,5 +256,18 @@ fn a_successful_run_prints_a_summary_and_quiet_silences_it() {
     assert!(
         q.stderr.contains("c/bad00.jpg"),
         "--quiet still prints errors"
+    );
+}
+
+#[test]
+fn the_binary_is_position_independent() {
+    // ELF header: e_type is the little-endian u16 at offset 16; ET_DYN (3) is a PIE executable,
+    // ET_EXEC (2) a position-dependent one.
+    let bytes = std::fs::read(env!("CARGO_BIN_EXE_shardtool")).unwrap();
+    assert_eq!(&bytes[..4], b"\x7fELF", "not an ELF file");
+    let e_type = u16::from_le_bytes([bytes[16], bytes[17]]);
+    assert_eq!(
+        e_type, 3,
+        "ELF type {e_type}: expected ET_DYN (position-independent)"
     );
 }

@@ -2,9 +2,7 @@
 //! Outputs are packed with `--encode png` (lossless), so the decoded PNG is exactly what the
 //! pipeline produced.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use image::{DynamicImage, ImageBuffer, Luma, LumaA, Rgb, RgbImage, Rgba};
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,8 +1,5 @@
 //! Helpers shared by the end-to-end tests of the `shardtool` binary: running it, generating input
 //! images (including hand-made malformed ones), and reading back the datasets it writes.
-//!
-//! Every test crate uses a different subset of these helpers.
-#![allow(dead_code)]
 
 use image::{DynamicImage, ImageFormat, Rgb, RgbImage};
 use serde_json::Value;
@@ -197,11 +194,6 @@ pub fn pattern(w: u32, h: u32, seed: u32) -> RgbImage {
             (n >> 16) as u8,
         ])
     })
-}
-
-/// A picture of one colour.
-pub fn flat(w: u32, h: u32, c: [u8; 3]) -> RgbImage {
-    RgbImage::from_pixel(w, h, Rgb(c))
 }
 
 /// A picture whose quadrants are red (top-left), green (top-right), blue (bottom-left) and white
@@ -762,18 +754,6 @@ pub fn dir_contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 pub fn scaled(side: u32, target: u32, reference: u32) -> u32 {
     let (a, n, d) = (u64::from(side), u64::from(target), u64::from(reference));
     ((2 * a * n + d) / (2 * d)).max(1) as u32
-}
-
-/// Largest per-channel difference between two images of the same size.
-#[track_caller]
-pub fn max_diff(a: &RgbImage, b: &RgbImage) -> u8 {
-    assert_eq!(a.dimensions(), b.dimensions(), "image sizes differ");
-    a.as_raw()
-        .iter()
-        .zip(b.as_raw())
-        .map(|(x, y)| x.abs_diff(*y))
-        .max()
-        .unwrap_or(0)
 }
 
 /// Mean absolute per-channel difference.

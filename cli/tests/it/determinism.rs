@@ -1,9 +1,7 @@
 //! Determinism and order: `--jobs` never changes a byte, the seed alone decides the order,
 //! `--no-shuffle` keeps the sorted listing order, and keys are unique and portable.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 

@@ -1,9 +1,7 @@
 //! Output formats: `--encode keep|png|jpeg`, `--format packed` (fixed and variable shards) with
 //! pixel parity against the lossless tar path, and `--compress zstd[:LEVEL]` for both formats.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 

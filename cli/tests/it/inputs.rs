@@ -3,9 +3,7 @@
 //! classes, broken and malicious files. Every bad input must be reported exactly once, and
 //! `found = packed + failed` must hold.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 

@@ -4,9 +4,7 @@
 //! Needs `python3` with `webdataset` and `pillow`. Without them the test fails with a clear
 //! message, unless `SHARDTOOL_NO_PYTHON=1` is set.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
 use std::process::Command;

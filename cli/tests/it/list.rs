@@ -1,9 +1,7 @@
 //! `--list`: CSV and JSONL inputs with integer or class-name labels, optional keys, paths relative
 //! to the list's folder, and bad rows reported in `errors.jsonl`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -6,9 +6,7 @@
 //! writes on in 2 MiB blocks, `WRITE_BLOCK`): the smaller dataset is made large enough to fill
 //! them too, so that the comparison measures growth with the dataset rather than that plateau.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Command;
 

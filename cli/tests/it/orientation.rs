@@ -2,9 +2,7 @@
 //! for the real orientation-6 photo of sample-data, for Pillow-made fixtures and for every one of
 //! the eight orientations, on the full-size and the DCT-scaled JPEG paths and in packed shards.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use image::RgbImage;
 use std::path::Path;
 

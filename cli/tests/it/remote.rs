@@ -2,7 +2,7 @@
 //! (lighttpd over HTTP, s3s-fs over S3, and a fault-injecting HTTP server), with several
 //! processes sharing one cache folder.
 
-#[path = "../../crates/cache/tests/common/mod.rs"]
+#[path = "../../../crates/cache/tests/common/mod.rs"]
 mod servers;
 
 use servers::{Fault, FaultServer, Lighttpd, S3};

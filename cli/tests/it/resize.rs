@@ -1,9 +1,7 @@
 //! `--resize` end to end: every mode, `--upscale`, the downscale-only default, the documented
 //! rounding, centre cropping, and the JPEG DCT-scaling path giving the same sizes.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 

@@ -1,9 +1,7 @@
 //! Shard files: rolling by `--shard-samples` and `--shard-size`, names and `--prefix`, and the
 //! manifest's sizes, checksums and totals against the files on disk.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 
 fn make_inputs(root: &Path, n: u32) {

@@ -1,0 +1,21 @@
+//! End-to-end tests of the `shardtool` binary, one test binary with a module per area: one link
+//! instead of one per file, and shared helpers in `common`.
+
+mod common;
+
+mod cli;
+mod colour;
+mod determinism;
+mod formats;
+mod inputs;
+mod inspect_preview;
+mod interop;
+mod list;
+mod memory;
+mod orientation;
+mod read;
+mod remote;
+mod resize;
+mod sharding;
+mod tidy;
+mod verify;
