@@ -37,7 +37,7 @@ impl CacheArgs {
     pub fn options(&self) -> Result<CacheOptions, Failure> {
         let limit = match &self.cache_limit {
             Some(s) => Some(
-                shardtool_pack::parse_byte_size(s)
+                shardtool_core::parse_byte_size(s)
                     .map_err(|e| Failure::usage(anyhow!("--cache-limit: {e}")))?,
             ),
             None => None,

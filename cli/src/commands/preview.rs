@@ -4,7 +4,7 @@ use crate::args::PreviewArgs;
 use crate::commands::verify::opened;
 use crate::Failure;
 use anyhow::anyhow;
-use shardtool_pack::AtomicFile;
+use shardtool_core::AtomicFile;
 use shardtool_verify::{encode_png, preview, PreviewOptions};
 
 /// Runs `shardtool preview`.

@@ -14,7 +14,7 @@
 
 use crate::CacheError;
 use serde::{Deserialize, Serialize};
-use shardtool_core::{Checksum, ChecksumHasher};
+use shardtool_core::{AtomicFile, Checksum, ChecksumHasher};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -128,9 +128,13 @@ impl CacheDir {
             }
             fs::create_dir_all(&root).map_err(CacheError::io(&root))?;
             let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
+            // The temporary name starts with TAG_TMP, which the emptiness check above allows,
+            // so processes creating one cache at once do not refuse each other's folder.
             let tmp = root.join(format!("{TAG_TMP}{}.{n}", std::process::id()));
-            write_atomic(&tmp, TAG_TEXT.as_bytes())?;
-            fs::rename(&tmp, &tag).map_err(CacheError::io(&tag))?;
+            let mut f = AtomicFile::create_at(tmp.clone(), &tag).map_err(CacheError::io(&tmp))?;
+            f.write_all(TAG_TEXT.as_bytes())
+                .and_then(|()| f.commit())
+                .map_err(CacheError::io(&tag))?;
         }
         let reserve = root.join("reserve");
         fs::create_dir_all(&reserve).map_err(CacheError::io(&reserve))?;
@@ -282,6 +286,10 @@ impl CacheDir {
         let mut total = 0;
         for e in fs::read_dir(&dir).map_err(CacheError::io(&dir))?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                // A reservation still being written.
+                continue;
+            }
             let pid = name.split('-').next().unwrap_or("");
             if !pid_alive(pid) {
                 let _ = fs::remove_file(e.path());
@@ -472,13 +480,7 @@ pub(crate) fn hash_file(path: &Path) -> Result<Checksum, CacheError> {
     Ok(h.checksum())
 }
 
-/// Writes a small file atomically: temporary name, fsync, rename.
+/// Writes a small file atomically (see [`AtomicFile`]); its temporary name starts with a dot.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
-    let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
-    let tmp = path.with_extension(format!("tmp.{}.{n}", std::process::id()));
-    let mut f = File::create(&tmp).map_err(CacheError::io(&tmp))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(CacheError::io(&tmp))?;
-    fs::rename(&tmp, path).map_err(CacheError::io(path))
+    AtomicFile::write(path, bytes).map_err(CacheError::io(path))
 }

@@ -6,10 +6,10 @@ use crate::location::RemoteUrl;
 use crate::metrics::{CacheMetrics, Recorder};
 use crate::remote::{FetchPolicy, Remote};
 use crate::CacheError;
-use shardtool_core::Checksum;
+use shardtool_core::{AtomicFile, Checksum};
 use shardtool_manifest::{Compression, Manifest};
 use std::fs::{self, File};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -441,91 +441,49 @@ impl Shared {
                 NEXT_TMP.fetch_add(1, Ordering::Relaxed)
             ))
         };
-        let download = TempFile::create(tmp("download"))?;
+        let atomic = |tmp: PathBuf| {
+            AtomicFile::create_at(tmp.clone(), &paths.data).map_err(CacheError::io(&tmp))
+        };
+        let download = atomic(tmp("download"))?;
+        let mut file = download
+            .clone_file()
+            .map_err(CacheError::io(download.temp_path()))?;
         self.remote
-            .download(&spec.file, spec.bytes, spec.checksum, &mut download.file()?)?;
+            .download(&spec.file, spec.bytes, spec.checksum, &mut file)?;
+        drop(file);
         let published = match spec.decompressed {
             None => download,
             Some((size, sum)) => {
-                let out = TempFile::create(tmp("zstd"))?;
-                decompress(&download.path, &out.path, size, sum)?;
+                let mut out = atomic(tmp("zstd"))?;
+                decompress(download.temp_path(), &mut out, size, sum)?;
+                // The compressed download is removed as it drops, uncommitted.
                 drop(download);
                 out
             }
         };
-        published.publish(&paths.data)?;
+        published.commit().map_err(CacheError::io(&paths.data))?;
         CacheDir::stamp(paths, spec.cached_bytes(), spec.cached_checksum())
     }
 }
 
 static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
 
-/// A temporary file removed on drop unless published.
-struct TempFile {
-    path: PathBuf,
-    file: Option<File>,
-}
-
-impl TempFile {
-    fn create(path: PathBuf) -> Result<Self, CacheError> {
-        let file = File::options()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(&path)
-            .map_err(CacheError::io(&path))?;
-        Ok(Self {
-            path,
-            file: Some(file),
-        })
-    }
-
-    fn file(&self) -> Result<File, CacheError> {
-        // A second handle on the same open file description.
-        match &self.file {
-            Some(f) => f.try_clone().map_err(CacheError::io(&self.path)),
-            None => Err(CacheError::io(&self.path)(
-                std::io::ErrorKind::NotFound.into(),
-            )),
-        }
-    }
-
-    /// fsync, rename into place, fsync the folder.
-    fn publish(mut self, to: &Path) -> Result<(), CacheError> {
-        if let Some(f) = self.file.take() {
-            f.sync_all().map_err(CacheError::io(&self.path))?;
-        }
-        fs::rename(&self.path, to).map_err(CacheError::io(to))?;
-        if let Some(dir) = to.parent() {
-            let _ = File::open(dir).and_then(|d| d.sync_all());
-        }
-        self.path = PathBuf::new();
-        Ok(())
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if !self.path.as_os_str().is_empty() {
-            let _ = fs::remove_file(&self.path);
-        }
-    }
-}
-
 /// Decompresses a downloaded `.zst` shard, refusing more than `size` bytes, and checks it.
-fn decompress(from: &Path, to: &Path, size: u64, sum: Checksum) -> Result<(), CacheError> {
+fn decompress(
+    from: &Path,
+    to: &mut AtomicFile,
+    size: u64,
+    sum: Checksum,
+) -> Result<(), CacheError> {
     let src = File::open(from).map_err(CacheError::io(from))?;
-    let dst = File::options()
-        .write(true)
-        .open(to)
-        .map_err(CacheError::io(to))?;
-    let mut w = shardtool_core::HashingWriter::new(shardtool_core::BlockWriter::new(dst));
+    let to_path = to.temp_path().to_path_buf();
+    let mut w = shardtool_core::HashingWriter::new(to);
     let mut dec = zstd::Decoder::new(src)
         .map_err(CacheError::io(from))?
         .take(size + 1);
     std::io::copy(&mut dec, &mut w).map_err(CacheError::io(from))?;
     let (inner, n, got) = w.into_parts();
-    inner.into_inner().map_err(CacheError::io(to))?;
+    inner.flush().map_err(CacheError::io(&to_path))?;
     if n != size || got != sum {
         return Err(CacheError::Fetch {
             url: from.display().to_string(),

@@ -1,18 +1,23 @@
 //! Shared vocabulary of shardtool: sample keys, resource limits, checksums, seeded shuffles and the
-//! RGB8 image type that flows between the codec, the packer and the shard formats. No I/O lives here
-//! beyond writers generic over `std::io::Write`.
+//! RGB8 image type that flows between the codec, the packer and the shard formats, the byte-size
+//! parser, and the one atomic file writer every crate publishes files with. The atomic writer is the
+//! only file-system code here.
 
+pub mod atomic;
 pub mod block_writer;
 pub mod checksum;
 pub mod key;
 pub mod limits;
 pub mod rng;
+pub mod size;
 
+pub use atomic::AtomicFile;
 pub use block_writer::{BlockWriter, WRITE_BLOCK};
 pub use checksum::{Checksum, ChecksumHasher, HashingWriter};
 pub use key::{index_key, validate_key, KeyError};
 pub use limits::Limits;
 pub use rng::{shuffle, SplitMix64};
+pub use size::{parse_byte_size, ByteSizeError};
 
 /// A decoded image in 8-bit RGB, row-major, HWC, with no row padding.
 #[derive(Clone, PartialEq, Eq)]

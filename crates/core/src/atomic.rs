@@ -1,0 +1,176 @@
+//! Write-once publishing, the one way every shardtool file reaches its final name: write under a
+//! temporary name, fsync, rename, fsync the directory. A reader never sees a partial file, and a
+//! crash leaves at most a temporary file behind.
+
+use crate::BlockWriter;
+use fs_err as fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
+
+/// A file being written under a temporary name. [`AtomicFile::commit`] makes it appear under its
+/// final name in one step; dropping it uncommitted removes it.
+///
+/// Writes pass through a [`BlockWriter`], so the file reaches the page cache in aligned blocks.
+pub struct AtomicFile {
+    tmp: PathBuf,
+    dest: PathBuf,
+    file: Option<BlockWriter<fs::File>>,
+}
+
+impl AtomicFile {
+    /// Creates a temporary file beside `dest` (`.NAME.PID.N.tmp`, unique per process and call, so
+    /// concurrent writers of one destination never share a temporary file).
+    pub fn create(dest: &Path) -> io::Result<Self> {
+        let name = dest.file_name().ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{}: not a file name", dest.display()),
+            )
+        })?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(
+            ".{}.{}.tmp",
+            std::process::id(),
+            NEXT_TMP.fetch_add(1, Ordering::Relaxed)
+        ));
+        Self::create_at(dest.with_file_name(tmp_name), dest)
+    }
+
+    /// Creates the temporary file at `tmp`, which must not exist and must be on the same file
+    /// system as `dest` (a cache keeps its temporary files in a folder of its own).
+    pub fn create_at(tmp: PathBuf, dest: &Path) -> io::Result<Self> {
+        let file = fs::File::options()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&tmp)?;
+        Ok(Self {
+            tmp,
+            dest: dest.to_path_buf(),
+            file: Some(BlockWriter::new(file)),
+        })
+    }
+
+    /// Writes `bytes` to `dest` atomically.
+    pub fn write(dest: &Path, bytes: &[u8]) -> io::Result<()> {
+        let mut f = Self::create(dest)?;
+        f.write_all(bytes)?;
+        f.commit()
+    }
+
+    /// The final path.
+    pub fn dest(&self) -> &Path {
+        &self.dest
+    }
+
+    /// The temporary path the bytes are written to until [`AtomicFile::commit`].
+    pub fn temp_path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// A second handle on the temporary file, for a writer that needs a `File` (positioned
+    /// writes, writeback hints). Bytes written through it bypass this value's block buffer, so
+    /// use one or the other.
+    pub fn clone_file(&self) -> io::Result<std::fs::File> {
+        match &self.file {
+            Some(f) => f.get_ref().file().try_clone(),
+            None => Err(io::Error::other("already committed")),
+        }
+    }
+
+    /// Flushes, fsyncs, renames into place and fsyncs the directory.
+    pub fn commit(mut self) -> io::Result<()> {
+        let Some(buf) = self.file.take() else {
+            return Err(io::Error::other("already committed"));
+        };
+        let file = buf.into_inner()?;
+        file.sync_all()?;
+        drop(file);
+        fs::rename(&self.tmp, &self.dest)?;
+        let dir = match self.dest.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        fs::File::open(dir)?.sync_all()
+    }
+}
+
+impl Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self.file.as_mut() {
+            Some(f) => f.write(buf),
+            None => Err(io::Error::other("already committed")),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self.file.as_mut() {
+            Some(f) => f.flush(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.file.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uncommitted_files_never_appear() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("a.bin");
+        {
+            let mut f = AtomicFile::create(&dest).unwrap();
+            f.write_all(b"partial").unwrap();
+            assert!(f.temp_path().exists());
+            assert!(!dest.exists());
+        }
+        assert!(!dest.exists());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        AtomicFile::write(&dest, b"whole").unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"whole");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn concurrent_writers_of_one_destination_use_their_own_temporary_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("m.json");
+        let mut a = AtomicFile::create(&dest).unwrap();
+        let mut b = AtomicFile::create(&dest).unwrap();
+        assert_ne!(a.temp_path(), b.temp_path());
+        a.write_all(b"from a").unwrap();
+        b.write_all(b"from b").unwrap();
+        a.commit().unwrap();
+        b.commit().unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"from b");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn an_existing_temporary_path_is_refused_and_errors_name_the_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = dir.path().join("t");
+        std::fs::write(&tmp, b"x").unwrap();
+        let err = AtomicFile::create_at(tmp.clone(), &dir.path().join("d"))
+            .err()
+            .unwrap();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert!(err.to_string().contains(&*tmp.to_string_lossy()), "{err}");
+        let missing = dir.path().join("no/such/dir/f");
+        let err = AtomicFile::create(&missing).err().unwrap();
+        assert!(err.to_string().contains("no/such/dir"), "{err}");
+    }
+}
