@@ -5,8 +5,7 @@ use crate::progress::PackProgress;
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_pack::{
-    pack, parse_byte_size, Compression, InputSource, PackError, PackPlan, PackReport,
-    ShardFormatChoice,
+    pack, Compression, InputSource, PackError, PackPlan, PackReport, PlanError, ShardFormatChoice,
 };
 use std::path::Path;
 
@@ -59,7 +58,8 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         },
     };
     plan.seed = (!a.no_shuffle).then_some(a.seed);
-    plan.shard_bytes = parse_byte_size(&a.shard_size).map_err(|e| format!("--shard-size: {e}"))?;
+    plan.shard_bytes =
+        shardtool_core::parse_byte_size(&a.shard_size).map_err(|e| format!("--shard-size: {e}"))?;
     plan.shard_samples = a.shard_samples;
     plan.prefix = a.prefix;
     if let Some(j) = a.jobs {
@@ -67,8 +67,22 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
     }
     plan.max_errors = a.max_errors;
     plan.overwrite = a.overwrite;
-    plan.validate()?;
+    plan.validate()
+        .map_err(|e| format!("{}: {e}", flag_of(&e)))?;
     Ok(plan)
+}
+
+/// The flag that sets the option a plan error is about.
+fn flag_of(e: &PlanError) -> &'static str {
+    match e {
+        PlanError::Prefix(_) => "--prefix",
+        PlanError::ZeroShardBytes => "--shard-size",
+        PlanError::ZeroShardSamples => "--shard-samples",
+        PlanError::NoJobs => "--jobs",
+        PlanError::Quality(_) => "--quality",
+        PlanError::ZstdLevel(_) => "--compress",
+        _ => "options",
+    }
 }
 
 /// Runs `shardtool pack`.
@@ -95,7 +109,16 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Err(PackError::Usage(m)) => Err(Failure::usage(anyhow!(m))),
+        Err(PackError::OutputNotEmpty { path }) => Err(Failure::usage(anyhow!(
+            "output {} is not empty; pass --overwrite to replace the dataset in it",
+            path.display()
+        ))),
+        Err(
+            e @ (PackError::Plan(_)
+            | PackError::Inputs(_)
+            | PackError::TooManyInputs { .. }
+            | PackError::OutputNotAFolder { .. }),
+        ) => Err(Failure::usage(e)),
         Err(e) => Err(Failure::run(e)),
     }
 }

@@ -4,16 +4,16 @@
 //! [`pack`] takes a validated [`PackPlan`] and returns a [`PackReport`]; the CLI only parses
 //! flags into a plan and prints the report. Nothing here prints.
 
-mod atomic;
 mod listing;
 mod pipeline;
 mod plan;
 mod sink;
 
-pub use atomic::AtomicFile;
-pub use listing::{list_inputs, InputItem, InputSource, Inputs, Listing, Origin, IMAGE_EXTENSIONS};
+pub use listing::{
+    list_inputs, InputItem, InputSource, Inputs, ListError, Listing, Origin, IMAGE_EXTENSIONS,
+};
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
-pub use plan::{parse_byte_size, Compression, PackPlan, ShardFormatChoice, DEFAULT_SEED};
+pub use plan::{Compression, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED};
 
 use std::path::PathBuf;
 
@@ -33,9 +33,40 @@ pub struct ErrorRecord {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PackError {
-    /// The options or inputs are unusable (the CLI exits 2).
-    #[error("{0}")]
-    Usage(String),
+    /// The plan's options cannot work.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The input folder or list cannot be read at all.
+    #[error("cannot read the inputs: {0}")]
+    Inputs(ListError),
+    /// More inputs than one pack can index.
+    #[error("{count} inputs: one pack takes at most {max}; split the input")]
+    TooManyInputs {
+        /// Inputs listed.
+        count: u64,
+        /// The most one pack takes.
+        max: u64,
+    },
+    /// The output path exists and is not a folder.
+    #[error("output {path} is not a directory")]
+    OutputNotAFolder {
+        /// The output path.
+        path: PathBuf,
+    },
+    /// The output folder holds files and the plan does not allow replacing them.
+    #[error("output {path} is not empty")]
+    OutputNotEmpty {
+        /// The output folder.
+        path: PathBuf,
+    },
+    /// The worker threads could not be started.
+    #[error("cannot start {threads} worker threads: {cause}")]
+    ThreadSpawn {
+        /// How many were asked for.
+        threads: usize,
+        /// The cause (part of the message, not a separate source, so it is printed once).
+        cause: String,
+    },
     /// More inputs failed than `--max-errors` allows (the CLI exits 1).
     #[error("{failed} inputs failed, more than --max-errors {max}; see {report}")]
     TooManyErrors {

@@ -2,7 +2,6 @@
 //! held in a compact [`Inputs`] store (a global shuffle keeps every input in memory at once).
 
 use crate::ErrorRecord;
-use fs_err as fs;
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::ffi::OsStr;
@@ -98,12 +97,9 @@ impl Inputs {
         name: &[u8],
         label: u32,
         key: Option<&str>,
-    ) -> Result<(), String> {
-        let too_many = || {
-            format!(
-                "too many inputs for one pack ({} so far); split the input",
-                self.len()
-            )
+    ) -> Result<(), ListError> {
+        let too_many = || ListError::TooMany {
+            count: self.len() as u64,
         };
         let index = u32::try_from(self.len())
             .ok()
@@ -111,7 +107,7 @@ impl Inputs {
             .ok_or_else(too_many)?;
         let end = u32::try_from(self.names.len() + name.len()).map_err(|_| too_many())?;
         if (dir as usize) >= self.dirs.len() {
-            return Err(format!("internal: directory {dir} was not registered"));
+            return Err(ListError::UnknownDirectory(dir));
         }
         if let Some(k) = key.filter(|k| !k.is_empty()) {
             let kend = u32::try_from(self.keys.len() + k.len()).map_err(|_| too_many())?;
@@ -265,9 +261,56 @@ pub struct Listing {
     pub errors: Vec<ErrorRecord>,
 }
 
+/// Why the inputs could not be listed at all. Problems with single inputs are not errors: they
+/// are collected in [`Listing::errors`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ListError {
+    /// A folder or list file could not be read.
+    #[error("{path}: {cause}")]
+    Io {
+        /// The folder or file.
+        path: PathBuf,
+        /// The cause (part of the message, not a separate source, so it is printed once).
+        cause: std::io::Error,
+    },
+    /// An image folder input that is not a folder.
+    #[error("{path} is not a directory; a CSV or JSONL file is read as a list of inputs")]
+    NotAFolder {
+        /// The path given.
+        path: PathBuf,
+    },
+    /// A list file whose structure is unusable (no header, unreadable CSV).
+    #[error("{path}: {message}")]
+    BadList {
+        /// The list file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// More inputs (or classes) than one pack can index.
+    #[error("too many inputs for one pack ({count} so far); split the input")]
+    TooMany {
+        /// How many were listed when the limit was reached.
+        count: u64,
+    },
+    /// An input named a directory index that was never registered (a bug in the lister).
+    #[error("internal: input directory #{0} was not registered")]
+    UnknownDirectory(u32),
+}
+
+impl ListError {
+    fn io(path: &Path) -> impl Fn(std::io::Error) -> Self + Copy + '_ {
+        move |cause| ListError::Io {
+            path: path.to_path_buf(),
+            cause,
+        }
+    }
+}
+
 /// Lists the inputs of `source`. Errors are only for unusable sources (missing folder, unreadable
 /// or header-less list); problems with single inputs are collected in [`Listing::errors`].
-pub fn list_inputs(source: &InputSource) -> Result<Listing, String> {
+pub fn list_inputs(source: &InputSource) -> Result<Listing, ListError> {
     let mut listing = match source {
         InputSource::Folder(root) => list_folder(root)?,
         InputSource::List(file) => list_file(file)?,
@@ -294,13 +337,14 @@ struct SortedNames {
 }
 
 impl SortedNames {
-    fn read(dir: &Path) -> Result<Self, String> {
+    fn read(dir: &Path) -> Result<Self, ListError> {
         let mut s = SortedNames {
             bytes: Vec::new(),
             spans: Vec::new(),
         };
-        for entry in fs::read_dir(dir).map_err(|e| e.to_string())? {
-            let name = entry.map_err(|e| e.to_string())?.file_name();
+        let io = ListError::io(dir);
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let name = entry.map_err(io)?.file_name();
             let start = s.bytes.len();
             s.bytes.extend_from_slice(name.as_encoded_bytes());
             s.spans.push((start, s.bytes.len()));
@@ -330,13 +374,12 @@ fn name_os(b: &[u8]) -> &OsStr {
     }
 }
 
-fn list_folder(root: &Path) -> Result<Listing, String> {
-    let meta = fs::metadata(root).map_err(|e| e.to_string())?;
+fn list_folder(root: &Path) -> Result<Listing, ListError> {
+    let meta = std::fs::metadata(root).map_err(ListError::io(root))?;
     if !meta.is_dir() {
-        return Err(format!(
-            "{} is not a directory (use --list for a CSV or JSONL list)",
-            root.display()
-        ));
+        return Err(ListError::NotAFolder {
+            path: root.to_path_buf(),
+        });
     }
     let mut listing = Listing {
         origin: Origin {
@@ -360,7 +403,9 @@ fn list_folder(root: &Path) -> Result<Listing, String> {
     let mut seen = HashSet::new();
     for (label, class) in class_names.iter().enumerate() {
         listing.classes.push(class.to_string_lossy().into_owned());
-        let label = u32::try_from(label).map_err(|_| "too many class folders".to_string())?;
+        let label = u32::try_from(label).map_err(|_| ListError::TooMany {
+            count: label as u64,
+        })?;
         let mut dir = root.join(class);
         let mut prefix = os_bytes(class).into_owned();
         prefix.push(b'/');
@@ -383,9 +428,9 @@ fn walk(
     out: &mut Listing,
     seen: &mut HashSet<PathBuf>,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), ListError> {
     // Symlinked directories may form cycles: visit each real directory once.
-    let real = fs::canonicalize(&*dir).map_err(|e| e.to_string())?;
+    let real = std::fs::canonicalize(&*dir).map_err(ListError::io(dir))?;
     if !seen.insert(real) || depth > MAX_DEPTH {
         return Ok(());
     }
@@ -462,8 +507,12 @@ enum ListKind {
     Jsonl,
 }
 
-fn list_file(file: &Path) -> Result<Listing, String> {
-    let text = fs::read(file).map_err(|e| e.to_string())?;
+fn list_file(file: &Path) -> Result<Listing, ListError> {
+    let bad = |message: String| ListError::BadList {
+        path: file.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read(file).map_err(ListError::io(file))?;
     let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
     let kind = if file
         .extension()
@@ -505,7 +554,8 @@ fn list_file(file: &Path) -> Result<Listing, String> {
             }
         }
         Ok(())
-    })?;
+    })
+    .map_err(bad)?;
     if all_ints {
         names.clear();
         listing.classes = (0..max_int.map_or(0, |m| m + 1))
@@ -513,7 +563,7 @@ fn list_file(file: &Path) -> Result<Listing, String> {
             .collect();
     } else {
         for (i, v) in names.values_mut().enumerate() {
-            *v = u32::try_from(i).map_err(|_| "too many class names".to_string())?;
+            *v = u32::try_from(i).map_err(|_| ListError::TooMany { count: i as u64 })?;
         }
         listing.classes = names.keys().cloned().collect();
     }
@@ -549,8 +599,12 @@ fn list_file(file: &Path) -> Result<Listing, String> {
         let split = path.rfind('/').map_or(0, |i| i + 1);
         let (dir, name) = path.as_bytes().split_at(split);
         let dir = dirs.get(&mut listing.inputs, dir);
-        listing.inputs.push(dir, name, label, row.key.as_deref())
-    })?;
+        listing
+            .inputs
+            .push(dir, name, label, row.key.as_deref())
+            .map_err(|e| e.to_string())
+    })
+    .map_err(bad)?;
     Ok(listing)
 }
 

@@ -3,7 +3,8 @@
 use crate::listing::list_inputs;
 use crate::plan::{PackPlan, ShardFormatChoice};
 use crate::sink::{Payload, ShardSink};
-use crate::{AtomicFile, ErrorRecord, PackError};
+use crate::{ErrorRecord, PackError};
+use shardtool_core::AtomicFile;
 use shardtool_core::{index_key, shuffle, validate_key};
 use shardtool_image::{transform, Encode, Output, Timings, TransformSpec};
 use shardtool_manifest::{self as manifest, InputCounts, Manifest};
@@ -96,9 +97,8 @@ struct Done {
 /// Runs a whole pack.
 pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, PackError> {
     let start = Instant::now();
-    plan.validate().map_err(PackError::Usage)?;
-    let mut listing = list_inputs(&plan.source)
-        .map_err(|e| PackError::Usage(format!("cannot read input {}: {e}", source_name(plan))))?;
+    plan.validate()?;
+    let mut listing = list_inputs(&plan.source).map_err(PackError::Inputs)?;
     prepare_output(plan)?;
 
     let mut transform_spec = plan.transform;
@@ -114,10 +114,10 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let inputs = std::mem::take(&mut listing.inputs);
     let n = inputs.len();
     if n >= REJECTED as usize {
-        return Err(PackError::Usage(format!(
-            "{n} inputs: one pack takes at most {} (split the input)",
-            REJECTED - 1
-        )));
+        return Err(PackError::TooManyInputs {
+            count: n as u64,
+            max: u64::from(REJECTED - 1),
+        });
     }
     // The order depends only on the listing (sorted) and the seed. Shuffling indices moves
     // exactly as shuffling the inputs themselves would (Fisher–Yates only swaps positions), and
@@ -186,7 +186,10 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         .num_threads(plan.jobs)
         .thread_name(|i| format!("pack-{i}"))
         .build()
-        .map_err(|e| PackError::Usage(format!("cannot start {} threads: {e}", plan.jobs)))?;
+        .map_err(|e| PackError::ThreadSpawn {
+            threads: plan.jobs,
+            cause: e.to_string(),
+        })?;
     // In-flight images are bounded by the window, so memory does not grow with the dataset.
     let window = (plan.jobs * 4).max(8);
     let (tx, rx) = mpsc::channel::<(usize, Result<Done, ErrorRecord>)>();
@@ -327,12 +330,6 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     })
 }
 
-fn source_name(plan: &PackPlan) -> String {
-    match &plan.source {
-        crate::InputSource::Folder(p) | crate::InputSource::List(p) => p.display().to_string(),
-    }
-}
-
 fn class_name(classes: &[String], label: i64) -> String {
     usize::try_from(label)
         .ok()
@@ -416,10 +413,7 @@ fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
     let io = |e| PackError::io(out, e);
     if out.exists() {
         if !out.is_dir() {
-            return Err(PackError::Usage(format!(
-                "output {} is not a directory",
-                out.display()
-            )));
+            return Err(PackError::OutputNotAFolder { path: out.clone() });
         }
         let entries: Vec<_> = std::fs::read_dir(out)
             .map_err(io)?
@@ -429,10 +423,7 @@ fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
             return Ok(());
         }
         if !plan.overwrite {
-            return Err(PackError::Usage(format!(
-                "output {} is not empty; pass --overwrite to replace the dataset in it",
-                out.display()
-            )));
+            return Err(PackError::OutputNotEmpty { path: out.clone() });
         }
         // The manifest goes first, so an interrupted overwrite leaves a visibly incomplete dataset.
         for e in &entries {
@@ -447,9 +438,7 @@ fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
             let name = name.to_string_lossy();
             let ours = name == "errors.jsonl"
                 || (name.starts_with('.') && name.ends_with(".tmp"))
-                || [".tar", ".tar.zst", ".safetensors", ".safetensors.zst"]
-                    .iter()
-                    .any(|ext| name.ends_with(ext));
+                || manifest::ShardKind::from_name(&name).is_some();
             if ours && e.path().is_file() {
                 std::fs::remove_file(e.path()).map_err(io)?;
             }

@@ -74,32 +74,30 @@ impl PackPlan {
     }
 
     /// Checks the options that do not need the file system.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), PlanError> {
         let p = &self.prefix;
         if p.is_empty()
             || !p
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         {
-            return Err(format!(
-                "--prefix {p:?} must be non-empty ASCII letters, digits, '_' or '-'"
-            ));
+            return Err(PlanError::Prefix(p.clone()));
         }
         if self.shard_bytes == 0 {
-            return Err("--shard-size must be positive".into());
+            return Err(PlanError::ZeroShardBytes);
         }
         if self.shard_samples == Some(0) {
-            return Err("--shard-samples must be positive".into());
+            return Err(PlanError::ZeroShardSamples);
         }
         if self.jobs == 0 {
-            return Err("--jobs must be at least 1".into());
+            return Err(PlanError::NoJobs);
         }
         if !(1..=100).contains(&self.transform.quality) {
-            return Err("--quality must be from 1 to 100".into());
+            return Err(PlanError::Quality(self.transform.quality));
         }
         if let Compression::Zstd(l) = self.compression {
             if !(1..=22).contains(&l) {
-                return Err(format!("zstd level {l} is outside 1..=22"));
+                return Err(PlanError::ZstdLevel(l));
             }
         }
         Ok(())
@@ -130,34 +128,28 @@ impl PackPlan {
     }
 }
 
-/// Parses `64MiB`, `1GB`, `1.5GiB`, `4096` (bytes). Units: B, KB/MB/GB/TB (powers of 1000),
-/// KiB/MiB/GiB/TiB (powers of 1024); case-insensitive.
-pub fn parse_byte_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1_000,
-        "m" | "mb" => 1_000_000,
-        "g" | "gb" => 1_000_000_000,
-        "t" | "tb" => 1_000_000_000_000,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "tib" => 1 << 40,
-        _ => return Err(format!("invalid size {s:?}: unknown unit {unit:?}")),
-    };
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("invalid size {s:?}: expected a number such as 64MiB"))?;
-    let bytes = value * mult as f64;
-    if !(1.0..1.8e19).contains(&bytes) {
-        return Err(format!("invalid size {s:?}: out of range"));
-    }
-    Ok(bytes as u64)
+/// An option of a [`PackPlan`] that cannot work, found without touching the file system.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlanError {
+    /// The shard name prefix is empty or has characters other than ASCII letters, digits, `_`, `-`.
+    #[error("shard name prefix {0:?} must be non-empty ASCII letters, digits, '_' or '-'")]
+    Prefix(String),
+    /// A shard size of zero bytes.
+    #[error("the shard size must be positive")]
+    ZeroShardBytes,
+    /// A shard sample count of zero.
+    #[error("the samples per shard must be positive")]
+    ZeroShardSamples,
+    /// No worker threads.
+    #[error("at least one worker thread is needed")]
+    NoJobs,
+    /// A JPEG quality outside 1..=100.
+    #[error("JPEG quality {0} is outside 1..=100")]
+    Quality(u8),
+    /// A zstd level outside 1..=22.
+    #[error("zstd level {0} is outside 1..=22")]
+    ZstdLevel(i32),
 }
 
 #[cfg(test)]
@@ -165,32 +157,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn byte_sizes() {
-        assert_eq!(parse_byte_size("64MiB"), Ok(64 << 20));
-        assert_eq!(parse_byte_size("1GB"), Ok(1_000_000_000));
-        assert_eq!(parse_byte_size("4096"), Ok(4096));
-        assert_eq!(parse_byte_size("1.5kib"), Ok(1536));
-        for bad in ["", "MiB", "12 parsecs", "-1", "0"] {
-            assert!(parse_byte_size(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
     fn validation_catches_bad_options() {
         let base = PackPlan::new(InputSource::Folder("in".into()), "out".into());
         assert!(base.validate().is_ok());
         let mut p = base.clone();
         p.prefix = "a/b".into();
-        assert!(p.validate().is_err());
+        assert_eq!(p.validate(), Err(PlanError::Prefix("a/b".into())));
         let mut p = base.clone();
         p.transform.quality = 0;
-        assert!(p.validate().is_err());
+        assert_eq!(p.validate(), Err(PlanError::Quality(0)));
         let mut p = base.clone();
         p.compression = Compression::Zstd(40);
-        assert!(p.validate().is_err());
+        assert_eq!(p.validate(), Err(PlanError::ZstdLevel(40)));
+        let mut p = base.clone();
+        p.shard_samples = Some(0);
+        assert_eq!(p.validate(), Err(PlanError::ZeroShardSamples));
         let mut p = base;
         p.jobs = 0;
-        assert!(p.validate().is_err());
+        assert_eq!(p.validate(), Err(PlanError::NoJobs));
     }
 
     #[test]

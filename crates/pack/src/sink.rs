@@ -1,9 +1,9 @@
 //! Shard writing: rolls shards at a size or count, compresses, checksums and publishes each one
 //! atomically, and collects the manifest entries.
 
-use crate::atomic::AtomicFile;
 use crate::plan::{Compression, PackPlan, ShardFormatChoice};
 use crate::PackError;
+use shardtool_core::AtomicFile;
 use shardtool_core::{Checksum, HashingWriter};
 use shardtool_manifest::{self as manifest, ShardEntry, ShardFormat};
 use shardtool_packed::{Mode, PackedWriter};
@@ -123,15 +123,16 @@ impl<'p> ShardSink<'p> {
     }
 
     fn file_name(&self, index: usize) -> String {
-        let ext = match self.plan.format {
-            ShardFormatChoice::Wds => "tar",
-            ShardFormatChoice::Packed => "safetensors",
+        let format = match self.plan.format {
+            ShardFormatChoice::Wds => ShardFormat::Wds,
+            ShardFormatChoice::Packed => ShardFormat::Packed,
         };
-        let z = match self.plan.compression {
-            Compression::None => "",
-            Compression::Zstd(_) => ".zst",
+        let compression = match self.plan.compression {
+            Compression::None => None,
+            Compression::Zstd(_) => Some(manifest::Compression::Zstd),
         };
-        format!("{}-{index:06}.{ext}{z}", self.plan.prefix)
+        let suffix = manifest::ShardKind::new(format, compression).suffix();
+        format!("{}-{index:06}{suffix}", self.plan.prefix)
     }
 
     fn current_path(&self) -> PathBuf {
