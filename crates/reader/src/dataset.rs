@@ -274,14 +274,14 @@ fn index_tar(bytes: &[u8]) -> Result<Vec<TarRecord>, String> {
     let mut out = Vec::with_capacity(samples.len());
     for s in samples {
         let label = s
-            .get("cls")
-            .and_then(|c| std::str::from_utf8(c).ok())
-            .and_then(|c| c.trim().parse::<i64>().ok())
+            .get(shardtool_wds::LABEL_FIELD)
+            .and_then(shardtool_wds::parse_cls)
             .ok_or_else(|| format!("sample {:?} has no valid .cls label", s.key))?;
+        let image = shardtool_wds::image_field(s.fields.iter().map(|(f, _)| f.as_str()));
         let (field, data) = s
             .fields
             .iter()
-            .find(|(f, _)| matches!(f.as_str(), "jpg" | "jpeg" | "png" | "webp"))
+            .find(|(f, _)| Some(f.as_str()) == image)
             .ok_or_else(|| format!("sample {:?} has no image field", s.key))?;
         let start = data.as_ptr() as usize - base;
         out.push(TarRecord {

@@ -56,6 +56,60 @@ pub enum Compression {
     Zstd,
 }
 
+/// A shard file's container format and whole-file compression, as its name's ending says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShardKind {
+    /// Tar or packed.
+    pub format: ShardFormat,
+    /// Whole-file compression.
+    pub compression: Option<Compression>,
+}
+
+/// Every shard kind with the file name ending that marks it (`.tar`, `.tar.zst`, `.safetensors`,
+/// `.safetensors.zst`): the one place these endings are written down.
+pub const SHARD_SUFFIXES: [(&str, ShardKind); 4] = [
+    (".tar", ShardKind::new(ShardFormat::Wds, None)),
+    (
+        ".tar.zst",
+        ShardKind::new(ShardFormat::Wds, Some(Compression::Zstd)),
+    ),
+    (".safetensors", ShardKind::new(ShardFormat::Packed, None)),
+    (
+        ".safetensors.zst",
+        ShardKind::new(ShardFormat::Packed, Some(Compression::Zstd)),
+    ),
+];
+
+impl ShardKind {
+    /// A kind from its parts.
+    pub const fn new(format: ShardFormat, compression: Option<Compression>) -> Self {
+        Self {
+            format,
+            compression,
+        }
+    }
+
+    /// The file name ending of this kind (`.tar.zst` …).
+    pub fn suffix(self) -> &'static str {
+        match (self.format, self.compression) {
+            (ShardFormat::Wds, None) => ".tar",
+            (ShardFormat::Wds, Some(Compression::Zstd)) => ".tar.zst",
+            (ShardFormat::Packed, None) => ".safetensors",
+            (ShardFormat::Packed, Some(Compression::Zstd)) => ".safetensors.zst",
+        }
+    }
+
+    /// The kind a file name's ending says; `None` when it has no shard ending (or is nothing
+    /// but the ending).
+    pub fn from_name(name: &str) -> Option<Self> {
+        SHARD_SUFFIXES
+            .iter()
+            .filter(|(s, _)| name.len() > s.len() && name.ends_with(s))
+            .max_by_key(|(s, _)| s.len())
+            .map(|(_, k)| *k)
+    }
+}
+
 /// One shard file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -273,6 +327,20 @@ fn is_checksum(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shard_kinds_round_trip_through_their_suffixes() {
+        for (suffix, kind) in SHARD_SUFFIXES {
+            assert_eq!(kind.suffix(), suffix);
+            assert_eq!(
+                ShardKind::from_name(&format!("shard-000001{suffix}")),
+                Some(kind)
+            );
+            assert_eq!(ShardKind::from_name(suffix), None);
+        }
+        assert_eq!(ShardKind::from_name("manifest.json"), None);
+        assert_eq!(ShardKind::from_name("a.zst"), None);
+    }
 
     fn sample() -> Manifest {
         Manifest {

@@ -4,10 +4,12 @@
 //! The format crate never opens files: callers hand it a `Write` or a byte slice (an mmap, a
 //! buffer). See `README.md` beside this crate for the member layout.
 
+mod fields;
 mod reader;
 mod stream;
 mod writer;
 
+pub use fields::{image_field, is_image_field, parse_cls, IMAGE_FIELDS, LABEL_FIELD};
 pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
 pub use stream::{StreamError, StreamHeader, Tail, TarStream};
 pub use writer::{TarWriter, FIXED_MTIME};

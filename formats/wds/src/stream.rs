@@ -22,7 +22,7 @@ pub enum StreamError {
     #[error(transparent)]
     Tar(#[from] ReadError),
     /// Reading failed, or the source ended before the length it was said to have.
-    #[error("{0}")]
+    #[error(transparent)]
     Io(#[from] io::Error),
 }
 

@@ -1,0 +1,69 @@
+//! The WebDataset field conventions every shardtool tool shares: which fields hold an image, and
+//! how a `.cls` label is written.
+
+/// Field names (file extensions) that hold an encoded image, in the order a sample's image is
+/// chosen when it has several. webdataset lowercases extensions, so they are matched without
+/// regard to ASCII case.
+pub const IMAGE_FIELDS: [&str; 8] = ["jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"];
+
+/// The field holding a sample's integer class label, as decimal text.
+pub const LABEL_FIELD: &str = "cls";
+
+/// Whether `field` holds an encoded image.
+pub fn is_image_field(field: &str) -> bool {
+    IMAGE_FIELDS.iter().any(|f| f.eq_ignore_ascii_case(field))
+}
+
+/// The image field among `fields`, by the order of [`IMAGE_FIELDS`]; `None` when there is none.
+pub fn image_field<'a, I>(fields: I) -> Option<&'a str>
+where
+    I: IntoIterator<Item = &'a str>,
+{
+    let mut best: Option<(usize, &str)> = None;
+    for f in fields {
+        if let Some(rank) = IMAGE_FIELDS.iter().position(|i| i.eq_ignore_ascii_case(f)) {
+            if best.is_none_or(|(r, _)| rank < r) {
+                best = Some((rank, f));
+            }
+        }
+    }
+    best.map(|(_, f)| f)
+}
+
+/// Reads a `.cls` member: a decimal integer, optionally signed, with surrounding ASCII
+/// whitespace (writers often end it with a newline). `None` for anything else.
+pub fn parse_cls(bytes: &[u8]) -> Option<i64> {
+    std::str::from_utf8(bytes.trim_ascii()).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_as_writers_leave_them() {
+        assert_eq!(parse_cls(b"7"), Some(7));
+        assert_eq!(parse_cls(b" 12\n"), Some(12));
+        assert_eq!(parse_cls(b"-1"), Some(-1));
+        for bad in [
+            &b""[..],
+            b"1.5",
+            b"0x10",
+            b"seven",
+            b"1 2",
+            b"\xff",
+            b"99999999999999999999",
+        ] {
+            assert_eq!(parse_cls(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_image_field_is_chosen_by_rank_whatever_the_case() {
+        assert_eq!(image_field(["cls", "json", "PNG"]), Some("PNG"));
+        assert_eq!(image_field(["png", "jpg"]), Some("jpg"));
+        assert_eq!(image_field(["txt", "json"]), None);
+        assert!(is_image_field("TIFF"));
+        assert!(!is_image_field("seg.png"));
+    }
+}
