@@ -114,6 +114,9 @@ pub struct ReadArgs {
     /// size are used).
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
+    /// Do not report slow records on stderr.
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
 }
 
 /// Runs `shardtool read`.
@@ -154,16 +157,13 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
     let state = state.unwrap_or_else(|| loader.state());
     if let Some(path) = &a.state_out {
         let json = serde_json::to_vec_pretty(&state).map_err(Failure::run)?;
-        shardtool_pack::AtomicFile::write(path, &json)
+        shardtool_core::AtomicFile::write(path, &json)
             .with_context(|| format!("writing {}", path.display()))
             .map_err(Failure::run)?;
     }
     let m = loader.metrics();
-    for s in &m.slow_records {
-        eprintln!(
-            "slow record: shard {} key {} took {:?}",
-            s.shard, s.key, s.time
-        );
+    if !a.quiet {
+        report_slow(&m);
     }
     if m.corrupt_skipped > 0 {
         eprintln!("skipped {} corrupt records", m.corrupt_skipped);
@@ -180,6 +180,31 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// One line for the slow records, if any: how many, and the slowest few.
+fn report_slow(m: &shardtool_reader::Metrics) {
+    if m.slow_count == 0 {
+        return;
+    }
+    let worst: Vec<String> = m
+        .slow_records
+        .iter()
+        .map(|s| {
+            format!(
+                "{} in {} ({:.0} ms)",
+                s.key,
+                s.shard,
+                s.time.as_secs_f64() * 1e3
+            )
+        })
+        .collect();
+    eprintln!(
+        "{} slow record(s) (over {} ms and 10x the median); slowest: {}",
+        m.slow_count,
+        shardtool_reader::SLOW_FLOOR.as_millis(),
+        worst.join(", ")
+    );
 }
 
 /// Lost shards, loudly, and the cache's counters for a remote dataset (stderr).

@@ -24,7 +24,7 @@ pub use batch::{
 };
 pub use dataset::{Dataset, ShardView};
 pub use loader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState};
-pub use metrics::{Metrics, SlowRecord};
+pub use metrics::{Metrics, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
 pub use plan::{
     derive_seed, first_use_order, open_window_bytes, per_rank, rank_order, shard_order,
     OrderOptions, Remainder, SampleRef,

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// A record that took more than 10× the running median (and over 1 ms) to read or decode.
+/// A record that took more than 10× the running median and over [`SLOW_FLOOR`] to read or decode.
 #[derive(Debug, Clone, Serialize)]
 pub struct SlowRecord {
     /// Shard file.
@@ -37,7 +37,9 @@ pub struct Metrics {
     pub wait_p99: Duration,
     /// Records left out under the skip policy.
     pub corrupt_skipped: u64,
-    /// Records slower than 10× the running median.
+    /// How many records were slow (see [`SlowRecord`]).
+    pub slow_count: u64,
+    /// The slowest of them, slowest first, at most [`SLOW_KEPT`].
     pub slow_records: Vec<SlowRecord>,
     /// Samples lost under the skip policy because their shard could not be opened or fetched.
     pub lost_samples: u64,
@@ -57,7 +59,14 @@ pub(crate) struct MetricsRecorder {
     lost_shards: Mutex<Vec<(String, String)>>,
     waits: Mutex<Vec<Duration>>,
     recent: Mutex<Recent>,
-    slow: Mutex<Vec<SlowRecord>>,
+    slow: Mutex<SlowLog>,
+}
+
+/// The slow records seen: a count and the slowest few, so a long run keeps bounded memory.
+#[derive(Default)]
+struct SlowLog {
+    count: u64,
+    worst: Vec<SlowRecord>,
 }
 
 /// A window of recent record times for the running median.
@@ -70,7 +79,14 @@ struct Recent {
 }
 
 const WINDOW: usize = 255;
-const SLOW_FLOOR: Duration = Duration::from_millis(1);
+
+/// A record is slow only past this absolute time as well as 10× the running median: on a busy
+/// machine a worker preempted for a scheduler time slice or two (4 to 25 ms) is not reading a
+/// slow record.
+pub const SLOW_FLOOR: Duration = Duration::from_millis(50);
+
+/// How many of the slowest records [`Metrics::slow_records`] keeps.
+pub const SLOW_KEPT: usize = 5;
 
 impl MetricsRecorder {
     pub(crate) fn add_bytes(&self, bytes: u64, samples: u64) {
@@ -108,7 +124,12 @@ impl MetricsRecorder {
 
     pub(crate) fn slow(&self, r: SlowRecord) {
         if let Ok(mut s) = self.slow.lock() {
-            s.push(r);
+            s.count += 1;
+            let at = s.worst.partition_point(|w| w.time >= r.time);
+            if at < SLOW_KEPT {
+                s.worst.insert(at, r);
+                s.worst.truncate(SLOW_KEPT);
+            }
         }
     }
 
@@ -159,7 +180,12 @@ impl MetricsRecorder {
             wait_p50: pct(0.5),
             wait_p99: pct(0.99),
             corrupt_skipped: self.corrupt_count(),
-            slow_records: self.slow.lock().map(|s| s.clone()).unwrap_or_default(),
+            slow_count: self.slow.lock().map(|s| s.count).unwrap_or_default(),
+            slow_records: self
+                .slow
+                .lock()
+                .map(|s| s.worst.clone())
+                .unwrap_or_default(),
             lost_samples: self.lost_count(),
             lost_shards: self
                 .lost_shards
@@ -168,5 +194,45 @@ impl MetricsRecorder {
                 .unwrap_or_default(),
             cache: None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(key: &str, ms: u64) -> SlowRecord {
+        SlowRecord {
+            shard: "shard-000000.tar".into(),
+            key: key.into(),
+            time: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn slow_log_counts_all_and_keeps_the_slowest_few_in_order() {
+        let m = MetricsRecorder::default();
+        for (i, ms) in [60, 300, 70, 900, 55, 120, 80, 400].into_iter().enumerate() {
+            m.slow(rec(&format!("k{i}"), ms));
+        }
+        let snap = m.snapshot(Duration::from_secs(1));
+        assert_eq!(snap.slow_count, 8);
+        let kept: Vec<u128> = snap
+            .slow_records
+            .iter()
+            .map(|r| r.time.as_millis())
+            .collect();
+        assert_eq!(kept, [900, 400, 300, 120, 80]);
+    }
+
+    #[test]
+    fn scheduler_slices_are_not_slow_but_a_long_stall_is() {
+        let m = MetricsRecorder::default();
+        for _ in 0..64 {
+            assert!(!m.record_time(Duration::from_micros(300)));
+        }
+        // 28× the median, but within a couple of time slices.
+        assert!(!m.record_time(Duration::from_micros(8_400)));
+        assert!(m.record_time(Duration::from_millis(60)));
     }
 }
