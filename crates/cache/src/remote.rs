@@ -99,6 +99,8 @@ impl Remote {
             location: url.folder.to_string(),
             message: e.to_string(),
         };
+        // rustls needs one process-wide crypto provider; an error means one is installed already.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let options = object_store::ClientOptions::new()
             .with_connect_timeout(policy.connect_timeout)
             // Whole shards can take minutes; stalls are caught per chunk instead.
