@@ -1,7 +1,7 @@
 //! Shared vocabulary of shardtool: sample keys, resource limits, checksums, seeded shuffles and the
 //! RGB8 image type that flows between the codec, the packer and the shard formats, the byte-size
-//! parser, and the one atomic file writer every crate publishes files with. The atomic writer is the
-//! only file-system code here.
+//! parser, and the two file primitives every crate shares: publishing a file atomically
+//! ([`AtomicFile`]) and opening a published shard ([`open_shard`], the one file mapping).
 
 pub mod atomic;
 pub mod block_writer;
@@ -9,6 +9,7 @@ pub mod checksum;
 pub mod key;
 pub mod limits;
 pub mod rng;
+pub mod shard_file;
 pub mod size;
 
 pub use atomic::AtomicFile;
@@ -17,6 +18,7 @@ pub use checksum::{Checksum, ChecksumHasher, HashingWriter};
 pub use key::{index_key, validate_key, KeyError};
 pub use limits::Limits;
 pub use rng::{shuffle, SplitMix64};
+pub use shard_file::{map_readonly, open_shard, OpenShard, OpenShardError, ShardBytes};
 pub use size::{parse_byte_size, ByteSizeError};
 
 /// A decoded image in 8-bit RGB, row-major, HWC, with no row padding.

@@ -1,33 +1,32 @@
 //! A dataset opened for reading: the manifest and one validated, zero-copy view per shard,
 //! from a local folder (read in place) or a remote one (through the shard cache).
 
-use crate::mmap::map_readonly;
 use crate::ReadError;
-use memmap2::Mmap;
-use shardtool_cache::{CacheOptions, Lease, Location, RemoteDataset};
-use shardtool_manifest::{Manifest, ShardFormat};
+#[cfg(feature = "remote")]
+use shardtool_cache::{CacheOptions, Lease, RemoteDataset, RemoteUrl};
+use shardtool_core::{open_shard, OpenShard};
+use shardtool_manifest::{Manifest, ShardEntry, ShardFormat};
 use shardtool_packed::PackedShard;
-use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// The bytes of one shard: a read-only map of a plain file, or a buffer holding a decompressed
-/// `.zst` shard.
+/// The bytes of one shard, opened by [`shardtool_core::open_shard`]: a local shard mapped (or
+/// decompressed), or a shard in the cache, held there (not evictable) while the lease lives.
 pub enum ShardBytes {
-    /// Mapped file.
-    Mapped(Mmap),
-    /// Decompressed in memory.
-    Owned(Vec<u8>),
-    /// A mapped file in the shard cache, held there (not evictable) while the lease lives.
-    Cached(Mmap, Lease),
+    /// A shard of a local dataset.
+    Local(shardtool_core::ShardBytes),
+    /// A cached copy of a remote shard (always plain: the cache stores it decompressed).
+    #[cfg(feature = "remote")]
+    Cached(shardtool_core::ShardBytes, Lease),
 }
 
 impl AsRef<[u8]> for ShardBytes {
     fn as_ref(&self) -> &[u8] {
         match self {
-            ShardBytes::Mapped(m) | ShardBytes::Cached(m, _) => m,
-            ShardBytes::Owned(v) => v,
+            ShardBytes::Local(b) => b,
+            #[cfg(feature = "remote")]
+            ShardBytes::Cached(b, _) => b,
         }
     }
 }
@@ -93,6 +92,7 @@ pub struct Dataset {
     /// Views, in manifest order, opened lazily and closed by [`Dataset::release`].
     shards: Vec<Mutex<Slot>>,
     /// Set for a remote dataset read through the cache.
+    #[cfg(feature = "remote")]
     remote: Option<Arc<RemoteDataset>>,
 }
 
@@ -100,26 +100,22 @@ pub struct Dataset {
 const MAX_MANIFEST: u64 = 256 << 20;
 
 impl Dataset {
-    /// Opens a dataset at `location`: a local folder or manifest path (read in place), or an
-    /// `http(s)://`, `s3://` or `file://` URL of a dataset folder or its manifest. Remote shards
-    /// are fetched into the cache described by `cache` (defaults when `None`).
-    pub fn open_location(location: &str, cache: Option<&CacheOptions>) -> Result<Self, ReadError> {
-        match Location::parse(location)? {
-            Location::Local(p) => Self::open(&p),
-            Location::Remote(url) => {
-                let remote = RemoteDataset::open(url, cache.cloned().unwrap_or_default())?;
-                let manifest = remote.manifest().clone();
-                Ok(Self {
-                    dir: remote.cache_dir().to_path_buf(),
-                    shards: manifest.shards.iter().map(|_| Default::default()).collect(),
-                    manifest,
-                    remote: Some(Arc::new(remote)),
-                })
-            }
-        }
+    /// Opens a remote dataset folder (or its manifest) whose shards are fetched into the cache
+    /// described by `cache`.
+    #[cfg(feature = "remote")]
+    pub fn open_remote(url: RemoteUrl, cache: CacheOptions) -> Result<Self, ReadError> {
+        let remote = RemoteDataset::open(url, cache)?;
+        let manifest = remote.manifest().clone();
+        Ok(Self {
+            dir: remote.cache_dir().to_path_buf(),
+            shards: manifest.shards.iter().map(|_| Default::default()).collect(),
+            manifest,
+            remote: Some(Arc::new(remote)),
+        })
     }
 
     /// The remote dataset behind this one, if it is remote.
+    #[cfg(feature = "remote")]
     pub fn remote(&self) -> Option<&Arc<RemoteDataset>> {
         self.remote.as_ref()
     }
@@ -154,6 +150,7 @@ impl Dataset {
             dir,
             manifest,
             shards,
+            #[cfg(feature = "remote")]
             remote: None,
         })
     }
@@ -197,31 +194,36 @@ impl Dataset {
 
     fn open_shard(&self, i: usize) -> Result<ShardView, ReadError> {
         let entry = &self.manifest.shards[i];
+        #[cfg(feature = "remote")]
         if let Some(remote) = &self.remote {
             // The cache holds a whole, checked, decompressed copy; the lease keeps it from being
             // evicted while mapped.
             let lease = remote.acquire(i)?;
-            let map = map_file(lease.path())?;
-            return self.view_of(i, ShardBytes::Cached(map, lease));
-        }
-        let path = self.dir.join(&entry.file);
-        let bytes = if entry.compression.is_some() {
-            let io = |e| ReadError::Io {
-                path: path.clone(),
-                cause: e,
+            let how = OpenShard {
+                zstd: false,
+                max_bytes: shard_size(entry),
+                map: true,
             };
-            let limit = entry.uncompressed_bytes.unwrap_or(0);
-            let mut out = Vec::new();
-            zstd::Decoder::new(std::fs::File::open(&path).map_err(io)?)
-                .map_err(io)?
-                .take(limit + 1)
-                .read_to_end(&mut out)
-                .map_err(io)?;
-            ShardBytes::Owned(out)
-        } else {
-            ShardBytes::Mapped(map_file(&path)?)
+            let bytes = open_shard(lease.path(), how).map_err(|e| self.corrupt(i, e))?;
+            return self.view_of(i, ShardBytes::Cached(bytes, lease));
+        }
+        let how = OpenShard {
+            zstd: entry.compression.is_some(),
+            max_bytes: shard_size(entry),
+            map: true,
         };
-        self.view_of(i, bytes)
+        let bytes = open_shard(&self.dir.join(&entry.file), how).map_err(|e| self.corrupt(i, e))?;
+        self.view_of(i, ShardBytes::Local(bytes))
+    }
+
+    fn corrupt(&self, i: usize, e: shardtool_core::OpenShardError) -> ReadError {
+        match e {
+            shardtool_core::OpenShardError::Io { path, cause } => ReadError::Io { path, cause },
+            e => ReadError::CorruptShard {
+                shard: self.manifest.shards[i].file.clone(),
+                message: e.to_string(),
+            },
+        }
     }
 
     fn view_of(&self, i: usize, bytes: ShardBytes) -> Result<ShardView, ReadError> {
@@ -250,18 +252,9 @@ impl Dataset {
     }
 }
 
-/// Maps a published shard file (a dataset's or the cache's) read-only.
-fn map_file(path: &Path) -> Result<Mmap, ReadError> {
-    let io = |e| ReadError::Io {
-        path: path.to_path_buf(),
-        cause: e,
-    };
-    let file = std::fs::File::open(path).map_err(io)?;
-    // SAFETY: published shards, in a dataset or in the cache, are renamed into place and never
-    // modified in place; cached ones are held by a lease while mapped (see mmap.rs).
-    #[allow(unsafe_code)]
-    let map = unsafe { map_readonly(&file) }.map_err(io)?;
-    Ok(map)
+/// The size of shard `entry` once decompressed, as the manifest states it.
+fn shard_size(entry: &ShardEntry) -> u64 {
+    entry.uncompressed_bytes.unwrap_or(entry.bytes)
 }
 
 /// Indexes a tar shard once: each sample's key, label and image byte range.
