@@ -12,6 +12,9 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+step "the reader without its default features (local datasets only: no HTTP, S3, TLS or async runtime)"
+cargo clippy -p shardtool-reader --no-default-features --lib --locked -- -D warnings
+
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 

@@ -178,9 +178,11 @@ fn device_bench(a: &BenchArgs, device: shardtool_gpu::Device) -> Result<(), Fail
     if a.step_ms > 0.0 {
         steps.push(Duration::from_secs_f64(a.step_ms / 1e3));
     }
+    let location = a.loader.location()?;
     let mut reports = Vec::new();
     for step in steps {
         let (args, cache, first) = (a.loader.clone(), cache.clone(), a.loader.epoch);
+        let location = location.clone();
         let opts = BenchOptions {
             device,
             step,
@@ -188,7 +190,10 @@ fn device_bench(a: &BenchArgs, device: shardtool_gpu::Device) -> Result<(), Fail
             ..Default::default()
         };
         let r = shardtool_gpu::bench(
-            move |e| args.builder_with(cache.clone()).epoch(first + e),
+            move |e| {
+                args.builder_with(location.clone(), cache.clone())
+                    .epoch(first + e)
+            },
             &opts,
         )
         .map_err(fail)?;

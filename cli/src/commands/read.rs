@@ -2,7 +2,7 @@
 
 use crate::Failure;
 use anyhow::Context;
-use shardtool_reader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState, Remainder};
+use shardtool_reader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState, Location, Remainder};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -61,12 +61,24 @@ pub struct LoaderArgs {
 impl LoaderArgs {
     /// Applies the flags to a builder.
     pub fn builder(&self) -> Result<LoaderBuilder, Failure> {
-        Ok(self.builder_with(self.cache.options()?))
+        Ok(self.builder_with(self.location()?, self.cache.options()?))
     }
 
-    /// Applies the flags to a builder, with cache options already checked.
-    pub fn builder_with(&self, cache: shardtool_reader::CacheOptions) -> LoaderBuilder {
-        let mut b = Loader::builder(&self.dataset)
+    /// Where the dataset lives: a path, or an `http(s)://`, `s3://` or `file://` URL.
+    pub fn location(&self) -> Result<Location, Failure> {
+        match self.dataset.to_str() {
+            Some(s) => Location::parse(s).map_err(Failure::usage),
+            None => Ok(Location::Local(self.dataset.clone())),
+        }
+    }
+
+    /// Applies the flags to a builder, with the location and cache options already checked.
+    pub fn builder_with(
+        &self,
+        location: Location,
+        cache: shardtool_reader::CacheOptions,
+    ) -> LoaderBuilder {
+        let mut b = Loader::builder_at(location)
             .cache(cache)
             .seed(self.seed)
             .epoch(self.epoch)

@@ -7,19 +7,26 @@
 //! least-recently-used sweep keeps the directory under its byte limit. Local datasets never enter
 //! the cache: they are read in place and nothing here ever copies or deletes them.
 //!
-//! The API is synchronous; an internal tokio runtime drives the HTTP and S3 clients.
+//! The API is synchronous; an internal tokio runtime drives the HTTP and S3 clients. Fetching
+//! (`RemoteDataset`, `CacheOptions`, `FetchPolicy`) needs the default `remote` feature; without
+//! it, locations and cache folders still work and nothing async or TLS is compiled.
 
 mod dir;
 mod location;
 mod metrics;
+#[cfg(feature = "remote")]
 mod remote;
+#[cfg(feature = "remote")]
 mod source;
+#[cfg(feature = "remote")]
 mod writeback;
 
 pub use dir::{default_cache_dir, CacheDir, CachedDataset, ClearReport};
 pub use location::{Location, RemoteUrl};
 pub use metrics::CacheMetrics;
+#[cfg(feature = "remote")]
 pub use remote::FetchPolicy;
+#[cfg(feature = "remote")]
 pub use source::{CacheOptions, FetchFailure, Lease, RemoteDataset, ShardSpec};
 
 use std::path::PathBuf;

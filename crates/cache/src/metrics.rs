@@ -1,4 +1,6 @@
 //! Cache metrics: hits, misses, bytes fetched, fetch latency, retries and evictions.
+// Parts of this module serve only the fetching side (`remote`).
+#![cfg_attr(not(feature = "remote"), allow(dead_code))]
 
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -16,7 +16,6 @@ mod batch;
 mod dataset;
 mod loader;
 mod metrics;
-mod mmap;
 mod plan;
 
 pub use batch::{
@@ -29,7 +28,9 @@ pub use plan::{
     derive_seed, first_use_order, open_window_bytes, per_rank, rank_order, shard_order,
     OrderOptions, Remainder, SampleRef,
 };
-pub use shardtool_cache::{CacheMetrics, CacheOptions, FetchPolicy};
+pub use shardtool_cache::{CacheMetrics, Location};
+#[cfg(feature = "remote")]
+pub use shardtool_cache::{CacheOptions, FetchPolicy};
 
 use std::path::PathBuf;
 
@@ -83,6 +84,9 @@ pub enum ReadError {
     /// A remote dataset or its cache failed.
     #[error(transparent)]
     Cache(#[from] shardtool_cache::CacheError),
+    /// A remote dataset, in a build without the `remote` feature.
+    #[error("{0}: reading remote datasets needs shardtool-reader's `remote` feature")]
+    RemoteNotBuilt(String),
     /// The epoch ended with a different sample count than planned.
     #[error("epoch delivered {delivered} samples but the plan has {expected}")]
     Incomplete {

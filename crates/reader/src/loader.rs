@@ -4,14 +4,14 @@
 use crate::batch::{Batch, BatchAllocator, CpuAllocator, Layout};
 use crate::dataset::{Dataset, ShardView};
 use crate::metrics::{Metrics, MetricsRecorder, SlowRecord};
-use crate::plan::{
-    first_use_order, open_window_bytes, per_rank, rank_order, OrderOptions, SampleRef,
-};
+use crate::plan::{per_rank, rank_order, OrderOptions, SampleRef};
 use crate::ReadError;
 use serde::{Deserialize, Serialize};
+#[cfg(feature = "remote")]
 use shardtool_cache::CacheOptions;
+use shardtool_cache::Location;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::Arc;
@@ -59,7 +59,7 @@ pub struct LoaderState {
 
 /// Builds a [`Loader`].
 pub struct LoaderBuilder {
-    path: PathBuf,
+    location: Location,
     batch_size: usize,
     order: OrderOptions,
     epoch: u64,
@@ -73,6 +73,7 @@ pub struct LoaderBuilder {
     resume: Option<LoaderState>,
     allocator: Arc<dyn BatchAllocator>,
     delays: Vec<(String, Duration)>,
+    #[cfg(feature = "remote")]
     cache: Option<CacheOptions>,
 }
 
@@ -81,9 +82,9 @@ fn env_u32(name: &str) -> Option<u32> {
 }
 
 impl LoaderBuilder {
-    fn new(path: &Path) -> Self {
+    fn new(location: Location) -> Self {
         Self {
-            path: path.to_path_buf(),
+            location,
             batch_size: 64,
             order: OrderOptions::default(),
             epoch: 0,
@@ -98,6 +99,7 @@ impl LoaderBuilder {
             resume: None,
             allocator: Arc::new(CpuAllocator::default()),
             delays: Vec::new(),
+            #[cfg(feature = "remote")]
             cache: None,
         }
     }
@@ -179,7 +181,8 @@ impl LoaderBuilder {
         self.allocator = a;
         self
     }
-    /// Testing aid: sleep `delay` whenever the record with `key` is read.
+    /// Testing aid, not part of the API: sleep `delay` whenever the record with `key` is read.
+    #[doc(hidden)]
     pub fn inject_delay(mut self, key: &str, delay: Duration) -> Self {
         self.delays.push((key.to_string(), delay));
         self
@@ -187,6 +190,7 @@ impl LoaderBuilder {
 
     /// The shard cache for a remote dataset (`http(s)://`, `s3://`): folder, byte limit,
     /// retries and prefetch. Without it a remote dataset uses the default cache folder.
+    #[cfg(feature = "remote")]
     pub fn cache(mut self, options: CacheOptions) -> Self {
         self.cache = Some(options);
         self
@@ -194,9 +198,16 @@ impl LoaderBuilder {
 
     /// Opens the dataset, plans the epoch and starts the workers.
     pub fn build(mut self) -> Result<Loader, ReadError> {
-        let dataset = Arc::new(match self.path.to_str() {
-            Some(loc) => Dataset::open_location(loc, self.cache.as_ref())?,
-            None => Dataset::open(&self.path)?,
+        let dataset = Arc::new(match &self.location {
+            Location::Local(path) => Dataset::open(path)?,
+            #[cfg(feature = "remote")]
+            Location::Remote(url) => {
+                Dataset::open_remote(url.clone(), self.cache.take().unwrap_or_default())?
+            }
+            #[cfg(not(feature = "remote"))]
+            Location::Remote(url) => {
+                return Err(ReadError::RemoteNotBuilt(url.folder.to_string()));
+            }
         });
         let fingerprint = fingerprint(&dataset);
         let mut skip = BTreeSet::new();
@@ -252,6 +263,7 @@ impl LoaderBuilder {
                 left[r.shard as usize] += 1;
             }
         }
+        #[cfg(feature = "remote")]
         if let Some(remote) = dataset.remote() {
             let sizes: Vec<u64> = dataset
                 .manifest
@@ -260,14 +272,14 @@ impl LoaderBuilder {
                 .map(|s| s.uncompressed_bytes.unwrap_or(s.bytes))
                 .collect();
             let lookahead = (k * (self.prefetch.max(1) + 1)) as u64;
-            remote.check_capacity(open_window_bytes(
+            remote.check_capacity(crate::plan::open_window_bytes(
                 &order,
                 self.batch_size,
                 lookahead,
                 &sizes,
             ))?;
             remote.plan(
-                first_use_order(&order)
+                crate::plan::first_use_order(&order)
                     .into_iter()
                     .filter(|&s| left[s] > 0)
                     .collect(),
@@ -654,6 +666,8 @@ pub struct Loader {
     handles: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
     metrics: Arc<MetricsRecorder>,
+    // Read for the cache metrics of a remote dataset.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     dataset: Arc<Dataset>,
     started: Instant,
     expected_samples: u64,
@@ -662,9 +676,16 @@ pub struct Loader {
 }
 
 impl Loader {
-    /// Starts building a loader over a dataset directory or manifest path.
+    /// Starts building a loader over a local dataset directory or `manifest.json` path. The
+    /// path is taken as a path even when it looks like a URL: see [`Loader::builder_at`].
     pub fn builder(dataset: impl AsRef<Path>) -> LoaderBuilder {
-        LoaderBuilder::new(dataset.as_ref())
+        LoaderBuilder::new(Location::Local(dataset.as_ref().to_path_buf()))
+    }
+
+    /// Starts building a loader over a dataset wherever it lives: a [`Location`] parsed from a
+    /// path or an `http(s)://`, `s3://` or `file://` URL (`Location::parse`).
+    pub fn builder_at(location: Location) -> LoaderBuilder {
+        LoaderBuilder::new(location)
     }
 
     /// Batches this rank yields this epoch (the same on every rank).
@@ -708,8 +729,12 @@ impl Loader {
 
     /// Throughput, wait times, skipped and slow records so far.
     pub fn metrics(&self) -> Metrics {
-        let mut m = self.metrics.snapshot(self.started.elapsed());
-        m.cache = self.dataset.remote().map(|r| r.metrics());
+        let m = self.metrics.snapshot(self.started.elapsed());
+        #[cfg(feature = "remote")]
+        let m = Metrics {
+            cache: self.dataset.remote().map(|r| r.metrics()),
+            ..m
+        };
         m
     }
 
