@@ -479,3 +479,132 @@ impl Iterator for DeviceLoader {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::CpuBackend;
+    use crate::ring::PinnedAllocator;
+    use shardtool_core::Checksum;
+    use shardtool_manifest::{Manifest, ShardEntry, ShardFormat};
+    use shardtool_packed::{Mode, PackedWriter};
+    use std::collections::HashSet;
+    use std::path::Path;
+    use std::sync::Mutex;
+
+    /// One packed shard of `n` 4x4 samples.
+    fn dataset(dir: &Path, n: u32) {
+        let mut w = PackedWriter::new(Mode::Fixed);
+        for i in 0..n {
+            let px: Vec<u8> = (0..48).map(|j| (i * 7 + j) as u8).collect();
+            w.add(&format!("s{i}"), 0, 4, 4, &px, serde_json::json!({}))
+                .unwrap();
+        }
+        let mut bytes = Vec::new();
+        w.finish(&mut bytes).unwrap();
+        let file = "shard-000000.safetensors".to_string();
+        std::fs::write(dir.join(&file), &bytes).unwrap();
+        let entry = ShardEntry {
+            file,
+            format: ShardFormat::Packed,
+            compression: None,
+            samples: u64::from(n),
+            bytes: bytes.len() as u64,
+            checksum: Checksum::of(&bytes).to_string(),
+            uncompressed_bytes: None,
+            uncompressed_checksum: None,
+        };
+        let m = Manifest::new("test", vec!["0".into()], vec![], vec![entry]);
+        std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
+    }
+
+    /// The CPU twin, except that a copy's host-free fence completes only when the pipeline
+    /// blocks on it, as a slow device copy would. Records the source addresses still being
+    /// "copied" and fails if a new copy reads one of them: a ring buffer handed back early.
+    struct SlowFences {
+        inner: CpuBackend,
+        busy: Arc<Mutex<HashSet<usize>>>,
+        reused_early: Arc<Mutex<u32>>,
+    }
+
+    impl Backend for SlowFences {
+        type Payload = <CpuBackend as Backend>::Payload;
+        type HostFree = usize;
+
+        fn pinned_allocator(&self) -> Option<Box<dyn PinnedAllocator>> {
+            None
+        }
+
+        fn copy(
+            &mut self,
+            data: &[u8],
+            normalize: Option<&Normalize>,
+        ) -> Result<(Self::Payload, usize), GpuError> {
+            let addr = data.as_ptr() as usize;
+            if !self.busy.lock().unwrap().insert(addr) {
+                *self.reused_early.lock().unwrap() += 1;
+            }
+            let (payload, ()) = self.inner.copy(data, normalize)?;
+            Ok((payload, addr))
+        }
+
+        fn host_free(&self, fence: &usize, block: bool) -> Result<bool, GpuError> {
+            if block {
+                self.busy.lock().unwrap().remove(fence);
+            }
+            Ok(block)
+        }
+
+        fn hand_out(&self, _payload: &mut Self::Payload) -> Result<(), GpuError> {
+            Ok(())
+        }
+
+        fn synchronize(&self) -> Result<(), GpuError> {
+            self.busy.lock().unwrap().clear();
+            Ok(())
+        }
+
+        fn target_allocations(&self) -> u64 {
+            self.inner.target_allocations()
+        }
+    }
+
+    #[test]
+    fn reader_batches_are_held_until_their_copy_is_done() {
+        let dir = tempfile::tempdir().unwrap();
+        dataset(dir.path(), 64);
+        let busy = Arc::new(Mutex::new(HashSet::new()));
+        let reused_early = Arc::new(Mutex::new(0));
+        let backend = SlowFences {
+            inner: CpuBackend::default(),
+            busy: busy.clone(),
+            reused_early: reused_early.clone(),
+        };
+        let opts = DeviceOptions {
+            in_flight: 2,
+            ..Default::default()
+        };
+        let engine = Box::new(Pipeline::new(backend, 4, opts.in_flight));
+        let mut loader = DeviceLoader::with_engine(Target::Cpu { fallback: None }, engine, &opts);
+        loader
+            .start_one(
+                Loader::builder(dir.path())
+                    .batch_size(4)
+                    .workers(2)
+                    .prefetch(1),
+            )
+            .unwrap();
+        let mut n = 0;
+        for b in &mut loader {
+            assert_eq!(b.unwrap().num_bytes(), 4 * 48);
+            n += 1;
+        }
+        assert_eq!(n, 16);
+        assert_eq!(
+            *reused_early.lock().unwrap(),
+            0,
+            "a buffer was reused mid-copy"
+        );
+        assert_eq!(loader.stats().ring.busy_skipped, 0);
+    }
+}
