@@ -2,10 +2,11 @@
 //! end to end with a simulated training step (delivered GB/s, data wait p50/p99), and plain
 //! host-to-device copy bandwidth from pinned and pageable memory.
 
-use crate::device::{Device, Target};
-use crate::pipeline::{DeviceLoader, DeviceOptions, Normalize};
+use crate::backend::Normalize;
+use crate::device::Device;
+use crate::error::GpuError;
+use crate::pipeline::{DeviceLoader, DeviceOptions};
 use crate::ring::RingStats;
-use crate::GpuError;
 use shardtool_reader::LoaderBuilder;
 use std::time::{Duration, Instant};
 
@@ -190,28 +191,15 @@ pub struct H2dReport {
 /// Times `iters` copies of `bytes` from pinned and from pageable host memory to `device`.
 /// Errors (typed) when the device is the CPU or not usable: there is no host-to-device copy.
 pub fn h2d_bandwidth(device: Device, bytes: usize, iters: usize) -> Result<H2dReport, GpuError> {
-    match device.resolve()? {
-        Target::Cpu { fallback } => Err(GpuError::Options(format!(
-            "host-to-device bandwidth needs a GPU{}",
-            fallback.map(|f| format!(": {f}")).unwrap_or_default()
-        ))),
-        #[cfg(feature = "cuda")]
-        target @ Target::Cuda { ordinal, .. } => {
-            let (pinned_gb_s, pageable_gb_s) = crate::cuda::h2d(ordinal, bytes, iters)?;
-            Ok(H2dReport {
-                target: target.to_string(),
-                bytes,
-                iters,
-                pinned_gb_s,
-                pageable_gb_s,
-            })
-        }
-        #[cfg(not(feature = "cuda"))]
-        Target::Cuda { .. } => {
-            let _ = (bytes, iters); // only used by the CUDA build
-            Err(GpuError::Options("CUDA target in a CPU-only build".into()))
-        }
-    }
+    let target = device.resolve()?;
+    let (pinned_gb_s, pageable_gb_s) = crate::select::h2d(&target, bytes, iters)?;
+    Ok(H2dReport {
+        target: target.to_string(),
+        bytes,
+        iters,
+        pinned_gb_s,
+        pageable_gb_s,
+    })
 }
 
 #[cfg(test)]

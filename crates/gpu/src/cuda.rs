@@ -1,20 +1,22 @@
-//! The CUDA engine (feature `cuda`): driver detection that cannot panic, pinned ring storage,
+//! The CUDA backend (feature `cuda`): driver detection that cannot panic, pinned ring storage,
 //! asynchronous copies on a dedicated stream with events for "device batch ready" and "host
 //! buffer reusable", consumer-stream ordering, the normalisation kernel and the bandwidth probe.
+//! Also the CUDA-only accessors of [`DeviceBatch`] and [`DeviceLoader`] (device views, the
+//! consumer stream), which find this backend's types by downcasting.
 //!
 //! cudarc is built with dynamic loading: libcuda is opened on the first driver call, and cudarc
 //! panics when it is missing, so every entry point goes through [`driver_present`] first.
 
+use crate::backend::{Backend, Normalize, Payload};
 use crate::device::{Device, DeviceError};
-use crate::pipeline::{device_batch, DeviceBatch, Normalize, Payload};
-use crate::ring::{Backing, StagingRing};
-use crate::GpuError;
+use crate::error::GpuError;
+use crate::pipeline::{DeviceBatch, DeviceLoader, Pipeline};
+use crate::ring::{PinnedAllocator, PinnedBuffer};
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, DriverError,
     LaunchConfig, PushKernelArg,
 };
-use shardtool_reader::Batch;
-use std::collections::VecDeque;
+use std::any::Any;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -91,12 +93,14 @@ impl PinnedStorage {
             capacity,
         })
     }
+}
 
-    pub(crate) fn capacity(&self) -> usize {
+impl PinnedBuffer for PinnedStorage {
+    fn capacity(&self) -> usize {
         self.capacity
     }
 
-    pub(crate) fn as_slice(&self) -> &[u8] {
+    fn as_slice(&self) -> &[u8] {
         #[allow(unsafe_code)]
         // SAFETY: `addr..addr + capacity` is the initialised (zeroed at creation) allocation
         // owned by `_slice`, which lives as long as `self`; the borrow of `self` prevents a
@@ -106,14 +110,25 @@ impl PinnedStorage {
         }
     }
 
-    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
         #[allow(unsafe_code)]
         // SAFETY: as in `as_slice`, with `&mut self` making this the only reference. The ring
-        // never hands out a buffer whose device copy is still running (the engine holds the
+        // never hands out a buffer whose device copy is still running (the pipeline holds the
         // batch until its `host_free` event completes), so no DMA reads it concurrently.
         unsafe {
             std::slice::from_raw_parts_mut(self.addr as *mut u8, self.capacity)
         }
+    }
+}
+
+/// Pinned ring buffers in one device context.
+struct ContextPinned(Arc<CudaContext>);
+
+impl PinnedAllocator for ContextPinned {
+    fn alloc(&self, capacity: usize) -> Option<Box<dyn PinnedBuffer>> {
+        // The error is dropped: the ring falls back to pageable memory and counts it.
+        let p = PinnedStorage::new(&self.0, capacity).ok()?;
+        Some(Box::new(p))
     }
 }
 
@@ -222,15 +237,29 @@ impl CudaPayload {
 
     /// `len` is the batch length the slot was chosen for (capacity >= len); the slot is only
     /// taken when the batch is dropped, so this is `Some` for a live batch.
-    pub(crate) fn bytes_view(&self, len: usize) -> Option<CudaView<'_, u8>> {
+    fn bytes_view(&self, len: usize) -> Option<CudaView<'_, u8>> {
         self.slot.as_ref().map(|s| s.bytes.slice(0..len))
     }
 
-    pub(crate) fn floats_view(&self, len: usize) -> Option<CudaView<'_, f32>> {
+    fn floats_view(&self, len: usize) -> Option<CudaView<'_, f32>> {
         self.slot.as_ref()?.floats.as_ref().map(|f| f.slice(0..len))
     }
+}
 
-    pub(crate) fn bytes_to_host(&self, len: usize) -> Result<Vec<u8>, GpuError> {
+impl Payload for CudaPayload {
+    fn on_gpu(&self) -> bool {
+        true
+    }
+
+    fn host_bytes(&self, _len: usize) -> Option<&[u8]> {
+        None
+    }
+
+    fn host_floats(&self, _len: usize) -> Option<&[f32]> {
+        None
+    }
+
+    fn to_host_bytes(&self, len: usize) -> Result<Vec<u8>, GpuError> {
         let stream = self.stream()?;
         let Some(view) = self.bytes_view(len) else {
             return Ok(Vec::new());
@@ -242,7 +271,7 @@ impl CudaPayload {
         Ok(v)
     }
 
-    pub(crate) fn floats_to_host(&self, len: usize) -> Result<Option<Vec<f32>>, GpuError> {
+    fn to_host_floats(&self, len: usize) -> Result<Option<Vec<f32>>, GpuError> {
         let Some(view) = self.floats_view(len) else {
             return Ok(None);
         };
@@ -254,13 +283,15 @@ impl CudaPayload {
         Ok(Some(v))
     }
 
-    pub(crate) fn wait_ready(&self) -> Result<(), GpuError> {
+    fn wait_ready(&self) -> Result<(), GpuError> {
         self.ready
             .synchronize()
             .map_err(cuda_err("cuEventSynchronize"))
     }
+}
 
-    pub(crate) fn release(mut self) {
+impl Drop for CudaPayload {
+    fn drop(&mut self) {
         if let Some(mut slot) = self.slot.take() {
             // Errors here cannot be returned from drop; without the event the copy stream would
             // not wait, so drop the slot instead of reusing it (its memory is freed in order on
@@ -278,37 +309,24 @@ impl CudaPayload {
 }
 
 /// Copies batches on a dedicated stream and hands them to a consumer stream.
-pub(crate) struct CudaEngine {
+pub(crate) struct CudaBackend {
     ctx: Arc<CudaContext>,
     copy: Arc<CudaStream>,
     consumer: Arc<CudaStream>,
     kernel: Option<CudaFunction>,
     pool: Arc<DevicePool>,
-    ring: Arc<StagingRing>,
-    /// Device batches copied or being copied, not handed out yet.
-    pending: VecDeque<DeviceBatch>,
-    /// Reader batches whose copy may still be reading them, with their `host_free` event.
-    hosts: VecDeque<(Batch, CudaEvent)>,
-    max_hosts: usize,
 }
 
 /// Opens GPU `ordinal` (which [`Device::resolve`] has checked).
-pub(crate) fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, GpuError> {
+fn open_context(ordinal: usize) -> Result<Arc<CudaContext>, GpuError> {
     CudaContext::new(ordinal).map_err(cuda_err("opening the device context"))
 }
 
-/// A staging ring of pinned buffers in `ctx`.
-pub(crate) fn pinned_ring(ctx: &Arc<CudaContext>, capacity: usize) -> StagingRing {
-    StagingRing::with_backing(Backing::Pinned(ctx.clone()), capacity)
-}
-
-impl CudaEngine {
-    pub(crate) fn new(
-        ctx: Arc<CudaContext>,
-        ring: Arc<StagingRing>,
-        normalize: bool,
-        in_flight: usize,
-    ) -> Result<Self, GpuError> {
+impl CudaBackend {
+    /// Opens GPU `ordinal` with its copy and consumer streams, loading the normalisation kernel
+    /// when `normalize` is set.
+    pub(crate) fn open(ordinal: usize, normalize: bool) -> Result<Self, GpuError> {
+        let ctx = open_context(ordinal)?;
         let copy = ctx
             .new_stream()
             .map_err(cuda_err("creating the copy stream"))?;
@@ -333,18 +351,10 @@ impl CudaEngine {
             consumer,
             kernel,
             pool: Arc::default(),
-            ring,
-            pending: VecDeque::new(),
-            hosts: VecDeque::new(),
-            max_hosts: in_flight + 1,
         })
     }
 
-    pub(crate) fn consumer(&self) -> &Arc<CudaStream> {
-        &self.consumer
-    }
-
-    pub(crate) fn set_consumer(&mut self, stream: Arc<CudaStream>) -> Result<(), GpuError> {
+    fn set_consumer(&mut self, stream: Arc<CudaStream>) -> Result<(), GpuError> {
         if stream.context() != &self.ctx {
             return Err(GpuError::Options(
                 "the consumer stream belongs to another device or context".into(),
@@ -352,14 +362,6 @@ impl CudaEngine {
         }
         self.consumer = stream;
         Ok(())
-    }
-
-    pub(crate) fn pending(&self) -> usize {
-        self.pending.len()
-    }
-
-    pub(crate) fn allocations(&self) -> u64 {
-        self.pool.allocations.load(Ordering::Relaxed)
     }
 
     /// A destination of at least `len` bytes, the copy stream ordered after its last use.
@@ -407,50 +409,19 @@ impl CudaEngine {
         })
     }
 
-    pub(crate) fn submit(
-        &mut self,
-        batch: Batch,
-        normalize: Option<&Normalize>,
-    ) -> Result<(), GpuError> {
-        let len = batch.data().len();
-        let mut slot = self.take_slot(len, normalize.is_some())?;
-        self.ring.copy_started(batch.data());
-        let issued = self.issue(&batch, &mut slot, normalize);
-        let (host_free, ready) = match issued {
-            Ok(events) => events,
-            Err(e) => {
-                // Make sure nothing issued still reads the buffer before it goes back.
-                let _ = self.copy.synchronize();
-                self.ring.copy_finished(batch.data());
-                return Err(e);
-            }
-        };
-        let payload = CudaPayload {
-            slot: Some(slot),
-            ready,
-            consumer: None,
-            pool: self.pool.clone(),
-        };
-        self.pending
-            .push_back(device_batch(&batch, Payload::Cuda(payload)));
-        // The reader's batch (and so its ring buffer) is kept until the copy has read it.
-        self.hosts.push_back((batch, host_free));
-        self.reap()
-    }
-
     /// Enqueues copy (and normalisation) on the copy stream; returns (host_free, ready).
     fn issue(
         &self,
-        batch: &Batch,
+        data: &[u8],
         slot: &mut DeviceSlot,
         normalize: Option<&Normalize>,
     ) -> Result<(CudaEvent, CudaEvent), GpuError> {
-        let data = batch.data();
         let len = data.len();
         if len > 0 {
             let mut dst = slot.bytes.slice_mut(0..len);
             // Asynchronous: the source is pinned ring memory (or pageable after a failed pin,
-            // which the driver stages). Either way the batch stays alive until `host_free`.
+            // which the driver stages). Either way the pipeline keeps the batch alive until
+            // `host_free` has completed.
             self.copy
                 .memcpy_htod(data, &mut dst)
                 .map_err(cuda_err("cuMemcpyHtoDAsync"))?;
@@ -498,49 +469,94 @@ impl CudaEngine {
             .map_err(cuda_err("cuEventRecord"))?;
         Ok((host_free, ready))
     }
+}
 
-    /// Returns reader batches whose copy has finished to the ring; blocks on the oldest when
-    /// more than `max_hosts` are outstanding, which bounds the ring's live buffers.
-    fn reap(&mut self) -> Result<(), GpuError> {
-        while let Some((batch, ev)) = self.hosts.front() {
-            let done = if self.hosts.len() > self.max_hosts {
-                ev.synchronize().map(|()| true)
-            } else {
-                ev.try_is_complete()
-            }
-            .map_err(cuda_err("cuEventQuery"))?;
-            if !done {
-                break;
-            }
-            self.ring.copy_finished(batch.data());
-            self.hosts.pop_front();
+impl Backend for CudaBackend {
+    type Payload = CudaPayload;
+    type HostFree = CudaEvent;
+
+    fn pinned_allocator(&self) -> Option<Box<dyn PinnedAllocator>> {
+        Some(Box::new(ContextPinned(self.ctx.clone())))
+    }
+
+    fn copy(
+        &mut self,
+        data: &[u8],
+        normalize: Option<&Normalize>,
+    ) -> Result<(CudaPayload, CudaEvent), GpuError> {
+        let mut slot = self.take_slot(data.len(), normalize.is_some())?;
+        let (host_free, ready) = self.issue(data, &mut slot, normalize)?;
+        let payload = CudaPayload {
+            slot: Some(slot),
+            ready,
+            consumer: None,
+            pool: self.pool.clone(),
+        };
+        Ok((payload, host_free))
+    }
+
+    fn host_free(&self, fence: &CudaEvent, block: bool) -> Result<bool, GpuError> {
+        if block {
+            fence.synchronize().map(|()| true)
+        } else {
+            fence.try_is_complete()
         }
+        .map_err(cuda_err("cuEventQuery"))
+    }
+
+    fn hand_out(&self, payload: &mut CudaPayload) -> Result<(), GpuError> {
+        // Consumer work queued from now on runs after the copy: a stream wait, not a host block.
+        self.consumer
+            .wait(&payload.ready)
+            .map_err(cuda_err("cuStreamWaitEvent"))?;
+        payload.consumer = Some(self.consumer.clone());
         Ok(())
     }
 
-    pub(crate) fn pop(&mut self) -> Option<Result<DeviceBatch, GpuError>> {
-        if let Err(e) = self.reap() {
-            return Some(Err(e));
-        }
-        let mut b = self.pending.pop_front()?;
-        if let Some(Payload::Cuda(c)) = b.payload.as_mut() {
-            // Consumer work queued from now on runs after the copy: a stream wait, not a host
-            // block.
-            if let Err(e) = self.consumer.wait(&c.ready) {
-                return Some(Err(cuda_err("cuStreamWaitEvent")(e)));
-            }
-            c.consumer = Some(self.consumer.clone());
-        }
-        Some(Ok(b))
+    fn synchronize(&self) -> Result<(), GpuError> {
+        self.copy
+            .synchronize()
+            .map_err(cuda_err("cuStreamSynchronize"))
+    }
+
+    fn target_allocations(&self) -> u64 {
+        self.pool.allocations.load(Ordering::Relaxed)
     }
 }
 
-impl Drop for CudaEngine {
-    fn drop(&mut self) {
-        // No copy may still read a ring buffer once its batch goes back (or is freed).
-        let _ = self.copy.synchronize();
-        for (batch, _) in self.hosts.drain(..) {
-            self.ring.copy_finished(batch.data());
+impl DeviceBatch {
+    /// The uint8 batch in device memory (exactly [`num_bytes`](Self::num_bytes) long); `None`
+    /// on the CPU twin.
+    pub fn cuda_bytes(&self) -> Option<CudaView<'_, u8>> {
+        let any: &dyn Any = &*self.payload;
+        any.downcast_ref::<CudaPayload>()?.bytes_view(self.len)
+    }
+
+    /// The normalised float32 batch in device memory, when asked for.
+    pub fn cuda_floats(&self) -> Option<CudaView<'_, f32>> {
+        let any: &dyn Any = &*self.payload;
+        any.downcast_ref::<CudaPayload>()?.floats_view(self.len)
+    }
+}
+
+impl DeviceLoader {
+    /// The stream consumers should launch work on: each batch handed out is ordered after its
+    /// copy on this stream. `None` on the CPU.
+    pub fn consumer_stream(&self) -> Option<&Arc<CudaStream>> {
+        let any: &dyn Any = &*self.engine;
+        let p = any.downcast_ref::<Pipeline<CudaBackend>>()?;
+        Some(&p.backend.consumer)
+    }
+
+    /// Uses `stream` (same device) instead of the loader's own consumer stream for batches
+    /// handed out from now on, e.g. the stream a training framework computes on.
+    pub fn set_consumer_stream(&mut self, stream: Arc<CudaStream>) -> Result<(), GpuError> {
+        let any: &mut dyn Any = &mut *self.engine;
+        match any.downcast_mut::<Pipeline<CudaBackend>>() {
+            Some(p) => p.backend.set_consumer(stream),
+            None => Err(GpuError::Options(
+                "a CUDA stream was given to a loader running on the CPU".into(),
+            )),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Where batches go: the `--device` spec (`cpu`, `auto`, `cuda:N`) and its run-time resolution,
-//! which checks for the driver library and the device before any CUDA call can panic.
+//! Where batches go: the `--device` spec (`cpu`, `auto`, `cuda:N`), the resolved [`Target`] and
+//! the errors of both. Resolution itself ([`Device::resolve`]) lives in `select.rs`, the one
+//! module that knows which backends this build has; this module imports nothing from the crate.
 
 use std::fmt;
 use std::str::FromStr;
@@ -128,49 +129,6 @@ impl fmt::Display for Target {
     }
 }
 
-impl Device {
-    /// Checks that the device is there. `cuda:N` fails with a typed error naming the missing
-    /// driver or GPU; `auto` falls back to the CPU with the reason in [`Target::Cpu`]. Never
-    /// panics for lack of a GPU: the driver library's presence is checked before any CUDA call.
-    pub fn resolve(self) -> Result<Target, DeviceError> {
-        match self {
-            Device::Cpu => Ok(Target::Cpu { fallback: None }),
-            Device::Cuda(n) => probe(self, n),
-            Device::Auto => match probe(self, 0) {
-                Ok(t) => Ok(t),
-                Err(e) => Ok(Target::Cpu {
-                    fallback: Some(format!("no usable GPU ({}); running on the CPU", short(&e))),
-                }),
-            },
-        }
-    }
-}
-
-/// The reason without the "how to fix" tail, for the one-line `auto` notice.
-fn short(e: &DeviceError) -> String {
-    match e {
-        DeviceError::BuiltWithoutCuda { .. } => "built without the `cuda` feature".into(),
-        DeviceError::DriverNotFound { .. } => "CUDA driver library not found".into(),
-        DeviceError::NoSuchDevice { count, .. } => format!("the driver reports {count} GPUs"),
-        other => other.to_string(),
-    }
-}
-
-#[cfg(not(feature = "cuda"))]
-fn probe(device: Device, _ordinal: usize) -> Result<Target, DeviceError> {
-    Err(DeviceError::BuiltWithoutCuda { device })
-}
-
-#[cfg(feature = "cuda")]
-fn probe(device: Device, ordinal: usize) -> Result<Target, DeviceError> {
-    let count = crate::cuda::device_count(device)?;
-    if ordinal >= count {
-        return Err(DeviceError::NoSuchDevice { ordinal, count });
-    }
-    let name = crate::cuda::device_name(ordinal)?;
-    Ok(Target::Cuda { ordinal, name })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,16 +157,6 @@ mod tests {
     }
 
     #[test]
-    fn cpu_always_resolves_and_auto_never_fails() {
-        assert_eq!(Device::Cpu.resolve(), Ok(Target::Cpu { fallback: None }));
-        match Device::Auto.resolve() {
-            Ok(Target::Cpu { fallback }) => assert!(fallback.unwrap().contains("CPU")),
-            Ok(Target::Cuda { .. }) => {}
-            Err(e) => panic!("auto must not fail: {e}"),
-        }
-    }
-
-    #[test]
     fn no_such_device_lists_what_exists() {
         let e = DeviceError::NoSuchDevice {
             ordinal: 4,
@@ -223,29 +171,5 @@ mod tests {
             count: 0,
         };
         assert!(e.to_string().contains("no GPU"));
-    }
-
-    #[cfg(not(feature = "cuda"))]
-    #[test]
-    fn without_the_feature_cuda_says_how_to_build() {
-        let e = Device::Cuda(0).resolve().unwrap_err();
-        assert!(matches!(e, DeviceError::BuiltWithoutCuda { .. }));
-        assert!(e
-            .to_string()
-            .contains("cargo build --release -p shardtool --features cuda"));
-    }
-
-    #[cfg(feature = "cuda")]
-    #[test]
-    fn cuda_out_of_range_is_a_typed_error() {
-        // On a machine without libcuda this is DriverNotFound; with one, cuda:9999 is missing.
-        match Device::Cuda(9999).resolve() {
-            Err(DeviceError::DriverNotFound { .. }) => {
-                assert!(!crate::cuda::driver_present());
-            }
-            Err(DeviceError::NoSuchDevice { ordinal, .. }) => assert_eq!(ordinal, 9999),
-            Err(DeviceError::Driver { .. }) => {} // a driver without a working GPU
-            other => panic!("unexpected {other:?}"),
-        }
     }
 }

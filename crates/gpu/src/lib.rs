@@ -14,6 +14,12 @@
 //!   host buffer goes back to the ring once host_free has completed
 //! ```
 //!
+//! Modules in dependency order, each importing only modules listed before it: `device` (the
+//! `--device` spec, targets and their errors), `error`, `ring` (the staging ring; pinned memory
+//! comes through a small allocator trait), `backend` (the `Backend` trait: what the pipeline
+//! needs from a target), `cpu` (the CPU twin), `pipeline` (the loader, written once against the
+//! trait), `cuda` (the CUDA backend), `select` (picks the backend for a [`Device`]), `bench`.
+//!
 //! Without the `cuda` feature only the CPU twin exists and `cuda:N` reports how to build a
 //! GPU-capable binary. With it, CUDA is loaded at run time (cudarc, dynamic loading): the
 //! binary builds and runs where no CUDA is installed, and `cuda:N` then fails with a typed
@@ -34,40 +40,23 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod backend;
 mod bench;
+mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod device;
+mod error;
 mod pipeline;
 mod ring;
+mod select;
 
+pub use backend::Normalize;
 pub use bench::{bench, h2d_bandwidth, BenchOptions, BenchReport, H2dReport};
 pub use device::{Device, DeviceError, ParseDeviceError, Target};
-pub use pipeline::{DeviceBatch, DeviceLoader, DeviceOptions, Normalize, PipelineStats};
+pub use error::GpuError;
+pub use pipeline::{DeviceBatch, DeviceLoader, DeviceOptions, PipelineStats};
 pub use ring::{RingBuffer, RingStats, StagingRing};
 
 /// Whether this build can use CUDA at all (the `cuda` feature).
 pub const CUDA_BUILD: bool = cfg!(feature = "cuda");
-
-/// Why the GPU path failed.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum GpuError {
-    /// The requested device is not usable.
-    #[error(transparent)]
-    Device(#[from] DeviceError),
-    /// The reader failed.
-    #[error(transparent)]
-    Read(#[from] shardtool_reader::ReadError),
-    /// A CUDA call failed after the device was opened.
-    #[error("CUDA {call} failed: {message}")]
-    Cuda {
-        /// What was being done.
-        call: &'static str,
-        /// The driver's error text.
-        message: String,
-    },
-    /// Invalid options.
-    #[error("{0}")]
-    Options(String),
-}

@@ -1,62 +1,20 @@
 //! The device loader: takes the reader's batches (assembled in the staging ring), moves them to
 //! the batch target and hands out device batches, keeping `in_flight` copies ahead of the
-//! consumer. The CPU twin copies into reused host buffers; the CUDA engine lives in `cuda.rs`.
+//! consumer. Written once against [`Backend`]: [`Pipeline`] holds each reader batch (and so its
+//! ring buffer) until its copy's host-free fence has completed, whatever the target.
+//!
+//! The loader's constructors, which pick the backend from a [`Device`], are in `select.rs`; the
+//! CUDA-only accessors (device views, consumer stream) are in `cuda.rs`.
 
+use crate::backend::{Backend, Normalize, Payload};
 use crate::device::{Device, Target};
+use crate::error::GpuError;
 use crate::ring::{RingStats, StagingRing};
-use crate::GpuError;
 use shardtool_reader::{Batch, Layout, Loader, LoaderBuilder, Metrics};
+use std::any::Any;
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// On-device uint8 → float32 normalisation: `out = (x / 255 - mean[c]) / std[c]` for channel
-/// `c` of interleaved RGB, the torchvision convention. Needs a fixed-shape batch layout.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Normalize {
-    /// Per-channel mean, in [0, 1] units.
-    pub mean: [f32; 3],
-    /// Per-channel standard deviation, in [0, 1] units (> 0).
-    pub std: [f32; 3],
-}
-
-impl Normalize {
-    /// The ImageNet statistics most vision models are trained with.
-    pub const IMAGENET: Normalize = Normalize {
-        mean: [0.485, 0.456, 0.406],
-        std: [0.229, 0.224, 0.225],
-    };
-
-    /// Checks the values (finite, std > 0).
-    pub fn new(mean: [f32; 3], std: [f32; 3]) -> Result<Self, GpuError> {
-        if mean.iter().chain(&std).any(|v| !v.is_finite()) || std.iter().any(|&s| s <= 0.0) {
-            return Err(GpuError::Options(format!(
-                "normalisation needs finite values and std > 0 (got mean {mean:?}, std {std:?})"
-            )));
-        }
-        Ok(Self { mean, std })
-    }
-
-    /// Mean in pixel units and the reciprocal of std in pixel units: the exact f32 values the
-    /// kernel and the CPU reference both use, so their results agree bit for bit.
-    pub(crate) fn pixel_terms(&self) -> ([f32; 3], [f32; 3]) {
-        let m = self.mean.map(|m| m * 255.0);
-        let inv = self.std.map(|s| 1.0 / (s * 255.0));
-        (m, inv)
-    }
-
-    /// The CPU reference: normalises interleaved RGB bytes into `out` (same length).
-    pub fn apply(&self, src: &[u8], out: &mut Vec<f32>) {
-        let (m, inv) = self.pixel_terms();
-        out.clear();
-        out.extend(
-            src.iter()
-                .enumerate()
-                .map(|(i, &x)| (f32::from(x) - m[i % 3]) * inv[i % 3]),
-        );
-    }
-}
 
 /// Options of a [`DeviceLoader`].
 #[derive(Debug, Clone)]
@@ -101,13 +59,6 @@ pub struct PipelineStats {
     pub waits: Vec<Duration>,
 }
 
-/// Where a delivered batch's bytes are.
-pub(crate) enum Payload {
-    Host(HostSlot, Arc<HostPool>),
-    #[cfg(feature = "cuda")]
-    Cuda(crate::cuda::CudaPayload),
-}
-
 /// A batch on its target: metadata plus the bytes (and the normalised floats, if asked for).
 /// Dropping it returns its target buffers for reuse (on CUDA, once the consumer stream has
 /// passed the point where it was dropped).
@@ -123,7 +74,8 @@ pub struct DeviceBatch {
     /// Byte layout (as in the reader's batch).
     pub layout: Layout,
     pub(crate) len: usize,
-    pub(crate) payload: Option<Payload>,
+    /// The target's buffers; dropping it returns them for reuse.
+    pub(crate) payload: Box<dyn Payload>,
 }
 
 impl DeviceBatch {
@@ -144,203 +96,184 @@ impl DeviceBatch {
 
     /// Whether the batch lives in GPU memory.
     pub fn on_gpu(&self) -> bool {
-        !matches!(self.payload, Some(Payload::Host(..)) | None)
+        self.payload.on_gpu()
     }
 
     /// The uint8 bytes when the batch is in host memory (CPU twin).
     pub fn host_bytes(&self) -> Option<&[u8]> {
-        match &self.payload {
-            Some(Payload::Host(s, _)) => Some(&s.bytes),
-            _ => None,
-        }
+        self.payload.host_bytes(self.len)
     }
 
     /// The normalised floats when the batch is in host memory and normalisation was asked for.
     pub fn host_floats(&self) -> Option<&[f32]> {
-        match &self.payload {
-            Some(Payload::Host(s, _)) if s.normalized => Some(&s.floats),
-            _ => None,
-        }
+        self.payload.host_floats(self.len)
     }
 
     /// Copies the uint8 bytes back to a host vector (for tests and checks; synchronous).
     pub fn to_host_bytes(&self) -> Result<Vec<u8>, GpuError> {
-        match &self.payload {
-            Some(Payload::Host(s, _)) => Ok(s.bytes.clone()),
-            #[cfg(feature = "cuda")]
-            Some(Payload::Cuda(c)) => c.bytes_to_host(self.len),
-            None => Ok(Vec::new()),
-        }
+        self.payload.to_host_bytes(self.len)
     }
 
     /// Copies the normalised floats back to the host; `None` without normalisation.
     pub fn to_host_floats(&self) -> Result<Option<Vec<f32>>, GpuError> {
-        match &self.payload {
-            Some(Payload::Host(s, _)) => Ok(s.normalized.then(|| s.floats.clone())),
-            #[cfg(feature = "cuda")]
-            Some(Payload::Cuda(c)) => c.floats_to_host(self.len),
-            None => Ok(None),
-        }
+        self.payload.to_host_floats(self.len)
     }
 
     /// Blocks the host until the batch's bytes are on the target (a no-op on the CPU). Work on
     /// the consumer stream is already ordered after the copy; this is for host-side timing.
     pub fn wait_ready(&self) -> Result<(), GpuError> {
-        match &self.payload {
-            #[cfg(feature = "cuda")]
-            Some(Payload::Cuda(c)) => c.wait_ready(),
-            _ => Ok(()),
+        self.payload.wait_ready()
+    }
+}
+
+/// A device batch's metadata, taken from the reader's batch before that goes back to the ring.
+struct Meta {
+    epoch: u64,
+    index: u64,
+    keys: Vec<String>,
+    labels: Vec<i64>,
+    layout: Layout,
+    len: usize,
+}
+
+impl Meta {
+    fn of(batch: &Batch) -> Self {
+        Self {
+            epoch: batch.epoch,
+            index: batch.index,
+            keys: batch.keys.clone(),
+            labels: batch.labels.clone(),
+            layout: batch.layout.clone(),
+            len: batch.data().len(),
         }
     }
 
-    /// The uint8 batch in device memory (exactly [`num_bytes`](Self::num_bytes) long).
-    #[cfg(feature = "cuda")]
-    pub fn cuda_bytes(&self) -> Option<cudarc::driver::CudaView<'_, u8>> {
-        match &self.payload {
-            Some(Payload::Cuda(c)) => c.bytes_view(self.len),
-            _ => None,
-        }
-    }
-
-    /// The normalised float32 batch in device memory, when asked for.
-    #[cfg(feature = "cuda")]
-    pub fn cuda_floats(&self) -> Option<cudarc::driver::CudaView<'_, f32>> {
-        match &self.payload {
-            Some(Payload::Cuda(c)) => c.floats_view(self.len),
-            _ => None,
+    fn with(self, payload: Box<dyn Payload>) -> DeviceBatch {
+        DeviceBatch {
+            epoch: self.epoch,
+            index: self.index,
+            keys: self.keys,
+            labels: self.labels,
+            layout: self.layout,
+            len: self.len,
+            payload,
         }
     }
 }
 
-impl Drop for DeviceBatch {
-    fn drop(&mut self) {
-        match self.payload.take() {
-            Some(Payload::Host(slot, pool)) => pool.put(slot),
-            #[cfg(feature = "cuda")]
-            Some(Payload::Cuda(c)) => c.release(),
-            None => {}
-        }
-    }
-}
-
-/// A reused host destination of the CPU twin.
-pub(crate) struct HostSlot {
-    bytes: Vec<u8>,
-    floats: Vec<f32>,
-    normalized: bool,
-}
-
-/// The CPU twin's pool of destinations.
-#[derive(Default)]
-pub(crate) struct HostPool {
-    free: Mutex<Vec<HostSlot>>,
-    allocations: AtomicU64,
-}
-
-impl HostPool {
-    fn take(&self) -> HostSlot {
-        if let Some(s) = self.free.lock().ok().and_then(|mut f| f.pop()) {
-            return s;
-        }
-        self.allocations.fetch_add(1, Ordering::Relaxed);
-        HostSlot {
-            bytes: Vec::new(),
-            floats: Vec::new(),
-            normalized: false,
-        }
-    }
-
-    fn put(&self, slot: HostSlot) {
-        if let Ok(mut f) = self.free.lock() {
-            f.push(slot);
-        }
-    }
-}
-
-/// The CPU twin of the copy engine: a synchronous copy into a reused destination.
-struct CpuEngine {
-    pool: Arc<HostPool>,
+/// The copy pipeline over one backend: issues copies, keeps the reader batches they read until
+/// their host-free fence completes, and hands copied batches out in order.
+pub(crate) struct Pipeline<B: Backend> {
+    pub(crate) backend: B,
     ring: Arc<StagingRing>,
-    ready: VecDeque<DeviceBatch>,
+    /// Batches copied or being copied, not handed out yet.
+    pending: VecDeque<(Meta, B::Payload)>,
+    /// Reader batches whose copy may still be reading them, with their host-free fence.
+    hosts: VecDeque<(Batch, B::HostFree)>,
+    /// Reader batches held at most before blocking on the oldest fence; bounds the ring.
+    max_hosts: usize,
 }
 
-impl CpuEngine {
-    fn submit(&mut self, batch: Batch, normalize: Option<&Normalize>) -> Result<(), GpuError> {
-        let ring = &self.ring;
-        let mut slot = self.pool.take();
-        let data = batch.data();
-        ring.copy_started(data);
-        slot.bytes.clear();
-        slot.bytes.extend_from_slice(data);
-        slot.normalized = normalize.is_some();
-        if let Some(n) = normalize {
-            n.apply(data, &mut slot.floats);
+impl<B: Backend> Pipeline<B> {
+    /// A pipeline with a staging ring of `ring` buffers from the backend's storage.
+    pub(crate) fn new(backend: B, ring: usize, in_flight: usize) -> Self {
+        let ring = Arc::new(match backend.pinned_allocator() {
+            Some(alloc) => StagingRing::pinned(alloc, ring),
+            None => StagingRing::host(ring),
+        });
+        Self {
+            backend,
+            ring,
+            pending: VecDeque::new(),
+            hosts: VecDeque::new(),
+            max_hosts: in_flight + 1,
         }
-        ring.copy_finished(data);
-        self.ready
-            .push_back(device_batch(&batch, Payload::Host(slot, self.pool.clone())));
-        // The copy is done: dropping the reader's batch returns its buffer to the ring.
-        drop(batch);
+    }
+
+    /// Gives reader batches whose copy has finished back to the ring; blocks on the oldest when
+    /// more than `max_hosts` are outstanding.
+    fn reap(&mut self) -> Result<(), GpuError> {
+        while let Some((batch, fence)) = self.hosts.front() {
+            let block = self.hosts.len() > self.max_hosts;
+            if !self.backend.host_free(fence, block)? {
+                break;
+            }
+            self.ring.copy_finished(batch.data());
+            self.hosts.pop_front();
+        }
         Ok(())
     }
 }
 
-/// The batch's metadata around a payload (the host batch itself is released by the caller).
-pub(crate) fn device_batch(batch: &Batch, payload: Payload) -> DeviceBatch {
-    let len = batch.data().len();
-    DeviceBatch {
-        epoch: batch.epoch,
-        index: batch.index,
-        keys: batch.keys.clone(),
-        labels: batch.labels.clone(),
-        layout: batch.layout.clone(),
-        len,
-        payload: Some(payload),
+impl<B: Backend> Drop for Pipeline<B> {
+    fn drop(&mut self) {
+        // No copy may still read a ring buffer once its batch goes back (or is freed).
+        let _ = self.backend.synchronize();
+        for (batch, _) in self.hosts.drain(..) {
+            self.ring.copy_finished(batch.data());
+        }
     }
 }
 
-enum Engine {
-    Cpu(CpuEngine),
-    #[cfg(feature = "cuda")]
-    Cuda(crate::cuda::CudaEngine),
+/// A [`Pipeline`] with its backend type erased, as the loader holds it. Backend-specific
+/// accessors upcast it to `dyn Any` and downcast to their concrete pipeline.
+pub(crate) trait Engine: Any + Send {
+    /// Batches issued and not handed out.
+    fn pending(&self) -> usize;
+    /// Issues the copy of `batch`; the batch is kept until the copy has read it.
+    fn submit(&mut self, batch: Batch, normalize: Option<&Normalize>) -> Result<(), GpuError>;
+    /// The oldest copied batch, handed to the consumer.
+    fn pop(&mut self) -> Option<Result<DeviceBatch, GpuError>>;
+    /// The staging ring (shared with the reader).
+    fn ring(&self) -> &Arc<StagingRing>;
+    /// Target buffers allocated so far.
+    fn target_allocations(&self) -> u64;
 }
 
-impl Engine {
+impl<B: Backend> Engine for Pipeline<B> {
     fn pending(&self) -> usize {
-        match self {
-            Engine::Cpu(e) => e.ready.len(),
-            #[cfg(feature = "cuda")]
-            Engine::Cuda(e) => e.pending(),
-        }
+        self.pending.len()
     }
 
     fn submit(&mut self, batch: Batch, normalize: Option<&Normalize>) -> Result<(), GpuError> {
-        match self {
-            Engine::Cpu(e) => e.submit(batch, normalize),
-            #[cfg(feature = "cuda")]
-            Engine::Cuda(e) => e.submit(batch, normalize),
-        }
+        self.ring.copy_started(batch.data());
+        let (payload, fence) = match self.backend.copy(batch.data(), normalize) {
+            Ok(issued) => issued,
+            Err(e) => {
+                // Make sure nothing issued still reads the buffer before it goes back.
+                let _ = self.backend.synchronize();
+                self.ring.copy_finished(batch.data());
+                return Err(e);
+            }
+        };
+        self.pending.push_back((Meta::of(&batch), payload));
+        // The reader's batch (and so its ring buffer) is kept until the copy has read it.
+        self.hosts.push_back((batch, fence));
+        self.reap()
     }
 
     fn pop(&mut self) -> Option<Result<DeviceBatch, GpuError>> {
-        match self {
-            Engine::Cpu(e) => e.ready.pop_front().map(Ok),
-            #[cfg(feature = "cuda")]
-            Engine::Cuda(e) => e.pop(),
+        if let Err(e) = self.reap() {
+            return Some(Err(e));
         }
+        let (meta, mut payload) = self.pending.pop_front()?;
+        if let Err(e) = self.backend.hand_out(&mut payload) {
+            return Some(Err(e));
+        }
+        Some(Ok(meta.with(Box::new(payload))))
+    }
+
+    fn ring(&self) -> &Arc<StagingRing> {
+        &self.ring
     }
 
     fn target_allocations(&self) -> u64 {
-        match self {
-            Engine::Cpu(e) => e.pool.allocations.load(Ordering::Relaxed),
-            #[cfg(feature = "cuda")]
-            Engine::Cuda(e) => e.allocations(),
-        }
+        self.backend.target_allocations()
     }
 }
 
 /// Makes the reader for one epoch.
-type MakeLoader = Box<dyn FnMut(u64) -> LoaderBuilder + Send>;
+pub(crate) type MakeLoader = Box<dyn FnMut(u64) -> LoaderBuilder + Send>;
 
 /// The host-side source: the current epoch's reader and, when several epochs were asked for,
 /// the next one already started so an epoch boundary costs no wait.
@@ -390,7 +323,8 @@ impl Source {
 pub struct DeviceLoader {
     target: Target,
     ring: Arc<StagingRing>,
-    engine: Engine,
+    /// The copy pipeline; `pub(crate)` for the backend-specific accessors.
+    pub(crate) engine: Box<dyn Engine>,
     source: Source,
     normalize: Option<Normalize>,
     in_flight: usize,
@@ -403,66 +337,15 @@ pub struct DeviceLoader {
 }
 
 impl DeviceLoader {
-    /// One epoch: `builder` is the reader's builder (its allocator is replaced by the ring).
-    pub fn new(builder: LoaderBuilder, opts: &DeviceOptions) -> Result<Self, GpuError> {
-        let mut me = Self::open(opts, 1)?;
-        me.source.current = Some(me.source.build(builder)?);
-        Ok(me)
-    }
-
-    /// Epochs `epochs` back to back, `make(epoch)` building each epoch's reader. The next
-    /// epoch's reader starts when the current one does, so its first batches are ready at the
-    /// boundary (the ring is sized for two readers).
-    pub fn epochs(
-        make: impl FnMut(u64) -> LoaderBuilder + Send + 'static,
-        epochs: std::ops::Range<u64>,
+    /// A loader around `engine` with no reader yet; `select.rs` picks the engine and starts the
+    /// readers.
+    pub(crate) fn with_engine(
+        target: Target,
+        engine: Box<dyn Engine>,
         opts: &DeviceOptions,
-    ) -> Result<Self, GpuError> {
-        let mut me = Self::open(opts, 2)?;
-        me.source.make = Some(Box::new(make));
-        me.source.next_epoch = epochs.start;
-        me.source.end_epoch = epochs.end;
-        me.source.start_next()?;
-        me.source.current = me.source.next.take();
-        me.source.start_next()?;
-        Ok(me)
-    }
-
-    fn open(opts: &DeviceOptions, readers: usize) -> Result<Self, GpuError> {
-        let target = opts.device.resolve()?;
-        let in_flight = opts.in_flight.max(1);
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let k = opts
-            .ring
-            .unwrap_or(readers * StagingRing::capacity_for(cores, 2, in_flight));
-        let (ring, engine) = match &target {
-            Target::Cpu { .. } => {
-                let ring = Arc::new(StagingRing::host(k));
-                let engine = Engine::Cpu(CpuEngine {
-                    pool: Arc::default(),
-                    ring: ring.clone(),
-                    ready: VecDeque::new(),
-                });
-                (ring, engine)
-            }
-            #[cfg(feature = "cuda")]
-            Target::Cuda { ordinal, .. } => {
-                let ctx = crate::cuda::open_context(*ordinal)?;
-                let ring = Arc::new(crate::cuda::pinned_ring(&ctx, k));
-                let engine = crate::cuda::CudaEngine::new(
-                    ctx,
-                    ring.clone(),
-                    opts.normalize.is_some(),
-                    in_flight,
-                )?;
-                (ring, Engine::Cuda(engine))
-            }
-            #[cfg(not(feature = "cuda"))]
-            Target::Cuda { .. } => {
-                return Err(GpuError::Options("CUDA target in a CPU-only build".into()))
-            }
-        };
-        Ok(Self {
+    ) -> Self {
+        let ring = engine.ring().clone();
+        Self {
             target,
             ring: ring.clone(),
             engine,
@@ -475,13 +358,34 @@ impl DeviceLoader {
                 ring,
             },
             normalize: opts.normalize,
-            in_flight,
+            in_flight: opts.in_flight.max(1),
             deferred: None,
             exhausted: false,
             batches: 0,
             bytes: 0,
             waits: Vec::new(),
-        })
+        }
+    }
+
+    /// Starts the one epoch's reader.
+    pub(crate) fn start_one(&mut self, builder: LoaderBuilder) -> Result<(), GpuError> {
+        self.source.current = Some(self.source.build(builder)?);
+        Ok(())
+    }
+
+    /// Starts the first epoch's reader and the next one's behind it.
+    pub(crate) fn start_epochs(
+        &mut self,
+        make: MakeLoader,
+        epochs: std::ops::Range<u64>,
+    ) -> Result<(), GpuError> {
+        let source = &mut self.source;
+        source.make = Some(make);
+        source.next_epoch = epochs.start;
+        source.end_epoch = epochs.end;
+        source.start_next()?;
+        source.current = source.next.take();
+        source.start_next()
     }
 
     /// Where batches go.
@@ -494,31 +398,6 @@ impl DeviceLoader {
         match &self.target {
             Target::Cpu { fallback } => fallback.as_deref(),
             Target::Cuda { .. } => None,
-        }
-    }
-
-    /// The stream consumers should launch work on: each batch handed out is ordered after its
-    /// copy on this stream. `None` on the CPU.
-    #[cfg(feature = "cuda")]
-    pub fn consumer_stream(&self) -> Option<&Arc<cudarc::driver::CudaStream>> {
-        match &self.engine {
-            Engine::Cuda(e) => Some(e.consumer()),
-            Engine::Cpu(_) => None,
-        }
-    }
-
-    /// Uses `stream` (same device) instead of the loader's own consumer stream for batches
-    /// handed out from now on, e.g. the stream a training framework computes on.
-    #[cfg(feature = "cuda")]
-    pub fn set_consumer_stream(
-        &mut self,
-        stream: Arc<cudarc::driver::CudaStream>,
-    ) -> Result<(), GpuError> {
-        match &mut self.engine {
-            Engine::Cuda(e) => e.set_consumer(stream),
-            Engine::Cpu(_) => Err(GpuError::Options(
-                "a CUDA stream was given to a loader running on the CPU".into(),
-            )),
         }
     }
 
@@ -598,5 +477,134 @@ impl Iterator for DeviceLoader {
             self.bytes += b.len as u64;
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::CpuBackend;
+    use crate::ring::PinnedAllocator;
+    use shardtool_core::Checksum;
+    use shardtool_manifest::{Manifest, ShardEntry, ShardFormat};
+    use shardtool_packed::{Mode, PackedWriter};
+    use std::collections::HashSet;
+    use std::path::Path;
+    use std::sync::Mutex;
+
+    /// One packed shard of `n` 4x4 samples.
+    fn dataset(dir: &Path, n: u32) {
+        let mut w = PackedWriter::new(Mode::Fixed);
+        for i in 0..n {
+            let px: Vec<u8> = (0..48).map(|j| (i * 7 + j) as u8).collect();
+            w.add(&format!("s{i}"), 0, 4, 4, &px, serde_json::json!({}))
+                .unwrap();
+        }
+        let mut bytes = Vec::new();
+        w.finish(&mut bytes).unwrap();
+        let file = "shard-000000.safetensors".to_string();
+        std::fs::write(dir.join(&file), &bytes).unwrap();
+        let entry = ShardEntry {
+            file,
+            format: ShardFormat::Packed,
+            compression: None,
+            samples: u64::from(n),
+            bytes: bytes.len() as u64,
+            checksum: Checksum::of(&bytes).to_string(),
+            uncompressed_bytes: None,
+            uncompressed_checksum: None,
+        };
+        let m = Manifest::new("test", vec!["0".into()], vec![], vec![entry]);
+        std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
+    }
+
+    /// The CPU twin, except that a copy's host-free fence completes only when the pipeline
+    /// blocks on it, as a slow device copy would. Records the source addresses still being
+    /// "copied" and fails if a new copy reads one of them: a ring buffer handed back early.
+    struct SlowFences {
+        inner: CpuBackend,
+        busy: Arc<Mutex<HashSet<usize>>>,
+        reused_early: Arc<Mutex<u32>>,
+    }
+
+    impl Backend for SlowFences {
+        type Payload = <CpuBackend as Backend>::Payload;
+        type HostFree = usize;
+
+        fn pinned_allocator(&self) -> Option<Box<dyn PinnedAllocator>> {
+            None
+        }
+
+        fn copy(
+            &mut self,
+            data: &[u8],
+            normalize: Option<&Normalize>,
+        ) -> Result<(Self::Payload, usize), GpuError> {
+            let addr = data.as_ptr() as usize;
+            if !self.busy.lock().unwrap().insert(addr) {
+                *self.reused_early.lock().unwrap() += 1;
+            }
+            let (payload, ()) = self.inner.copy(data, normalize)?;
+            Ok((payload, addr))
+        }
+
+        fn host_free(&self, fence: &usize, block: bool) -> Result<bool, GpuError> {
+            if block {
+                self.busy.lock().unwrap().remove(fence);
+            }
+            Ok(block)
+        }
+
+        fn hand_out(&self, _payload: &mut Self::Payload) -> Result<(), GpuError> {
+            Ok(())
+        }
+
+        fn synchronize(&self) -> Result<(), GpuError> {
+            self.busy.lock().unwrap().clear();
+            Ok(())
+        }
+
+        fn target_allocations(&self) -> u64 {
+            self.inner.target_allocations()
+        }
+    }
+
+    #[test]
+    fn reader_batches_are_held_until_their_copy_is_done() {
+        let dir = tempfile::tempdir().unwrap();
+        dataset(dir.path(), 64);
+        let busy = Arc::new(Mutex::new(HashSet::new()));
+        let reused_early = Arc::new(Mutex::new(0));
+        let backend = SlowFences {
+            inner: CpuBackend::default(),
+            busy: busy.clone(),
+            reused_early: reused_early.clone(),
+        };
+        let opts = DeviceOptions {
+            in_flight: 2,
+            ..Default::default()
+        };
+        let engine = Box::new(Pipeline::new(backend, 4, opts.in_flight));
+        let mut loader = DeviceLoader::with_engine(Target::Cpu { fallback: None }, engine, &opts);
+        loader
+            .start_one(
+                Loader::builder(dir.path())
+                    .batch_size(4)
+                    .workers(2)
+                    .prefetch(1),
+            )
+            .unwrap();
+        let mut n = 0;
+        for b in &mut loader {
+            assert_eq!(b.unwrap().num_bytes(), 4 * 48);
+            n += 1;
+        }
+        assert_eq!(n, 16);
+        assert_eq!(
+            *reused_early.lock().unwrap(),
+            0,
+            "a buffer was reused mid-copy"
+        );
+        assert_eq!(loader.stats().ring.busy_skipped, 0);
     }
 }

@@ -1,6 +1,8 @@
 //! The staging ring: K reused host buffers handed to the reader through its `BatchAllocator`, so
 //! each batch is assembled once, straight into memory the copy engine reads. Pinned (page-locked)
 //! on the CUDA path, plain page-aligned heap memory in the CPU twin; the bookkeeping is shared.
+//! Pinned memory comes through the small [`PinnedAllocator`] trait, so this module knows no
+//! backend and imports nothing from the crate.
 //!
 //! The ring never blocks: an in-order reader whose workers all wait for a buffer while the
 //! consumer waits for the one batch they have not built would deadlock. When more than K buffers
@@ -37,13 +39,30 @@ pub struct RingStats {
     pub live: u64,
 }
 
+/// Page-locked host memory made by a backend (the CUDA driver's `cuMemHostAlloc`). The ring only
+/// needs its bytes; the backend owns how it is allocated and freed.
+pub(crate) trait PinnedBuffer: Send {
+    /// Usable bytes.
+    fn capacity(&self) -> usize;
+    /// All `capacity` bytes.
+    fn as_slice(&self) -> &[u8];
+    /// All `capacity` bytes, writable.
+    fn as_mut_slice(&mut self) -> &mut [u8];
+}
+
+/// Makes [`PinnedBuffer`]s; `None` when page-locked memory is exhausted (the ring then falls back
+/// to pageable memory and counts it).
+pub(crate) trait PinnedAllocator: Send + Sync {
+    /// A page-locked buffer of at least `capacity` bytes.
+    fn alloc(&self, capacity: usize) -> Option<Box<dyn PinnedBuffer>>;
+}
+
 /// Where a ring buffer's bytes live.
 enum Storage {
     /// Page-aligned heap memory (the CPU twin, or the fallback when pinning fails).
     Host { storage: Vec<u8>, offset: usize },
-    /// Page-locked memory from the CUDA driver.
-    #[cfg(feature = "cuda")]
-    Pinned(crate::cuda::PinnedStorage),
+    /// Page-locked memory from a backend.
+    Pinned(Box<dyn PinnedBuffer>),
 }
 
 impl Storage {
@@ -57,7 +76,6 @@ impl Storage {
     fn capacity(&self) -> usize {
         match self {
             Storage::Host { storage, .. } => storage.len() - ALIGN,
-            #[cfg(feature = "cuda")]
             Storage::Pinned(p) => p.capacity(),
         }
     }
@@ -65,7 +83,6 @@ impl Storage {
     fn bytes(&self, len: usize) -> &[u8] {
         match self {
             Storage::Host { storage, offset } => &storage[*offset..*offset + len],
-            #[cfg(feature = "cuda")]
             Storage::Pinned(p) => &p.as_slice()[..len],
         }
     }
@@ -73,7 +90,6 @@ impl Storage {
     fn bytes_mut(&mut self, len: usize) -> &mut [u8] {
         match self {
             Storage::Host { storage, offset } => &mut storage[*offset..*offset + len],
-            #[cfg(feature = "cuda")]
             Storage::Pinned(p) => &mut p.as_mut_slice()[..len],
         }
     }
@@ -83,11 +99,7 @@ impl Storage {
     }
 
     fn is_pinned(&self) -> bool {
-        match self {
-            Storage::Host { .. } => false,
-            #[cfg(feature = "cuda")]
-            Storage::Pinned(_) => true,
-        }
+        matches!(self, Storage::Pinned(_))
     }
 }
 
@@ -117,10 +129,9 @@ impl HostBuffer for RingBuffer {
 }
 
 /// How new buffers are made.
-pub(crate) enum Backing {
+enum Backing {
     Host,
-    #[cfg(feature = "cuda")]
-    Pinned(std::sync::Arc<cudarc::driver::CudaContext>),
+    Pinned(Box<dyn PinnedAllocator>),
 }
 
 /// K reused staging buffers behind the reader's [`BatchAllocator`].
@@ -144,7 +155,12 @@ impl StagingRing {
         Self::with_backing(Backing::Host, capacity)
     }
 
-    pub(crate) fn with_backing(backing: Backing, capacity: usize) -> Self {
+    /// A ring of page-locked buffers from `alloc` (pageable when pinning fails).
+    pub(crate) fn pinned(alloc: Box<dyn PinnedAllocator>, capacity: usize) -> Self {
+        Self::with_backing(Backing::Pinned(alloc), capacity)
+    }
+
+    fn with_backing(backing: Backing, capacity: usize) -> Self {
         Self {
             backing,
             capacity: capacity.max(1),
@@ -201,10 +217,9 @@ impl StagingRing {
         self.allocations.fetch_add(1, Ordering::Relaxed);
         match &self.backing {
             Backing::Host => Storage::host(capacity),
-            #[cfg(feature = "cuda")]
-            Backing::Pinned(ctx) => match crate::cuda::PinnedStorage::new(ctx, capacity) {
-                Ok(p) => Storage::Pinned(p),
-                Err(_) => {
+            Backing::Pinned(alloc) => match alloc.alloc(capacity) {
+                Some(p) => Storage::Pinned(p),
+                None => {
                     // Out of page-locked memory: a pageable buffer still works (the driver
                     // stages it synchronously), so the run continues and the report counts it.
                     self.pageable_fallbacks.fetch_add(1, Ordering::Relaxed);
@@ -320,5 +335,57 @@ mod tests {
         let b = r.allocate(20_000);
         assert_eq!(b.bytes().len(), 20_000);
         assert_eq!(r.stats().allocations, 2);
+    }
+
+    /// Stands in for page-locked memory: heap bytes, and "out of pinned memory" after `limit`
+    /// buffers.
+    struct FakePinned {
+        limit: usize,
+        made: std::sync::atomic::AtomicUsize,
+    }
+
+    struct FakeBuffer(Vec<u8>);
+
+    impl PinnedBuffer for FakeBuffer {
+        fn capacity(&self) -> usize {
+            self.0.len()
+        }
+        fn as_slice(&self) -> &[u8] {
+            &self.0
+        }
+        fn as_mut_slice(&mut self) -> &mut [u8] {
+            &mut self.0
+        }
+    }
+
+    impl PinnedAllocator for FakePinned {
+        fn alloc(&self, capacity: usize) -> Option<Box<dyn PinnedBuffer>> {
+            (self.made.fetch_add(1, Ordering::Relaxed) < self.limit)
+                .then(|| Box::new(FakeBuffer(vec![0; capacity])) as Box<dyn PinnedBuffer>)
+        }
+    }
+
+    #[test]
+    fn pinned_buffers_fall_back_to_pageable_and_are_counted() {
+        let alloc = FakePinned {
+            limit: 1,
+            made: Default::default(),
+        };
+        let r = StagingRing::pinned(Box::new(alloc), 4);
+        assert!(r.is_pinned());
+        let a = r.allocate(100);
+        let b = r.allocate(100);
+        let pinned = |buf: Box<dyn HostBuffer>| buf.into_any().downcast::<RingBuffer>().unwrap();
+        let (a, b) = (pinned(a), pinned(b));
+        assert!(a.is_pinned());
+        assert!(
+            !b.is_pinned(),
+            "the second allocation is past the pinned limit"
+        );
+        assert_eq!(b.bytes().as_ptr() as usize % ALIGN, 0);
+        let s = r.stats();
+        assert_eq!((s.allocations, s.pageable_fallbacks, s.live), (2, 1, 2));
+        r.release(a);
+        r.release(b);
     }
 }
