@@ -4,7 +4,8 @@
 //!
 //! `cargo run --release -p shardtool-reader --example shuffle_quality [CLASSES PER_CLASS SHARD]`
 
-use shardtool_reader::{rank_order, OrderOptions};
+use shardtool_reader::plan::rank_order;
+use shardtool_reader::OrderOptions;
 
 fn distinct_per_batch(labels: &[u32], batch: usize) -> f64 {
     let mut total = 0usize;

@@ -16,7 +16,10 @@ mod batch;
 mod dataset;
 mod loader;
 mod metrics;
-mod plan;
+/// The epoch plan's pure functions (shard order, rank order, open-window sizes). Internals of the
+/// loader, public only for the shuffle-quality example and tests: not a stable API.
+#[doc(hidden)]
+pub mod plan;
 
 pub use batch::{
     AlignedBuffer, Batch, BatchAllocator, CpuAllocator, HostBuffer, Layout, CPU_BUFFER_ALIGN,
@@ -24,10 +27,7 @@ pub use batch::{
 pub use dataset::{Dataset, ShardView};
 pub use loader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState};
 pub use metrics::{Metrics, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
-pub use plan::{
-    derive_seed, first_use_order, open_window_bytes, per_rank, rank_order, shard_order,
-    OrderOptions, Remainder, SampleRef,
-};
+pub use plan::{OrderOptions, Remainder};
 pub use shardtool_cache::{CacheMetrics, Location};
 #[cfg(feature = "remote")]
 pub use shardtool_cache::{CacheOptions, FetchPolicy};
