@@ -23,7 +23,7 @@ pub use batch::{
     AlignedBuffer, Batch, BatchAllocator, CpuAllocator, HostBuffer, Layout, CPU_BUFFER_ALIGN,
 };
 pub use dataset::{Dataset, ShardView};
-pub use loader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState};
+pub use loader::{dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next};
 pub use metrics::{Metrics, SlowRecord};
 pub use plan::{
     derive_seed, first_use_order, open_window_bytes, per_rank, rank_order, shard_order,
