@@ -160,7 +160,7 @@ impl Reader {
     #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
         workers=None, decode=true, remainder="drop", in_order=true, shuffle_buffer=None,
         interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
-        cache_dir=None, cache_limit=None))]
+        cache_dir=None, cache_limit=None, test_delay=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -183,6 +183,7 @@ impl Reader {
         resume: Option<String>,
         cache_dir: Option<PathBuf>,
         cache_limit: Option<u64>,
+        test_delay: Option<(String, f64)>,
     ) -> PyResult<Self> {
         let mut b = Loader::builder(&dataset)
             .cache(cache_options(cache_dir, cache_limit))
@@ -213,6 +214,10 @@ impl Reader {
         }
         if let Some((i, n)) = split {
             b = b.split(i, n);
+        }
+        if let Some((key, secs)) = test_delay {
+            // Testing aid: reading `key` sleeps, so a test can interrupt a waiting `next`.
+            b = b.inject_delay(&key, Duration::from_secs_f64(secs.max(0.0)));
         }
         if let Some(text) = resume {
             let state: LoaderState = serde_json::from_str(&text)
