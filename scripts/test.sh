@@ -24,6 +24,9 @@ cargo check --manifest-path fuzz/Cargo.toml --no-default-features --bins --examp
 step "cargo test"
 cargo test --workspace --locked
 
+step "python package: build into target/python-venv, pytest"
+scripts/python-test.sh
+
 # The GPU-capable build (CUDA loaded at run time) must build, lint clean and pass its CPU path
 # where no GPU exists; on a GPU machine scripts/gpu-check.sh runs the GPU-gated tests.
 step "cuda feature: clippy, gpu conformance tests and the CLI's device tests (CPU path)"

@@ -25,7 +25,7 @@ pub use batch::{
     AlignedBuffer, Batch, BatchAllocator, CpuAllocator, HostBuffer, Layout, CPU_BUFFER_ALIGN,
 };
 pub use dataset::{Dataset, ShardView};
-pub use loader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState};
+pub use loader::{dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next};
 pub use metrics::{Metrics, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
 pub use plan::{OrderOptions, Remainder};
 pub use shardtool_cache::{CacheMetrics, Location};

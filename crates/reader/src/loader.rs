@@ -55,6 +55,20 @@ pub struct LoaderState {
     /// A batch of which only the first `consumed` samples were used.
     #[serde(default)]
     pub partial: Option<(u64, usize)>,
+    /// `(index, count)`: only every `count`-th batch of the rank's plan, from `index`, is read
+    /// (one DataLoader worker's share); the other batches count as delivered.
+    #[serde(default)]
+    pub split: Option<(u32, u32)>,
+}
+
+/// What [`Loader::next_timeout`] found.
+pub enum Next {
+    /// The next batch, or the error that ends the epoch.
+    Ready(Result<Batch, ReadError>),
+    /// Nothing arrived within the timeout; ask again.
+    Pending,
+    /// The epoch is over.
+    Done,
 }
 
 /// Builds a [`Loader`].
@@ -71,6 +85,7 @@ pub struct LoaderBuilder {
     decode: bool,
     corrupt: CorruptPolicy,
     resume: Option<LoaderState>,
+    split: Option<(u32, u32)>,
     allocator: Arc<dyn BatchAllocator>,
     delays: Vec<(String, Duration)>,
     #[cfg(feature = "remote")]
@@ -97,6 +112,7 @@ impl LoaderBuilder {
             decode: false,
             corrupt: CorruptPolicy::Fail,
             resume: None,
+            split: None,
             allocator: Arc::new(CpuAllocator::default()),
             delays: Vec::new(),
             #[cfg(feature = "remote")]
@@ -176,6 +192,13 @@ impl LoaderBuilder {
         self.resume = Some(state);
         self
     }
+    /// Read only batches `index`, `index + count`, … of the rank's plan: the share of one of
+    /// `count` consumers (DataLoader worker processes) of the same rank. The shares of
+    /// `0..count` are disjoint and together hold every batch exactly once.
+    pub fn split(mut self, index: u32, count: u32) -> Self {
+        self.split = Some((index, count));
+        self
+    }
     /// Where batch bytes are allocated (default: reused CPU buffers).
     pub fn allocator(mut self, a: Arc<dyn BatchAllocator>) -> Self {
         self.allocator = a;
@@ -209,7 +232,7 @@ impl LoaderBuilder {
                 return Err(ReadError::RemoteNotBuilt(url.folder.to_string()));
             }
         });
-        let fingerprint = fingerprint(&dataset);
+        let fingerprint = dataset_fingerprint(&dataset);
         let mut skip = BTreeSet::new();
         let mut partial = None;
         if let Some(s) = self.resume.take() {
@@ -217,6 +240,12 @@ impl LoaderBuilder {
                 return Err(ReadError::BadState(
                     "the saved state belongs to another dataset or version".into(),
                 ));
+            }
+            if s.split != self.split {
+                return Err(ReadError::BadState(format!(
+                    "the saved state is for batch share {:?}, this loader reads {:?}",
+                    s.split, self.split
+                )));
             }
             self.order = s.order;
             self.epoch = s.epoch;
@@ -228,6 +257,13 @@ impl LoaderBuilder {
             partial = s.partial;
             if let Some((b, _)) = partial {
                 skip.remove(&b);
+            }
+        }
+        if let Some((i, n)) = self.split {
+            if i >= n {
+                return Err(ReadError::BadOptions(format!(
+                    "batch share {i} of {n}: need index < count"
+                )));
             }
         }
         if self.batch_size == 0 || self.workers == 0 || self.world == 0 || self.rank >= self.world {
@@ -250,7 +286,14 @@ impl LoaderBuilder {
             per_rank(total, self.world, self.order.remainder)
         );
         let batches = order.len().div_ceil(self.batch_size) as u64;
-        let k = self.workers.min(batches.max(1) as usize);
+        if let Some((i, n)) = self.split {
+            // Other consumers' batches are theirs: treated as delivered here.
+            skip.extend((0..batches).filter(|b| b % u64::from(n) != u64::from(i)));
+        }
+        // The batches still to read, dealt round-robin to the threads, so a resumed or split
+        // loader keeps every thread busy.
+        let todo: Vec<u64> = (0..batches).filter(|b| !skip.contains(b)).collect();
+        let k = self.workers.min(todo.len().max(1));
         // Samples still to read per shard: a shard is closed (and evictable) after its last.
         let mut left = vec![0u64; counts.len()];
         for (pos, r) in order.iter().enumerate() {
@@ -306,10 +349,7 @@ impl LoaderBuilder {
         let mut receivers = Vec::new();
         let (shared_tx, shared_rx) = mpsc::sync_channel(self.prefetch.max(1) * k);
         for w in 0..k {
-            let mine: Vec<u64> = (w as u64..batches)
-                .step_by(k)
-                .filter(|b| !skip.contains(b))
-                .collect();
+            let mine: Vec<u64> = todo.iter().skip(w).step_by(k).copied().collect();
             let tx = if self.in_order {
                 let (tx, rx) = mpsc::sync_channel(self.prefetch.max(1));
                 receivers.push(rx);
@@ -344,9 +384,11 @@ impl LoaderBuilder {
                 delivered_prefix: 0,
                 delivered_extra: Vec::new(),
                 partial,
+                split: self.split,
             },
             delivered: skip,
             batches,
+            todo: todo.len() as u64,
             workers: k as u64,
             receivers,
             shared_rx: if self.in_order { None } else { Some(shared_rx) },
@@ -363,7 +405,8 @@ impl LoaderBuilder {
     }
 }
 
-fn fingerprint(d: &Dataset) -> String {
+/// Identifies a dataset in saved states: XXH3 over the manifest's shard names and checksums.
+pub fn dataset_fingerprint(d: &Dataset) -> String {
     let mut text = Vec::new();
     for s in &d.manifest.shards {
         text.extend_from_slice(s.file.as_bytes());
@@ -659,6 +702,7 @@ pub struct Loader {
     state: LoaderState,
     delivered: BTreeSet<u64>,
     batches: u64,
+    todo: u64,
     workers: u64,
     receivers: Vec<Receiver<Msg>>,
     shared_rx: Option<Receiver<Msg>>,
@@ -701,7 +745,18 @@ impl Loader {
             prefix += 1;
         }
         s.delivered_prefix = prefix;
-        s.delivered_extra = self.delivered.range(prefix..).copied().collect();
+        // Other shares' batches are implied by `split`: the state stays small.
+        let mine = |b: &u64| {
+            self.state
+                .split
+                .is_none_or(|(i, n)| b % u64::from(n) == u64::from(i))
+        };
+        s.delivered_extra = self
+            .delivered
+            .range(prefix..)
+            .copied()
+            .filter(mine)
+            .collect();
         s.partial = None;
         s
     }
@@ -738,34 +793,51 @@ impl Loader {
         m
     }
 
-    fn receive(&mut self) -> Option<Msg> {
-        if let Some(rx) = &self.shared_rx {
-            return rx.recv().ok();
-        }
-        while self.next_in_order < self.batches && self.delivered.contains(&self.next_in_order) {
+    /// The next message; `Err(())` when `timeout` passed first. `None` waits as long as it
+    /// takes.
+    fn receive(&mut self, timeout: Option<Duration>) -> Result<Option<Msg>, ()> {
+        let rx = match &self.shared_rx {
+            Some(rx) => rx,
+            None => {
+                // The j-th batch still to read went to thread j mod k, which sends in order.
+                if self.next_in_order >= self.todo {
+                    return Ok(None);
+                }
+                &self.receivers[(self.next_in_order % self.workers) as usize]
+            }
+        };
+        let msg = match timeout {
+            None => rx.recv().ok(),
+            Some(t) => match rx.recv_timeout(t) {
+                Ok(m) => Some(m),
+                Err(mpsc::RecvTimeoutError::Timeout) => return Err(()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => None,
+            },
+        };
+        if self.shared_rx.is_none() {
             self.next_in_order += 1;
         }
-        if self.next_in_order >= self.batches {
-            return None;
-        }
-        let w = (self.next_in_order % self.workers) as usize;
-        let msg = self.receivers[w].recv().ok();
-        self.next_in_order += 1;
-        msg
+        Ok(msg)
     }
-}
 
-impl Iterator for Loader {
-    type Item = Result<Batch, ReadError>;
+    /// Like [`Iterator::next`], but gives up after `timeout`, so a caller can check for
+    /// interrupts (Ctrl-C in Python) while it waits.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Next {
+        match self.step(Some(timeout)) {
+            Ok(Some(r)) => Next::Ready(r),
+            Ok(None) => Next::Done,
+            Err(()) => Next::Pending,
+        }
+    }
 
-    fn next(&mut self) -> Option<Self::Item> {
+    fn step(&mut self, timeout: Option<Duration>) -> Result<Option<Result<Batch, ReadError>>, ()> {
         if self.finished {
-            return None;
+            return Ok(None);
         }
         let t = Instant::now();
-        let msg = self.receive();
+        let msg = self.receive(timeout);
         self.metrics.wait(t.elapsed());
-        match msg {
+        Ok(match msg? {
             Some((b, Ok(batch))) => {
                 self.delivered.insert(b);
                 self.delivered_samples += batch.len() as u64;
@@ -782,14 +854,23 @@ impl Iterator for Loader {
                     + self.metrics.corrupt_count()
                     + self.metrics.lost_count();
                 if got != self.expected_samples {
-                    return Some(Err(ReadError::Incomplete {
+                    return Ok(Some(Err(ReadError::Incomplete {
                         expected: self.expected_samples,
                         delivered: got,
-                    }));
+                    })));
                 }
                 None
             }
-        }
+        })
+    }
+}
+
+impl Iterator for Loader {
+    type Item = Result<Batch, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // Without a timeout the wait ends only with a message or a closed channel.
+        self.step(None).unwrap_or(None)
     }
 }
 

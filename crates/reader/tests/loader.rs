@@ -354,3 +354,100 @@ fn missing_shard_is_an_error_naming_it() {
         .collect();
     assert!(errs.iter().any(|e| e.contains("shard-000001")), "{errs:?}");
 }
+
+#[test]
+fn split_shares_are_disjoint_and_interleave_to_the_whole_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[7, 3, 12, 5]);
+    let build = |split: Option<(u32, u32)>| {
+        let mut b = Loader::builder(dir.path())
+            .seed(4)
+            .batch_size(3)
+            .partition(1, 2)
+            .workers(2);
+        if let Some((i, n)) = split {
+            b = b.split(i, n);
+        }
+        b.build().unwrap()
+    };
+    let whole: Vec<(u64, Vec<String>)> = build(None)
+        .map(|b| b.map(|b| (b.index, b.keys.clone())).unwrap())
+        .collect();
+    for n in 1..4u32 {
+        let mut got = Vec::new();
+        for i in 0..n {
+            let share = build(Some((i, n)));
+            assert_eq!(share.batches_per_epoch(), whole.len() as u64);
+            for b in share {
+                let b = b.unwrap();
+                assert_eq!(b.index % u64::from(n), u64::from(i));
+                got.push((b.index, b.keys.clone()));
+            }
+        }
+        got.sort();
+        assert_eq!(got, whole, "{n} shares");
+    }
+    // A share's state resumes only that share.
+    let mut share = build(Some((1, 2)));
+    share.next().unwrap().unwrap();
+    let state = share.state();
+    assert_eq!(state.split, Some((1, 2)));
+    // The other share's batches are implied, not listed.
+    assert!(state.delivered_extra.is_empty());
+    let rest: Vec<u64> = Loader::builder(dir.path())
+        .split(1, 2)
+        .resume(state.clone())
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap().index)
+        .collect();
+    let expected: Vec<u64> = whole
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| i % 2 == 1)
+        .skip(1)
+        .collect();
+    assert_eq!(rest, expected);
+    assert!(matches!(
+        Loader::builder(dir.path())
+            .split(0, 2)
+            .resume(state)
+            .build(),
+        Err(ReadError::BadState(_))
+    ));
+    assert!(matches!(
+        Loader::builder(dir.path()).split(2, 2).build(),
+        Err(ReadError::BadOptions(_))
+    ));
+}
+
+#[test]
+fn next_timeout_reports_pending_then_the_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = packed_dataset(dir.path(), &[4]);
+    let mut loader = Loader::builder(dir.path())
+        .shuffle(false)
+        .batch_size(4)
+        .workers(1)
+        .inject_delay(&keys[0], Duration::from_millis(300))
+        .build()
+        .unwrap();
+    assert!(matches!(
+        loader.next_timeout(Duration::from_millis(10)),
+        shardtool_reader::Next::Pending
+    ));
+    let mut pending = 0;
+    let batch = loop {
+        match loader.next_timeout(Duration::from_millis(20)) {
+            shardtool_reader::Next::Pending => pending += 1,
+            shardtool_reader::Next::Ready(b) => break b.unwrap(),
+            shardtool_reader::Next::Done => panic!("ended before its batch"),
+        }
+    };
+    assert!(pending > 0);
+    assert_eq!(batch.keys, keys);
+    assert!(matches!(
+        loader.next_timeout(Duration::from_millis(10)),
+        shardtool_reader::Next::Done
+    ));
+}

@@ -1,0 +1,38 @@
+"""shardtool: exactly-once, resumable, zero-copy image batches for PyTorch and NumPy.
+
+The reading is done by Rust threads inside this process (no pickling, no ``/dev/shm``); batches
+arrive as views of the reader's buffers through DLPack.
+
+>>> import shardtool
+>>> loader = shardtool.Loader("out/sample", batch_size=32, seed=7)   # doctest: +SKIP
+>>> for batch in loader:                                            # doctest: +SKIP
+...     images, labels = batch["image"], batch["label"]
+"""
+
+from ._shardtool import (
+    CacheError,
+    CorruptRecordError,
+    CorruptShardError,
+    DatasetError,
+    IncompleteEpochError,
+    ManifestError,
+    Tensor,
+    __version__,
+)
+from ._loader import Loader
+from ._tools import inspect, pack, verify
+
+__all__ = [
+    "CacheError",
+    "CorruptRecordError",
+    "CorruptShardError",
+    "DatasetError",
+    "IncompleteEpochError",
+    "Loader",
+    "ManifestError",
+    "Tensor",
+    "__version__",
+    "inspect",
+    "pack",
+    "verify",
+]

@@ -1,0 +1,353 @@
+"""The ``Loader``: options, lazy rank resolution, output conversion and resumable state around the
+Rust reader (``_shardtool.Reader``), which is created at each ``iter()`` in the process that
+iterates."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+
+from . import _shardtool
+
+STATE_FORMAT = 1
+_OUTPUTS = ("torch", "numpy", "dlpack")
+_REMOTE = ("http://", "https://", "s3://", "file://")
+
+Batch = Dict[str, Any]
+
+
+def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    # bool is an int subclass, and never what the caller meant.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _env_partition() -> Optional[Tuple[int, int]]:
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None or world is None:
+        return None
+    try:
+        return int(rank), int(world)
+    except ValueError:
+        raise ValueError(f"RANK={rank!r} and WORLD_SIZE={world!r} must be integers") from None
+
+
+def _converter(output: str) -> Callable[[Any], Any]:
+    if output == "torch":
+        import torch
+
+        return torch.from_dlpack
+    if output == "numpy":
+        import numpy
+
+        return numpy.from_dlpack
+    return lambda t: t
+
+
+class Loader:
+    """Batches of a shardtool dataset, read by Rust threads in this process.
+
+    ``dataset`` is a dataset folder, its ``manifest.json``, or the ``http(s)://`` / ``s3://`` URL
+    of a remote one (whose shards are fetched through a checked cache in ``cache_dir``, at most
+    ``cache_limit`` bytes: an int or a size like ``"64GiB"``).
+
+    Iterating yields dicts: ``image`` (uint8 ``[B, H, W, 3]`` when every image of the batch has
+    the same shape, else a list of ``[h, w, 3]`` arrays; with ``decode=False`` on tar shards, a
+    list of 1-D arrays of encoded bytes), ``label`` (int64 ``[B]``), ``key`` (list of str),
+    ``epoch`` and ``index`` (the batch's position in this rank's epoch). ``output`` picks torch
+    tensors, NumPy arrays, or ``shardtool.Tensor`` objects (``__dlpack__``). Images are views of
+    the reader's batch buffer, not copies; the buffer is reused only after every view of it is
+    gone, so batches you keep are never overwritten.
+
+    ``rank`` and ``world_size`` are read at the first ``iter()``, not here: the arguments, else an
+    initialised ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0 of 1. Every rank yields
+    ``len(loader)`` batches, so DDP never waits on a rank that ran out. ``remainder="drop"`` leaves
+    out the ``N mod world_size`` samples that do not divide evenly; ``"pad"`` repeats a few
+    instead.
+
+    ``workers`` Rust threads decode (default: all cores, divided among DataLoader worker
+    processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer``,
+    ``interleave`` and ``prefetch`` tune the two-level shuffle and read-ahead; ``skip_corrupt``
+    counts unreadable records instead of raising.
+    """
+
+    def __init__(
+        self,
+        dataset: Union[str, "os.PathLike[str]"],
+        *,
+        batch_size: int,
+        seed: int = 0,
+        epoch: int = 0,
+        shuffle: bool = True,
+        rank: Optional[int] = None,
+        world_size: Optional[int] = None,
+        workers: Optional[int] = None,
+        decode: bool = True,
+        remainder: str = "drop",
+        in_order: bool = True,
+        output: str = "torch",
+        device: Optional[str] = None,
+        cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
+        cache_limit: Optional[Union[int, str]] = None,
+        shuffle_buffer: Optional[int] = None,
+        interleave: Optional[int] = None,
+        prefetch: Optional[int] = None,
+        skip_corrupt: bool = False,
+    ) -> None:
+        if not isinstance(dataset, (str, os.PathLike)):
+            raise TypeError(f"dataset must be a path or URL, not {type(dataset).__name__}")
+        location = os.fspath(dataset)
+        if not isinstance(location, str):
+            raise TypeError("dataset must be a str path, not bytes")
+        if not location.startswith(_REMOTE) and not os.path.exists(location):
+            raise FileNotFoundError(f"{location}: no such dataset folder or manifest")
+        _check_int("batch_size", batch_size, 1)
+        _check_int("seed", seed, 0)
+        _check_int("epoch", epoch, 0)
+        _check_int("workers", workers, 1, optional=True)
+        _check_int("shuffle_buffer", shuffle_buffer, 1, optional=True)
+        _check_int("interleave", interleave, 1, optional=True)
+        _check_int("prefetch", prefetch, 1, optional=True)
+        if (rank is None) != (world_size is None):
+            raise ValueError("give both rank and world_size, or neither")
+        if rank is not None and world_size is not None:
+            _check_int("rank", rank, 0)
+            _check_int("world_size", world_size, 1)
+            if rank >= world_size:
+                raise ValueError(f"rank {rank} must be < world_size {world_size}")
+        if output not in _OUTPUTS:
+            raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
+        if remainder not in ("drop", "pad"):
+            raise ValueError(f'remainder must be "drop" or "pad", not {remainder!r}')
+        if device is not None:
+            if not isinstance(device, str):
+                raise TypeError(f"device must be a str, not {type(device).__name__}")
+            if device.startswith("cuda"):
+                raise RuntimeError(
+                    f"device={device!r}: this build of shardtool has no CUDA support "
+                    "(build it with the `cuda` feature on a machine with a GPU); "
+                    "move batches with .to(device) instead"
+                )
+            if device != "cpu":
+                raise ValueError(f"device must be 'cpu' or 'cuda:N', not {device!r}")
+        limit: Optional[int]
+        if cache_limit is None or isinstance(cache_limit, int) and not isinstance(cache_limit, bool):
+            limit = cache_limit
+            if limit is not None and limit < 0:
+                raise ValueError("cache_limit must be >= 0")
+        elif isinstance(cache_limit, str):
+            limit = _shardtool.parse_byte_size(cache_limit)
+        else:
+            raise TypeError(f"cache_limit must be an int or a size string, not {type(cache_limit).__name__}")
+        for name, flag in (("shuffle", shuffle), ("decode", decode), ("in_order", in_order),
+                           ("skip_corrupt", skip_corrupt)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
+
+        self._dataset = location
+        self._batch_size = batch_size
+        self._seed = seed
+        self._epoch = epoch
+        self._shuffle = shuffle
+        self._rank = rank
+        self._world_size = world_size
+        self._workers = workers
+        self._decode = decode
+        self._remainder = remainder
+        self._in_order = in_order
+        self._output = output
+        self._cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self._cache_limit = limit
+        self._shuffle_buffer = shuffle_buffer
+        self._interleave = interleave
+        self._prefetch = prefetch
+        self._skip_corrupt = skip_corrupt
+        # This process's share of the rank's batches, (index, count): set per DataLoader worker.
+        self._split: Optional[Tuple[int, int]] = None
+        self._reader: Optional[_shardtool.Reader] = None
+        self._partition: Optional[Tuple[int, int]] = None
+        self._resume: Optional[Dict[str, Any]] = None
+        self._samples = 0
+        self._info: Dict[int, Tuple[str, int, int]] = {}
+
+    # -- rank, plan ---------------------------------------------------------------------------
+
+    def _resolve_partition(self) -> Tuple[int, int]:
+        """Rank and world size, looked up now (not at construction, which may run before
+        ``init_process_group``)."""
+        if self._rank is not None and self._world_size is not None:
+            return self._rank, self._world_size
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+        env = _env_partition()
+        if env is not None:
+            rank, world = env
+            if not 0 <= rank < world:
+                raise ValueError(f"RANK={rank} must be in 0..WORLD_SIZE={world}")
+            return env
+        return 0, 1
+
+    def _plan_info(self, world: int) -> Tuple[str, int, int]:
+        if world not in self._info:
+            self._info[world] = _shardtool.plan_info(
+                self._dataset,
+                batch_size=self._batch_size,
+                world_size=world,
+                remainder=self._remainder,
+                cache_dir=self._cache_dir,
+                cache_limit=self._cache_limit,
+            )
+        return self._info[world]
+
+    def __len__(self) -> int:
+        """Batches this rank yields per epoch (the same on every rank)."""
+        _, world = self._resolve_partition()
+        return self._plan_info(world)[2]
+
+    @property
+    def epoch(self) -> int:
+        """The epoch the next ``iter()`` reads."""
+        return self._epoch
+
+    def set_epoch(self, epoch: int) -> None:
+        """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``."""
+        _check_int("epoch", epoch, 0)
+        if self._resume is not None and self._resume["epoch"] != epoch:
+            self._resume = None
+        self._epoch = epoch
+
+    # -- iteration -----------------------------------------------------------------------------
+
+    def _threads(self) -> Optional[int]:
+        if self._workers is not None or self._split is None:
+            return self._workers
+        # Each of N DataLoader worker processes gets its part of the cores.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return max(1, (cores or 1) // self._split[1])
+
+    def __iter__(self) -> Iterator[Batch]:
+        self.close()
+        rank, world = self._resolve_partition()
+        resume = self._resume
+        self._resume = None
+        self._samples = 0 if resume is None else int(resume["samples"])
+        reader = _shardtool.Reader(
+            self._dataset,
+            batch_size=self._batch_size,
+            seed=self._seed,
+            epoch=self._epoch,
+            shuffle=self._shuffle,
+            rank=rank,
+            world_size=world,
+            workers=self._threads(),
+            decode=self._decode,
+            remainder=self._remainder,
+            in_order=self._in_order,
+            shuffle_buffer=self._shuffle_buffer,
+            interleave=self._interleave,
+            prefetch=self._prefetch,
+            skip_corrupt=self._skip_corrupt,
+            split=self._split,
+            resume=None if resume is None or resume["reader"] is None else json.dumps(resume["reader"]),
+            cache_dir=self._cache_dir,
+            cache_limit=self._cache_limit,
+        )
+        self._reader = reader
+        self._partition = (rank, world)
+        return self._batches(reader, _converter(self._output))
+
+    def _batches(self, reader: _shardtool.Reader, convert: Callable[[Any], Any]) -> Iterator[Batch]:
+        for epoch, index, keys, labels, image in reader:
+            self._samples += len(keys)
+            yield {
+                "image": [convert(t) for t in image] if isinstance(image, list) else convert(image),
+                "label": convert(labels),
+                "key": keys,
+                "epoch": epoch,
+                "index": index,
+            }
+
+    def close(self) -> None:
+        """Stops the reader threads of the current iteration, if any (batches stay valid)."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            try:
+                reader.close()
+            except RuntimeError:
+                # A reader inherited through fork: nothing of it runs in this process.
+                pass
+
+    # -- resume --------------------------------------------------------------------------------
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The position after the batches handed out so far, as a small JSON-serialisable dict:
+        ``format``, ``dataset`` (the plan's dataset fingerprint), ``seed``, ``epoch``,
+        ``batch_size``, ``rank``, ``world_size``, ``split``, ``samples`` (consumed this epoch)
+        and the reader's own state."""
+        if self._resume is not None:
+            return dict(self._resume)
+        rank, world = self._partition if self._reader is not None and self._partition else self._resolve_partition()
+        reader_state: Optional[Dict[str, Any]] = None
+        if self._reader is not None:
+            reader_state = json.loads(self._reader.state())
+        return {
+            "format": STATE_FORMAT,
+            "dataset": self._plan_info(world)[0],
+            "seed": self._seed,
+            "epoch": self._epoch,
+            "batch_size": self._batch_size,
+            "rank": rank,
+            "world_size": world,
+            "split": None if self._split is None else list(self._split),
+            "samples": self._samples if self._reader is not None else 0,
+            "reader": reader_state,
+        }
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        """Continues from ``state`` (from ``state_dict``) at the next ``iter()``: the identical
+        remaining batches. Raises ``ValueError`` for a state of another dataset, seed, batch size
+        or format."""
+        if not isinstance(state, dict):
+            raise TypeError(f"state must be a dict, not {type(state).__name__}")
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(f"unknown loader state format {state.get('format')!r}")
+        missing = {"dataset", "seed", "epoch", "batch_size", "world_size", "samples", "reader"} - state.keys()
+        if missing:
+            raise ValueError(f"loader state lacks {sorted(missing)}")
+        if state["seed"] != self._seed:
+            raise ValueError(f"the state is for seed {state['seed']}, this loader has seed {self._seed}")
+        if state["batch_size"] != self._batch_size:
+            raise ValueError(
+                f"the state is for batch_size {state['batch_size']}, this loader has {self._batch_size}"
+            )
+        if state["dataset"] != self._plan_info(int(state["world_size"]))[0]:
+            raise ValueError("the state belongs to another dataset")
+        self.close()
+        self._epoch = int(state["epoch"])
+        self._resume = dict(state)
+
+    # -- pickling (DataLoader workers started with spawn) ------------------------------------
+
+    def __getstate__(self) -> Dict[str, Any]:
+        d = dict(self.__dict__)
+        d["_reader"] = None
+        d["_partition"] = None
+        return d
+
+    def __setstate__(self, d: Dict[str, Any]) -> None:
+        self.__dict__.update(d)
+
+    def __repr__(self) -> str:
+        return (
+            f"shardtool.Loader({self._dataset!r}, batch_size={self._batch_size}, seed={self._seed}, "
+            f"epoch={self._epoch}, output={self._output!r})"
+        )
+
+

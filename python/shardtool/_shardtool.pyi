@@ -1,0 +1,95 @@
+"""Type stubs of the compiled module ``shardtool._shardtool``."""
+
+from typing import Any, Iterator, List, Optional, Tuple, Union
+
+__version__: str
+
+class DatasetError(Exception):
+    """A dataset, shard, record or cache could not be read."""
+
+class ManifestError(DatasetError):
+    """The manifest is missing a field, malformed, or of an unknown version."""
+
+class CorruptShardError(DatasetError):
+    """A shard failed validation (size, checksum or structure)."""
+
+class CorruptRecordError(DatasetError):
+    """A record could not be read or decoded."""
+
+class CacheError(DatasetError):
+    """A remote shard could not be fetched into, or served from, the shard cache."""
+
+class IncompleteEpochError(DatasetError):
+    """An epoch ended with a different number of samples than its plan."""
+
+class Tensor:
+    """A C-contiguous CPU array viewing bytes a Rust owner keeps alive (DLPack producer)."""
+
+    def __dlpack__(
+        self,
+        *,
+        stream: Optional[Any] = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    @property
+    def shape(self) -> List[int]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def data_ptr(self) -> int: ...
+    @property
+    def buffer(self) -> Tuple[int, int]: ...
+    @property
+    def nbytes(self) -> int: ...
+
+RawBatch = Tuple[int, int, List[str], Tensor, Union[Tensor, List[Tensor]]]
+
+class Reader:
+    """One epoch of one rank (or one share of its batches); iterating yields raw batches."""
+
+    def __init__(
+        self,
+        dataset: str,
+        *,
+        batch_size: int,
+        seed: int,
+        epoch: int,
+        shuffle: bool,
+        rank: int,
+        world_size: int,
+        workers: Optional[int] = None,
+        decode: bool = True,
+        remainder: str = "drop",
+        in_order: bool = True,
+        shuffle_buffer: Optional[int] = None,
+        interleave: Optional[int] = None,
+        prefetch: Optional[int] = None,
+        skip_corrupt: bool = False,
+        split: Optional[Tuple[int, int]] = None,
+        resume: Optional[str] = None,
+        cache_dir: Optional[str] = None,
+        cache_limit: Optional[int] = None,
+        test_delay: Optional[Tuple[str, float]] = None,
+    ) -> None: ...
+    def __iter__(self) -> Iterator[RawBatch]: ...
+    def __next__(self) -> RawBatch: ...
+    def state(self) -> str: ...
+    def batches_per_epoch(self) -> int: ...
+    def close(self) -> None: ...
+
+def plan_info(
+    dataset: str,
+    *,
+    batch_size: int,
+    world_size: int,
+    remainder: str = "drop",
+    cache_dir: Optional[str] = None,
+    cache_limit: Optional[int] = None,
+) -> Tuple[str, int, int]: ...
+def pack(input: str, output: str, **options: Any) -> str: ...
+def verify(path: str, *, decode: bool = False, jobs: Optional[int] = None) -> str: ...
+def inspect(path: str, *, jobs: Optional[int] = None) -> str: ...
+def parse_byte_size(text: str) -> int: ...

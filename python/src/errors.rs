@@ -1,0 +1,78 @@
+//! The exception types of the package and the mapping of the library errors onto them:
+//! `ValueError` for bad arguments, `FileNotFoundError` for missing paths, `DatasetError` and its
+//! subclasses for everything found wrong with a dataset.
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use shardtool_reader::ReadError;
+
+create_exception!(
+    shardtool,
+    DatasetError,
+    PyException,
+    "A dataset, shard, record or cache could not be read."
+);
+create_exception!(
+    shardtool,
+    ManifestError,
+    DatasetError,
+    "The manifest is missing a field, malformed, or of an unknown version."
+);
+create_exception!(
+    shardtool,
+    CorruptShardError,
+    DatasetError,
+    "A shard failed validation (size, checksum or structure)."
+);
+create_exception!(
+    shardtool,
+    CorruptRecordError,
+    DatasetError,
+    "A record could not be read or decoded."
+);
+create_exception!(
+    shardtool,
+    CacheError,
+    DatasetError,
+    "A remote shard could not be fetched into, or served from, the shard cache."
+);
+create_exception!(
+    shardtool,
+    IncompleteEpochError,
+    DatasetError,
+    "An epoch ended with a different number of samples than its plan."
+);
+
+/// A reader error as the Python exception a user would catch.
+pub fn read_error(e: ReadError) -> PyErr {
+    let text = e.to_string();
+    match e {
+        ReadError::Io { cause, .. } if cause.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(text)
+        }
+        ReadError::Io { .. } => PyOSError::new_err(text),
+        ReadError::Manifest { .. } => ManifestError::new_err(text),
+        ReadError::CorruptShard { .. } => CorruptShardError::new_err(text),
+        ReadError::CorruptRecord { .. } => CorruptRecordError::new_err(text),
+        ReadError::BadOptions(_) | ReadError::BadState(_) => PyValueError::new_err(text),
+        ReadError::Cache(_) => CacheError::new_err(text),
+        ReadError::Incomplete { .. } => IncompleteEpochError::new_err(text),
+        _ => DatasetError::new_err(text),
+    }
+}
+
+/// Registers the exception types on the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("DatasetError", py.get_type::<DatasetError>())?;
+    m.add("ManifestError", py.get_type::<ManifestError>())?;
+    m.add("CorruptShardError", py.get_type::<CorruptShardError>())?;
+    m.add("CorruptRecordError", py.get_type::<CorruptRecordError>())?;
+    m.add("CacheError", py.get_type::<CacheError>())?;
+    m.add(
+        "IncompleteEpochError",
+        py.get_type::<IncompleteEpochError>(),
+    )?;
+    Ok(())
+}

@@ -1,0 +1,24 @@
+//! `shardtool._shardtool`, the compiled half of the `shardtool` Python package: the reader
+//! (`Reader`, batches as DLPack `Tensor`s), `pack`, `verify`, `inspect` and the exception types.
+//! The public, documented API is the pure-Python `shardtool` package around it.
+
+mod dlpack;
+mod errors;
+mod reader;
+mod tools;
+
+use pyo3::prelude::*;
+
+#[pymodule]
+fn _shardtool(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<reader::Reader>()?;
+    m.add_class::<dlpack::Tensor>()?;
+    m.add_function(wrap_pyfunction!(reader::plan_info, m)?)?;
+    m.add_function(wrap_pyfunction!(tools::pack, m)?)?;
+    m.add_function(wrap_pyfunction!(tools::verify, m)?)?;
+    m.add_function(wrap_pyfunction!(tools::inspect, m)?)?;
+    m.add_function(wrap_pyfunction!(tools::parse_byte_size, m)?)?;
+    errors::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,314 @@
+//! The reader as a Python object: builds a `shardtool_reader::Loader` in the process that
+//! iterates, waits for batches with the GIL released (checking for Ctrl-C between waits), and
+//! hands each batch over as DLPack views of its buffer.
+
+use crate::dlpack::{DType, Keep, Tensor};
+use crate::errors::read_error;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use shardtool_reader::plan::per_rank;
+use shardtool_reader::{
+    dataset_fingerprint, Batch, CacheOptions, CorruptPolicy, Dataset, Layout, Loader, LoaderState,
+    Location, Next, Remainder,
+};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, TryLockError};
+use std::time::Duration;
+
+/// How long one wait for a batch lasts before signals are checked: Ctrl-C is seen within this.
+const WAIT_SLICE: Duration = Duration::from_millis(50);
+
+fn remainder(s: &str) -> PyResult<Remainder> {
+    match s {
+        "drop" => Ok(Remainder::Drop),
+        "pad" => Ok(Remainder::Pad),
+        _ => Err(PyValueError::new_err(format!(
+            "remainder must be \"drop\" or \"pad\", not {s:?}"
+        ))),
+    }
+}
+
+fn cache_options(dir: Option<PathBuf>, limit: Option<u64>) -> CacheOptions {
+    let mut c = CacheOptions::default();
+    if let Some(d) = dir {
+        c.dir = d;
+    }
+    c.limit = limit;
+    c
+}
+
+fn open(dataset: &str, cache: &CacheOptions) -> Result<Dataset, shardtool_reader::ReadError> {
+    match Location::parse(dataset)? {
+        Location::Local(path) => Dataset::open(&path),
+        Location::Remote(url) => Dataset::open_remote(url, cache.clone()),
+    }
+}
+
+/// `(fingerprint, samples per rank, batches per rank)` of a dataset for `world_size` ranks,
+/// without starting a reader.
+#[pyfunction]
+#[pyo3(signature = (dataset, *, batch_size, world_size, remainder="drop", cache_dir=None, cache_limit=None))]
+pub fn plan_info(
+    py: Python<'_>,
+    dataset: String,
+    batch_size: usize,
+    world_size: u32,
+    remainder: &str,
+    cache_dir: Option<PathBuf>,
+    cache_limit: Option<u64>,
+) -> PyResult<(String, u64, u64)> {
+    let r = self::remainder(remainder)?;
+    if batch_size == 0 || world_size == 0 {
+        return Err(PyValueError::new_err(
+            "batch_size and world_size must be positive",
+        ));
+    }
+    let cache = cache_options(cache_dir, cache_limit);
+    let d = py.detach(|| open(&dataset, &cache)).map_err(read_error)?;
+    let total: u64 = d.counts().iter().sum();
+    let samples = per_rank(total, world_size, r);
+    Ok((
+        dataset_fingerprint(&d),
+        samples,
+        samples.div_ceil(batch_size as u64),
+    ))
+}
+
+/// The batch a set of tensors views; freed (its buffer back to the pool) with the last view.
+struct Held(Mutex<Batch>);
+
+/// One epoch of one rank (or of one share of a rank's batches) as a Python iterator of raw
+/// batches; `shardtool.Loader` wraps it.
+#[pyclass(module = "shardtool._shardtool", name = "Reader")]
+pub struct Reader {
+    loader: Mutex<Option<Loader>>,
+    /// The process that started the reader threads; a forked child has none of them.
+    pid: u32,
+}
+
+impl Reader {
+    fn check_process(&self) -> PyResult<()> {
+        if std::process::id() != self.pid {
+            return Err(PyRuntimeError::new_err(format!(
+                "this shardtool reader was started in process {} and cannot be used in process {} \
+                 (a fork copies no threads): start iterating in the process that reads, e.g. \
+                 create the iterator inside the DataLoader worker",
+                self.pid,
+                std::process::id()
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn to_python(py: Python<'_>, mut batch: Batch) -> PyResult<Bound<'_, PyTuple>> {
+    let epoch = batch.epoch;
+    let index = batch.index;
+    let keys = std::mem::take(&mut batch.keys);
+    let labels = Arc::new(std::mem::take(&mut batch.labels));
+    let layout = std::mem::replace(
+        &mut batch.layout,
+        Layout::Encoded {
+            offsets: Vec::new(),
+        },
+    );
+    let n = labels.len() as i64;
+    let label_tensor = Tensor::new(labels.clone(), labels.as_ptr().cast(), vec![n], DType::I64);
+    let keep: Arc<Held> = Arc::new(Held(Mutex::new(batch)));
+    let (base, len) = {
+        let b = keep
+            .0
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("batch lock poisoned"))?;
+        (b.data().as_ptr(), b.data().len())
+    };
+    let buffer = (base as usize, len);
+    let keep: Keep = keep;
+    let view = |offset: usize, shape: Vec<i64>| {
+        // `wrapping_add`: only an address; the reader's layout keeps it inside the buffer.
+        Tensor::new(keep.clone(), base.wrapping_add(offset), shape, DType::U8).in_buffer(buffer)
+    };
+    let image: Bound<'_, PyAny> = match &layout {
+        Layout::Fixed { height, width } => Bound::new(
+            py,
+            view(0, vec![n, i64::from(*height), i64::from(*width), 3]),
+        )?
+        .into_any(),
+        Layout::Variable { offsets, shapes } => {
+            let list = PyList::empty(py);
+            for (o, s) in offsets.iter().zip(shapes) {
+                list.append(view(
+                    *o as usize,
+                    vec![i64::from(s[0]), i64::from(s[1]), i64::from(s[2])],
+                ))?;
+            }
+            list.into_any()
+        }
+        Layout::Encoded { offsets } => {
+            let list = PyList::empty(py);
+            for w in offsets.windows(2) {
+                list.append(view(w[0] as usize, vec![(w[1] - w[0]) as i64]))?;
+            }
+            list.into_any()
+        }
+    };
+    (epoch, index, keys, label_tensor, image).into_pyobject(py)
+}
+
+#[pymethods]
+impl Reader {
+    /// Opens the dataset, plans the epoch and starts the reader threads (all with the GIL
+    /// released).
+    #[new]
+    #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
+        workers=None, decode=true, remainder="drop", in_order=true, shuffle_buffer=None,
+        interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
+        cache_dir=None, cache_limit=None, test_delay=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        dataset: String,
+        batch_size: usize,
+        seed: u64,
+        epoch: u64,
+        shuffle: bool,
+        rank: u32,
+        world_size: u32,
+        workers: Option<usize>,
+        decode: bool,
+        remainder: &str,
+        in_order: bool,
+        shuffle_buffer: Option<usize>,
+        interleave: Option<usize>,
+        prefetch: Option<usize>,
+        skip_corrupt: bool,
+        split: Option<(u32, u32)>,
+        resume: Option<String>,
+        cache_dir: Option<PathBuf>,
+        cache_limit: Option<u64>,
+        test_delay: Option<(String, f64)>,
+    ) -> PyResult<Self> {
+        let location = Location::parse(&dataset)
+            .map_err(|e| read_error(shardtool_reader::ReadError::from(e)))?;
+        let mut b = Loader::builder_at(location)
+            .cache(cache_options(cache_dir, cache_limit))
+            .batch_size(batch_size)
+            .seed(seed)
+            .epoch(epoch)
+            .shuffle(shuffle)
+            .partition(rank, world_size)
+            .decode(decode)
+            .remainder(self::remainder(remainder)?)
+            .in_order(in_order)
+            .on_corrupt(if skip_corrupt {
+                CorruptPolicy::Skip
+            } else {
+                CorruptPolicy::Fail
+            });
+        if let Some(k) = workers {
+            b = b.workers(k);
+        }
+        if let Some(n) = shuffle_buffer {
+            b = b.shuffle_buffer(n);
+        }
+        if let Some(k) = interleave {
+            b = b.interleave(k);
+        }
+        if let Some(n) = prefetch {
+            b = b.prefetch(n);
+        }
+        if let Some((i, n)) = split {
+            b = b.split(i, n);
+        }
+        if let Some((key, secs)) = test_delay {
+            // Testing aid: reading `key` sleeps, so a test can interrupt a waiting `next`.
+            b = b.inject_delay(&key, Duration::from_secs_f64(secs.max(0.0)));
+        }
+        if let Some(text) = resume {
+            let state: LoaderState = serde_json::from_str(&text)
+                .map_err(|e| PyValueError::new_err(format!("not a loader state: {e}")))?;
+            b = b.resume(state);
+        }
+        let loader = py.detach(|| b.build()).map_err(read_error)?;
+        Ok(Self {
+            loader: Mutex::new(Some(loader)),
+            pid: std::process::id(),
+        })
+    }
+
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// The next batch as `(epoch, index, keys, labels, image)`; `image` is one `Tensor` for a
+    /// fixed-shape batch, else a list of them.
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.check_process()?;
+        let mut guard = match self.loader.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::WouldBlock) => {
+                return Err(PyRuntimeError::new_err(
+                    "this reader is being iterated by another thread",
+                ))
+            }
+            Err(TryLockError::Poisoned(_)) => {
+                return Err(PyRuntimeError::new_err("a previous call panicked"))
+            }
+        };
+        let Some(loader) = guard.as_mut() else {
+            return Ok(None);
+        };
+        loop {
+            match py.detach(|| loader.next_timeout(WAIT_SLICE)) {
+                Next::Ready(Ok(batch)) => return to_python(py, batch).map(Some),
+                Next::Ready(Err(e)) => return Err(read_error(e)),
+                Next::Done => return Ok(None),
+                Next::Pending => py.check_signals()?,
+            }
+        }
+    }
+
+    /// The position after every batch returned so far, as the reader's JSON state.
+    fn state(&self) -> PyResult<String> {
+        self.check_process()?;
+        let guard = self
+            .loader
+            .try_lock()
+            .map_err(|_| PyRuntimeError::new_err("this reader is busy in another thread"))?;
+        let loader = guard
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("the reader is closed"))?;
+        serde_json::to_string(&loader.state()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
+    /// Batches of this rank's epoch (all shares together).
+    fn batches_per_epoch(&self) -> PyResult<u64> {
+        let guard = self
+            .loader
+            .try_lock()
+            .map_err(|_| PyRuntimeError::new_err("this reader is busy in another thread"))?;
+        Ok(guard.as_ref().map_or(0, |l| l.batches_per_epoch()))
+    }
+
+    /// Stops the reader threads (batches already returned stay valid).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.check_process()?;
+        let taken = self.loader.try_lock().ok().and_then(|mut g| g.take());
+        py.detach(move || drop(taken));
+        Ok(())
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        let loader = match self.loader.get_mut() {
+            Ok(l) => l.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        if std::process::id() != self.pid {
+            // A forked copy: its threads do not exist here, so joining them would hang.
+            std::mem::forget(loader);
+        }
+    }
+}

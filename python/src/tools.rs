@@ -1,0 +1,220 @@
+//! `pack`, `verify` and `inspect` for Python: the library calls run on a helper thread while the
+//! calling thread waits with the GIL released and checks for Ctrl-C between waits. Reports come
+//! back as JSON text (the Python side turns them into dicts).
+
+use crate::errors::{DatasetError, ManifestError};
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use shardtool_pack::{
+    pack as pack_dataset, Compression, InputSource, ListError, NoProgress, PackError, PackPlan,
+    ShardFormatChoice,
+};
+use shardtool_verify::{VerifyError, VerifyOptions};
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// Runs `work` on its own thread; returns its result, or the exception a signal handler raised
+/// (Ctrl-C) within 100 ms. An interrupted task finishes in the background: the libraries have
+/// no cancellation point, and stopping a thread mid-write would leave temporary files.
+fn interruptible<T: Send + 'static>(
+    py: Python<'_>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> PyResult<T> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name("shardtool-task".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
+    let mut rx = rx;
+    loop {
+        // The receiver moves into the GIL-free section and back (it is not Sync).
+        let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(100)), rx));
+        rx = back;
+        match got {
+            Ok(v) => return Ok(v),
+            Err(mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(PyRuntimeError::new_err("the task panicked"))
+            }
+        }
+    }
+}
+
+fn verify_error(e: VerifyError) -> PyErr {
+    let text = e.to_string();
+    match e {
+        VerifyError::NotFound { .. } => PyFileNotFoundError::new_err(text),
+        VerifyError::NoManifest { .. } | VerifyError::Manifest { .. } => {
+            ManifestError::new_err(text)
+        }
+        VerifyError::Io { .. } => PyOSError::new_err(text),
+        VerifyError::Usage(_) => PyValueError::new_err(text),
+        _ => DatasetError::new_err(text),
+    }
+}
+
+fn json(v: &impl serde::Serialize) -> PyResult<String> {
+    serde_json::to_string(v).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// Packs an image folder into shards; returns the summary as JSON.
+#[pyfunction]
+#[pyo3(signature = (input, output, *, format="wds", resize="none", upscale=false,
+    filter="catmull-rom", encode="jpeg", quality=90, compress=None, seed=None, shuffle=true,
+    shard_size="256MiB", shard_samples=None, prefix="shard", jobs=None, max_pixels=100_000_000,
+    max_errors=None, overwrite=false))]
+#[allow(clippy::too_many_arguments)]
+pub fn pack(
+    py: Python<'_>,
+    input: PathBuf,
+    output: PathBuf,
+    format: &str,
+    resize: &str,
+    upscale: bool,
+    filter: &str,
+    encode: &str,
+    quality: u8,
+    compress: Option<&str>,
+    seed: Option<u64>,
+    shuffle: bool,
+    shard_size: &str,
+    shard_samples: Option<u64>,
+    prefix: &str,
+    jobs: Option<usize>,
+    max_pixels: u64,
+    max_errors: Option<u64>,
+    overwrite: bool,
+) -> PyResult<String> {
+    if !input.exists() {
+        return Err(PyFileNotFoundError::new_err(format!(
+            "{}: no such file or directory",
+            input.display()
+        )));
+    }
+    let bad = |field: &str, e: String| PyValueError::new_err(format!("{field}: {e}"));
+    let mut plan = PackPlan::new(InputSource::Folder(input), output);
+    let t = &mut plan.transform;
+    t.resize = resize
+        .parse()
+        .map_err(|e: shardtool_image::ParseError| bad("resize", e.0))?;
+    t.upscale = upscale;
+    t.filter = filter
+        .parse()
+        .map_err(|e: shardtool_image::ParseError| bad("filter", e.0))?;
+    t.encode = encode
+        .parse()
+        .map_err(|e: shardtool_image::ParseError| bad("encode", e.0))?;
+    t.quality = quality;
+    t.limits.max_pixels = max_pixels;
+    plan.format = match format {
+        "wds" => ShardFormatChoice::Wds,
+        "packed" => ShardFormatChoice::Packed,
+        _ => {
+            return Err(bad(
+                "format",
+                format!("expected \"wds\" or \"packed\", not {format:?}"),
+            ))
+        }
+    };
+    plan.compression = match compress {
+        None | Some("none") => Compression::None,
+        Some("zstd") => Compression::Zstd(3),
+        Some(s) => match s.strip_prefix("zstd:").and_then(|l| l.parse().ok()) {
+            Some(level) => Compression::Zstd(level),
+            None => {
+                return Err(bad(
+                    "compress",
+                    format!("expected zstd or zstd:LEVEL, not {s:?}"),
+                ))
+            }
+        },
+    };
+    if shuffle {
+        if let Some(s) = seed {
+            plan.seed = Some(s);
+        }
+    } else {
+        plan.seed = None;
+    }
+    plan.shard_bytes = shardtool_core::parse_byte_size(shard_size)
+        .map_err(|e| bad("shard_size", e.to_string()))?;
+    plan.shard_samples = shard_samples;
+    plan.prefix = prefix.to_string();
+    if let Some(j) = jobs {
+        plan.jobs = j;
+    }
+    plan.max_errors = max_errors;
+    plan.overwrite = overwrite;
+    plan.validate()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let report = interruptible(py, move || pack_dataset(&plan, &NoProgress))?;
+    match report {
+        Ok(r) => json(&serde_json::json!({
+            "manifest": r.manifest,
+            "errors": r.errors,
+            "bytes_in": r.bytes_in,
+            "bytes_out": r.bytes_out,
+            "seconds": r.elapsed.as_secs_f64(),
+        })),
+        Err(PackError::Inputs(ListError::Io { path, cause }))
+            if cause.kind() == std::io::ErrorKind::NotFound =>
+        {
+            Err(PyFileNotFoundError::new_err(format!(
+                "{}: no such file or directory",
+                path.display()
+            )))
+        }
+        Err(PackError::OutputNotEmpty { path }) => Err(PyValueError::new_err(format!(
+            "output {} is not empty; pass overwrite=True to replace the dataset in it",
+            path.display()
+        ))),
+        Err(
+            e @ (PackError::Plan(_)
+            | PackError::Inputs(_)
+            | PackError::TooManyInputs { .. }
+            | PackError::OutputNotAFolder { .. }),
+        ) => Err(PyValueError::new_err(e.to_string())),
+        Err(e @ PackError::Io { .. }) => Err(PyOSError::new_err(e.to_string())),
+        Err(e) => Err(DatasetError::new_err(e.to_string())),
+    }
+}
+
+/// Verifies a dataset or shard; returns the report as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, *, decode=false, jobs=None))]
+pub fn verify(
+    py: Python<'_>,
+    path: PathBuf,
+    decode: bool,
+    jobs: Option<usize>,
+) -> PyResult<String> {
+    let opts = VerifyOptions {
+        decode,
+        ..VerifyOptions::with_jobs(jobs.unwrap_or(0))
+    };
+    let r = interruptible(py, move || {
+        shardtool_verify::verify(&path, &opts, &shardtool_verify::NoProgress)
+    })?;
+    json(&r.map_err(verify_error)?)
+}
+
+/// Counts, class histogram and image sizes of a dataset or shard, as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, *, jobs=None))]
+pub fn inspect(py: Python<'_>, path: PathBuf, jobs: Option<usize>) -> PyResult<String> {
+    let mut opts = VerifyOptions::default();
+    if let Some(j) = jobs {
+        opts.jobs = j;
+    }
+    let r = interruptible(py, move || shardtool_verify::inspect(&path, &opts))?;
+    json(&r.map_err(verify_error)?)
+}
+
+/// `"64GiB"`, `"200GB"`, `"512"` → bytes.
+#[pyfunction]
+pub fn parse_byte_size(text: &str) -> PyResult<u64> {
+    shardtool_core::parse_byte_size(text).map_err(|e| PyValueError::new_err(e.to_string()))
+}

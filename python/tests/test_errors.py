@@ -1,0 +1,72 @@
+"""Bad arguments and bad data raise the documented exceptions, never crash the interpreter."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+import shardtool
+
+
+def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
+    p = datasets["tar"]
+    with pytest.raises(FileNotFoundError):
+        shardtool.Loader(tmp_path / "missing", batch_size=2)
+    with pytest.raises(TypeError):
+        shardtool.Loader(p, batch_size="8")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        shardtool.Loader(p, batch_size=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        shardtool.Loader(42, batch_size=2)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        shardtool.Loader(p, batch_size=0)
+    with pytest.raises(ValueError):
+        shardtool.Loader(p, batch_size=2, seed=-1)
+    with pytest.raises(ValueError):
+        shardtool.Loader(p, batch_size=2, rank=2, world_size=2)
+    with pytest.raises(ValueError):
+        shardtool.Loader(p, batch_size=2, rank=0)
+    with pytest.raises(ValueError):
+        shardtool.Loader(p, batch_size=2, output="jax")
+    with pytest.raises(ValueError):
+        shardtool.Loader(p, batch_size=2, remainder="keep")
+    with pytest.raises(ValueError):
+        shardtool.Loader(p, batch_size=2, cache_limit="lots")
+    with pytest.raises(TypeError):
+        shardtool.Loader(p, batch_size=2, shuffle="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        shardtool.Loader(p, batch_size=2, no_such_option=1)  # type: ignore[call-arg]
+    with pytest.raises(RuntimeError, match="CUDA"):
+        shardtool.Loader(p, batch_size=2, device="cuda:0")
+    with pytest.raises(TypeError):
+        shardtool.pack(p, tmp_path / "o", no_such_option=1)
+    with pytest.raises(ValueError):
+        shardtool.pack(p, tmp_path / "o", format="zip")
+    with pytest.raises(FileNotFoundError):
+        shardtool.pack(tmp_path / "missing", tmp_path / "o")
+    with pytest.raises(FileNotFoundError):
+        shardtool.verify(tmp_path / "missing")
+
+
+def test_broken_manifest_raises_manifest_error(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(shardtool.ManifestError):
+        list(shardtool.Loader(tmp_path, batch_size=2))
+    assert issubclass(shardtool.ManifestError, shardtool.DatasetError)
+
+
+def test_corrupt_shard_raises_dataset_error(datasets: Dict[str, Path], tmp_path: Path) -> None:
+    copy = tmp_path / "ds"
+    shutil.copytree(datasets["packed"], copy)
+    shard = copy / json.loads((copy / "manifest.json").read_text())["shards"][0]["file"]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data[: len(data) - 100]))
+    with pytest.raises(shardtool.DatasetError):
+        list(shardtool.Loader(copy, batch_size=4, shuffle=False, output="numpy"))
+    report = shardtool.verify(copy)
+    assert report["ok"] is False and report["problems"]

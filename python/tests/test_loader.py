@@ -1,0 +1,102 @@
+"""The batch dict contract for tar and packed datasets, in every output kind."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+import pytest
+import torch
+
+import shardtool
+from conftest import all_keys, samples
+
+
+@pytest.mark.parametrize("name,shape", [("tar", (24, 32, 3)), ("packed", (16, 16, 3))])
+def test_torch_dict_contract_fixed_shapes(datasets: Dict[str, Path], name: str, shape: tuple) -> None:
+    path = datasets[name]
+    n = samples(path)
+    loader = shardtool.Loader(path, batch_size=8, seed=3, workers=2)
+    batches = list(loader)
+    assert len(batches) == len(loader) == -(-n // 8)
+    seen = []
+    for i, b in enumerate(batches):
+        assert set(b) == {"image", "label", "key", "epoch", "index"}
+        img, label = b["image"], b["label"]
+        assert isinstance(img, torch.Tensor) and img.dtype == torch.uint8
+        assert tuple(img.shape[1:]) == shape and img.shape[0] == len(b["key"])
+        assert img.is_contiguous()
+        assert isinstance(label, torch.Tensor) and label.dtype == torch.int64
+        assert label.shape == (len(b["key"]),)
+        assert all(isinstance(k, str) for k in b["key"])
+        assert b["epoch"] == 0 and b["index"] == i
+        # Real pixels, not an untouched buffer.
+        assert int(img.max()) > 0
+        seen.extend(b["key"])
+    assert len(seen) == len(set(seen)) == n
+    assert sorted(seen) == sorted(all_keys(path))
+
+
+def test_numpy_and_dlpack_outputs(datasets: Dict[str, Path]) -> None:
+    path = datasets["packed"]
+    as_np = next(iter(shardtool.Loader(path, batch_size=4, seed=1, output="numpy")))
+    assert isinstance(as_np["image"], np.ndarray) and as_np["image"].dtype == np.uint8
+    assert as_np["image"].shape == (4, 16, 16, 3)
+    assert as_np["label"].dtype == np.int64
+    raw = next(iter(shardtool.Loader(path, batch_size=4, seed=1, output="dlpack")))
+    t = raw["image"]
+    assert hasattr(t, "__dlpack__") and t.__dlpack_device__() == (1, 0)
+    assert t.shape == [4, 16, 16, 3] and t.dtype == "uint8"
+    # The same seed gives the same batch whatever the output kind.
+    assert raw["key"] == as_np["key"]
+    np.testing.assert_array_equal(np.from_dlpack(t), as_np["image"])
+    np.testing.assert_array_equal(torch.from_dlpack(raw["label"]).numpy(), as_np["label"])
+
+
+def test_variable_shapes_give_lists(datasets: Dict[str, Path]) -> None:
+    path = datasets["tar_var"]
+    shapes = set()
+    for b in shardtool.Loader(path, batch_size=5, seed=2):
+        img = b["image"]
+        if isinstance(img, list):
+            assert len(img) == len(b["key"])
+            for t in img:
+                assert t.dtype == torch.uint8 and t.ndim == 3 and t.shape[2] == 3
+                assert min(t.shape[0], t.shape[1]) == 20
+                shapes.add(tuple(t.shape))
+        else:
+            shapes.add(tuple(img.shape[1:]))
+    assert len(shapes) > 1
+
+
+def test_encoded_records_without_decode(datasets: Dict[str, Path]) -> None:
+    b = next(iter(shardtool.Loader(datasets["tar"], batch_size=3, decode=False, output="numpy")))
+    assert isinstance(b["image"], list) and len(b["image"]) == 3
+    for a in b["image"]:
+        assert a.ndim == 1 and a.dtype == np.uint8
+        assert bytes(a[:2]) in (b"\xff\xd8", b"\x89P")  # JPEG or PNG magic
+
+
+def test_seed_epoch_and_set_epoch_determine_the_order(datasets: Dict[str, Path]) -> None:
+    path = datasets["tar"]
+
+    def keys(loader: shardtool.Loader) -> list:
+        return [k for b in loader for k in b["key"]]
+
+    loader = shardtool.Loader(path, batch_size=4, seed=5, output="numpy")
+    first = keys(loader)
+    assert keys(shardtool.Loader(path, batch_size=4, seed=5, output="numpy", workers=1)) == first
+    loader.set_epoch(1)
+    assert loader.epoch == 1
+    second = keys(loader)
+    assert second != first and sorted(second) == sorted(first)
+    assert keys(shardtool.Loader(path, batch_size=4, seed=5, epoch=1, output="numpy")) == second
+    assert keys(shardtool.Loader(path, batch_size=4, shuffle=False, output="numpy")) == all_keys(path)
+
+
+def test_out_of_order_delivery_yields_every_batch(datasets: Dict[str, Path]) -> None:
+    path = datasets["packed"]
+    loader = shardtool.Loader(path, batch_size=3, seed=4, in_order=False, workers=2, output="numpy")
+    got = [b["index"] for b in loader]
+    assert sorted(got) == list(range(len(loader)))

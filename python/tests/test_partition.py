@@ -1,0 +1,110 @@
+"""Exactly once across ranks and DataLoader worker processes, with equal batch counts per rank,
+and fork safety."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch.utils.data
+
+import shardtool
+import shardtool.torch
+from conftest import all_keys, samples
+
+
+def _rank_batches(path: Path, rank: int, world: int, workers: int, remainder: str) -> List[dict]:
+    loader = shardtool.Loader(
+        path, batch_size=2, seed=11, rank=rank, world_size=world, remainder=remainder, output="numpy"
+    )
+    ds = shardtool.torch.IterableDataset(loader)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=workers)
+    out = list(dl)
+    assert len(out) == len(dl) == len(loader)
+    return out
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2, 3])
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_exactly_once_over_ranks_and_workers(datasets: Dict[str, Path], world: int, workers: int) -> None:
+    path = datasets["packed"]
+    n = samples(path)
+    reference = [_rank_batches(path, r, world, 0, "drop") for r in range(world)] if workers else None
+    keys: List[str] = []
+    counts = set()
+    for rank in range(world):
+        batches = _rank_batches(path, rank, world, workers, "drop")
+        counts.add(len(batches))
+        # Worker processes change nothing: same batches, same order as in-process reading.
+        if reference is not None:
+            assert [b["key"] for b in batches] == [b["key"] for b in reference[rank]]
+            assert [b["index"] for b in batches] == list(range(len(batches)))
+        keys.extend(k for b in batches for k in b["key"])
+    assert len(counts) == 1
+    assert len(keys) == len(set(keys)) == n - n % world
+    assert set(keys) <= set(all_keys(path))
+
+
+def test_pad_reads_every_sample(datasets: Dict[str, Path]) -> None:
+    path = datasets["packed"]
+    world = 4
+    keys = [k for r in range(world) for b in _rank_batches(path, r, world, 2, "pad") for k in b["key"]]
+    assert set(keys) == set(all_keys(path))
+    assert len(keys) == world * -(-samples(path) // world)
+
+
+def test_rank_is_resolved_at_iter_not_construction(datasets: Dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    path = datasets["packed"]
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    loader = shardtool.Loader(path, batch_size=2, seed=11, output="numpy")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    got = [k for b in loader for k in b["key"]]
+    explicit = shardtool.Loader(path, batch_size=2, seed=11, rank=1, world_size=2, output="numpy")
+    assert got == [k for b in explicit for k in b["key"]]
+    assert len(got) == samples(path) // 2
+
+
+def test_started_loader_used_in_forked_child_raises(datasets: Dict[str, Path]) -> None:
+    loader = shardtool.Loader(datasets["packed"], batch_size=2, workers=2, output="numpy")
+    it = iter(loader)
+    next(it)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through its exit status
+        code = 3
+        try:
+            next(it)
+            code = 1
+        except RuntimeError as e:
+            code = 0 if "cannot be used in process" in str(e) else 2
+        except BaseException:
+            code = 4
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    # The parent's iterator is unaffected.
+    assert next(it)["image"].shape[0] == 2
+
+
+def test_forked_child_can_start_its_own_iteration(datasets: Dict[str, Path]) -> None:
+    path = datasets["packed"]
+    loader = shardtool.Loader(path, batch_size=5, seed=2, output="numpy")
+    expected = sum(len(b["key"]) for b in loader)  # started (and finished) in the parent
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover
+        os.close(r)
+        try:
+            n = sum(len(b["key"]) for b in loader)
+            os.write(w, str(n).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        text = f.read()
+    os.waitpid(pid, 0)
+    assert int(text) == expected == samples(path)

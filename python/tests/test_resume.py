@@ -1,0 +1,78 @@
+"""``state_dict`` / ``load_state_dict``: resuming at any point yields the identical remainder."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch.utils.data
+
+import shardtool
+import shardtool.torch
+
+
+def _keys(batches: List[dict]) -> List[List[str]]:
+    return [b["key"] for b in batches]
+
+
+@pytest.mark.parametrize("name", ["tar", "packed"])
+def test_resume_at_random_points_gives_the_identical_remainder(datasets: Dict[str, Path], name: str) -> None:
+    path = datasets[name]
+    opts = dict(batch_size=3, seed=21, epoch=2, rank=1, world_size=2, output="numpy", workers=2)
+    full = _keys(list(shardtool.Loader(path, **opts)))
+    rng = random.Random(5)
+    for cut in sorted(rng.sample(range(len(full)), 4)) + [0, len(full)]:
+        loader = shardtool.Loader(path, **opts)
+        it = iter(loader)
+        head = [next(it)["key"] for _ in range(cut)]
+        state = json.loads(json.dumps(loader.state_dict()))  # JSON round trip
+        assert state["samples"] == sum(len(k) for k in head)
+        assert state["epoch"] == 2 and state["seed"] == 21
+        fresh = shardtool.Loader(path, **opts)
+        fresh.load_state_dict(state)
+        assert fresh.state_dict()["samples"] == state["samples"]
+        tail = _keys(list(fresh))
+        assert head + tail == full, f"cut at {cut}"
+
+
+def test_state_of_another_dataset_or_seed_raises(datasets: Dict[str, Path]) -> None:
+    a = shardtool.Loader(datasets["tar"], batch_size=3, seed=1)
+    it = iter(a)
+    next(it)
+    state = a.state_dict()
+    with pytest.raises(ValueError, match="seed"):
+        shardtool.Loader(datasets["tar"], batch_size=3, seed=2).load_state_dict(state)
+    with pytest.raises(ValueError, match="another dataset"):
+        shardtool.Loader(datasets["packed"], batch_size=3, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="batch_size"):
+        shardtool.Loader(datasets["tar"], batch_size=4, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="format"):
+        shardtool.Loader(datasets["tar"], batch_size=3, seed=1).load_state_dict({"format": 99})
+
+
+def test_worker_share_resumes_through_the_dataset_protocol(datasets: Dict[str, Path]) -> None:
+    # What a StatefulDataLoader does per worker: the share's own state, restored in a loader of
+    # the same share.
+    path = datasets["packed"]
+    opts = dict(batch_size=2, seed=3, output="numpy")
+    ds = shardtool.torch.IterableDataset(shardtool.Loader(path, **opts))
+    ds.loader._split = (1, 3)
+    full = _keys(list(iter(ds.loader)))
+    ds.loader._split = (1, 3)
+    it = iter(ds.loader)
+    head = [next(it)["key"] for _ in range(2)]
+    state = ds.state_dict()
+    other = shardtool.torch.IterableDataset(shardtool.Loader(path, **opts))
+    other.load_state_dict(state)
+    other.loader._split = (1, 3)
+    assert head + _keys(list(iter(other.loader))) == full
+    # A state of one share does not resume another.
+    wrong = shardtool.Loader(path, **opts)
+    wrong.load_state_dict(state)
+    wrong._split = (0, 3)
+    with pytest.raises(ValueError, match="share"):
+        iter(wrong)
+    assert isinstance(ds, torch.utils.data.IterableDataset)
