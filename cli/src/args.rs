@@ -232,18 +232,21 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Worker threads (default: all cores). Shards are checked in parallel, one per thread; a
-    /// plain shard is mapped (without --decode, a tar shard whose page cache turns out to be in
-    /// small pieces is read through a 128 KiB buffer instead, which is faster then), a .zst
-    /// shard is held in memory whole while it is checked.
+    /// Worker threads (default: all cores). Shards are checked in parallel, one per thread.
+    /// Without --decode a plain tar shard is read through a 128 KiB buffer; any other shard is
+    /// held in memory whole while it is checked.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: Option<u32>,
 
-    /// Read plain shards instead of mapping them (without --decode a tar shard is read through a
-    /// 128 KiB buffer, otherwise a shard is held in memory whole): slower (one more copy), but
-    /// safe when another process may truncate shard files during the run, which would kill a
-    /// run that maps them (SIGBUS). Shards written by shardtool are never modified in place.
-    #[arg(long)]
+    /// Map plain shards that are checked whole (packed shards, tar shards with --decode) instead
+    /// of reading them into memory: one copy fewer, but a shard that another process truncates
+    /// during the run kills the run (SIGBUS). Shards written by shardtool are never modified in
+    /// place.
+    #[arg(long, conflicts_with = "no_mmap")]
+    pub mmap: bool,
+
+    /// Read shards, never map them: the default (kept for scripts that pass it).
+    #[arg(long, hide = true)]
     pub no_mmap: bool,
 
     /// No progress bar (it is only drawn when stderr is a terminal anyway).

@@ -22,7 +22,6 @@ fn main() -> Result<()> {
     let images = images()?;
     wds(&root.join("wds_tar"), &images)?;
     manifest(&root.join("manifest"))?;
-    meta(&root.join("verify_meta"))?;
     let dir = root.join("image_transform");
     for (name, bytes) in &images {
         write(&dir, name, bytes)?;
@@ -113,22 +112,6 @@ fn wds(dir: &Path, images: &[(String, Vec<u8>)]) -> Result<()> {
     tar.append("s/000001.png", &images[2].1)?;
     let bytes = tar.finish()?;
     write(dir, "two_samples.tar", &bytes)
-}
-
-/// Sample metadata: as pack writes it, and beyond what the one-pass reader handles (an escape, a
-/// nested object, a float, non-ASCII text).
-fn meta(dir: &Path) -> Result<()> {
-    write(
-        dir,
-        "pack.json",
-        br#"{"class":"flower","height":350,"key":"000000001","label":0,"orig_height":350,"orig_width":400,"source":"flower/00208.jpg","width":400}"#,
-    )?;
-    write(
-        dir,
-        "beyond.json",
-        "{ \"key\": \"a\\u0062\", \"extra\": {\"x\": [1, 2.5e3, null]}, \"width\": 1.0, \"class\": \"été\" }"
-            .as_bytes(),
-    )
 }
 
 /// A valid manifest of two shards, one of them compressed.

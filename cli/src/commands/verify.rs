@@ -68,7 +68,7 @@ impl Progress for Bar {
 pub fn options(a: &VerifyArgs) -> VerifyOptions {
     VerifyOptions {
         decode: a.decode,
-        mmap: !a.no_mmap,
+        mmap: a.mmap,
         // None: 0, one per core (counted while the dataset is opened).
         ..VerifyOptions::with_jobs(a.jobs.map_or(0, |j| j as usize))
     }

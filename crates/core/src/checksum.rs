@@ -19,14 +19,6 @@ impl Checksum {
         Self(XxHash3_64::oneshot(bytes))
     }
 
-    /// Hashes a kilobyte, for a thread with time to spare (one waiting for work) to call before
-    /// its first real input: the first hash of more than a few hundred bytes in a process asks
-    /// the CPU which vector instructions it has (several CPUID instructions, each a trap to the
-    /// hypervisor in a VM: about 35 µs on the benchmark machine, on a 2 ms `verify`).
-    pub fn warm_up() {
-        std::hint::black_box(Self::of(std::hint::black_box(&[0; 1024])));
-    }
-
     /// Parses the `xxh3:<hex>` form.
     pub fn parse(s: &str) -> Option<Self> {
         let hex = s.strip_prefix("xxh3:")?;

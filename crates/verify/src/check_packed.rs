@@ -9,11 +9,12 @@
 //! recomputed when the file checksum fails or cannot be compared (to name the damaged records),
 //! and with `--decode` (the deep check, which also proves the writer's records consistent).
 
-use crate::check_tar::{check_label_range, Ctx, Scan};
+use crate::check_tar::{Ctx, Scan};
+use crate::sample::check_label_range;
 use crate::report::{Problem, ProblemKind};
 use rayon::prelude::*;
 use serde_json::Value;
-use shardtool_core::{validate_key, Checksum, ChecksumHasher};
+use shardtool_core::validate_key;
 use shardtool_packed::{Error, PackedShard};
 use std::collections::HashSet;
 
@@ -25,15 +26,12 @@ pub(crate) const PACKED_FIELDS: [&str; 3] = ["key", "label", "pixels"];
 pub(crate) enum Records {
     /// Not at all: the file checksum already matched the manifest.
     Skip,
-    /// In parallel over records.
+    /// Every record.
     Check,
-    /// In one pass with the file checksum (each record hashed while still in cache, so every
-    /// byte comes from memory once), returned in [`Scan::file_sum`].
-    CheckAndHashFile,
 }
 
 /// Checks a whole packed shard held in `bytes`; `records` says what to do about record checksums.
-pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, records: Records) -> Scan<'d> {
+pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Scan {
     let mut scan = Scan::default();
     if bytes.is_empty() {
         scan.problems.push(Problem::shard(
@@ -67,23 +65,15 @@ pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, records: Records)
             ));
         }
     }
-    let fused = match records {
-        Records::CheckAndHashFile => fused_pass(bytes, &shard),
-        Records::Skip | Records::Check => None,
-    };
-    let bad: Vec<usize> = match (fused, records) {
-        (_, Records::Skip) => Vec::new(),
-        (Some((sum, bad)), _) => {
-            scan.file_sum = Some(sum);
-            bad
-        }
-        // With --decode this runs in verify's pool and fans out; without, each shard is one
-        // thread's work (shards run in parallel) and the records are checked in order.
-        (None, _) if ctx.decode => (0..shard.len())
+    let bad: Vec<usize> = match records {
+        Records::Skip => Vec::new(),
+        // With --decode this fans out over verify's pool; without, each shard is one thread's
+        // work (shards run in parallel) and the records are checked in order.
+        Records::Check if ctx.decode => (0..shard.len())
             .into_par_iter()
             .filter(|&i| !shard.verify_checksum(i))
             .collect(),
-        (None, _) => (0..shard.len())
+        Records::Check => (0..shard.len())
             .filter(|&i| !shard.verify_checksum(i))
             .collect(),
     };
@@ -161,34 +151,6 @@ pub(crate) fn check_packed<'d>(bytes: &'d [u8], ctx: &Ctx<'_>, records: Records)
     scan
 }
 
-/// Streams the whole file through one hasher, record by record, checking each record's own
-/// checksum right after feeding it (while it is in cache). Returns the file checksum and the
-/// indices of bad records, or `None` if the records are not in increasing file order (never the
-/// case for a shard `open` accepted, but then the caller falls back to two passes).
-fn fused_pass(bytes: &[u8], shard: &PackedShard<&[u8]>) -> Option<(Checksum, Vec<usize>)> {
-    let base = bytes.as_ptr() as usize;
-    let mut hasher = ChecksumHasher::new();
-    let mut pos = 0usize;
-    let mut bad = Vec::new();
-    for (i, rec) in shard.records().enumerate() {
-        // The record is a sub-slice of `bytes`; its offset is plain address arithmetic.
-        let start = (rec.pixels.as_ptr() as usize).checked_sub(base)?;
-        let end = start.checked_add(rec.pixels.len())?;
-        let gap = bytes.get(pos..start)?;
-        if end > bytes.len() {
-            return None;
-        }
-        hasher.update(gap);
-        hasher.update(rec.pixels);
-        if !rec.checksum_ok() {
-            bad.push(i);
-        }
-        pos = end;
-    }
-    hasher.update(bytes.get(pos..)?);
-    Some((hasher.checksum(), bad))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,12 +185,9 @@ mod tests {
             decode: false,
             expected_samples: 0,
         };
-        let two_pass = check_packed(bytes, &ctx, Records::Check);
-        let fused = check_packed(bytes, &ctx, Records::CheckAndHashFile);
+        let checked = check_packed(bytes, &ctx, Records::Check);
         let skipped = check_packed(bytes, &ctx, Records::Skip);
-        let kinds: Vec<ProblemKind> = two_pass.problems.iter().map(|p| p.kind).collect();
-        let fused_kinds: Vec<ProblemKind> = fused.problems.iter().map(|p| p.kind).collect();
-        assert_eq!(kinds, fused_kinds, "one pass and two passes agree");
+        let kinds: Vec<ProblemKind> = checked.problems.iter().map(|p| p.kind).collect();
         let without_records: Vec<ProblemKind> = kinds
             .iter()
             .copied()
@@ -239,18 +198,6 @@ mod tests {
             skipped_kinds, without_records,
             "skipping record checksums changes nothing else"
         );
-        assert_eq!(skipped.file_sum, None);
-        let opened = !kinds
-            .iter()
-            .any(|k| matches!(k, ProblemKind::Truncated | ProblemKind::Malformed));
-        assert_eq!(fused.file_sum.is_some(), opened);
-        if let Some(sum) = fused.file_sum {
-            assert_eq!(
-                sum,
-                Checksum::of(bytes),
-                "the fused pass hashes the whole file"
-            );
-        }
         kinds
     }
 

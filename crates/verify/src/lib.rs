@@ -2,13 +2,12 @@
 //! decodability), [`inspect`] (counts, class histogram, image sizes) and [`preview`] (a contact
 //! sheet of sampled images with their class names).
 //!
-//! Every function here returns a typed value and prints nothing; the CLI formats it. The three
-//! share one way of reading shards (`loader`): each shard file is read once, front to back —
-//! plain shards mapped read-only and hashed in place (shards are write-once; see
-//! [`VerifyOptions::mmap`]), `.zst` shards decompressed as a stream into a buffer capped at the
+//! Every function here returns a typed value and prints nothing; the CLI formats it. Each shard
+//! file is read once, front to back: `verify` streams a plain tar shard through a reused 128 KiB
+//! buffer unless it decodes images; any other shard is read into a reused buffer (or mapped, with
+//! [`VerifyOptions::mmap`]), a `.zst` one decompressed as a stream into a buffer capped at the
 //! size the manifest declares, both sides hashed on the way. Shards are processed in parallel on
-//! `jobs` threads, so memory use is about `jobs` × the largest decompressed shard (mapped shards
-//! use page cache, not heap).
+//! `jobs` threads, so memory use is about `jobs` × the largest shard read whole.
 //!
 //! The problem kinds and their stable names are listed in `README.md` beside this crate.
 //!
@@ -17,7 +16,6 @@
 //! only for a target that cannot be opened at all (no directory, no manifest, an unparsable or
 //! foreign manifest), which the CLI maps to exit code 2.
 
-mod ahead;
 mod check_packed;
 mod check_tar;
 mod dataset;
@@ -25,10 +23,11 @@ mod error_report;
 mod font;
 mod inspect;
 mod loader;
-mod meta_scan;
 mod preview;
 mod report;
 mod run;
+mod sample;
+mod shard;
 
 pub use dataset::{ShardKind, SHARD_SUFFIXES};
 pub use inspect::{inspect, ClassCount, FieldStats, InspectReport, SizeCount, SizeStats, Spread};
@@ -37,13 +36,6 @@ pub use report::{Problem, ProblemKind, Report};
 pub use run::{verify, NoProgress, Progress, VerifyOptions};
 
 use std::path::PathBuf;
-
-/// The metadata readers, for the `verify_meta` fuzz target only; not part of the API.
-#[doc(hidden)]
-pub mod fuzzing {
-    pub use crate::check_tar::serde_meta;
-    pub use crate::meta_scan::{scan_flat, Meta};
-}
 
 /// Largest shard (after decompression) held in memory by default: 4 GiB.
 pub const DEFAULT_MAX_SHARD_BYTES: u64 = 4 << 30;

@@ -1,16 +1,11 @@
-//! Reading a shard file once, front to back, whole (a plain tar shard checked without decoding
-//! is streamed instead, by `check_tar::stream_tar`, with mapping off or once [`maps_cheaply`]
-//! finds the page cache in small folios). Two ways:
+//! Reading a whole shard file once, front to back, into a reused buffer (a plain tar shard
+//! checked without decoding is streamed instead, by `check_tar::stream_tar`):
 //!
-//! - **Mapped** (plain shards, the default): the file is mapped read-only and hashed in place, so
-//!   the bytes are touched once from the page cache, as `cat` touches them, with no copy.
-//!   This relies on the write-once invariant of shard files (ARCHITECTURE.md): a file truncated
-//!   by another process while it is mapped kills the process with SIGBUS. `--no-mmap` opts out.
-//! - **Read** (plain shards with `--no-mmap`, and every `.zst` shard): the file is read in 1 MiB
-//!   chunks into a buffer, each chunk hashed while still in cache. `.zst` shards are decompressed
-//!   as a stream (uncompressed bytes hashed too) into a buffer whose size is capped before any
-//!   byte is decompressed, so a lying manifest or a zstd bomb cannot make us allocate without
-//!   bound.
+//! - **Plain** shards are read in 1 MiB chunks, each hashed while still in cache. With
+//!   [`VerifyOptions::mmap`](crate::VerifyOptions::mmap) they are mapped instead ([`map_readonly`]).
+//! - **`.zst`** shards are decompressed as a stream (the uncompressed bytes hashed too) into a
+//!   buffer whose size is capped before any byte is decompressed, so a lying manifest or a zstd
+//!   bomb cannot make us allocate without bound.
 
 use memmap2::{Mmap, MmapOptions};
 use shardtool_core::{Checksum, ChecksumHasher};
@@ -23,22 +18,11 @@ use std::sync::Mutex;
 /// for the hash that follows.
 const CHUNK: u64 = 1 << 20;
 
-/// Buffers returned after use, so that later shards reuse memory that is already paged in; and
-/// mappings returned after use, kept up to [`KEEP_MAPPED`] bytes until the pool is dropped.
+/// Buffers returned after use, so that later shards reuse memory that is already paged in.
 #[derive(Default)]
 pub(crate) struct BufferPool {
     free: Mutex<Vec<Vec<u8>>>,
-    mapped: Mutex<(u64, Vec<Mmap>)>,
 }
-
-/// Mapped bytes whose unmapping waits for the pool's end (the end of the run, when the workers
-/// are done). Unmapping while another thread of the process runs on another core makes the
-/// kernel interrupt that core to flush its TLB, in a VM a trap to the hypervisor; deferring it
-/// took 5% off `verify` of a 25 MB dataset on the benchmark VM in one A/B of 120 rounds (none in
-/// another of 60). Small datasets are where that shows; the bound keeps a large dataset from
-/// holding its page cache mapped, which the kernel reclaims less readily: past it, mappings are
-/// unmapped at once.
-const KEEP_MAPPED: u64 = 256 << 20;
 
 impl BufferPool {
     /// An empty buffer, reusing a returned one when there is one.
@@ -50,24 +34,12 @@ impl BufferPool {
             .unwrap_or_default()
     }
 
-    /// Gives a buffer back for reuse; mapped bytes are kept until the pool is dropped (within
-    /// [`KEEP_MAPPED`]) or unmapped now.
+    /// Gives a buffer back for reuse; a mapping is simply unmapped.
     pub(crate) fn give(&self, bytes: ShardBytes) {
-        match bytes {
-            ShardBytes::Owned(mut buf) => {
-                buf.clear();
-                if let Ok(mut f) = self.free.lock() {
-                    f.push(buf);
-                }
-            }
-            ShardBytes::Mapped(map) => {
-                if let Ok(mut m) = self.mapped.lock() {
-                    let kept = m.0.saturating_add(map.len() as u64);
-                    if kept <= KEEP_MAPPED {
-                        m.0 = kept;
-                        m.1.push(map);
-                    }
-                }
+        if let ShardBytes::Owned(mut buf) = bytes {
+            buf.clear();
+            if let Ok(mut f) = self.free.lock() {
+                f.push(buf);
             }
         }
     }
@@ -129,9 +101,8 @@ pub(crate) struct Loaded {
     pub data: ShardBytes,
     /// Bytes of the file as stored.
     pub stored_len: u64,
-    /// Checksum of the file as stored; `None` for a mapped file, which the caller hashes (in one
-    /// pass with its own checks where it can).
-    pub stored_sum: Option<Checksum>,
+    /// Checksum of the file as stored.
+    pub stored_sum: Checksum,
     /// Size and checksum after decompression (compressed shards only, complete reads only).
     pub uncompressed: Option<(u64, Checksum)>,
     /// Why `data` is not the whole shard, if it is not.
@@ -225,7 +196,7 @@ pub(crate) fn load_plain(path: &Path, limit: u64, pool: &BufferPool) -> io::Resu
     Ok(Loaded {
         data: ShardBytes::Owned(data),
         stored_len: read,
-        stored_sum: Some(hasher.checksum()),
+        stored_sum: hasher.checksum(),
         uncompressed: None,
         incomplete: too_large.then_some(Incomplete::TooLarge { limit }),
     })
@@ -288,91 +259,33 @@ pub(crate) fn load_zstd(
     Ok(Loaded {
         data: ShardBytes::Owned(data),
         stored_len: counted.count,
-        stored_sum: Some(counted.hasher.checksum()),
+        stored_sum: counted.hasher.checksum(),
         uncompressed,
         incomplete,
     })
 }
 
-/// Maps `file` read-only. Pages are mapped on first touch, not populated up front: the kernel's
-/// fault-around maps page-cache folios in batches, which measured faster than `MAP_POPULATE`'s
-/// page-by-page walk (map, hash and unmap of 25 MB of cached shards: 4.85 ms against 6.0 ms).
+/// Maps `file` read-only: the one `unsafe` of this crate (modelled on the reader's
+/// `crates/reader/src/mmap.rs`; the two should share one constructor).
 ///
 /// # Safety
 ///
-/// This function is safe to call, but the mapping is only sound while nobody truncates or
-/// rewrites the file: a file that shrinks under a live mapping makes the next access raise
-/// SIGBUS, and a file rewritten in place changes bytes we have already validated. shardtool
-/// never modifies a published shard (write-once: temporary name, fsync, rename), and this is the
-/// only place in the workspace's verify path that maps a file; callers who cannot rule out
-/// another writer use the reading path (`--no-mmap`).
+/// Safe to call, but the mapping is only sound while nobody truncates or rewrites the file: a
+/// file that shrinks under a live mapping makes the next access raise SIGBUS. Shards are
+/// write-once (temporary name, fsync, rename), so this is opt-in (`--mmap`) for directories no
+/// other process writes to.
 #[allow(unsafe_code)]
 fn map_readonly(file: &File) -> io::Result<Mmap> {
-    // SAFETY: see the `# Safety` section above: shard files are write-once, so the mapped bytes
-    // neither change nor disappear while the mapping (owned by the returned value) is alive.
+    // SAFETY: see `# Safety` above: the caller opted in, asserting that the file is not modified
+    // while the returned mapping lives.
     unsafe { MmapOptions::new().map(file) }
 }
 
-/// Whether `bytes`, freshly mapped, maps cheaply: whether the page cache holds its start in folios
-/// the kernel maps a whole 2 MiB at a time (what pack's aligned 2 MiB writes leave). Touches one
-/// byte in each of the first four 64 KiB windows and counts this thread's page faults: one fault
-/// for the lot when they are mapped 2 MiB at once, one per window when the kernel maps around a
-/// fault 64 KiB at a time (small folios, as after the page cache was dropped and read back). On
-/// small folios a 128 KiB read costs less than mapping: the benchmark VM checked a 25 MB tar
-/// dataset at 82% of `cat`'s speed streaming against 69% mapped, and at 96% against 83% in
-/// 4 KiB folios, while fresh 2 MiB folios gave mapping 84% and streaming 74%. `true` when the
-/// faults cannot be counted (then mapping is the default).
-pub(crate) fn maps_cheaply(bytes: &[u8]) -> bool {
-    #[cfg(test)]
-    match PROBE_ANSWER.load(std::sync::atomic::Ordering::Relaxed) {
-        1 => return true,
-        2 => return false,
-        _ => {}
-    }
-    const WINDOW: usize = 64 << 10;
-    let Some(before) = thread_minor_faults() else {
-        return true;
-    };
-    let mut x = 0u8;
-    for at in (0..bytes.len().min(4 * WINDOW)).step_by(WINDOW) {
-        x ^= bytes[at];
-    }
-    std::hint::black_box(x);
-    thread_minor_faults().is_none_or(|after| after.saturating_sub(before) <= 1)
-}
-
-/// What [`maps_cheaply`] answers in tests, where the page cache's folios are not the test's to
-/// choose: 0 measures, 1 says yes, 2 says no.
-#[cfg(test)]
-pub(crate) static PROBE_ANSWER: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
-
-/// Held by the tests that set or depend on [`PROBE_ANSWER`].
-#[cfg(test)]
-pub(crate) static PROBE_LOCK: Mutex<()> = Mutex::new(());
-
-/// Minor page faults of the calling thread so far.
-#[cfg(target_os = "linux")]
-#[allow(unsafe_code)]
-fn thread_minor_faults() -> Option<u64> {
-    // SAFETY: `getrusage` only writes the `rusage` we pass, which is plain data (all-zero is a
-    // valid value) owned by this frame.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_THREAD names the calling thread.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) };
-    (rc == 0).then(|| u64::try_from(usage.ru_minflt).unwrap_or(0))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn thread_minor_faults() -> Option<u64> {
-    None
-}
-
-/// Maps a plain shard. Empty files are not mapped (a zero-length mapping is an error on some
-/// systems); the caller hashes the bytes.
+/// Maps a plain shard and hashes it. Empty files are not mapped (a zero-length mapping is an
+/// error on some systems).
 pub(crate) fn load_mapped(path: &Path) -> io::Result<Loaded> {
     let file = File::open(path)?;
-    let len = file.metadata()?.len();
-    let data = if len == 0 {
+    let data = if file.metadata()?.len() == 0 {
         ShardBytes::Owned(Vec::new())
     } else {
         let map = map_readonly(&file)?;
@@ -381,8 +294,8 @@ pub(crate) fn load_mapped(path: &Path) -> io::Result<Loaded> {
     };
     Ok(Loaded {
         stored_len: data.len() as u64,
+        stored_sum: Checksum::of(&data),
         data,
-        stored_sum: None,
         uncompressed: None,
         incomplete: None,
     })
@@ -431,32 +344,6 @@ mod tests {
     }
 
     #[test]
-    fn the_probe_counts_no_faults_on_memory_already_touched() {
-        // Only the answer's plumbing can be checked here: folio sizes are the kernel's choice.
-        let _measure = PROBE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let buf = vec![1u8; 1 << 20];
-        assert!(maps_cheaply(&buf));
-        assert!(maps_cheaply(&[]));
-        assert!(thread_minor_faults().is_some() || !cfg!(target_os = "linux"));
-    }
-
-    #[test]
-    fn mappings_are_kept_within_the_bound() {
-        // Sparse files: mapping them reads nothing.
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("big.tar");
-        let f = File::create(&p).unwrap();
-        f.set_len(KEEP_MAPPED / 2 + 1).unwrap();
-        let pool = BufferPool::default();
-        for _ in 0..3 {
-            pool.give(load_mapped(&p).unwrap().data);
-        }
-        let kept = pool.mapped.lock().unwrap();
-        assert_eq!(kept.1.len(), 1, "a second mapping would pass the bound");
-        assert_eq!(kept.0, KEEP_MAPPED / 2 + 1);
-    }
-
-    #[test]
     fn plain_reads_hash_the_whole_file() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.tar");
@@ -466,20 +353,16 @@ mod tests {
         let l = load_plain(&p, u64::MAX, &pool).unwrap();
         assert_eq!(&l.data[..], &d[..]);
         assert_eq!(l.stored_len, d.len() as u64);
-        assert_eq!(l.stored_sum, Some(Checksum::of(&d)));
+        assert_eq!(l.stored_sum, Checksum::of(&d));
         assert!(l.incomplete.is_none());
         pool.give(l.data);
         let l = load_plain(&p, 100, &pool).unwrap();
         assert!(l.data.is_empty());
-        assert_eq!(
-            l.stored_sum,
-            Some(Checksum::of(&d)),
-            "hashed even when too large"
-        );
+        assert_eq!(l.stored_sum, Checksum::of(&d), "hashed even when too large");
         let m = load_mapped(&p).unwrap();
         assert!(matches!(m.data, ShardBytes::Mapped(_)));
         assert_eq!(&m.data[..], &d[..]);
-        assert_eq!(m.stored_sum, None);
+        assert_eq!(m.stored_sum, Checksum::of(&d));
         std::fs::write(&p, b"").unwrap();
         assert!(load_mapped(&p).unwrap().data.is_empty());
         assert_eq!(l.incomplete, Some(Incomplete::TooLarge { limit: 100 }));
@@ -499,12 +382,12 @@ mod tests {
         let pool = BufferPool::default();
         let l = load_zstd(&p, Some(d.len() as u64), u64::MAX, &pool).unwrap();
         assert_eq!(&l.data[..], &d[..]);
-        assert_eq!(l.stored_sum, Some(Checksum::of(&z)));
+        assert_eq!(l.stored_sum, Checksum::of(&z));
         assert_eq!(l.uncompressed, Some((d.len() as u64, Checksum::of(&d))));
         // The manifest understates the size: stop one byte past it, still hash the whole file.
         let l = load_zstd(&p, Some(1000), u64::MAX, &pool).unwrap();
         assert_eq!(l.incomplete, Some(Incomplete::OverCap { cap: 1000 }));
-        assert_eq!(l.stored_sum, Some(Checksum::of(&z)));
+        assert_eq!(l.stored_sum, Checksum::of(&z));
         assert_eq!(l.stored_len, z.len() as u64);
         // No declared size: the limit caps it.
         let l = load_zstd(&p, None, 4096, &pool).unwrap();
@@ -527,7 +410,7 @@ mod tests {
             "{:?}",
             l.incomplete
         );
-        assert_eq!(l.stored_sum, Some(Checksum::of(&z[..z.len() / 2])));
+        assert_eq!(l.stored_sum, Checksum::of(&z[..z.len() / 2]));
         let mut f = File::create(&p).unwrap();
         f.write_all(&z).unwrap();
         f.write_all(b"garbage after the frame").unwrap();

@@ -277,10 +277,10 @@ fn read_picks(
             k.compression == Some(Compression::Zstd),
             w.declared,
             limit,
-            true,
+            false,
             buffers,
         ),
-        None => load_any(&w.path, limit, true, buffers),
+        None => load_any(&w.path, limit, false, buffers),
     }
     .map_err(|e| format!("cannot read: {e}"))?;
     if let Some(why) = &loaded.incomplete {

@@ -1,0 +1,295 @@
+//! The checks of one tar sample once its members are gathered: key, field names against the
+//! manifest's fields, the `.cls` label and the `.json` metadata (the one place that states the
+//! metadata rules), and the images to decode.
+
+use crate::check_tar::{Ctx, FieldData, ImageJob, KeySet, Scan, IMAGE_FIELDS, MAX_META_BYTES};
+use crate::report::ProblemKind;
+use serde_json::Value;
+use shardtool_core::validate_key;
+use std::borrow::Cow;
+
+/// Checks a finished sample: its key (`seen` holds the shard's keys so far), its fields, label
+/// and metadata; with `decode`, hands its images to `scan`.
+pub(crate) fn finish_sample(
+    key: String,
+    fields: &[(Cow<'_, str>, FieldData)],
+    ctx: &Ctx<'_>,
+    scan: &mut Scan,
+    seen: &mut KeySet,
+) {
+    scan.samples += 1;
+    if let Err(e) = validate_key(&key) {
+        scan.member(ctx, &key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
+    }
+    let new_key = !seen.contains(&key);
+    if new_key {
+        scan.keys.push(key.clone());
+    } else {
+        scan.member(
+            ctx,
+            &key,
+            ProblemKind::DuplicateKey,
+            format!("key {key:?} appears again, apart from its first sample, in this shard"),
+        );
+    }
+    // A sample has a handful of fields: linear scans beat building a set for each sample.
+    for (i, (field, _)) in fields.iter().enumerate() {
+        if fields[..i].iter().any(|(f, _)| f == field) {
+            scan.member(
+                ctx,
+                &format!("{key}.{field}"),
+                ProblemKind::DuplicateField,
+                format!("sample {key} holds field {field} more than once"),
+            );
+        }
+    }
+    if !ctx.fields.is_empty() {
+        // Built only for a problem: this runs once per sample.
+        let declared = || {
+            ctx.fields
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        for f in ctx.fields {
+            if !fields.iter().any(|(n, _)| n == f) {
+                scan.member(
+                    ctx,
+                    &format!("{key}.{f}"),
+                    ProblemKind::MissingField,
+                    format!(
+                        "sample {key} has no .{f} member (the manifest declares {})",
+                        declared()
+                    ),
+                );
+            }
+        }
+        // Reported once per field name, in name order (no allocation when there are none).
+        let mut unexpected: Vec<&str> = fields
+            .iter()
+            .map(|(f, _)| &**f)
+            .filter(|f| !ctx.fields.contains(*f))
+            .collect();
+        unexpected.sort_unstable();
+        unexpected.dedup();
+        for f in unexpected {
+            scan.member(
+                ctx,
+                &format!("{key}.{f}"),
+                ProblemKind::UnexpectedField,
+                format!("sample {key} has a .{f} member, which the manifest does not declare"),
+            );
+        }
+    }
+    let get = |f: &str| fields.iter().find(|(n, _)| n == f).map(|(_, d)| d);
+
+    // Labels: `.cls` must be an integer index of the class list.
+    let mut label = None;
+    if let Some(cls) = get("cls") {
+        let member = || format!("{key}.cls");
+        if cls.len > MAX_META_BYTES as u64 {
+            scan.member(
+                ctx,
+                &member(),
+                ProblemKind::BadLabel,
+                format!(
+                    "is {} bytes, over the {MAX_META_BYTES}-byte limit for a label",
+                    cls.len
+                ),
+            );
+        } else {
+            let cls = &cls.bytes[..];
+            match std::str::from_utf8(cls)
+                .ok()
+                .and_then(|t| t.trim().parse::<i64>().ok())
+            {
+                None => scan.member(
+                    ctx,
+                    &member(),
+                    ProblemKind::BadLabel,
+                    format!("holds {}, not an integer label", quote(cls)),
+                ),
+                Some(l) => {
+                    check_label_range(l, ctx, scan, member);
+                    label = Some(l);
+                }
+            }
+        }
+    }
+
+    // Metadata: `.json` must be an object consistent with the key and label.
+    let mut expect = None;
+    if let Some(json) = get("json") {
+        let member = || format!("{key}.json");
+        if json.len > MAX_META_BYTES as u64 {
+            scan.member(
+                ctx,
+                &member(),
+                ProblemKind::BadMetadata,
+                format!(
+                    "is {} bytes, over the {MAX_META_BYTES}-byte limit for metadata",
+                    json.len
+                ),
+            );
+        } else {
+            expect = check_meta(&json.bytes, &key, label, ctx, scan, &member());
+        }
+    }
+
+    if ctx.decode {
+        for (field, data) in fields {
+            if IMAGE_FIELDS.contains(&&**field) {
+                scan.images.push(ImageJob {
+                    member: format!("{key}.{field}"),
+                    at: data.at,
+                    len: data.len,
+                    expect,
+                });
+            }
+        }
+    }
+    if new_key {
+        seen.insert(key);
+    }
+}
+
+/// Checks a sample's `.json` (at most [`MAX_META_BYTES`]); returns the `(width, height)` it
+/// states, if any. The rules, all optional fields of one JSON object (other fields are free):
+/// `key` is the sample's key; `label` is an integer, equal to the `.cls` label when there is one
+/// and otherwise a class index; `class` is the name of the label's class; `width` and `height`
+/// come together, as non-negative integers.
+fn check_meta(
+    json: &[u8],
+    key: &str,
+    cls_label: Option<i64>,
+    ctx: &Ctx<'_>,
+    scan: &mut Scan,
+    member: &str,
+) -> Option<(u64, u64)> {
+    let meta = match serde_json::from_slice::<Value>(json) {
+        Ok(Value::Object(meta)) => meta,
+        Ok(_) => {
+            scan.member(
+                ctx,
+                member,
+                ProblemKind::BadMetadata,
+                "is JSON but not an object".into(),
+            );
+            return None;
+        }
+        Err(e) => {
+            scan.member(
+                ctx,
+                member,
+                ProblemKind::BadMetadata,
+                format!("is not valid JSON: {e}"),
+            );
+            return None;
+        }
+    };
+    if let Some(k) = meta.get("key") {
+        if k.as_str() != Some(key) {
+            scan.member(
+                ctx,
+                member,
+                ProblemKind::BadMetadata,
+                format!("states key {k}, but the sample's key is {key:?}"),
+            );
+        }
+    }
+    let mut label = cls_label;
+    match meta.get("label") {
+        None => {}
+        Some(v) => match v.as_i64() {
+            None => scan.member(
+                ctx,
+                member,
+                ProblemKind::BadLabel,
+                format!("label {v} is not an integer"),
+            ),
+            Some(l) => match cls_label {
+                Some(c) if c != l => scan.member(
+                    ctx,
+                    member,
+                    ProblemKind::LabelMismatch,
+                    format!("states label {l}, but {key}.cls holds {c}"),
+                ),
+                Some(_) => {}
+                None => {
+                    check_label_range(l, ctx, scan, || member.to_string());
+                    label = Some(l);
+                }
+            },
+        },
+    }
+    if let (Some(Value::String(class)), Some(l)) = (meta.get("class"), label) {
+        let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
+        if let Some(named) = named {
+            if named != class {
+                scan.member(
+                    ctx,
+                    member,
+                    ProblemKind::LabelMismatch,
+                    format!("states class {class:?}, but label {l} is class {named:?}"),
+                );
+            }
+        }
+    }
+    let dim = |k: &str| meta.get(k).and_then(Value::as_u64);
+    match (meta.get("width"), meta.get("height")) {
+        (None, None) => None,
+        _ => match (dim("width"), dim("height")) {
+            (Some(w), Some(h)) => Some((w, h)),
+            _ => {
+                scan.member(
+                    ctx,
+                    member,
+                    ProblemKind::BadMetadata,
+                    "width and height must both be non-negative integers".into(),
+                );
+                None
+            }
+        },
+    }
+}
+
+/// Whether `label` indexes the class list (any label does when the list is not known).
+fn label_in_range(label: i64, ctx: &Ctx<'_>) -> bool {
+    ctx.classes.is_empty() || usize::try_from(label).is_ok_and(|i| i < ctx.classes.len())
+}
+
+/// Reports `label` when it is not an index of the class list; `member` names the member or record
+/// (built only then).
+pub(crate) fn check_label_range(
+    label: i64,
+    ctx: &Ctx<'_>,
+    scan: &mut Scan,
+    member: impl FnOnce() -> String,
+) {
+    if label_in_range(label, ctx) {
+        return;
+    }
+    let n = ctx.classes.len();
+    scan.member(
+        ctx,
+        &member(),
+        ProblemKind::BadLabel,
+        format!(
+            "label {label} is not in the class list ({n} classes, labels 0 to {})",
+            n - 1
+        ),
+    );
+}
+
+/// A short, printable rendering of untrusted bytes.
+fn quote(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(24)];
+    let s = format!("{:?}", String::from_utf8_lossy(head));
+    if bytes.len() > head.len() {
+        format!("{s}…")
+    } else {
+        s
+    }
+}
+
