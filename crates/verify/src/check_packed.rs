@@ -10,8 +10,8 @@
 //! and with `--decode` (the deep check, which also proves the writer's records consistent).
 
 use crate::check_tar::{Ctx, Scan};
-use crate::sample::check_label_range;
 use crate::report::{Problem, ProblemKind};
+use crate::sample::check_label_range;
 use rayon::prelude::*;
 use serde_json::Value;
 use shardtool_core::validate_key;

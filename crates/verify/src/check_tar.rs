@@ -22,11 +22,6 @@ pub(crate) const MAX_META_BYTES: usize = 1 << 20;
 /// follow each read find the bytes in cache.
 pub(crate) const STREAM_BUFFER: usize = 128 << 10;
 
-/// Fields whose data is an image.
-pub(crate) const IMAGE_FIELDS: &[&str] = &[
-    "jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff", "ppm",
-];
-
 /// What the checks of one shard need to know about the dataset.
 pub(crate) struct Ctx<'a> {
     /// The shard file name (for problems).

@@ -4,64 +4,12 @@
 use crate::report::{Problem, ProblemKind};
 use crate::VerifyError;
 use shardtool_core::{Checksum, Limits};
-use shardtool_manifest::{self as manifest, Compression, Manifest, ShardFormat};
+use shardtool_manifest::{self as manifest, Manifest};
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-/// File name endings that mark a shard, with the format and compression they stand for.
-pub const SHARD_SUFFIXES: [(&str, ShardKind); 4] = [
-    (
-        ".tar",
-        ShardKind {
-            format: ShardFormat::Wds,
-            compression: None,
-        },
-    ),
-    (
-        ".tar.zst",
-        ShardKind {
-            format: ShardFormat::Wds,
-            compression: Some(Compression::Zstd),
-        },
-    ),
-    (
-        ".safetensors",
-        ShardKind {
-            format: ShardFormat::Packed,
-            compression: None,
-        },
-    ),
-    (
-        ".safetensors.zst",
-        ShardKind {
-            format: ShardFormat::Packed,
-            compression: Some(Compression::Zstd),
-        },
-    ),
-];
-
-/// A shard's container format and compression.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShardKind {
-    /// Tar or packed.
-    pub format: ShardFormat,
-    /// Whole-file compression.
-    pub compression: Option<Compression>,
-}
-
-impl ShardKind {
-    /// The kind a file name's ending says, if it has a shard ending.
-    pub fn from_name(name: &str) -> Option<Self> {
-        // Longest suffix first: `.tar.zst` before `.tar` does not matter (".zst" ends differ), but
-        // keep the rule explicit.
-        SHARD_SUFFIXES
-            .iter()
-            .filter(|(s, _)| name.len() > s.len() && name.ends_with(s))
-            .max_by_key(|(s, _)| s.len())
-            .map(|(_, k)| *k)
-    }
-}
+pub use shardtool_manifest::{ShardKind, SHARD_SUFFIXES};
 
 /// An opened dataset: its directory, manifest, and the manifest rules it breaks.
 #[derive(Debug, Clone)]
@@ -330,20 +278,6 @@ mod tests {
           "inputs": {"found": 2, "packed": 2, "failed": 0, "ignored": 0}
         }"#;
         serde_json::from_str(json).unwrap()
-    }
-
-    #[test]
-    fn suffixes_map_to_kinds() {
-        let k = ShardKind::from_name("a-000001.safetensors.zst").unwrap();
-        assert_eq!(k.format, ShardFormat::Packed);
-        assert_eq!(k.compression, Some(Compression::Zstd));
-        assert_eq!(
-            ShardKind::from_name("x.tar").unwrap().format,
-            ShardFormat::Wds
-        );
-        assert!(ShardKind::from_name("x.tar.gz").is_none());
-        assert!(ShardKind::from_name(".tar").is_none());
-        assert!(ShardKind::from_name("manifest.json").is_none());
     }
 
     #[test]

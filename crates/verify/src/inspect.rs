@@ -418,9 +418,8 @@ fn wds_stats(data: &[u8], name: &str, s: &mut Stats) {
             .filter(|j| j.len() <= 1 << 20)
             .and_then(|j| serde_json::from_slice(j).ok());
         let label = sample
-            .get("cls")
-            .and_then(|c| std::str::from_utf8(c).ok())
-            .and_then(|t| t.trim().parse::<i64>().ok())
+            .get(shardtool_wds::LABEL_FIELD)
+            .and_then(shardtool_wds::parse_cls)
             .or_else(|| meta.as_ref()?.get("label")?.as_i64());
         if let Some(l) = label {
             *s.labels.entry(l).or_default() += 1;
@@ -437,7 +436,7 @@ fn wds_stats(data: &[u8], name: &str, s: &mut Stats) {
             let image = sample
                 .fields
                 .iter()
-                .find(|(f, _)| crate::check_tar::IMAGE_FIELDS.contains(&f.as_str()))?;
+                .find(|(f, _)| shardtool_wds::is_image_field(f))?;
             image_dimensions(image.1)
         });
         if let Some(wh) = size {

@@ -2,12 +2,12 @@
 //! checked without decoding is streamed instead, by `check_tar::stream_tar`):
 //!
 //! - **Plain** shards are read in 1 MiB chunks, each hashed while still in cache. With
-//!   [`VerifyOptions::mmap`](crate::VerifyOptions::mmap) they are mapped instead ([`map_readonly`]).
+//!   [`VerifyOptions::mmap`](crate::VerifyOptions::mmap) they are mapped instead ([`shardtool_core::map_readonly`]).
 //! - **`.zst`** shards are decompressed as a stream (the uncompressed bytes hashed too) into a
 //!   buffer whose size is capped before any byte is decompressed, so a lying manifest or a zstd
 //!   bomb cannot make us allocate without bound.
 
-use memmap2::{Mmap, MmapOptions};
+use memmap2::Mmap;
 use shardtool_core::{Checksum, ChecksumHasher};
 use std::fs::File;
 use std::io::{self, BufReader, Read};
@@ -265,22 +265,6 @@ pub(crate) fn load_zstd(
     })
 }
 
-/// Maps `file` read-only: the one `unsafe` of this crate (modelled on the reader's
-/// `crates/reader/src/mmap.rs`; the two should share one constructor).
-///
-/// # Safety
-///
-/// Safe to call, but the mapping is only sound while nobody truncates or rewrites the file: a
-/// file that shrinks under a live mapping makes the next access raise SIGBUS. Shards are
-/// write-once (temporary name, fsync, rename), so this is opt-in (`--mmap`) for directories no
-/// other process writes to.
-#[allow(unsafe_code)]
-fn map_readonly(file: &File) -> io::Result<Mmap> {
-    // SAFETY: see `# Safety` above: the caller opted in, asserting that the file is not modified
-    // while the returned mapping lives.
-    unsafe { MmapOptions::new().map(file) }
-}
-
 /// Maps a plain shard and hashes it. Empty files are not mapped (a zero-length mapping is an
 /// error on some systems).
 pub(crate) fn load_mapped(path: &Path) -> io::Result<Loaded> {
@@ -288,7 +272,10 @@ pub(crate) fn load_mapped(path: &Path) -> io::Result<Loaded> {
     let data = if file.metadata()?.len() == 0 {
         ShardBytes::Owned(Vec::new())
     } else {
-        let map = map_readonly(&file)?;
+        // SAFETY: `--mmap` is opt-in for datasets nobody modifies while they are checked;
+        // shards are published write-once (see `shardtool_core::map_readonly`).
+        #[allow(unsafe_code)]
+        let map = unsafe { shardtool_core::map_readonly(&file) }?;
         let _ = map.advise(memmap2::Advice::Sequential);
         ShardBytes::Mapped(map)
     };

@@ -3,7 +3,6 @@
 //! (`shardtool_core::shuffle`), only the shards holding them are read, and the sheet is drawn with
 //! the built-in bitmap font (no system fonts).
 
-use crate::check_tar::IMAGE_FIELDS;
 use crate::dataset::{open_target, ShardKind, Target};
 use crate::font::{draw_text, fill_rect, fit_text, GLYPH_H};
 use crate::inspect::sniff;
@@ -328,9 +327,8 @@ fn read_picks(
                         .filter(|j| j.len() <= 1 << 20)
                         .and_then(|j| serde_json::from_slice(j).ok());
                     let label = s
-                        .get("cls")
-                        .and_then(|c| std::str::from_utf8(c).ok())
-                        .and_then(|t| t.trim().parse::<i64>().ok())
+                        .get(shardtool_wds::LABEL_FIELD)
+                        .and_then(shardtool_wds::parse_cls)
                         .or_else(|| meta.as_ref()?.get("label")?.as_i64());
                     let meta_class = meta
                         .as_ref()
@@ -347,7 +345,7 @@ fn read_picks(
                     let image = s
                         .fields
                         .iter()
-                        .find(|(f, _)| IMAGE_FIELDS.contains(&f.as_str()));
+                        .find(|(f, _)| shardtool_wds::is_image_field(f));
                     let thumb = match image {
                         None => {
                             item.error = Some("no image field".into());

@@ -2,7 +2,7 @@
 //! manifest's fields, the `.cls` label and the `.json` metadata (the one place that states the
 //! metadata rules), and the images to decode.
 
-use crate::check_tar::{Ctx, FieldData, ImageJob, KeySet, Scan, IMAGE_FIELDS, MAX_META_BYTES};
+use crate::check_tar::{Ctx, FieldData, ImageJob, KeySet, Scan, MAX_META_BYTES};
 use crate::report::ProblemKind;
 use serde_json::Value;
 use shardtool_core::validate_key;
@@ -86,7 +86,7 @@ pub(crate) fn finish_sample(
 
     // Labels: `.cls` must be an integer index of the class list.
     let mut label = None;
-    if let Some(cls) = get("cls") {
+    if let Some(cls) = get(shardtool_wds::LABEL_FIELD) {
         let member = || format!("{key}.cls");
         if cls.len > MAX_META_BYTES as u64 {
             scan.member(
@@ -100,10 +100,7 @@ pub(crate) fn finish_sample(
             );
         } else {
             let cls = &cls.bytes[..];
-            match std::str::from_utf8(cls)
-                .ok()
-                .and_then(|t| t.trim().parse::<i64>().ok())
-            {
+            match shardtool_wds::parse_cls(cls) {
                 None => scan.member(
                     ctx,
                     &member(),
@@ -139,7 +136,7 @@ pub(crate) fn finish_sample(
 
     if ctx.decode {
         for (field, data) in fields {
-            if IMAGE_FIELDS.contains(&&**field) {
+            if shardtool_wds::is_image_field(field) {
                 scan.images.push(ImageJob {
                     member: format!("{key}.{field}"),
                     at: data.at,
@@ -292,4 +289,3 @@ fn quote(bytes: &[u8]) -> String {
         s
     }
 }
-

@@ -341,4 +341,3 @@ fn decode_one(shard: &str, data: &[u8], job: &ImageJob, spec: &TransformSpec) ->
         },
     }
 }
-

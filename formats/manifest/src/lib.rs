@@ -340,6 +340,7 @@ mod tests {
         }
         assert_eq!(ShardKind::from_name("manifest.json"), None);
         assert_eq!(ShardKind::from_name("a.zst"), None);
+        assert_eq!(ShardKind::from_name("x.tar.gz"), None);
     }
 
     fn sample() -> Manifest {
