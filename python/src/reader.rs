@@ -165,6 +165,7 @@ impl Reader {
         workers=None, decode=true, remainder="drop", in_order=true, shuffle_buffer=None,
         interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
         cache_dir=None, cache_limit=None, test_delay=None))]
+    // One parameter per keyword argument of the Python signature.
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,

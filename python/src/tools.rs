@@ -66,6 +66,7 @@ fn json(v: &impl serde::Serialize) -> PyResult<String> {
     filter="catmull-rom", encode="jpeg", quality=90, compress=None, seed=None, shuffle=true,
     shard_size="256MiB", shard_samples=None, prefix="shard", jobs=None, max_pixels=100_000_000,
     max_errors=None, overwrite=false))]
+// One parameter per keyword argument of the Python signature.
 #[allow(clippy::too_many_arguments)]
 pub fn pack(
     py: Python<'_>,
