@@ -172,12 +172,7 @@ pub fn pack(
             "output {} is not empty; pass overwrite=True to replace the dataset in it",
             path.display()
         ))),
-        Err(
-            e @ (PackError::Plan(_)
-            | PackError::Inputs(_)
-            | PackError::TooManyInputs { .. }
-            | PackError::OutputNotAFolder { .. }),
-        ) => Err(PyValueError::new_err(e.to_string())),
+        Err(e) if e.is_usage() => Err(PyValueError::new_err(e.to_string())),
         Err(e @ PackError::Io { .. }) => Err(PyOSError::new_err(e.to_string())),
         Err(e) => Err(DatasetError::new_err(e.to_string())),
     }

@@ -113,12 +113,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             "output {} is not empty; pass --overwrite to replace the dataset in it",
             path.display()
         ))),
-        Err(
-            e @ (PackError::Plan(_)
-            | PackError::Inputs(_)
-            | PackError::TooManyInputs { .. }
-            | PackError::OutputNotAFolder { .. }),
-        ) => Err(Failure::usage(e)),
+        Err(e) if e.is_usage() => Err(Failure::usage(e)),
         Err(e) => Err(Failure::run(e)),
     }
 }

@@ -96,6 +96,19 @@ pub enum PackError {
 }
 
 impl PackError {
+    /// Whether the pack could not start because of what it was given (options, inputs, output
+    /// folder), rather than failing while it ran: the CLI's exit 2, Python's `ValueError`.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            PackError::Plan(_)
+                | PackError::Inputs(_)
+                | PackError::TooManyInputs { .. }
+                | PackError::OutputNotAFolder { .. }
+                | PackError::OutputNotEmpty { .. }
+        )
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         PackError::Io {
             path: path.into(),
