@@ -408,6 +408,7 @@ pub(crate) fn resize_pixels(
     let alg = fr::ResizeAlg::Convolution(match filter {
         Filter::CatmullRom => fr::FilterType::CatmullRom,
         Filter::Lanczos3 => fr::FilterType::Lanczos3,
+        Filter::Bilinear => fr::FilterType::Bilinear,
     });
     let mut opts = fr::ResizeOptions::new().resize_alg(alg);
     if let Some((l, t, w, h)) = plan.crop {

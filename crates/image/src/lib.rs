@@ -7,12 +7,16 @@
 //! JPEGs libjpeg-turbo will not convert to RGB (CMYK), goes through the `image` crate.
 
 mod codec;
+mod crop;
 mod geometry;
 mod orient;
 mod services;
 mod spec;
 
 pub use codec::{transform, Output, Timings, Transformed};
+pub use crop::{
+    crop_pixels_into, dct_scale_for, decode_crop_into, CropBox, CropOptions, CropReport,
+};
 pub use geometry::{plan_size, SizePlan};
 pub use orient::{apply_orientation, Orientation};
 pub use services::{encode_png_rgb8, probe_size, resize_rgb8};
