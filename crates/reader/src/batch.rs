@@ -171,6 +171,9 @@ pub struct Batch {
     pub labels: Vec<i64>,
     /// Byte layout.
     pub layout: Layout,
+    /// Per sample, the region of the source image its pixels came from, when the transform
+    /// crops; empty otherwise.
+    pub crops: Vec<crate::Crop>,
     data: Option<Box<dyn HostBuffer>>,
     allocator: Arc<dyn BatchAllocator>,
 }
@@ -191,9 +194,15 @@ impl Batch {
             keys,
             labels,
             layout,
+            crops: Vec::new(),
             data: Some(data),
             allocator,
         }
+    }
+
+    pub(crate) fn with_crops(mut self, crops: Vec<crate::Crop>) -> Self {
+        self.crops = crops;
+        self
     }
 
     /// Number of samples.

@@ -20,6 +20,8 @@ mod metrics;
 /// loader, public only for the shuffle-quality example and tests: not a stable API.
 #[doc(hidden)]
 pub mod plan;
+mod transform;
+mod work;
 
 pub use batch::{
     AlignedBuffer, Batch, BatchAllocator, CpuAllocator, HostBuffer, Layout, CPU_BUFFER_ALIGN,
@@ -31,6 +33,7 @@ pub use plan::{OrderOptions, Remainder};
 pub use shardtool_cache::{CacheMetrics, Location};
 #[cfg(feature = "remote")]
 pub use shardtool_cache::{CacheOptions, FetchPolicy};
+pub use transform::{Crop, Transform, TransformParseError, CENTER_RATIO, RRC_RATIO, RRC_SCALE};
 
 use std::path::PathBuf;
 

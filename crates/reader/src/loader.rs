@@ -1,10 +1,12 @@
 //! The loader: worker threads in the training process (no pickling, no shared-memory handles)
 //! that turn an epoch plan into batches, in order or as they complete.
 
-use crate::batch::{Batch, BatchAllocator, CpuAllocator, Layout};
-use crate::dataset::{Dataset, ShardView};
-use crate::metrics::{Metrics, MetricsRecorder, SlowRecord};
-use crate::plan::{per_rank, rank_order, OrderOptions, SampleRef};
+use crate::batch::{Batch, BatchAllocator, CpuAllocator};
+use crate::dataset::Dataset;
+use crate::metrics::{Metrics, MetricsRecorder};
+use crate::plan::{per_rank, rank_order, OrderOptions};
+use crate::transform::Transform;
+use crate::work::{worker, Msg, WorkerShared};
 use crate::ReadError;
 use serde::{Deserialize, Serialize};
 #[cfg(feature = "remote")]
@@ -13,7 +15,7 @@ use shardtool_cache::Location;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -82,7 +84,9 @@ pub struct LoaderBuilder {
     workers: usize,
     prefetch: usize,
     in_order: bool,
-    decode: bool,
+    transform: Transform,
+    flip: bool,
+    region_decode: bool,
     corrupt: CorruptPolicy,
     resume: Option<LoaderState>,
     split: Option<(u32, u32)>,
@@ -109,7 +113,9 @@ impl LoaderBuilder {
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             prefetch: 2,
             in_order: true,
-            decode: false,
+            transform: Transform::None,
+            flip: false,
+            region_decode: true,
             corrupt: CorruptPolicy::Fail,
             resume: None,
             split: None,
@@ -177,9 +183,31 @@ impl LoaderBuilder {
         self.in_order = on;
         self
     }
-    /// Decode tar image records to RGB8 (needs the `decode` feature).
+    /// Decode tar image records to RGB8 at their stored size: `transform(Transform::Decode)`
+    /// when on, `Transform::None` when off (needs the `decode` feature).
     pub fn decode(mut self, on: bool) -> Self {
-        self.decode = on;
+        self.transform = if on {
+            Transform::Decode
+        } else {
+            Transform::None
+        };
+        self
+    }
+    /// What to do to each image record (default [`Transform::None`]); every transform but
+    /// `None` needs the `decode` feature. The crops give fixed-shape batches.
+    pub fn transform(mut self, t: Transform) -> Self {
+        self.transform = t;
+        self
+    }
+    /// Mirror each crop left to right with probability 0.5, drawn from (seed, epoch, key).
+    pub fn flip(mut self, on: bool) -> Self {
+        self.flip = on;
+        self
+    }
+    /// Decode only the region a JPEG crop needs, DCT-scaled where the crop allows (default on).
+    /// Off decodes every pixel and crops afterwards: the reference for tests and benchmarks.
+    pub fn region_decode(mut self, on: bool) -> Self {
+        self.region_decode = on;
         self
     }
     /// Corrupt-record policy (default fail).
@@ -273,10 +301,17 @@ impl LoaderBuilder {
             )));
         }
         #[cfg(not(feature = "decode"))]
-        if self.decode {
-            return Err(ReadError::BadOptions(
-                "this build has no decoder (feature `decode`)".into(),
-            ));
+        if self.transform.decodes() {
+            return Err(ReadError::BadOptions(format!(
+                "transform {} needs a decoder, and this build has none (feature `decode`)",
+                self.transform
+            )));
+        }
+        if self.flip && self.transform.fixed_size().is_none() {
+            return Err(ReadError::BadOptions(format!(
+                "flip needs a crop transform (center-crop or random-resized-crop), not {}",
+                self.transform
+            )));
         }
         let counts = dataset.counts();
         let order = rank_order(&counts, &self.order, self.epoch, self.rank, self.world);
@@ -335,8 +370,11 @@ impl LoaderBuilder {
             dataset: dataset.clone(),
             order: order.clone(),
             batch_size: self.batch_size,
+            seed: self.order.seed,
             epoch: self.epoch,
-            decode: self.decode,
+            transform: self.transform,
+            flip: self.flip,
+            region_decode: self.region_decode,
             corrupt: self.corrupt,
             allocator: self.allocator.clone(),
             stop: stop.clone(),
@@ -420,281 +458,6 @@ pub fn dataset_fingerprint(d: &Dataset) -> String {
 fn batch_len(total: usize, batch: usize, index: u64) -> usize {
     let start = index as usize * batch;
     total.saturating_sub(start).min(batch)
-}
-
-struct WorkerShared {
-    dataset: Arc<Dataset>,
-    order: Arc<Vec<SampleRef>>,
-    batch_size: usize,
-    epoch: u64,
-    decode: bool,
-    corrupt: CorruptPolicy,
-    allocator: Arc<dyn BatchAllocator>,
-    stop: Arc<AtomicBool>,
-    metrics: Arc<MetricsRecorder>,
-    delays: Vec<(String, Duration)>,
-    partial: Option<(u64, usize)>,
-    left: Vec<AtomicU64>,
-}
-
-impl WorkerShared {
-    /// Counts `n` samples of `shard` as read, closing the shard after its last one.
-    fn done(&self, shard: u32, n: u64) {
-        if let Some(left) = self.left.get(shard as usize) {
-            if left.fetch_sub(n, Ordering::AcqRel) == n {
-                self.dataset.release(shard as usize);
-            }
-        }
-    }
-}
-
-type Msg = (u64, Result<Batch, ReadError>);
-
-fn worker(s: &WorkerShared, batches: &[u64], tx: &SyncSender<Msg>) {
-    for &b in batches {
-        if s.stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let r = build_batch(s, b);
-        let failed = r.is_err();
-        if tx.send((b, r)).is_err() || failed {
-            return;
-        }
-    }
-}
-
-/// A record resolved to its bytes.
-enum Rec<'a> {
-    Pixels { shape: [u32; 3], bytes: &'a [u8] },
-    Owned { shape: [u32; 3], bytes: Vec<u8> },
-    Encoded(&'a [u8]),
-}
-
-fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
-    let start = b as usize * s.batch_size;
-    let end = (start + s.batch_size).min(s.order.len());
-    let skip_first = match s.partial {
-        Some((pb, consumed)) if pb == b => consumed,
-        _ => 0,
-    };
-    let refs = &s.order[start + skip_first.min(end - start)..end];
-    // Keep each shard view alive for the batch; records borrow from them.
-    let mut views: Vec<Option<Arc<ShardView>>> = Vec::with_capacity(refs.len());
-    for r in refs {
-        match s.dataset.shard(r.shard as usize) {
-            Ok(v) => views.push(Some(v)),
-            Err(e) => match s.corrupt {
-                CorruptPolicy::Fail => return Err(e),
-                CorruptPolicy::Skip => {
-                    s.metrics
-                        .lost(&s.dataset.manifest.shards[r.shard as usize].file, &e);
-                    views.push(None);
-                }
-            },
-        }
-    }
-    let mut keys = Vec::with_capacity(refs.len());
-    let mut labels = Vec::with_capacity(refs.len());
-    let mut recs = Vec::with_capacity(refs.len());
-    for (r, view) in refs.iter().zip(&views) {
-        let Some(view) = view else {
-            continue;
-        };
-        let t = Instant::now();
-        let got = read_record(s, view, r);
-        let elapsed = t.elapsed();
-        match got {
-            Ok((key, label, rec)) => {
-                if let Some((_, d)) = s.delays.iter().find(|(k, _)| *k == key) {
-                    std::thread::sleep(*d);
-                }
-                let elapsed = t.elapsed().max(elapsed);
-                if s.metrics.record_time(elapsed) {
-                    s.metrics.slow(SlowRecord {
-                        shard: s.dataset.manifest.shards[r.shard as usize].file.clone(),
-                        key: key.clone(),
-                        time: elapsed,
-                    });
-                }
-                keys.push(key);
-                labels.push(label);
-                recs.push(rec);
-            }
-            Err(e) => match s.corrupt {
-                CorruptPolicy::Fail => return Err(e),
-                CorruptPolicy::Skip => s.metrics.corrupt(),
-            },
-        }
-    }
-    let batch = assemble(s, b, keys, labels, recs);
-    // The records are copied out: the views may close now.
-    drop(views);
-    let mut i = 0;
-    while i < refs.len() {
-        let shard = refs[i].shard;
-        let run = refs[i..].iter().take_while(|r| r.shard == shard).count();
-        s.done(shard, run as u64);
-        i += run;
-    }
-    batch
-}
-
-fn read_record<'a>(
-    s: &WorkerShared,
-    view: &'a ShardView,
-    r: &SampleRef,
-) -> Result<(String, i64, Rec<'a>), ReadError> {
-    let shard_name = || s.dataset.manifest.shards[r.shard as usize].file.clone();
-    match view {
-        ShardView::Packed(p) => {
-            let rec = p
-                .get(r.record as usize)
-                .ok_or_else(|| ReadError::CorruptRecord {
-                    shard: shard_name(),
-                    key: format!("#{}", r.record),
-                    message: "record index out of range".into(),
-                })?;
-            Ok((
-                rec.key.to_string(),
-                rec.label,
-                Rec::Pixels {
-                    shape: rec.shape,
-                    bytes: rec.pixels,
-                },
-            ))
-        }
-        ShardView::Tar { bytes, records } => {
-            let rec = records
-                .get(r.record as usize)
-                .ok_or_else(|| ReadError::CorruptRecord {
-                    shard: shard_name(),
-                    key: format!("#{}", r.record),
-                    message: "record index out of range".into(),
-                })?;
-            let data = &bytes.as_ref()[rec.image.clone()];
-            if !s.decode {
-                return Ok((rec.key.clone(), rec.label, Rec::Encoded(data)));
-            }
-            decode(data)
-                .map(|(shape, px)| (rec.key.clone(), rec.label, Rec::Owned { shape, bytes: px }))
-                .map_err(|message| ReadError::CorruptRecord {
-                    shard: shard_name(),
-                    key: rec.key.clone(),
-                    message,
-                })
-        }
-    }
-}
-
-#[cfg(feature = "decode")]
-fn decode(data: &[u8]) -> Result<([u32; 3], Vec<u8>), String> {
-    let spec = shardtool_image::TransformSpec {
-        encode: shardtool_image::Encode::Raw,
-        ..Default::default()
-    };
-    match shardtool_image::transform(data, &spec) {
-        Ok(t) => match t.output {
-            shardtool_image::Output::Pixels(img) => Ok(([img.height, img.width, 3], img.pixels)),
-            shardtool_image::Output::Encoded { .. } => Err("decoder returned encoded bytes".into()),
-        },
-        Err(e) => Err(e.message),
-    }
-}
-
-#[cfg(not(feature = "decode"))]
-fn decode(_: &[u8]) -> Result<([u32; 3], Vec<u8>), String> {
-    Err("built without the decode feature".into())
-}
-
-/// Copies the records of one batch into one buffer from the allocator: the only copy on the way
-/// from the page cache to the batch.
-fn assemble(
-    s: &WorkerShared,
-    b: u64,
-    keys: Vec<String>,
-    labels: Vec<i64>,
-    recs: Vec<Rec<'_>>,
-) -> Result<Batch, ReadError> {
-    let shape_of = |r: &Rec<'_>| match r {
-        Rec::Pixels { shape, .. } | Rec::Owned { shape, .. } => Some(*shape),
-        Rec::Encoded(_) => None,
-    };
-    let bytes_of = |r: &'_ Rec<'_>| -> usize {
-        match r {
-            Rec::Pixels { bytes, .. } | Rec::Encoded(bytes) => bytes.len(),
-            Rec::Owned { bytes, .. } => bytes.len(),
-        }
-    };
-    let first = recs.first().and_then(shape_of);
-    let fixed = first.is_some() && recs.iter().all(|r| shape_of(r) == first);
-    let encoded = recs.iter().any(|r| shape_of(r).is_none());
-    let (layout, total) = if fixed && !encoded {
-        let [h, w, _] = first.unwrap_or([0, 0, 3]);
-        let n = recs.iter().map(bytes_of).sum::<usize>();
-        (
-            Layout::Fixed {
-                height: h,
-                width: w,
-            },
-            n,
-        )
-    } else {
-        // 64-byte aligned starts, like the packed format, for SIMD-friendly consumers.
-        let align = if encoded { 1 } else { 64 };
-        let mut offsets = Vec::with_capacity(recs.len() + 1);
-        let mut pos = 0usize;
-        for r in &recs {
-            pos = pos.next_multiple_of(align);
-            offsets.push(pos as u64);
-            pos += bytes_of(r);
-        }
-        offsets.push(pos as u64);
-        if encoded {
-            (Layout::Encoded { offsets }, pos)
-        } else {
-            let shapes = recs
-                .iter()
-                .map(|r| shape_of(r).unwrap_or([0, 0, 3]))
-                .collect();
-            (Layout::Variable { offsets, shapes }, pos)
-        }
-    };
-    let mut buf = s.allocator.allocate(total);
-    {
-        let out = buf.bytes_mut();
-        let starts: Vec<usize> = match &layout {
-            Layout::Fixed { .. } => {
-                let mut p = 0;
-                recs.iter()
-                    .map(|r| {
-                        let at = p;
-                        p += bytes_of(r);
-                        at
-                    })
-                    .collect()
-            }
-            Layout::Variable { offsets, .. } | Layout::Encoded { offsets } => {
-                offsets[..recs.len()].iter().map(|&o| o as usize).collect()
-            }
-        };
-        for (r, at) in recs.iter().zip(starts) {
-            let src: &[u8] = match r {
-                Rec::Pixels { bytes, .. } | Rec::Encoded(bytes) => bytes,
-                Rec::Owned { bytes, .. } => bytes,
-            };
-            out[at..at + src.len()].copy_from_slice(src);
-        }
-    }
-    s.metrics.add_bytes(total as u64, keys.len() as u64);
-    Ok(Batch::new(
-        s.epoch,
-        b,
-        keys,
-        labels,
-        layout,
-        buf,
-        s.allocator.clone(),
-    ))
 }
 
 /// Streams the batches of one epoch for one rank.

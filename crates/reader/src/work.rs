@@ -1,0 +1,425 @@
+//! The worker side of the loader: each thread reads its batches' records from the open shards,
+//! applies the transform, and assembles each batch into one buffer from the allocator (crops are
+//! resized straight into their slot of it).
+
+use crate::batch::{Batch, BatchAllocator, Layout};
+use crate::dataset::{Dataset, ShardView};
+use crate::loader::CorruptPolicy;
+use crate::metrics::{MetricsRecorder, SlowRecord};
+use crate::plan::SampleRef;
+use crate::transform::{Crop, Transform};
+use crate::ReadError;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::SyncSender;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What every worker thread of one loader shares.
+pub(crate) struct WorkerShared {
+    pub(crate) dataset: Arc<Dataset>,
+    pub(crate) order: Arc<Vec<SampleRef>>,
+    pub(crate) batch_size: usize,
+    pub(crate) seed: u64,
+    pub(crate) epoch: u64,
+    pub(crate) transform: Transform,
+    pub(crate) flip: bool,
+    pub(crate) region_decode: bool,
+    pub(crate) corrupt: CorruptPolicy,
+    pub(crate) allocator: Arc<dyn BatchAllocator>,
+    pub(crate) stop: Arc<AtomicBool>,
+    pub(crate) metrics: Arc<MetricsRecorder>,
+    pub(crate) delays: Vec<(String, Duration)>,
+    pub(crate) partial: Option<(u64, usize)>,
+    pub(crate) left: Vec<AtomicU64>,
+}
+
+impl WorkerShared {
+    /// Counts `n` samples of `shard` as read, closing the shard after its last one.
+    fn done(&self, shard: u32, n: u64) {
+        if let Some(left) = self.left.get(shard as usize) {
+            if left.fetch_sub(n, Ordering::AcqRel) == n {
+                self.dataset.release(shard as usize);
+            }
+        }
+    }
+
+    fn shard_name(&self, r: &SampleRef) -> String {
+        self.dataset.manifest.shards[r.shard as usize].file.clone()
+    }
+}
+
+pub(crate) type Msg = (u64, Result<Batch, ReadError>);
+
+pub(crate) fn worker(s: &WorkerShared, batches: &[u64], tx: &SyncSender<Msg>) {
+    for &b in batches {
+        if s.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let r = build_batch(s, b);
+        let failed = r.is_err();
+        if tx.send((b, r)).is_err() || failed {
+            return;
+        }
+    }
+}
+
+/// A record resolved to its bytes.
+enum Rec<'a> {
+    Pixels {
+        shape: [u32; 3],
+        bytes: &'a [u8],
+    },
+    Owned {
+        shape: [u32; 3],
+        bytes: Vec<u8>,
+    },
+    Encoded(&'a [u8]),
+    /// Already written into its slot of a fixed-shape batch.
+    InSlot,
+}
+
+impl Rec<'_> {
+    fn shape(&self) -> Option<[u32; 3]> {
+        match self {
+            Rec::Pixels { shape, .. } | Rec::Owned { shape, .. } => Some(*shape),
+            Rec::Encoded(_) | Rec::InSlot => None,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Rec::Pixels { bytes, .. } | Rec::Encoded(bytes) => bytes,
+            Rec::Owned { bytes, .. } => bytes,
+            Rec::InSlot => &[],
+        }
+    }
+}
+
+fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
+    let start = b as usize * s.batch_size;
+    let end = (start + s.batch_size).min(s.order.len());
+    let skip_first = match s.partial {
+        Some((pb, consumed)) if pb == b => consumed,
+        _ => 0,
+    };
+    let refs = &s.order[start + skip_first.min(end - start)..end];
+    // Keep each shard view alive for the batch; records borrow from them.
+    let mut views: Vec<Option<Arc<ShardView>>> = Vec::with_capacity(refs.len());
+    for r in refs {
+        match s.dataset.shard(r.shard as usize) {
+            Ok(v) => views.push(Some(v)),
+            Err(e) => match s.corrupt {
+                CorruptPolicy::Fail => return Err(e),
+                CorruptPolicy::Skip => {
+                    s.metrics.lost(&s.shard_name(r), &e);
+                    views.push(None);
+                }
+            },
+        }
+    }
+    // Fixed-shape crops are written into their slots as they are decoded.
+    let side = s.transform.fixed_size();
+    let slot = side.map_or(0, |n| n as usize * n as usize * 3);
+    let mut fixed = side.map(|_| s.allocator.allocate(slot * refs.len()));
+    let mut keys = Vec::with_capacity(refs.len());
+    let mut labels = Vec::with_capacity(refs.len());
+    let mut recs = Vec::with_capacity(refs.len());
+    let mut crops = Vec::new();
+    for (r, view) in refs.iter().zip(&views) {
+        let Some(view) = view else {
+            continue;
+        };
+        let t = Instant::now();
+        let at = keys.len() * slot;
+        let got = read_record(s, view, r).and_then(|(key, label, rec)| {
+            let corrupt = |message: String| ReadError::CorruptRecord {
+                shard: s.shard_name(r),
+                key: key.clone(),
+                message,
+            };
+            let (rec, crop) = match fixed.as_mut() {
+                Some(buf) => {
+                    let out = &mut buf.bytes_mut()[at..at + slot];
+                    (
+                        Rec::InSlot,
+                        Some(crop_into(s, &key, rec, out).map_err(corrupt)?),
+                    )
+                }
+                None => (transform_record(s, rec).map_err(corrupt)?, None),
+            };
+            Ok((key, label, rec, crop))
+        });
+        let elapsed = t.elapsed();
+        match got {
+            Ok((key, label, rec, crop)) => {
+                if let Some((_, d)) = s.delays.iter().find(|(k, _)| *k == key) {
+                    std::thread::sleep(*d);
+                }
+                let elapsed = t.elapsed().max(elapsed);
+                if s.metrics.record_time(elapsed) {
+                    s.metrics.slow(SlowRecord {
+                        shard: s.shard_name(r),
+                        key: key.clone(),
+                        time: elapsed,
+                    });
+                }
+                keys.push(key);
+                labels.push(label);
+                recs.push(rec);
+                crops.extend(crop);
+            }
+            Err(e) => match s.corrupt {
+                CorruptPolicy::Fail => return Err(e),
+                CorruptPolicy::Skip => s.metrics.corrupt(),
+            },
+        }
+    }
+    let batch = match (fixed, side) {
+        (Some(mut buf), Some(n)) => {
+            let len = keys.len() * slot;
+            if len < slot * refs.len() {
+                // Skipped records left empty slots at the end: a buffer of the right size.
+                let mut short = s.allocator.allocate(len);
+                short.bytes_mut().copy_from_slice(&buf.bytes_mut()[..len]);
+                s.allocator.release(std::mem::replace(&mut buf, short));
+            }
+            s.metrics.add_bytes(len as u64, keys.len() as u64);
+            let layout = Layout::Fixed {
+                height: n,
+                width: n,
+            };
+            Ok(
+                Batch::new(s.epoch, b, keys, labels, layout, buf, s.allocator.clone())
+                    .with_crops(crops),
+            )
+        }
+        _ => assemble(s, b, keys, labels, recs),
+    };
+    // The records are copied out: the views may close now.
+    drop(views);
+    let mut i = 0;
+    while i < refs.len() {
+        let shard = refs[i].shard;
+        let run = refs[i..].iter().take_while(|r| r.shard == shard).count();
+        s.done(shard, run as u64);
+        i += run;
+    }
+    batch
+}
+
+fn read_record<'a>(
+    s: &WorkerShared,
+    view: &'a ShardView,
+    r: &SampleRef,
+) -> Result<(String, i64, Rec<'a>), ReadError> {
+    let out_of_range = || ReadError::CorruptRecord {
+        shard: s.shard_name(r),
+        key: format!("#{}", r.record),
+        message: "record index out of range".into(),
+    };
+    match view {
+        ShardView::Packed(p) => {
+            let rec = p.get(r.record as usize).ok_or_else(out_of_range)?;
+            Ok((
+                rec.key.to_string(),
+                rec.label,
+                Rec::Pixels {
+                    shape: rec.shape,
+                    bytes: rec.pixels,
+                },
+            ))
+        }
+        ShardView::Tar { bytes, records } => {
+            let rec = records.get(r.record as usize).ok_or_else(out_of_range)?;
+            let data = &bytes.as_ref()[rec.image.clone()];
+            Ok((rec.key.clone(), rec.label, Rec::Encoded(data)))
+        }
+    }
+}
+
+/// The variable-shape transforms: none, decode, resize.
+#[cfg(feature = "decode")]
+fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, String> {
+    use shardtool_image::{plan_size, Encode, Filter, Output, Resize, TransformSpec};
+    let resize = match s.transform {
+        Transform::Resize { size } => Resize::Shorter(size),
+        Transform::Decode => Resize::None,
+        _ => return Ok(rec),
+    };
+    match rec {
+        Rec::Encoded(data) => {
+            let spec = TransformSpec {
+                resize,
+                upscale: true,
+                filter: Filter::Bilinear,
+                encode: Encode::Raw,
+                ..Default::default()
+            };
+            match shardtool_image::transform(data, &spec)
+                .map_err(|e| e.message)?
+                .output
+            {
+                Output::Pixels(img) => Ok(Rec::Owned {
+                    shape: [img.height, img.width, 3],
+                    bytes: img.pixels,
+                }),
+                Output::Encoded { .. } => Err("decoder returned encoded bytes".into()),
+            }
+        }
+        Rec::Pixels {
+            shape: [h, w, _],
+            bytes,
+        } if resize != Resize::None => {
+            let plan = plan_size(resize, true, w, h);
+            let img = shardtool_image::resize_rgb8(bytes, w, h, &plan, Filter::Bilinear)
+                .map_err(|e| e.message)?;
+            Ok(Rec::Owned {
+                shape: [img.height, img.width, 3],
+                bytes: img.pixels,
+            })
+        }
+        other => Ok(other),
+    }
+}
+
+#[cfg(not(feature = "decode"))]
+fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, String> {
+    match s.transform {
+        Transform::None => Ok(rec),
+        _ => Err("built without the decode feature".into()),
+    }
+}
+
+/// A crop transform of one record, resized into `out` (its slot of the batch).
+#[cfg(feature = "decode")]
+fn crop_into(s: &WorkerShared, key: &str, rec: Rec<'_>, out: &mut [u8]) -> Result<Crop, String> {
+    use shardtool_image::{CropBox, CropOptions, Filter};
+    let side = s.transform.fixed_size().unwrap_or(1);
+    let flipped = s.transform.flipped(s.flip, s.seed, s.epoch, key);
+    let options = CropOptions {
+        width: side,
+        height: side,
+        flip: flipped,
+        filter: Filter::Bilinear,
+        fused: s.region_decode,
+    };
+    let choose = |w: u32, h: u32| {
+        let c = s
+            .transform
+            .crop(s.flip, s.seed, s.epoch, key, w, h)
+            .unwrap_or(Crop {
+                x: 0.0,
+                y: 0.0,
+                w: f64::from(w),
+                h: f64::from(h),
+                flipped,
+            });
+        CropBox {
+            x: c.x,
+            y: c.y,
+            w: c.w,
+            h: c.h,
+        }
+    };
+    let b = match rec {
+        Rec::Encoded(data) => {
+            let limits = shardtool_core::Limits::default();
+            shardtool_image::decode_crop_into(data, &limits, choose, &options, out)
+                .map_err(|e| e.message)?
+                .crop
+        }
+        Rec::Pixels {
+            shape: [h, w, _],
+            bytes,
+        } => {
+            let b = choose(w, h);
+            shardtool_image::crop_pixels_into(bytes, w, h, b, &options, out)
+                .map_err(|e| e.message)?;
+            b
+        }
+        Rec::Owned { .. } | Rec::InSlot => return Err("record already transformed".into()),
+    };
+    Ok(Crop {
+        x: b.x,
+        y: b.y,
+        w: b.w,
+        h: b.h,
+        flipped,
+    })
+}
+
+#[cfg(not(feature = "decode"))]
+fn crop_into(_: &WorkerShared, _: &str, _: Rec<'_>, _: &mut [u8]) -> Result<Crop, String> {
+    Err("built without the decode feature".into())
+}
+
+/// Copies the records of one batch into one buffer from the allocator: the only copy on the way
+/// from the page cache to the batch.
+fn assemble(
+    s: &WorkerShared,
+    b: u64,
+    keys: Vec<String>,
+    labels: Vec<i64>,
+    recs: Vec<Rec<'_>>,
+) -> Result<Batch, ReadError> {
+    let first = recs.first().and_then(Rec::shape);
+    let fixed = first.is_some() && recs.iter().all(|r| r.shape() == first);
+    let encoded = recs.iter().any(|r| r.shape().is_none());
+    let (layout, total) = if fixed && !encoded {
+        let [h, w, _] = first.unwrap_or([0, 0, 3]);
+        let n = recs.iter().map(|r| r.bytes().len()).sum::<usize>();
+        (
+            Layout::Fixed {
+                height: h,
+                width: w,
+            },
+            n,
+        )
+    } else {
+        // 64-byte aligned starts, like the packed format, for SIMD-friendly consumers.
+        let align = if encoded { 1 } else { 64 };
+        let mut offsets = Vec::with_capacity(recs.len() + 1);
+        let mut pos = 0usize;
+        for r in &recs {
+            pos = pos.next_multiple_of(align);
+            offsets.push(pos as u64);
+            pos += r.bytes().len();
+        }
+        offsets.push(pos as u64);
+        if encoded {
+            (Layout::Encoded { offsets }, pos)
+        } else {
+            let shapes = recs
+                .iter()
+                .map(|r| r.shape().unwrap_or([0, 0, 3]))
+                .collect();
+            (Layout::Variable { offsets, shapes }, pos)
+        }
+    };
+    let mut buf = s.allocator.allocate(total);
+    {
+        let out = buf.bytes_mut();
+        let mut pos = 0;
+        for (i, r) in recs.iter().enumerate() {
+            let at = match &layout {
+                Layout::Fixed { .. } => pos,
+                Layout::Variable { offsets, .. } | Layout::Encoded { offsets } => {
+                    offsets[i] as usize
+                }
+            };
+            let src = r.bytes();
+            out[at..at + src.len()].copy_from_slice(src);
+            pos = at + src.len();
+        }
+    }
+    s.metrics.add_bytes(total as u64, keys.len() as u64);
+    Ok(Batch::new(
+        s.epoch,
+        b,
+        keys,
+        labels,
+        layout,
+        buf,
+        s.allocator.clone(),
+    ))
+}
