@@ -2,7 +2,9 @@
 
 use crate::Failure;
 use anyhow::Context;
-use shardtool_reader::{CorruptPolicy, Loader, LoaderBuilder, LoaderState, Location, Remainder};
+use shardtool_reader::{
+    CorruptPolicy, Loader, LoaderBuilder, LoaderState, Location, Remainder, Transform,
+};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -47,9 +49,29 @@ pub struct LoaderArgs {
     /// Deliver batches as they complete instead of in order.
     #[arg(long)]
     pub out_of_order: bool,
-    /// Decode tar image records to RGB8.
-    #[arg(long)]
+    /// Decode tar image records to RGB8 at their stored size (the same as --transform decode).
+    #[arg(long, conflicts_with = "transform")]
     pub decode: bool,
+    /// What to do to each image before batching:
+    ///   none                  the stored bytes (tar) or pixels (packed)
+    ///   decode                RGB8 at the stored size
+    ///   resize:S              shorter side S, aspect kept
+    ///   center-crop:S[,ratio=R]
+    ///                         the centre square of R × the shorter side (default 0.875),
+    ///                         resized to S×S: ImageNet evaluation
+    ///   random-resized-crop:S[,scale=A-B][,ratio=C-D]
+    ///                         torchvision's RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3),
+    ///                         resized to S×S: training. JPEGs decode only the crop's region.
+    /// Crops are a function of (--seed, --epoch, sample key) only.
+    #[arg(long, value_name = "T", verbatim_doc_comment)]
+    pub transform: Option<Transform>,
+    /// Mirror each crop left to right with probability 0.5 (needs a crop transform).
+    #[arg(long)]
+    pub flip: bool,
+    /// Decode whole JPEGs and crop afterwards: the reference the region decode is measured
+    /// against.
+    #[arg(long, hide = true)]
+    pub no_region_decode: bool,
     /// Skip (and count) corrupt records, and shards that cannot be opened or fetched after
     /// every retry (their samples are counted as lost), instead of failing.
     #[arg(long)]
@@ -92,7 +114,13 @@ impl LoaderArgs {
                 Remainder::Drop
             })
             .in_order(!self.out_of_order)
-            .decode(self.decode)
+            .transform(self.transform.unwrap_or(if self.decode {
+                Transform::Decode
+            } else {
+                Transform::None
+            }))
+            .flip(self.flip)
+            .region_decode(!self.no_region_decode)
             .on_corrupt(if self.skip_corrupt {
                 CorruptPolicy::Skip
             } else {
@@ -113,7 +141,9 @@ impl LoaderArgs {
 pub struct ReadArgs {
     #[command(flatten)]
     pub loader: LoaderArgs,
-    /// Print each delivered sample's key, one per line, in delivery order (nothing else on stdout).
+    /// Print each delivered sample's key, one per line, in delivery order (nothing else on
+    /// stdout). With a crop transform each key is followed, tab-separated, by the crop box in
+    /// source pixels (x, y, width, height) and 1 if it was flipped, else 0.
     #[arg(long)]
     pub keys: bool,
     /// Stop after N samples.
@@ -155,8 +185,20 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
             None => batch.len(),
         };
         if a.keys {
-            for k in &batch.keys[..take] {
-                writeln!(out, "{k}").map_err(Failure::run)?;
+            for (i, k) in batch.keys[..take].iter().enumerate() {
+                match batch.crops.get(i) {
+                    Some(c) => writeln!(
+                        out,
+                        "{k}\t{}\t{}\t{}\t{}\t{}",
+                        c.x,
+                        c.y,
+                        c.w,
+                        c.h,
+                        u8::from(c.flipped)
+                    ),
+                    None => writeln!(out, "{k}"),
+                }
+                .map_err(Failure::run)?;
             }
         }
         count += take as u64;
