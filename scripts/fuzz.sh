@@ -17,7 +17,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION="0.13.2"
-ALL_TARGETS="packed_open wds_tar manifest image_transform"
+ALL_TARGETS="packed_open wds_tar manifest image_transform crop"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 SANITIZER="${FUZZ_SANITIZER:-address}"
 RSS_MB="${FUZZ_RSS_MB:-2048}"

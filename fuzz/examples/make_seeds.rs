@@ -26,6 +26,14 @@ fn main() -> Result<()> {
     for (name, bytes) in &images {
         write(&dir, name, bytes)?;
     }
+    // The crop target reads its box and options from eight leading bytes: a centred half-size
+    // box, and a corner box with the flip and the unfused path.
+    let dir = root.join("crop");
+    for (name, bytes) in &images {
+        for (tag, head) in [("centre", [31u8, 0, 50, 50, 100, 100, 0, 0]), ("corner", [7, 3, 0, 150, 60, 60, 9, 1])] {
+            write(&dir, &format!("{tag}-{name}"), &[&head[..], bytes].concat())?;
+        }
+    }
     Ok(())
 }
 
