@@ -18,4 +18,5 @@ mod remote;
 mod resize;
 mod sharding;
 mod tidy;
+mod transform;
 mod verify;
