@@ -7,8 +7,8 @@
 # test targets selected, `test` profile), so feature unification picks the same dependency
 # features and every dependency that run compiled is reused: only pyo3 and the bindings compile.
 # (`maturin develop` builds `-p shardtool-python` alone, which leaves out the features the
-# workspace's dev-dependencies turn on, e.g. serde/alloc, bitflags/std, and so compiled ~30
-# crates a second time.) The install is an editable one, as `maturin develop` makes for this
+# workspace's dev-dependencies turn on, e.g. serde/alloc, bitflags/std, and so compiled 22
+# dependencies and 9 workspace crates a second time, the latter again after every edit.) The install is an editable one, as `maturin develop` makes for this
 # mixed layout: the module is copied beside the Python sources and a .pth puts python/ on the
 # venv's path. `pip install ./python` is the release install (README).
 set -euo pipefail
