@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The Python Loader against `shardtool bench` on the same shards and the same cores: tar + JPEG
-# decode, and packed 256x256 raw batches (where a hidden copy would show), plus webdataset +
-# torchvision.io.decode_jpeg in a DataLoader when both are installed. Release builds.
+# decode, packed 256x256 raw batches (where a hidden copy would show; `shardtool bench` adds a
+# one-thread memcpy of the same bytes), and webdataset + torchvision.io.decode_jpeg in a
+# DataLoader with as many workers; Python overhead per batch and RSS after each epoch.
+# Release builds; scripts/bench_python.py runs and summarises (medians of BENCH_RUNS runs).
 #
 #   scripts/bench_python.sh [INPUT_FOLDER]   default: bench-data/crops, else sample-data/imagefolder
 #
-# Environment: BENCH_CORES (default: all), BENCH_BATCH (default 64), BENCH_EPOCHS (default 3).
+# Environment: BENCH_CORES (default: all), BENCH_BATCH (default 64), BENCH_EPOCHS (default 20),
+# BENCH_RUNS (default 3). Needs torch, torchvision and webdataset in python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,58 +16,45 @@ input="${1:-bench-data/crops}"
 [ -d "$input" ] || input=sample-data/imagefolder
 cores="${BENCH_CORES:-$(nproc)}"
 batch="${BENCH_BATCH:-64}"
-epochs="${BENCH_EPOCHS:-3}"
+epochs="${BENCH_EPOCHS:-20}"
+runs="${BENCH_RUNS:-3}"
 work=target/bench/python
 mkdir -p "$work"
+python3 -c "import torch, torchvision, webdataset" || {
+  echo "bench_python: python3 needs torch, torchvision and webdataset" >&2
+  exit 1
+}
 
-cargo build --release -p shardtool --locked --quiet
-VENV=target/python-venv
-[ -x "$VENV/bin/python" ] || python3 -m venv --system-site-packages "$VENV"
-VIRTUAL_ENV="$PWD/$VENV" PATH="$PWD/$VENV/bin:$PATH" \
-  maturin develop --release --quiet --manifest-path python/Cargo.toml
-bin=target/release/shardtool
-"$bin" pack "$input" "$work/tar" --resize crop:224x224 --overwrite --quiet
+# The CLI and the extension in one release build (one feature resolution, dependencies built
+# once); the extension is staged with the Python sources as an importable package.
+artifacts=$(PYO3_BUILD_EXTENSION_MODULE=1 cargo build --release --locked -p shardtool \
+  -p shardtool-python --message-format=json-render-diagnostics)
+read -r bin so < <(python3 -c '
+import json, sys
+found = {}
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact":
+        if m["target"]["name"] == "shardtool" and m.get("executable"):
+            found["bin"] = m["executable"]
+        if m["target"]["name"] == "_shardtool":
+            found["so"] = next(f for f in m["filenames"] if f.endswith(".so"))
+print(found["bin"], found["so"])
+' <<<"$artifacts")
+rm -rf "$work/pkg" && mkdir -p "$work/pkg/shardtool"
+cp python/shardtool/*.py python/shardtool/*.pyi python/shardtool/py.typed "$work/pkg/shardtool/"
+cp "$so" "$work/pkg/shardtool/_shardtool.abi3.so"
+export PYTHONPATH="$PWD/$work/pkg"
+python3 -c 'import shardtool, sys; sys.exit(0 if shardtool.__file__.startswith(sys.argv[1]) else
+  f"bench_python: shardtool imported from {shardtool.__file__}")' "$PYTHONPATH"
+
+# Many tar shards, so every DataLoader worker of the peer has some (webdataset splits by shard).
+"$bin" pack "$input" "$work/tar" --resize crop:224x224 --shard-samples 256 --overwrite --quiet
 "$bin" pack "$input" "$work/packed" --format packed --resize crop:256x256 --overwrite --quiet
+"$bin" pack "$input" "$work/tiny" --format packed --resize crop:8x8 --overwrite --quiet
+cat "$work"/tar/* "$work"/packed/* "$work"/tiny/* >/dev/null
 
-echo "input $input; $cores cores; batch $batch; $epochs epochs; $(date -u +%FT%TZ)"
-for ds in tar packed; do
-  decode=""; [ "$ds" = tar ] && decode="--decode"
-  echo "== $ds: shardtool bench"
-  "$bin" bench "$work/$ds" --batch "$batch" --workers "$cores" --epochs "$epochs" $decode
-  echo "== $ds: shardtool.Loader (torch output)"
-  "$VENV/bin/python" - "$work/$ds" "$batch" "$cores" "$epochs" <<'PY'
-import sys, time, resource
-import shardtool
-path, batch, cores, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-loader = shardtool.Loader(path, batch_size=batch, workers=cores, seed=0)
-n, t0 = 0, time.perf_counter()
-rss = []
-for e in range(epochs):
-    loader.set_epoch(e)
-    for b in loader:
-        n += len(b["key"])
-    rss.append(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-dt = time.perf_counter() - t0
-print(f"samples/s {n / dt:.0f}  ({n} samples, {dt:.2f} s); max RSS per epoch (KiB) {rss}")
-PY
-done
-if "$VENV/bin/python" -c "import webdataset, torchvision" 2>/dev/null; then
-  echo "== tar: webdataset + torchvision.io.decode_jpeg, DataLoader num_workers=$cores"
-  "$VENV/bin/python" - "$work/tar" "$batch" "$cores" <<'PY'
-import glob, sys, time
-import torch, torchvision.io, webdataset as wds
-path, batch, cores = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-shards = sorted(glob.glob(f"{path}/*.tar"))
-def decode(s):
-    return torchvision.io.decode_jpeg(torch.frombuffer(bytearray(s["jpg"]), dtype=torch.uint8)), int(s["cls"])
-ds = wds.WebDataset(shards, shardshuffle=False, nodesplitter=wds.split_by_node).map(decode).batched(batch)
-dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=cores)
-n, t0 = 0, time.perf_counter()
-for imgs, labels in dl:
-    n += len(labels)
-dt = time.perf_counter() - t0
-print(f"samples/s {n / dt:.0f}  ({n} samples, {dt:.2f} s)")
-PY
-else
-  echo "(webdataset or torchvision not installed: peer run skipped)"
-fi
+echo "input $input; $(nproc) cores, using $cores; batch $batch; $epochs epochs; $runs runs;" \
+  "$(date -u +%FT%TZ); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 scripts/bench_python.py --bin "$bin" --tar "$work/tar" --packed "$work/packed" \
+  --tiny "$work/tiny" --batch "$batch" --cores "$cores" --epochs "$epochs" --runs "$runs"

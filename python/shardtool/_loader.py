@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple, Union
+
+if TYPE_CHECKING:
+    import torch
 
 from . import _shardtool
 
@@ -36,6 +39,25 @@ def _env_partition() -> Optional[Tuple[int, int]]:
         return int(rank), int(world)
     except ValueError:
         raise ValueError(f"RANK={rank!r} and WORLD_SIZE={world!r} must be integers") from None
+
+
+def _parse_device(device: Any) -> Optional[Tuple[str, Optional[int]]]:
+    """``device`` checked and split into (kind, index); ``("cuda", None)`` takes its index from
+    ``LOCAL_RANK`` at the first ``iter()``. ``torch.device`` objects are taken by their name."""
+    if device is None:
+        return None
+    if type(device).__module__ == "torch" and type(device).__name__ == "device":
+        device = str(device)
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a str or torch.device, not {type(device).__name__}")
+    kind, sep, index = device.partition(":")
+    if device == "cpu":
+        return ("cpu", None)
+    if kind == "cuda" and not sep:
+        return ("cuda", None)
+    if kind == "cuda" and index.isdigit() and index.isascii():
+        return ("cuda", int(index))
+    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {device!r}")
 
 
 def _converter(output: str) -> Callable[[Any], Any]:
@@ -71,6 +93,10 @@ class Loader:
     out the ``N mod world_size`` samples that do not divide evenly; ``"pad"`` repeats a few
     instead.
 
+    ``device`` is ``"cpu"`` (the default), ``"cuda:N"``, or ``"cuda"``, whose index is
+    ``LOCAL_RANK`` read at the first ``iter()`` (an explicit index wins). This build hands out CPU
+    batches only: a CUDA device raises ``RuntimeError`` at ``iter()``, naming the device.
+
     ``workers`` Rust threads decode (default: all cores, divided among DataLoader worker
     processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer``,
     ``interleave`` and ``prefetch`` tune the two-level shuffle and read-ahead; ``skip_corrupt``
@@ -92,7 +118,7 @@ class Loader:
         remainder: str = "drop",
         in_order: bool = True,
         output: str = "torch",
-        device: Optional[str] = None,
+        device: Union[str, "torch.device", None] = None,
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_limit: Optional[Union[int, str]] = None,
         shuffle_buffer: Optional[int] = None,
@@ -125,17 +151,7 @@ class Loader:
             raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
         if remainder not in ("drop", "pad"):
             raise ValueError(f'remainder must be "drop" or "pad", not {remainder!r}')
-        if device is not None:
-            if not isinstance(device, str):
-                raise TypeError(f"device must be a str, not {type(device).__name__}")
-            if device.startswith("cuda"):
-                raise RuntimeError(
-                    f"device={device!r}: this build of shardtool has no CUDA support "
-                    "(build it with the `cuda` feature on a machine with a GPU); "
-                    "move batches with .to(device) instead"
-                )
-            if device != "cpu":
-                raise ValueError(f"device must be 'cpu' or 'cuda:N', not {device!r}")
+        parsed_device = _parse_device(device)
         limit: Optional[int]
         if cache_limit is None or isinstance(cache_limit, int) and not isinstance(cache_limit, bool):
             limit = cache_limit
@@ -168,6 +184,7 @@ class Loader:
         self._interleave = interleave
         self._prefetch = prefetch
         self._skip_corrupt = skip_corrupt
+        self._device = parsed_device
         # This process's share of the rank's batches, (index, count): set per DataLoader worker.
         self._split: Optional[Tuple[int, int]] = None
         self._reader: Optional[_shardtool.Reader] = None
@@ -193,6 +210,27 @@ class Loader:
                 raise ValueError(f"RANK={rank} must be in 0..WORLD_SIZE={world}")
             return env
         return 0, 1
+
+    def _resolve_device(self) -> str:
+        """The device batches go to, looked up now: an explicit ``cuda:N`` wins, a bare ``cuda``
+        takes ``LOCAL_RANK`` (0 when it is unset), like the rank. A CUDA device raises
+        ``RuntimeError``: the bindings have no CUDA path yet (``crates/gpu``'s pinned ring is
+        not wired to them), so no build of this package can hand out CUDA batches."""
+        if self._device is None or self._device[0] == "cpu":
+            return "cpu"
+        index, source = self._device[1], ""
+        if index is None:
+            local = os.environ.get("LOCAL_RANK")
+            index, source = 0, " (no index given and LOCAL_RANK unset)"
+            if local is not None:
+                if not (local.isdigit() and local.isascii()):
+                    raise ValueError(f"LOCAL_RANK={local!r} must be a non-negative integer")
+                index, source = int(local), f" (index from LOCAL_RANK={local})"
+        resolved = f"cuda:{index}"
+        raise RuntimeError(
+            f"device {resolved!r}{source}: this build of shardtool has no CUDA support; "
+            "read on the CPU and move batches with .to(device, non_blocking=True)"
+        )
 
     def _plan_info(self, world: int) -> Tuple[str, int, int]:
         if world not in self._info:
@@ -234,6 +272,7 @@ class Loader:
 
     def __iter__(self) -> Iterator[Batch]:
         self.close()
+        self._resolve_device()
         rank, world = self._resolve_partition()
         resume = self._resume
         self._resume = None

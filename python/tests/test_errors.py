@@ -40,8 +40,8 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
         shardtool.Loader(p, batch_size=2, shuffle="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         shardtool.Loader(p, batch_size=2, no_such_option=1)  # type: ignore[call-arg]
-    with pytest.raises(RuntimeError, match="CUDA"):
-        shardtool.Loader(p, batch_size=2, device="cuda:0")
+    with pytest.raises(ValueError):
+        shardtool.Loader(p, batch_size=2, device="tpu")
     with pytest.raises(TypeError):
         shardtool.pack(p, tmp_path / "o", no_such_option=1)
     with pytest.raises(ValueError):
