@@ -81,7 +81,8 @@ class Loader:
 
     Iterating yields dicts: ``image`` (uint8 ``[B, H, W, 3]`` when every image of the batch has
     the same shape, else a list of ``[h, w, 3]`` arrays; with ``decode=False`` on tar shards, a
-    list of 1-D arrays of encoded bytes), ``label`` (int64 ``[B]``), ``key`` (list of str),
+    list of 1-D arrays of encoded bytes; with a crop ``transform``, always ``[B, S, S, 3]``),
+    ``label`` (int64 ``[B]``), ``key`` (list of str),
     ``epoch`` and ``index`` (the batch's position in this rank's epoch). ``output`` picks torch
     tensors, NumPy arrays, or ``shardtool.Tensor`` objects (``__dlpack__``). Images are views of
     the reader's batch buffer, not copies; the buffer is reused only after every view of it is
@@ -96,6 +97,14 @@ class Loader:
     ``device`` is ``"cpu"`` (the default), ``"cuda:N"``, or ``"cuda"``, whose index is
     ``LOCAL_RANK`` read at the first ``iter()`` (an explicit index wins). This build hands out CPU
     batches only: a CUDA device raises ``RuntimeError`` at ``iter()``, naming the device.
+
+    ``transform`` is what the Rust threads do to each image (default ``"decode"``, or ``"none"``
+    with ``decode=False``): ``"resize:S"`` (shorter side S), ``"center-crop:S[,ratio=R]"``
+    (evaluation: the centre square of R × the shorter side, default 0.875, resized to S×S) or
+    ``"random-resized-crop:S[,scale=A-B][,ratio=C-D]"`` (training: torchvision's
+    ``RandomResizedCrop`` rule, defaults 0.08-1 and 3/4-4/3). ``flip=True`` mirrors each crop with
+    probability 0.5. Crops are a function of (seed, epoch, sample key) only, so worker counts,
+    ranks and resumes never change them; JPEGs decode only the crop's region.
 
     ``workers`` Rust threads decode (default: all cores, divided among DataLoader worker
     processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer``,
@@ -115,6 +124,8 @@ class Loader:
         world_size: Optional[int] = None,
         workers: Optional[int] = None,
         decode: bool = True,
+        transform: Optional[str] = None,
+        flip: bool = False,
         remainder: str = "drop",
         in_order: bool = True,
         output: str = "torch",
@@ -162,9 +173,20 @@ class Loader:
         else:
             raise TypeError(f"cache_limit must be an int or a size string, not {type(cache_limit).__name__}")
         for name, flag in (("shuffle", shuffle), ("decode", decode), ("in_order", in_order),
-                           ("skip_corrupt", skip_corrupt)):
+                           ("skip_corrupt", skip_corrupt), ("flip", flip)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
+        if transform is None:
+            transform = "decode" if decode else "none"
+        elif not isinstance(transform, str):
+            raise TypeError(f"transform must be a str, not {type(transform).__name__}")
+        elif not decode:
+            raise ValueError(f"decode=False conflicts with transform={transform!r}: give one")
+        transform, crops = _shardtool.check_transform(transform)
+        if flip and not crops:
+            raise ValueError(
+                f"flip needs a crop transform (center-crop or random-resized-crop), not {transform}"
+            )
 
         self._dataset = location
         self._batch_size = batch_size
@@ -174,7 +196,8 @@ class Loader:
         self._rank = rank
         self._world_size = world_size
         self._workers = workers
-        self._decode = decode
+        self._transform = transform
+        self._flip = flip
         self._remainder = remainder
         self._in_order = in_order
         self._output = output
@@ -286,7 +309,8 @@ class Loader:
             rank=rank,
             world_size=world,
             workers=self._threads(),
-            decode=self._decode,
+            transform=self._transform,
+            flip=self._flip,
             remainder=self._remainder,
             in_order=self._in_order,
             shuffle_buffer=self._shuffle_buffer,

@@ -10,7 +10,7 @@ use pyo3::types::{PyList, PyTuple};
 use shardtool_reader::plan::per_rank;
 use shardtool_reader::{
     dataset_fingerprint, Batch, CacheOptions, CorruptPolicy, Dataset, Layout, Loader, LoaderState,
-    Location, Next, Remainder,
+    Location, Next, Remainder, Transform,
 };
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, TryLockError};
@@ -162,7 +162,7 @@ impl Reader {
     /// released).
     #[new]
     #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
-        workers=None, decode=true, remainder="drop", in_order=true, shuffle_buffer=None,
+        workers=None, transform="decode", flip=false, remainder="drop", in_order=true, shuffle_buffer=None,
         interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
         cache_dir=None, cache_limit=None, test_delay=None))]
     // One parameter per keyword argument of the Python signature.
@@ -177,7 +177,8 @@ impl Reader {
         rank: u32,
         world_size: u32,
         workers: Option<usize>,
-        decode: bool,
+        transform: &str,
+        flip: bool,
         remainder: &str,
         in_order: bool,
         shuffle_buffer: Option<usize>,
@@ -199,7 +200,12 @@ impl Reader {
             .epoch(epoch)
             .shuffle(shuffle)
             .partition(rank, world_size)
-            .decode(decode)
+            .transform(
+                transform
+                    .parse::<Transform>()
+                    .map_err(|e| PyValueError::new_err(e.to_string()))?,
+            )
+            .flip(flip)
             .remainder(self::remainder(remainder)?)
             .in_order(in_order)
             .on_corrupt(if skip_corrupt {

@@ -209,6 +209,16 @@ pub fn inspect(py: Python<'_>, path: PathBuf, jobs: Option<usize>) -> PyResult<S
     json(&r.map_err(verify_error)?)
 }
 
+/// A `transform=` value checked and written out in full (defaults filled in); `ValueError` says
+/// what is wrong. The Loader calls it at construction, so a typo fails before any iteration.
+#[pyfunction]
+pub fn check_transform(text: &str) -> PyResult<(String, bool)> {
+    let t = text
+        .parse::<shardtool_reader::Transform>()
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    Ok((t.to_string(), t.fixed_size().is_some()))
+}
+
 /// `"64GiB"`, `"200GB"`, `"512"` → bytes.
 #[pyfunction]
 pub fn parse_byte_size(text: &str) -> PyResult<u64> {

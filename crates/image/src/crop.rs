@@ -65,6 +65,7 @@ pub fn dct_scale_for(crop: &CropBox, out_w: u32, out_h: u32) -> u8 {
 struct CropCodecs {
     jpeg: Option<tj::Decoder>,
     scratch: Vec<u8>,
+    row: Vec<u8>,
     resizer: fr::Resizer,
 }
 
@@ -72,6 +73,7 @@ thread_local! {
     static CROP: RefCell<CropCodecs> = RefCell::new(CropCodecs {
         jpeg: tj::Decoder::new(),
         scratch: Vec::new(),
+        row: Vec::new(),
         resizer: fr::Resizer::new(),
     });
 }
@@ -97,7 +99,14 @@ pub fn decode_crop_into(
                     dct_scale: region.scale,
                     region_decoded: options.fused,
                 };
-                resize_into(&mut c.resizer, decoded, region.in_region(), options, out)?;
+                resize_into(
+                    &mut c.resizer,
+                    &mut c.row,
+                    decoded,
+                    region.in_region(),
+                    options,
+                    out,
+                )?;
                 return Ok(report);
             }
         }
@@ -120,7 +129,7 @@ pub fn decode_crop_into(
             width: img.width,
             height: img.height,
         };
-        resize_into(&mut c.resizer, src, crop, options, out)?;
+        resize_into(&mut c.resizer, &mut c.row, src, crop, options, out)?;
         Ok(CropReport {
             source: (img.width, img.height),
             crop,
@@ -154,7 +163,10 @@ pub fn crop_pixels_into(
         width,
         height,
     };
-    CROP.with(|c| resize_into(&mut c.borrow_mut().resizer, src, crop, options, out))
+    CROP.with(|c| {
+        let c = &mut *c.borrow_mut();
+        resize_into(&mut c.resizer, &mut c.row, src, crop, options, out)
+    })
 }
 
 fn check_out(options: &CropOptions, out: &[u8]) -> Result<(), ImageError> {
@@ -184,6 +196,7 @@ struct Pixels<'a> {
 /// mirrors the rows in place while they are still in cache.
 fn resize_into(
     resizer: &mut fr::Resizer,
+    row: &mut Vec<u8>,
     src: Pixels<'_>,
     crop: CropBox,
     options: &CropOptions,
@@ -208,21 +221,42 @@ fn resize_into(
         .resize(&src_img, &mut dst, &opts)
         .map_err(|e| err(&e))?;
     if options.flip {
-        for row in out.chunks_exact_mut(options.width as usize * 3) {
-            flip_row(row);
+        for line in out.chunks_exact_mut(options.width as usize * 3) {
+            flip_row(line, row);
         }
     }
     Ok(())
 }
 
-fn flip_row(row: &mut [u8]) {
+/// Mirrors an RGB8 row, four pixels (12 bytes) per step through a copy of it in `tmp`: a
+/// pixel-by-pixel swap took more than twice as long, a noticeable share of a 224x224 crop.
+fn flip_row(row: &mut [u8], tmp: &mut Vec<u8>) {
+    tmp.clear();
+    tmp.extend_from_slice(row);
     let n = row.len() / 3;
-    for i in 0..n / 2 {
-        let (a, b) = (i * 3, (n - 1 - i) * 3);
-        for c in 0..3 {
-            row.swap(a + c, b + c);
-        }
+    let mut i = 0;
+    while i + 4 <= n {
+        let s = 3 * (n - 4 - i);
+        row[3 * i..3 * i + 12].copy_from_slice(&reverse4(&tmp[s..s + 12]));
+        i += 4;
     }
+    while i < n {
+        let s = 3 * (n - 1 - i);
+        row[3 * i..3 * i + 3].copy_from_slice(&tmp[s..s + 3]);
+        i += 1;
+    }
+}
+
+/// Four RGB pixels in reverse order, moved as one 96-bit integer.
+fn reverse4(px: &[u8]) -> [u8; 12] {
+    let mut wide = [0u8; 16];
+    wide[..12].copy_from_slice(&px[..12]);
+    let v = u128::from_le_bytes(wide);
+    let m = 0xFF_FFFF;
+    let r = ((v >> 72) & m) | (((v >> 48) & m) << 24) | (((v >> 24) & m) << 48) | ((v & m) << 72);
+    let mut out = [0u8; 12];
+    out.copy_from_slice(&r.to_le_bytes()[..12]);
+    out
 }
 
 /// Keeps a box inside the image and at least a pixel wide, whatever rounding did.
@@ -508,9 +542,20 @@ mod tests {
 
     #[test]
     fn flip_mirrors_pixels_not_channels() {
+        let mut tmp = Vec::new();
         let mut row = vec![1, 2, 3, 4, 5, 6, 7, 8, 9];
-        flip_row(&mut row);
+        flip_row(&mut row, &mut tmp);
         assert_eq!(row, vec![7, 8, 9, 4, 5, 6, 1, 2, 3]);
+        // Every width, including those that are not a multiple of the four-pixel step.
+        for n in 0..20usize {
+            let px: Vec<[u8; 3]> = (0..n)
+                .map(|i| [i as u8, 100 + i as u8, 200 + i as u8])
+                .collect();
+            let mut row = px.concat();
+            flip_row(&mut row, &mut tmp);
+            let want: Vec<u8> = px.iter().rev().flatten().copied().collect();
+            assert_eq!(row, want, "{n} pixels");
+        }
     }
 
     #[test]

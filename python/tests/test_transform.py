@@ -1,0 +1,94 @@
+"""Train-time transforms from Python: fixed-shape crop batches, the same crops however the batches
+are spread over DataLoader workers, and clear errors for bad transform options."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Dict
+
+import numpy as np
+import pytest
+import torch
+
+import shardtool
+import shardtool.torch
+
+from conftest import samples
+
+
+def _by_key(batches: object) -> Dict[str, str]:
+    out: Dict[str, str] = {}
+    for b in batches:  # type: ignore[attr-defined]
+        img = np.asarray(b["image"])
+        for i, k in enumerate(b["key"]):
+            assert k not in out, f"{k} twice"
+            out[k] = hashlib.sha256(img[i].tobytes()).hexdigest()
+    return out
+
+
+@pytest.mark.parametrize("kind", ["tar_var", "packed"])
+def test_crops_make_fixed_batches(datasets: Dict[str, Path], kind: str) -> None:
+    loader = shardtool.Loader(
+        datasets[kind], batch_size=8, transform="random-resized-crop:12", flip=True, output="numpy"
+    )
+    n = 0
+    for b in loader:
+        img = b["image"]
+        assert isinstance(img, np.ndarray)
+        assert img.dtype == np.uint8 and img.shape == (len(b["key"]), 12, 12, 3)
+        n += len(b["key"])
+    assert n == samples(datasets[kind])
+
+
+def test_center_crop_is_deterministic_and_differs_from_random(datasets: Dict[str, Path]) -> None:
+    def run(transform: str, epoch: int) -> Dict[str, str]:
+        return _by_key(
+            shardtool.Loader(
+                datasets["tar_var"], batch_size=8, transform=transform, epoch=epoch, output="numpy"
+            )
+        )
+
+    centre = run("center-crop:16", 0)
+    assert run("center-crop:16", 1) == centre  # no randomness in an evaluation crop
+    rrc0 = run("random-resized-crop:16", 0)
+    assert run("random-resized-crop:16", 0) == rrc0
+    assert run("random-resized-crop:16", 1) != rrc0  # a new epoch draws new crops
+    assert rrc0 != centre
+
+
+def test_dataloader_workers_get_the_same_crops(datasets: Dict[str, Path]) -> None:
+    opts = dict(batch_size=4, seed=3, transform="random-resized-crop:16", flip=True)
+    direct = _by_key(shardtool.Loader(datasets["tar_var"], output="numpy", workers=1, **opts))
+    ds = shardtool.torch.IterableDataset(shardtool.Loader(datasets["tar_var"], **opts))
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    assert _by_key(dl) == direct
+
+
+def test_resize_gives_the_shorter_side(datasets: Dict[str, Path]) -> None:
+    for b in shardtool.Loader(datasets["tar_var"], batch_size=8, transform="resize:10"):
+        imgs = b["image"] if isinstance(b["image"], list) else list(b["image"])
+        assert all(min(t.shape[0], t.shape[1]) == 10 for t in imgs)
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        (dict(transform="random-resized-crop"), "needs a size"),
+        (dict(transform="rotate:3"), "expected none"),
+        (dict(transform="center-crop:8,ratio=3"), "(0, 1]"),
+        (dict(flip=True), "flip needs a crop"),
+        (dict(decode=False, transform="center-crop:8"), "decode=False"),
+    ],
+)
+def test_bad_transforms_raise_value_error(
+    datasets: Dict[str, Path], options: Dict[str, object], says: str
+) -> None:
+    with pytest.raises(ValueError, match=None) as e:
+        next(iter(shardtool.Loader(datasets["tar"], batch_size=4, **options)))  # type: ignore[arg-type]
+    assert says in str(e.value)
+
+
+def test_transform_must_be_a_string(datasets: Dict[str, Path]) -> None:
+    with pytest.raises(TypeError):
+        shardtool.Loader(datasets["tar"], batch_size=4, transform=224)  # type: ignore[arg-type]
