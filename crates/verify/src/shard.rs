@@ -147,7 +147,7 @@ fn stream_shard(path: &Path, entry: &ShardEntry, sh: &Shared<'_>, out: &mut Shar
         buf.resize(STREAM_BUFFER, 0);
     }
     let (streamed, buf) = stream_tar(file, len, buf, &ctx);
-    sh.buffers.give(ShardBytes::Owned(buf));
+    sh.buffers.give(ShardBytes::owned(buf));
     let mut s = match streamed {
         Ok(s) => s,
         Err(e) => {
@@ -157,7 +157,7 @@ fn stream_shard(path: &Path, entry: &ShardEntry, sh: &Shared<'_>, out: &mut Shar
     };
     out.bytes_read = s.len;
     let loaded = Loaded {
-        data: ShardBytes::Owned(Vec::new()),
+        data: ShardBytes::owned(Vec::new()),
         stored_len: s.len,
         stored_sum: s.sum,
         uncompressed: None,
