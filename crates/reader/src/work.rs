@@ -19,10 +19,14 @@ pub(crate) struct WorkerShared {
     pub(crate) dataset: Arc<Dataset>,
     pub(crate) order: Arc<Vec<SampleRef>>,
     pub(crate) batch_size: usize,
+    // The crop inputs, read only by the decoder (the `decode` feature).
+    #[cfg_attr(not(feature = "decode"), allow(dead_code))]
     pub(crate) seed: u64,
     pub(crate) epoch: u64,
     pub(crate) transform: Transform,
+    #[cfg_attr(not(feature = "decode"), allow(dead_code))]
     pub(crate) flip: bool,
+    #[cfg_attr(not(feature = "decode"), allow(dead_code))]
     pub(crate) region_decode: bool,
     pub(crate) corrupt: CorruptPolicy,
     pub(crate) allocator: Arc<dyn BatchAllocator>,
@@ -69,6 +73,8 @@ enum Rec<'a> {
         shape: [u32; 3],
         bytes: &'a [u8],
     },
+    /// Decoded by this worker (only with the `decode` feature).
+    #[cfg_attr(not(feature = "decode"), allow(dead_code))]
     Owned {
         shape: [u32; 3],
         bytes: Vec<u8>,
