@@ -52,14 +52,14 @@ pub struct LoaderArgs {
     /// Decode tar image records to RGB8 at their stored size (the same as --transform decode).
     #[arg(long, conflicts_with = "transform")]
     pub decode: bool,
-    /// What to do to each image before batching:
+    /// What to do to each image before batching (options after a comma may be left out):
     ///   none                  the stored bytes (tar) or pixels (packed)
     ///   decode                RGB8 at the stored size
     ///   resize:S              shorter side S, aspect kept
-    ///   center-crop:S[,ratio=R]
+    ///   center-crop:S,ratio=R
     ///                         the centre square of R × the shorter side (default 0.875),
     ///                         resized to S×S: ImageNet evaluation
-    ///   random-resized-crop:S[,scale=A-B][,ratio=C-D]
+    ///   random-resized-crop:S,scale=A-B,ratio=C-D
     ///                         torchvision's RandomResizedCrop (scale 0.08-1, ratio 3/4-4/3),
     ///                         resized to S×S: training. JPEGs decode only the crop's region.
     /// Crops are a function of (--seed, --epoch, sample key) only.
