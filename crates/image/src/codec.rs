@@ -189,21 +189,7 @@ fn decode_jpeg(
         .read_header(bytes)
         .map_err(|e| ImageError::new(ErrorKind::Decode, format!("bad JPEG header: {e}")))?;
     let (w, h) = (header.width as u64, header.height as u64);
-    if w == 0 || h == 0 {
-        return Err(ImageError::new(
-            ErrorKind::Decode,
-            "JPEG has a zero dimension",
-        ));
-    }
-    if (w, h) != (u64::from(fw), u64::from(fh)) {
-        return Err(ImageError::new(
-            ErrorKind::Decode,
-            format!("JPEG frame says {fw}x{fh} but the decoder read {w}x{h}"),
-        ));
-    }
-    if w * h > spec.limits.max_pixels {
-        return Err(too_many(w, h, spec.limits.max_pixels));
-    }
+    check_jpeg_size((fw, fh), (w, h), spec.limits.max_pixels)?;
     if !matches!(
         header.colorspace,
         turbojpeg::Colorspace::YCbCr | turbojpeg::Colorspace::Gray | turbojpeg::Colorspace::RGB
@@ -270,6 +256,32 @@ fn decode_jpeg(
         oh,
         pristine,
     )))
+}
+
+/// Checks the size libjpeg-turbo read from a header (`read`) against the frame header our own
+/// scan found (`frame`) and the pixel limit, before anything is allocated by it.
+pub(crate) fn check_jpeg_size(
+    frame: (u32, u32),
+    read: (u64, u64),
+    max_pixels: u64,
+) -> Result<(), ImageError> {
+    let ((fw, fh), (w, h)) = (frame, read);
+    if w == 0 || h == 0 {
+        return Err(ImageError::new(
+            ErrorKind::Decode,
+            "JPEG has a zero dimension",
+        ));
+    }
+    if (w, h) != (u64::from(fw), u64::from(fh)) {
+        return Err(ImageError::new(
+            ErrorKind::Decode,
+            format!("JPEG frame says {fw}x{fh} but the decoder read {w}x{h}"),
+        ));
+    }
+    if w * h > max_pixels {
+        return Err(too_many(w, h, max_pixels));
+    }
+    Ok(())
 }
 
 /// Width and height from the first SOF marker, scanning marker segments up to the first scan.

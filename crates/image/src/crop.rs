@@ -307,7 +307,7 @@ fn scaled(dim: u32, m: u8) -> u32 {
 #[allow(unsafe_code)]
 mod tj {
     use super::{scaled, CropBox, CropOptions, Pixels, Region};
-    use crate::codec::jpeg_frame_size;
+    use crate::codec::{check_jpeg_size, jpeg_frame_size};
     use crate::orient::Orientation;
     use crate::{ErrorKind, ImageError};
     use shardtool_core::Limits;
@@ -378,19 +378,9 @@ mod tj {
             }
             let w = self.get(sys::TJPARAM_TJPARAM_JPEGWIDTH);
             let h = self.get(sys::TJPARAM_TJPARAM_JPEGHEIGHT);
-            if w <= 0 || h <= 0 || (w as u32, h as u32) != (fw, fh) {
-                return Err(ImageError::new(
-                    ErrorKind::Decode,
-                    format!("JPEG frame says {fw}x{fh} but the decoder read {w}x{h}"),
-                ));
-            }
-            let (w, h) = (w as u32, h as u32);
-            if u64::from(w) * u64::from(h) > limits.max_pixels {
-                return Err(ImageError::new(
-                    ErrorKind::TooManyPixels,
-                    format!("{w}x{h} is over the limit of {} pixels", limits.max_pixels),
-                ));
-            }
+            // Negative values (never from libjpeg-turbo) read as zero, which the check refuses.
+            let (w, h) = (u32::try_from(w).unwrap_or(0), u32::try_from(h).unwrap_or(0));
+            check_jpeg_size((fw, fh), (w.into(), h.into()), limits.max_pixels)?;
             let colorspace = self.get(sys::TJPARAM_TJPARAM_COLORSPACE);
             let subsamp = self.get(sys::TJPARAM_TJPARAM_SUBSAMP);
             let ok_colorspace = [
