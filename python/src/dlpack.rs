@@ -106,46 +106,105 @@ struct Managed<T> {
     _keep: Keep,
 }
 
-const NAME: &CStr = c"dltensor";
-const NAME_VERSIONED: &CStr = c"dltensor_versioned";
+/// The two DLPack managed-tensor structs (legacy and versioned): their capsule name and how
+/// `export` fills them, so that one code path builds and frees both.
+trait ManagedTensor: Sized + 'static {
+    /// The capsule name consumers look for.
+    const NAME: &'static CStr;
+    /// The struct around `dl_tensor`, its deleter set and its context still null.
+    fn wrap(dl_tensor: DLTensor) -> Self;
+    fn dl_tensor(&mut self) -> &mut DLTensor;
+    fn set_manager_ctx(&mut self, ctx: *mut c_void);
+}
 
-/// Frees a capsule's allocation; dropping `_keep` may return a batch buffer to its pool (a short
-/// mutex section, never a wait on Python).
-unsafe extern "C" fn delete_unversioned(p: *mut DLManagedTensor) {
-    if !p.is_null() {
-        // SAFETY: `p` came from `Box::into_raw` of a `Managed<DLManagedTensor>` (see `export`),
-        // whose first field it is; DLPack calls the deleter once.
-        drop(unsafe { Box::from_raw(p.cast::<Managed<DLManagedTensor>>()) });
+impl ManagedTensor for DLManagedTensor {
+    const NAME: &'static CStr = c"dltensor";
+    fn wrap(dl_tensor: DLTensor) -> Self {
+        DLManagedTensor {
+            dl_tensor,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete::<DLManagedTensor>),
+        }
+    }
+    fn dl_tensor(&mut self) -> &mut DLTensor {
+        &mut self.dl_tensor
+    }
+    fn set_manager_ctx(&mut self, ctx: *mut c_void) {
+        self.manager_ctx = ctx;
     }
 }
 
-unsafe extern "C" fn delete_versioned(p: *mut DLManagedTensorVersioned) {
+impl ManagedTensor for DLManagedTensorVersioned {
+    const NAME: &'static CStr = c"dltensor_versioned";
+    fn wrap(dl_tensor: DLTensor) -> Self {
+        DLManagedTensorVersioned {
+            version: DLPackVersion { major: 1, minor: 0 },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(delete::<DLManagedTensorVersioned>),
+            flags: 0,
+            dl_tensor,
+        }
+    }
+    fn dl_tensor(&mut self) -> &mut DLTensor {
+        &mut self.dl_tensor
+    }
+    fn set_manager_ctx(&mut self, ctx: *mut c_void) {
+        self.manager_ctx = ctx;
+    }
+}
+
+/// Frees a capsule's allocation; dropping `_keep` may return a batch buffer to its pool (a short
+/// mutex section, never a wait on Python).
+unsafe extern "C" fn delete<T: ManagedTensor>(p: *mut T) {
     if !p.is_null() {
-        // SAFETY: as in `delete_unversioned`, for the versioned struct.
-        drop(unsafe { Box::from_raw(p.cast::<Managed<DLManagedTensorVersioned>>()) });
+        // SAFETY: `p` came from `Box::into_raw` of a `Managed<T>` (see `export`), whose first
+        // field it is; DLPack calls the deleter once.
+        drop(unsafe { Box::from_raw(p.cast::<Managed<T>>()) });
     }
 }
 
 /// Capsule destructor: frees the tensor only if no consumer took it (a consumer renames the
 /// capsule to `used_dltensor` and calls the deleter itself).
-unsafe extern "C" fn capsule_unversioned(cap: *mut ffi::PyObject) {
+unsafe extern "C" fn capsule_destructor<T: ManagedTensor>(cap: *mut ffi::PyObject) {
     // SAFETY: `cap` is a live capsule (its destructor is running); IsValid only reads its name.
     unsafe {
-        if ffi::PyCapsule_IsValid(cap, NAME.as_ptr()) == 1 {
-            let p = ffi::PyCapsule_GetPointer(cap, NAME.as_ptr()).cast::<DLManagedTensor>();
-            delete_unversioned(p);
+        if ffi::PyCapsule_IsValid(cap, T::NAME.as_ptr()) == 1 {
+            delete(ffi::PyCapsule_GetPointer(cap, T::NAME.as_ptr()).cast::<T>());
         }
     }
 }
 
-unsafe extern "C" fn capsule_versioned(cap: *mut ffi::PyObject) {
-    // SAFETY: as in `capsule_unversioned`.
+/// A capsule owning one `Managed<T>` of `tensor`, whose shape and strides point into it.
+fn capsule<'py, T: ManagedTensor>(
+    py: Python<'py>,
+    tensor: DLTensor,
+    shape: Vec<i64>,
+    strides: Vec<i64>,
+    keep: Keep,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut m = Box::new(Managed {
+        tensor: T::wrap(tensor),
+        shape,
+        strides,
+        _keep: keep,
+    });
+    // The Vecs' heap storage does not move when the Box is built, so these pointers stay valid
+    // for the allocation's life.
+    let (shape, strides) = (m.shape.as_mut_ptr(), m.strides.as_mut_ptr());
+    let t = m.tensor.dl_tensor();
+    t.shape = shape;
+    t.strides = strides;
+    let raw = Box::into_raw(m);
+    // SAFETY: `raw` is a valid, uniquely owned allocation.
+    unsafe { (*raw).tensor.set_manager_ctx(raw.cast()) };
+    // SAFETY: the GIL is held; the name is 'static, as the capsule requires; on failure the
+    // allocation is freed here, since no capsule owns it.
     unsafe {
-        if ffi::PyCapsule_IsValid(cap, NAME_VERSIONED.as_ptr()) == 1 {
-            let p = ffi::PyCapsule_GetPointer(cap, NAME_VERSIONED.as_ptr())
-                .cast::<DLManagedTensorVersioned>();
-            delete_versioned(p);
+        let cap = ffi::PyCapsule_New(raw.cast(), T::NAME.as_ptr(), Some(capsule_destructor::<T>));
+        if cap.is_null() {
+            delete(raw.cast::<T>());
         }
+        Bound::from_owned_ptr_or_err(py, cap)
     }
 }
 
@@ -217,58 +276,10 @@ impl Tensor {
             strides: std::ptr::null_mut(),
             byte_offset: 0,
         };
-        // The Vecs' heap storage does not move when the Box is built, so the pointers set
-        // after boxing stay valid for the allocation's life.
-        let (ptr, name, destructor): (*mut c_void, &CStr, ffi::PyCapsule_Destructor) = if versioned
-        {
-            let mut m = Box::new(Managed {
-                tensor: DLManagedTensorVersioned {
-                    version: DLPackVersion { major: 1, minor: 0 },
-                    manager_ctx: std::ptr::null_mut(),
-                    deleter: Some(delete_versioned),
-                    flags: 0,
-                    dl_tensor: tensor,
-                },
-                shape,
-                strides,
-                _keep: keep,
-            });
-            m.tensor.dl_tensor.shape = m.shape.as_mut_ptr();
-            m.tensor.dl_tensor.strides = m.strides.as_mut_ptr();
-            let raw = Box::into_raw(m);
-            // SAFETY: `raw` is a valid, uniquely owned allocation.
-            unsafe { (*raw).tensor.manager_ctx = raw.cast() };
-            (raw.cast(), NAME_VERSIONED, capsule_versioned)
+        if versioned {
+            capsule::<DLManagedTensorVersioned>(py, tensor, shape, strides, keep)
         } else {
-            let mut m = Box::new(Managed {
-                tensor: DLManagedTensor {
-                    dl_tensor: tensor,
-                    manager_ctx: std::ptr::null_mut(),
-                    deleter: Some(delete_unversioned),
-                },
-                shape,
-                strides,
-                _keep: keep,
-            });
-            m.tensor.dl_tensor.shape = m.shape.as_mut_ptr();
-            m.tensor.dl_tensor.strides = m.strides.as_mut_ptr();
-            let raw = Box::into_raw(m);
-            // SAFETY: as above.
-            unsafe { (*raw).tensor.manager_ctx = raw.cast() };
-            (raw.cast(), NAME, capsule_unversioned)
-        };
-        // SAFETY: the GIL is held; `name` is 'static, as the capsule requires; on failure the
-        // allocation is freed here, since no capsule owns it.
-        unsafe {
-            let cap = ffi::PyCapsule_New(ptr, name.as_ptr(), Some(destructor));
-            if cap.is_null() {
-                if versioned {
-                    delete_versioned(ptr.cast());
-                } else {
-                    delete_unversioned(ptr.cast());
-                }
-            }
-            Bound::from_owned_ptr_or_err(py, cap)
+            capsule::<DLManagedTensor>(py, tensor, shape, strides, keep)
         }
     }
 }
