@@ -22,9 +22,22 @@ pub struct Cli {
 pub enum Command {
     /// Pack images into globally shuffled, pre-resized WebDataset tar or packed-tensor shards.
     ///
+    /// INPUT is an ImageFolder (INPUT/<class>/<image>), a CSV/JSONL list, WebDataset .tar shards
+    /// (a folder, a file, a brace pattern like shard-{000000..000099}.tar, or a glob), or Parquet
+    /// files in the Hugging Face layout (a folder, a file, a pattern); any of the last two may
+    /// be http(s)://, s3:// or file:// URLs (a remote folder ends in /). The format is told
+    /// from the names; --input-format overrides it. Fields other than the image (a caption's
+    /// .txt, an input .json, anything else) are carried into each sample byte for byte; list and
+    /// Parquet columns go into its .json, and a text column becomes its .txt. A dataset without
+    /// labels packs without .cls (label -1 when read). Remote and Parquet inputs are staged in
+    /// OUTPUT as hidden .stage-*.tmp files while the pack runs.
+    ///
     /// Examples:
     ///   shardtool pack photos/ out/ --resize shorter:256
     ///   shardtool pack --list train.csv out/ --resize crop:224x224 --format packed
+    ///   shardtool pack 'laion/{00000..00099}.tar' out/ --resize shorter:384 --shard-size 1GB
+    ///   shardtool pack hf/imagenet-1k/data/ out/ --resize shorter:256
+    ///   shardtool pack s3://bucket/cc12m/ out/ --input-format wds
     ///   shardtool pack photos/ out/ --shard-size 64MiB --compress zstd --overwrite
     #[command(verbatim_doc_comment)]
     Pack(PackArgs),
@@ -122,18 +135,39 @@ pub enum FormatArg {
 /// Arguments of `shardtool pack`.
 #[derive(Debug, Args)]
 pub struct PackArgs {
-    /// ImageFolder directory (INPUT/<class>/<image>); omit when using --list.
+    /// The inputs: an ImageFolder, a list, .tar shards or .parquet files (a folder, a file, a
+    /// brace pattern or glob, or URLs); omit when using --list.
     #[arg(value_name = "INPUT", required_unless_present = "list")]
-    pub input: Option<PathBuf>,
+    pub input: Option<String>,
 
     /// Output directory for shards, manifest.json and errors.jsonl (created if missing).
     #[arg(value_name = "OUTPUT")]
     pub output: Option<PathBuf>,
 
-    /// Read inputs from a CSV (with header) or JSONL list with fields `path`, `label` (integer
-    /// or class name) and optional `key`; relative paths resolve against the list's folder.
+    /// Read inputs from a CSV (with header) or JSONL list with fields `path`, optional `label`
+    /// (integer or class name) and `key`, and any others (carried into each sample's .json;
+    /// `text` becomes its .txt); relative paths resolve against the list's folder.
     #[arg(long, value_name = "FILE")]
     pub list: Option<PathBuf>,
+
+    /// What INPUT holds, when its names do not say: imagefolder, list, wds or parquet.
+    #[arg(long, value_name = "FORMAT")]
+    pub input_format: Option<String>,
+
+    /// The Parquet column holding the image (a struct with `bytes`, or binary); default `image`,
+    /// else the first such column. For a list, the path column (default `path`).
+    #[arg(long, value_name = "NAME")]
+    pub image_column: Option<String>,
+
+    /// The list or Parquet column holding the integer label or class name; default `label` if
+    /// present (otherwise the dataset is unlabelled).
+    #[arg(long, value_name = "NAME")]
+    pub label_column: Option<String>,
+
+    /// The list or Parquet column carried as each sample's .txt (a caption); default `text`
+    /// (Parquet: `text`, then `caption`).
+    #[arg(long, value_name = "NAME")]
+    pub text_column: Option<String>,
 
     /// none | shorter:N | longer:N | fit:WxH | crop:WxH. Downscale only unless --upscale
     /// (crop always yields exactly WxH). 640x480 with shorter:256 gives 341x256.

@@ -96,7 +96,9 @@ pub fn pack(
         )));
     }
     let bad = |field: &str, e: String| PyValueError::new_err(format!("{field}: {e}"));
-    let mut plan = PackPlan::new(InputSource::Folder(input), output);
+    let source = shardtool_pack::resolve_input(&input.to_string_lossy(), None, &Default::default())
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut plan = PackPlan::new(source, output);
     let t = &mut plan.transform;
     t.resize = resize
         .parse()

@@ -5,18 +5,28 @@ use crate::progress::PackProgress;
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_pack::{
-    pack, Compression, InputSource, PackError, PackPlan, PackReport, PlanError, ShardFormatChoice,
+    pack, resolve_input, Columns, Compression, InputFormat, InputSource, PackError, PackPlan,
+    PackReport, PlanError, ShardFormatChoice,
 };
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Builds the plan from the flags, without touching the file system.
 pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
+    let format = a
+        .input_format
+        .as_deref()
+        .map(str::parse::<InputFormat>)
+        .transpose()
+        .map_err(|e| format!("--input-format: {e}"))?;
     let (source, output) = match (a.list, a.input, a.output) {
-        (Some(list), Some(out), None) => (InputSource::List(list), out),
+        (Some(list), Some(out), None) => (InputSource::List(list), PathBuf::from(out)),
         (Some(_), Some(_), Some(_)) => {
             return Err("with --list, give only OUTPUT (the inputs come from the list)".into())
         }
-        (None, Some(input), Some(out)) => (InputSource::Folder(input), out),
+        (None, Some(input), Some(out)) => (
+            resolve_input(&input, format, &Default::default()).map_err(|e| e.to_string())?,
+            out,
+        ),
         _ => {
             return Err(
                 "usage: shardtool pack <INPUT> <OUTPUT> or shardtool pack --list FILE <OUTPUT>"
@@ -25,6 +35,11 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         }
     };
     let mut plan = PackPlan::new(source, output);
+    plan.columns = Columns {
+        image: a.image_column,
+        label: a.label_column,
+        text: a.text_column,
+    };
     let t = &mut plan.transform;
     t.resize = a
         .resize

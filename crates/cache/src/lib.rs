@@ -12,6 +12,8 @@
 //! it, locations and cache folders still work and nothing async or TLS is compiled.
 
 mod dir;
+#[cfg(feature = "remote")]
+mod inputs;
 mod location;
 mod metrics;
 #[cfg(feature = "remote")]
@@ -22,6 +24,8 @@ mod source;
 mod writeback;
 
 pub use dir::{default_cache_dir, CacheDir, CachedDataset, ClearReport};
+#[cfg(feature = "remote")]
+pub use inputs::RemoteFolder;
 pub use location::{Location, RemoteUrl};
 pub use metrics::CacheMetrics;
 #[cfg(feature = "remote")]

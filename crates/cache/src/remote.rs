@@ -232,6 +232,84 @@ impl Remote {
         sum: Checksum,
         file: &mut std::fs::File,
     ) -> Result<(), CacheError> {
+        self.download_checked(name, size, Some(sum), file)
+    }
+
+    /// The size of object `name`, by one HEAD request (retried like a download).
+    pub fn size_of(&self, name: &str) -> Result<u64, CacheError> {
+        let path = self.path(name);
+        self.with_retries(name, (), |()| {
+            let path = &path;
+            async move {
+                let r = tokio::time::timeout(self.policy.stall_timeout, self.store.head(path))
+                    .await
+                    .map_err(|_| AttemptError::retry("no response (stalled)"))
+                    .and_then(|r| r.map_err(classify))
+                    .map(|m| m.size);
+                ((), r)
+            }
+        })
+        .map(|((), size)| size)
+    }
+
+    /// The objects under the folder (recursively): their names relative to it and sizes, sorted
+    /// by name.
+    pub fn list(&self) -> Result<Vec<(String, u64)>, CacheError> {
+        let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(self.prefix.as_str()));
+        let base = if self.prefix.is_empty() {
+            String::new()
+        } else {
+            format!("{}/", self.prefix)
+        };
+        let (_, mut out) = self.with_retries("", (), |()| {
+            let prefix = prefix.clone();
+            let base = &base;
+            async move {
+                let r = async {
+                    let mut stream = self.store.list(prefix.as_ref());
+                    let mut out = Vec::new();
+                    loop {
+                        let next =
+                            tokio::time::timeout(self.policy.stall_timeout, stream.next()).await;
+                        match next {
+                            Err(_) => return Err(AttemptError::retry("listing stalled")),
+                            Ok(None) => return Ok(out),
+                            Ok(Some(Err(e))) => return Err(classify(e)),
+                            Ok(Some(Ok(meta))) => {
+                                let full = meta.location.to_string();
+                                let name = full.strip_prefix(base.as_str()).unwrap_or(&full);
+                                out.push((name.to_string(), meta.size));
+                            }
+                        }
+                    }
+                }
+                .await;
+                ((), r)
+            }
+        })?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// Streams object `name` (of `size` bytes, as [`Remote::size_of`] found) into `file`,
+    /// resuming by range like [`Remote::download`]; without a checksum to compare, the size is
+    /// checked.
+    pub fn download_unchecked(
+        &self,
+        name: &str,
+        size: u64,
+        file: &mut std::fs::File,
+    ) -> Result<(), CacheError> {
+        self.download_checked(name, size, None, file)
+    }
+
+    fn download_checked(
+        &self,
+        name: &str,
+        size: u64,
+        sum: Option<Checksum>,
+        file: &mut std::fs::File,
+    ) -> Result<(), CacheError> {
         let path = self.path(name);
         let started = Instant::now();
         // Bytes written and their running hash live across attempts, so a retry resumes.
@@ -258,7 +336,7 @@ impl Remote {
         &self,
         path: &StorePath,
         size: u64,
-        sum: Checksum,
+        sum: Option<Checksum>,
         mut file: &std::fs::File,
         written: &mut u64,
         hasher: &mut ChecksumHasher,
@@ -296,7 +374,7 @@ impl Remote {
         })?;
         if res.meta.size != size {
             return Err(AttemptError::fatal(format!(
-                "the remote object is {} bytes but the manifest says {size}",
+                "the remote object is {} bytes, not the {size} expected",
                 res.meta.size
             )));
         }
@@ -348,7 +426,7 @@ impl Remote {
             )));
         }
         let got = hasher.checksum();
-        if got != sum {
+        if let Some(sum) = sum.filter(|&s| s != got) {
             return Err(AttemptError::retry(format!(
                 "checksum {got} does not match the manifest's {sum}"
             )));

@@ -4,13 +4,17 @@
 //! [`pack`] takes a validated [`PackPlan`] and returns a [`PackReport`]; the CLI only parses
 //! flags into a plan and prints the report. Nothing here prints.
 
+mod containers;
 mod listing;
+mod parquet;
 mod pipeline;
 mod plan;
 mod sink;
 
+pub use containers::{expand_braces, resolve_input, InputFormat};
 pub use listing::{
-    list_inputs, InputItem, InputSource, Inputs, ListError, Listing, Origin, IMAGE_EXTENSIONS,
+    list_inputs, Columns, Container, ContainerKind, InputItem, InputSource, Inputs, ListError,
+    ListOptions, Listing, Origin, IMAGE_EXTENSIONS, MAX_LABEL,
 };
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
 pub use plan::{Compression, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED};
@@ -77,6 +81,16 @@ pub enum PackError {
         /// The error report path.
         report: PathBuf,
     },
+    /// The input holds no usable image at all (nothing was found, or every input failed).
+    #[error("no usable image: looked for {looked_for}{}", failed_note(*.failed, report))]
+    NoImages {
+        /// What was looked for, and where.
+        looked_for: String,
+        /// Inputs found that failed.
+        failed: u64,
+        /// The error report, when inputs failed.
+        report: PathBuf,
+    },
     /// Writing output failed.
     #[error("writing {path}: {cause}")]
     Io {
@@ -93,6 +107,14 @@ pub enum PackError {
         /// The cause.
         message: String,
     },
+}
+
+fn failed_note(failed: u64, report: &std::path::Path) -> String {
+    if failed == 0 {
+        String::new()
+    } else {
+        format!("; {failed} input(s) failed, see {}", report.display())
+    }
 }
 
 impl PackError {

@@ -15,8 +15,39 @@ pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp", "gif", "bm
 pub enum InputSource {
     /// `ROOT/<class>/<file>`, classes being the sorted subdirectory names.
     Folder(PathBuf),
-    /// A CSV (with header) or JSONL file with `path`, `label` and optional `key`.
+    /// A CSV (with header) or JSONL file with `path`, optional `label` and `key`, and any other
+    /// columns (carried into each sample's metadata; `text` becomes its `.txt`).
     List(PathBuf),
+    /// WebDataset tar shards: local paths or `http(s)://`, `s3://`, `file://` URLs, in order.
+    Wds(Vec<String>),
+    /// Parquet files (the Hugging Face layout): local paths or URLs, in order.
+    Parquet(Vec<String>),
+}
+
+/// Which columns (of a list or a Parquet file) hold the image, the label and the text; `None`
+/// picks the default (`path`, `label`, `text` for lists; see [`crate::parquet`] for Parquet).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Columns {
+    /// The image column (a list's path column).
+    pub image: Option<String>,
+    /// The label column.
+    pub label: Option<String>,
+    /// The text column, carried as the `.txt` field.
+    pub text: Option<String>,
+}
+
+/// How inputs are listed.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    /// Column choices.
+    pub columns: Columns,
+    /// Where Parquet files and remote inputs are staged as local files (the output folder);
+    /// staged files are named `.stage-*.tmp` and removed when the pack ends.
+    pub stage_dir: PathBuf,
+    /// Inputs larger than this are refused (a remote shard or Parquet file included).
+    pub max_input_bytes: u64,
+    /// Threads that stage Parquet files and fetch remote inputs.
+    pub jobs: usize,
 }
 
 /// One input image, borrowed from [`Inputs`].
@@ -28,8 +59,13 @@ pub struct InputItem<'a> {
     pub name: &'a [u8],
     /// Its label (index into the class list).
     pub label: i64,
-    /// A key given by the list, if any.
+    /// A key given by the list or the input shard, if any.
     pub key: Option<&'a str>,
+    /// The container (input shard, Parquet file or list) it is read from with `span`, as an index
+    /// of [`Listing::containers`].
+    pub container: Option<u32>,
+    /// Its bytes in the container, `[start, end)`: a tar sample, or a list row with extra columns.
+    pub span: Option<(u64, u64)>,
 }
 
 impl InputItem<'_> {
@@ -38,6 +74,13 @@ impl InputItem<'_> {
         [self.dir, self.name].concat()
     }
 }
+
+/// The stored label of an unlabelled input.
+const NO_LABEL: u32 = u32::MAX;
+/// The largest label an input can have.
+pub const MAX_LABEL: u32 = u32::MAX - 1;
+/// The container of a directory whose inputs are plain files.
+const NO_CONTAINER: u32 = u32::MAX;
 
 /// A run of consecutive inputs (in listing order) that share a directory and a label: a folder
 /// listing has one per directory, so directory and label cost nothing per input.
@@ -59,6 +102,10 @@ struct Run {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inputs {
     dirs: Vec<Box<[u8]>>,
+    /// Per directory, the container its inputs are read from ([`NO_CONTAINER`] for none).
+    dir_containers: Vec<u32>,
+    /// Per input, its span in its container; empty while no input has one (an empty span is none).
+    spans: Vec<(u64, u64)>,
     runs: Vec<Run>,
     names: Vec<u8>,
     ends: Vec<u32>,
@@ -86,18 +133,50 @@ impl Inputs {
     /// Registers a directory prefix (ending in `/`, or empty) and returns its index for
     /// [`Inputs::push`]. Prefixes are not deduplicated here; the directory interner in `listing.rs` does that.
     pub fn add_dir(&mut self, prefix: &[u8]) -> u32 {
+        self.add_container_dir(prefix, None)
+    }
+
+    /// Registers a directory prefix whose inputs are read from `container` (an index of
+    /// [`Listing::containers`]); inputs under it are pushed with [`Inputs::push_span`].
+    pub fn add_container_dir(&mut self, prefix: &[u8], container: Option<u32>) -> u32 {
         self.dirs.push(prefix.into());
+        self.dir_containers.push(container.unwrap_or(NO_CONTAINER));
         (self.dirs.len() - 1) as u32
     }
 
-    /// Appends an input: `name` under directory `dir` (from [`Inputs::add_dir`]).
+    /// Appends an input with its span in its directory's container (see [`Inputs::push`]).
+    pub fn push_span(
+        &mut self,
+        dir: u32,
+        name: &[u8],
+        label: Option<u32>,
+        key: Option<&str>,
+        span: (u64, u64),
+    ) -> Result<(), ListError> {
+        self.push(dir, name, label, key)?;
+        self.spans.resize(self.len() - 1, (0, 0));
+        self.spans.push(span);
+        Ok(())
+    }
+
+    /// Appends an input: `name` under directory `dir` (from [`Inputs::add_dir`]), with its label
+    /// (`None` for an unlabelled input; at most [`MAX_LABEL`]).
     pub fn push(
         &mut self,
         dir: u32,
         name: &[u8],
-        label: u32,
+        label: Option<u32>,
         key: Option<&str>,
     ) -> Result<(), ListError> {
+        let label = match label {
+            Some(l) if l <= MAX_LABEL => l,
+            Some(_) => {
+                return Err(ListError::TooMany {
+                    count: u64::from(MAX_LABEL),
+                })
+            }
+            None => NO_LABEL,
+        };
         let too_many = || ListError::TooMany {
             count: self.len() as u64,
         };
@@ -130,6 +209,9 @@ impl Inputs {
         }
         self.names.extend_from_slice(name);
         self.ends.push(end);
+        if !self.spans.is_empty() {
+            self.spans.push((0, 0));
+        }
         Ok(())
     }
 
@@ -146,11 +228,18 @@ impl Inputs {
             let k = self.keys.get(start..end as usize)?;
             (!k.is_empty()).then_some(k)
         });
+        let container = self.dir_containers[run.dir as usize];
         InputItem {
             dir: &self.dirs[run.dir as usize],
             name: &self.names[start..self.ends[i] as usize],
-            label: i64::from(run.label),
+            label: if run.label == NO_LABEL {
+                -1
+            } else {
+                i64::from(run.label)
+            },
             key,
+            container: (container != NO_CONTAINER).then_some(container),
+            span: self.spans.get(i).copied().filter(|&(a, b)| b > a),
         }
     }
 
@@ -162,6 +251,8 @@ impl Inputs {
     /// Releases spare capacity once listing is done (the store then lives for the whole pack).
     pub fn shrink_to_fit(&mut self) {
         self.dirs.shrink_to_fit();
+        self.dir_containers.shrink_to_fit();
+        self.spans.shrink_to_fit();
         self.runs.shrink_to_fit();
         self.names.shrink_to_fit();
         self.ends.shrink_to_fit();
@@ -173,6 +264,8 @@ impl Inputs {
     pub fn heap_bytes(&self) -> usize {
         self.dirs.capacity() * std::mem::size_of::<Box<[u8]>>()
             + self.dirs.iter().map(|d| d.len()).sum::<usize>()
+            + self.dir_containers.capacity() * 4
+            + self.spans.capacity() * 16
             + self.runs.capacity() * std::mem::size_of::<Run>()
             + self.names.capacity()
             + self.ends.capacity() * 4
@@ -188,11 +281,11 @@ struct DirInterner {
 }
 
 impl DirInterner {
-    fn get(&mut self, inputs: &mut Inputs, prefix: &[u8]) -> u32 {
+    fn get(&mut self, inputs: &mut Inputs, prefix: &[u8], container: Option<u32>) -> u32 {
         if let Some(&i) = self.index.get(prefix) {
             return i;
         }
-        let i = inputs.add_dir(prefix);
+        let i = inputs.add_container_dir(prefix, container);
         self.index.insert(prefix.into(), i);
         i
     }
@@ -246,6 +339,38 @@ impl Origin {
     }
 }
 
+/// A file that inputs are read from by span: an input shard, a Parquet file staged as a tar, or
+/// a list whose rows carry extra columns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Container {
+    /// The local file read.
+    pub path: PathBuf,
+    /// How the user named it (a path or URL), for reports.
+    pub source: String,
+    /// What its spans hold.
+    pub kind: ContainerKind,
+    /// Whether `path` is a staging copy the pack made, removed when it ends.
+    pub staged: bool,
+}
+
+/// What the spans of a [`Container`] hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ContainerKind {
+    /// WebDataset samples (tar members sharing a key).
+    Tar,
+    /// CSV rows, with the file's header.
+    Csv {
+        /// The header row's column names.
+        headers: Vec<String>,
+    },
+    /// JSONL lines.
+    Jsonl,
+    /// Rows of a Parquet file staged as a tar (`r<row>.jpg`, `.txt`, `.columns.json`).
+    Parquet,
+    /// A remote file fetched for staging, read by no input (removed with the other staged files).
+    Downloaded,
+}
+
 /// The result of listing.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
@@ -253,8 +378,16 @@ pub struct Listing {
     pub origin: Origin,
     /// Inputs in sorted order (folder) or list order.
     pub inputs: Inputs,
-    /// Class names.
+    /// Files inputs are read from by span.
+    pub containers: Vec<Container>,
+    /// What was looked for, and where, for the error when nothing usable was found.
+    pub looked_for: String,
+    /// Class names (empty for an unlabelled dataset).
     pub classes: Vec<String>,
+    /// Whether inputs carry labels.
+    pub labelled: bool,
+    /// The list column (or Parquet column) that becomes the `.txt` field, if any.
+    pub text_column: Option<String>,
     /// Files skipped: hidden, or not an image extension.
     pub ignored: u64,
     /// Inputs that failed before reading (dangling links, bad list rows), in listing order.
@@ -310,10 +443,12 @@ impl ListError {
 
 /// Lists the inputs of `source`. Errors are only for unusable sources (missing folder, unreadable
 /// or header-less list); problems with single inputs are collected in [`Listing::errors`].
-pub fn list_inputs(source: &InputSource) -> Result<Listing, ListError> {
+pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listing, ListError> {
     let mut listing = match source {
         InputSource::Folder(root) => list_folder(root)?,
-        InputSource::List(file) => list_file(file)?,
+        InputSource::List(file) => list_file(file, &options.columns)?,
+        InputSource::Wds(shards) => crate::containers::list_wds(shards, options)?,
+        InputSource::Parquet(files) => crate::parquet::list_parquet(files, options)?,
     };
     listing.inputs.shrink_to_fit();
     Ok(listing)
@@ -385,6 +520,12 @@ fn list_folder(root: &Path) -> Result<Listing, ListError> {
         origin: Origin {
             root: root.to_path_buf(),
         },
+        looked_for: format!(
+            "image files ({}) in class folders {}/<class>/",
+            IMAGE_EXTENSIONS.join(", "),
+            root.display()
+        ),
+        labelled: true,
         ..Listing::default()
     };
     let mut class_names = Vec::new();
@@ -452,7 +593,8 @@ fn walk(
                 r
             }
             Ok(m) if m.is_file() && has_image_extension(dir) => {
-                out.inputs.push(dir_index, &os_bytes(name), label, None)
+                out.inputs
+                    .push(dir_index, &os_bytes(name), Some(label), None)
             }
             Ok(_) => {
                 out.ignored += 1;
@@ -496,6 +638,37 @@ struct Row<'a> {
     path: Option<Cow<'a, str>>,
     label: Option<Cow<'a, str>>,
     key: Option<Cow<'a, str>>,
+    /// The row's bytes in the file, `[start, end)`.
+    span: (u64, u64),
+    /// Whether the row has columns besides path, label and key.
+    extra: bool,
+}
+
+/// The column names a list is read with.
+struct ListColumns<'a> {
+    path: &'a str,
+    label: &'a str,
+    text: &'a str,
+    /// Whether the label column was named by the user (then it must exist).
+    label_required: bool,
+}
+
+impl<'a> ListColumns<'a> {
+    fn new(c: &'a Columns) -> Self {
+        Self {
+            path: c.image.as_deref().unwrap_or("path"),
+            label: c.label.as_deref().unwrap_or("label"),
+            text: c.text.as_deref().unwrap_or("text"),
+            label_required: c.label.is_some(),
+        }
+    }
+
+    /// Whether `name` is read by the lister itself rather than carried.
+    fn is_own(&self, name: &str) -> bool {
+        [self.path, self.label, "key"]
+            .iter()
+            .any(|c| c.eq_ignore_ascii_case(name))
+    }
 }
 
 /// How a list file is parsed. Rows are streamed to a callback twice (once to learn the labels,
@@ -507,7 +680,7 @@ enum ListKind {
     Jsonl,
 }
 
-fn list_file(file: &Path) -> Result<Listing, ListError> {
+fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListError> {
     let bad = |message: String| ListError::BadList {
         path: file.to_path_buf(),
         message,
@@ -523,9 +696,11 @@ fn list_file(file: &Path) -> Result<Listing, ListError> {
     } else {
         ListKind::Jsonl
     };
+    let cols = ListColumns::new(columns);
 
     let mut listing = Listing {
         origin: Origin { root: base },
+        looked_for: format!("rows with a `{}` column in {}", cols.path, file.display()),
         ..Listing::default()
     };
     // Labels are integers when every present label looks like one (optional sign, digits);
@@ -540,10 +715,14 @@ fn list_file(file: &Path) -> Result<Listing, ListError> {
             .filter(|v| (0..=MAX_INT_LABEL).contains(v))
     };
     let mut all_ints = true;
+    let mut any_label = false;
+    let mut any_extra = false;
     let mut max_int: Option<i64> = None;
     let mut names: BTreeMap<String, u32> = BTreeMap::new();
-    for_each_row(&text, kind, &mut |row| {
+    let headers = for_each_row(&text, kind, &cols, &mut |row| {
+        any_extra |= row.extra;
         if let Some(l) = row.label.as_deref() {
+            any_label = true;
             if looks_int(l) {
                 max_int = max_int.max(int_label(l));
             } else {
@@ -556,7 +735,18 @@ fn list_file(file: &Path) -> Result<Listing, ListError> {
         Ok(())
     })
     .map_err(bad)?;
-    if all_ints {
+    // A list without a label column (or with no label in any row) is unlabelled.
+    let labelled = match &headers {
+        Some(h) => h.iter().any(|c| c == cols.label),
+        None => any_label,
+    };
+    if cols.label_required && !labelled {
+        return Err(bad(format!("no `{}` column (--label-column)", cols.label)));
+    }
+    listing.labelled = labelled;
+    if !labelled {
+        names.clear();
+    } else if all_ints {
         names.clear();
         listing.classes = (0..max_int.map_or(0, |m| m + 1))
             .map(|i| i.to_string())
@@ -567,21 +757,43 @@ fn list_file(file: &Path) -> Result<Listing, ListError> {
         }
         listing.classes = names.keys().cloned().collect();
     }
+    // Rows with extra columns are read again, by span, when their input is packed.
+    let container = if any_extra {
+        listing.containers.push(Container {
+            path: file.to_path_buf(),
+            source: file.display().to_string(),
+            kind: match (kind, headers) {
+                (ListKind::Csv, Some(headers)) => ContainerKind::Csv { headers },
+                _ => ContainerKind::Jsonl,
+            },
+            staged: false,
+        });
+        listing.text_column = Some(cols.text.to_string());
+        Some(0)
+    } else {
+        None
+    };
     let mut dirs = DirInterner::default();
-    for_each_row(&text, kind, &mut |row| {
+    for_each_row(&text, kind, &cols, &mut |row| {
         let where_ = || format!("{}:{}", file.display(), row.line);
-        let (Some(path), Some(label)) = (row.path.as_deref(), row.label.as_deref()) else {
+        let label = row.label.as_deref();
+        let (Some(path), true) = (row.path.as_deref(), label.is_some() || !labelled) else {
             listing.errors.push(source_kind_message(
                 where_(),
                 "bad_list_row",
-                "row needs a non-empty path and label".into(),
+                if labelled {
+                    format!("row needs a non-empty {} and {}", cols.path, cols.label)
+                } else {
+                    format!("row needs a non-empty {}", cols.path)
+                },
             ));
             return Ok(());
         };
-        let label = if all_ints {
-            match int_label(label) {
+        let label = match label {
+            None => None,
+            Some(label) if all_ints => match int_label(label) {
                 // In 0..=MAX_INT_LABEL, so it fits.
-                Some(v) => v as u32,
+                Some(v) => Some(v as u32),
                 None => {
                     listing.errors.push(source_kind_message(
                         where_(),
@@ -590,19 +802,21 @@ fn list_file(file: &Path) -> Result<Listing, ListError> {
                     ));
                     return Ok(());
                 }
-            }
-        } else {
-            names.get(label).copied().unwrap_or(0)
+            },
+            Some(label) => Some(names.get(label).copied().unwrap_or(0)),
         };
         // The directory part (up to the last `/`) is stored once per distinct directory; the
         // path is rebuilt byte for byte as listed.
         let split = path.rfind('/').map_or(0, |i| i + 1);
         let (dir, name) = path.as_bytes().split_at(split);
-        let dir = dirs.get(&mut listing.inputs, dir);
-        listing
-            .inputs
-            .push(dir, name, label, row.key.as_deref())
-            .map_err(|e| e.to_string())
+        let dir = dirs.get(&mut listing.inputs, dir, container);
+        let key = row.key.as_deref();
+        let r = if container.is_some() {
+            listing.inputs.push_span(dir, name, label, key, row.span)
+        } else {
+            listing.inputs.push(dir, name, label, key)
+        };
+        r.map_err(|e| e.to_string())
     })
     .map_err(bad)?;
     Ok(listing)
@@ -613,56 +827,77 @@ fn non_empty(s: &str) -> Option<Cow<'_, str>> {
     (!s.is_empty()).then_some(Cow::Borrowed(s))
 }
 
-/// Calls `f` with every row of a list file, in order.
+/// Calls `f` with every row of a list file, in order; returns a CSV file's header.
 fn for_each_row(
     text: &[u8],
     kind: ListKind,
+    cols: &ListColumns<'_>,
     f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
-) -> Result<(), String> {
+) -> Result<Option<Vec<String>>, String> {
     match kind {
-        ListKind::Csv => csv_rows(text, f),
-        ListKind::Jsonl => jsonl_rows(text, f),
+        ListKind::Csv => csv_rows(text, cols, f).map(Some),
+        ListKind::Jsonl => jsonl_rows(text, cols, f).map(|()| None),
     }
 }
 
-fn csv_rows(text: &[u8], f: &mut dyn FnMut(Row<'_>) -> Result<(), String>) -> Result<(), String> {
+fn csv_rows(
+    text: &[u8],
+    cols: &ListColumns<'_>,
+    f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
+) -> Result<Vec<String>, String> {
     let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(text);
     let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
-    let col = |name: &str| {
-        headers
-            .iter()
-            .position(|h| h.trim().eq_ignore_ascii_case(name))
+    let names: Vec<String> = headers.iter().map(|h| h.trim().to_string()).collect();
+    let col = |name: &str| names.iter().position(|h| h.eq_ignore_ascii_case(name));
+    let Some(p) = col(cols.path) else {
+        return Err(format!(
+            "the CSV list needs a header row with a `{}` column (and optionally `{}`, `key`)",
+            cols.path, cols.label
+        ));
     };
-    let (Some(p), Some(l)) = (col("path"), col("label")) else {
-        return Err("the CSV list needs a header row with `path` and `label` columns".into());
-    };
+    let l = col(cols.label);
     let k = col("key");
+    let extra = names.iter().any(|n| !cols.is_own(n));
     // One record buffer for the whole file.
     let mut rec = csv::StringRecord::new();
     let mut i = 0usize;
     loop {
         let line = i + 2;
         i += 1;
-        match rdr.read_record(&mut rec) {
-            Ok(false) => return Ok(()),
+        let start = rdr.position().byte();
+        let read = rdr.read_record(&mut rec);
+        let span = (start, rdr.position().byte());
+        match read {
+            Ok(false) => return Ok(names),
             Ok(true) => f(Row {
                 line,
                 path: rec.get(p).and_then(non_empty),
-                label: rec.get(l).and_then(non_empty),
+                label: l.and_then(|l| rec.get(l)).and_then(non_empty),
                 key: k.and_then(|k| rec.get(k)).and_then(non_empty),
+                span,
+                extra,
             })?,
             Err(_) => f(Row {
                 line,
                 path: None,
                 label: None,
                 key: None,
+                span,
+                extra,
             })?,
         }
     }
 }
 
-fn jsonl_rows(text: &[u8], f: &mut dyn FnMut(Row<'_>) -> Result<(), String>) -> Result<(), String> {
+fn jsonl_rows(
+    text: &[u8],
+    cols: &ListColumns<'_>,
+    f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
+) -> Result<(), String> {
+    let mut start = 0u64;
     for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+        let span = (start, start + line.len() as u64);
+        start = span.1 + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
@@ -674,14 +909,72 @@ fn jsonl_rows(text: &[u8], f: &mut dyn FnMut(Row<'_>) -> Result<(), String>) -> 
                 _ => None,
             }
         };
+        let extra = v
+            .as_ref()
+            .and_then(serde_json::Value::as_object)
+            .is_some_and(|o| o.keys().any(|k| !cols.is_own(k)));
         f(Row {
             line: i + 1,
-            path: field("path"),
-            label: field("label"),
+            path: field(cols.path),
+            label: field(cols.label),
             key: field("key"),
+            span,
+            extra,
         })?;
     }
     Ok(())
+}
+
+/// The extra columns of one list row (read back by span): the text column's value, if any, and
+/// the other columns as a JSON object. CSV values are strings; JSONL values keep their JSON type.
+pub(crate) fn row_columns(
+    row: &[u8],
+    kind: &ContainerKind,
+    columns: &Columns,
+) -> Result<(Option<String>, serde_json::Map<String, serde_json::Value>), String> {
+    let cols = ListColumns::new(columns);
+    let mut map = serde_json::Map::new();
+    match kind {
+        ContainerKind::Csv { headers } => {
+            let mut rdr = csv::ReaderBuilder::new()
+                .has_headers(false)
+                .flexible(true)
+                .from_reader(row);
+            let mut rec = csv::StringRecord::new();
+            if !rdr.read_record(&mut rec).map_err(|e| e.to_string())? {
+                return Err("the row is empty".into());
+            }
+            for (name, value) in headers.iter().zip(rec.iter()) {
+                if !cols.is_own(name) {
+                    map.insert(name.clone(), serde_json::Value::String(value.to_string()));
+                }
+            }
+        }
+        ContainerKind::Jsonl => {
+            let v: serde_json::Value = serde_json::from_slice(row).map_err(|e| e.to_string())?;
+            let serde_json::Value::Object(o) = v else {
+                return Err("the row is not a JSON object".into());
+            };
+            for (name, value) in o {
+                if !cols.is_own(&name) {
+                    map.insert(name, value);
+                }
+            }
+        }
+        ContainerKind::Tar | ContainerKind::Parquet | ContainerKind::Downloaded => {
+            return Err("not a list".into())
+        }
+    }
+    let text_key = map
+        .keys()
+        .find(|k| k.eq_ignore_ascii_case(cols.text))
+        .cloned();
+    let text = match text_key.and_then(|k| map.remove(&k)) {
+        Some(serde_json::Value::String(t)) => Some(t),
+        Some(serde_json::Value::Null) | None => None,
+        Some(other) => Some(other.to_string()),
+    };
+    Ok((text, map))
 }
 
 #[cfg(test)]
@@ -705,11 +998,11 @@ mod tests {
         let mut s = Inputs::default();
         let a = s.add_dir(b"a/");
         let b = s.add_dir(b"");
-        s.push(a, b"1.jpg", 0, None).unwrap();
-        s.push(a, b"2.jpg", 0, None).unwrap();
-        s.push(b, b"x/3.jpg", 7, Some("k3")).unwrap();
-        s.push(a, b"4.jpg", 0, None).unwrap();
-        s.push(a, b"5.jpg", 1, Some("k5")).unwrap();
+        s.push(a, b"1.jpg", Some(0), None).unwrap();
+        s.push(a, b"2.jpg", Some(0), None).unwrap();
+        s.push(b, b"x/3.jpg", Some(7), Some("k3")).unwrap();
+        s.push(a, b"4.jpg", Some(0), None).unwrap();
+        s.push(a, b"5.jpg", Some(1), Some("k5")).unwrap();
         let got: Vec<(Vec<u8>, i64, Option<&str>)> =
             s.iter().map(|i| (i.path_bytes(), i.label, i.key)).collect();
         let want: Vec<(Vec<u8>, i64, Option<&str>)> = vec![
@@ -721,7 +1014,7 @@ mod tests {
         ];
         assert_eq!(got, want);
         assert!(s.has_keys());
-        assert!(s.push(9, b"n", 0, None).is_err(), "unknown directory");
+        assert!(s.push(9, b"n", Some(0), None).is_err(), "unknown directory");
     }
 
     #[test]
@@ -733,7 +1026,7 @@ mod tests {
         for i in 0..n {
             let name = format!("{i:08}.jpg");
             name_bytes += name.len();
-            s.push(d, name.as_bytes(), 3, None).unwrap();
+            s.push(d, name.as_bytes(), Some(3), None).unwrap();
         }
         s.shrink_to_fit();
         let per_input = (s.heap_bytes() - name_bytes) as f64 / n as f64;
@@ -762,7 +1055,11 @@ mod tests {
             write(&root.join(p));
         }
         std::fs::create_dir_all(root.join("b/dir.jpg")).unwrap();
-        let l = list_inputs(&InputSource::Folder(root.to_path_buf())).unwrap();
+        let l = list_inputs(
+            &InputSource::Folder(root.to_path_buf()),
+            &ListOptions::default(),
+        )
+        .unwrap();
         assert_eq!(l.classes, ["a", "b", "empty"]);
         assert_eq!(
             sources(&l),
@@ -787,7 +1084,11 @@ mod tests {
         let name = OsStr::from_bytes(b"caf\xe9.jpg");
         write(&dir.path().join("c").join(name));
         std::os::unix::fs::symlink("/nonexistent", dir.path().join("c/gone.jpg")).unwrap();
-        let l = list_inputs(&InputSource::Folder(dir.path().to_path_buf())).unwrap();
+        let l = list_inputs(
+            &InputSource::Folder(dir.path().to_path_buf()),
+            &ListOptions::default(),
+        )
+        .unwrap();
         assert_eq!(l.inputs.len(), 1);
         let item = l.inputs.get(0);
         assert!(l.origin.resolve(&item).is_file());
@@ -805,7 +1106,7 @@ mod tests {
             "path,label,key\nx/./a.jpg,dog,k1\nx/./b.jpg,cat,\n/abs/c.jpg,dog,k3\n,cat,\nd.jpg,cat,\n",
         )
         .unwrap();
-        let l = list_inputs(&InputSource::List(list.clone())).unwrap();
+        let l = list_inputs(&InputSource::List(list.clone()), &ListOptions::default()).unwrap();
         assert_eq!(l.classes, ["cat", "dog"]);
         let got: Vec<(String, i64, Option<&str>)> = l
             .inputs
@@ -833,7 +1134,7 @@ mod tests {
             "{\"path\": \"a.jpg\", \"label\": 2}\n\n{\"path\": \"b.jpg\", \"label\": 1000000}\nnot json\n",
         )
         .unwrap();
-        let l = list_inputs(&InputSource::List(jsonl)).unwrap();
+        let l = list_inputs(&InputSource::List(jsonl), &ListOptions::default()).unwrap();
         assert_eq!(l.classes, ["0", "1", "2"]);
         assert_eq!(sources(&l), [("a.jpg".to_string(), 2)]);
         let kinds: Vec<&str> = l.errors.iter().map(|e| e.kind.as_str()).collect();

@@ -1,6 +1,6 @@
 //! The pack run: plan the order, transform in parallel inside a bounded window, write in order.
 
-use crate::listing::list_inputs;
+use crate::listing::{list_inputs, row_columns, Columns, Container, ContainerKind, ListOptions};
 use crate::plan::{PackPlan, ShardFormatChoice};
 use crate::sink::{Payload, ShardSink};
 use crate::{ErrorRecord, PackError};
@@ -79,7 +79,10 @@ const REJECTED: u32 = u32::MAX;
 
 /// An input in flight: where it goes, under which key and report name.
 struct Job {
+    /// The image file (for a plain input or a list row).
     path: std::path::PathBuf,
+    /// The container and span it is read from, if any.
+    container: Option<(u32, (u64, u64))>,
     label: i64,
     key: String,
     source: String,
@@ -89,27 +92,73 @@ struct Job {
 struct Done {
     output: Output,
     meta: serde_json::Value,
+    /// Fields carried from the input byte for byte (`txt`, an input `json`, …), sorted by name.
+    carried: Vec<(String, Vec<u8>)>,
     bytes_in: u64,
     read: Duration,
     timings: Timings,
+}
+
+/// What the workers share: where containers are and which columns a list row carries.
+struct Shared {
+    containers: Vec<Container>,
+    columns: Columns,
+}
+
+/// Removes the files a pack staged (fetched inputs, Parquet files as tars) when it ends, however
+/// it ends.
+struct StagedFiles(Vec<std::path::PathBuf>);
+
+impl Drop for StagedFiles {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// Runs a whole pack.
 pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, PackError> {
     let start = Instant::now();
     plan.validate()?;
-    let mut listing = list_inputs(&plan.source).map_err(PackError::Inputs)?;
-    prepare_output(plan)?;
+    let options = ListOptions {
+        columns: plan.columns.clone(),
+        stage_dir: plan.output.clone(),
+        max_input_bytes: plan.transform.limits.max_input_bytes,
+        jobs: plan.jobs,
+    };
+    // Inputs staged in the output folder need it first; others are listed before touching it.
+    let stages = matches!(
+        plan.source,
+        crate::InputSource::Wds(_) | crate::InputSource::Parquet(_)
+    );
+    if stages {
+        prepare_output(plan)?;
+    }
+    let mut listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+    let _staged = StagedFiles(
+        listing
+            .containers
+            .iter()
+            .filter(|c| c.staged)
+            .map(|c| c.path.clone())
+            .collect(),
+    );
+    if !stages {
+        prepare_output(plan)?;
+    }
+    if listing.inputs.is_empty() && listing.errors.is_empty() {
+        return Err(PackError::NoImages {
+            looked_for: listing.looked_for,
+            failed: 0,
+            report: plan.output.join("errors.jsonl"),
+        });
+    }
 
     let mut transform_spec = plan.transform;
     if plan.format == ShardFormatChoice::Packed {
         transform_spec.encode = Encode::Raw;
     }
-    let fields: Vec<String> = match (plan.format, transform_spec.encode) {
-        (ShardFormatChoice::Packed, _) => vec!["key".into(), "label".into(), "pixels".into()],
-        (_, Encode::Png) => vec!["cls".into(), "json".into(), "png".into()],
-        _ => vec!["cls".into(), "jpg".into(), "json".into()],
-    };
 
     let inputs = std::mem::take(&mut listing.inputs);
     let n = inputs.len();
@@ -208,6 +257,10 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     skip_rejected(&mut next_write);
     let mut in_flight = 0usize;
     let classes = listing.classes.clone();
+    let shared = std::sync::Arc::new(Shared {
+        containers: std::mem::take(&mut listing.containers),
+        columns: plan.columns.clone(),
+    });
     let mut outcome = check_max(snapshot.failed);
     while outcome.is_ok() && next_write < n {
         while next_submit < n && in_flight < window {
@@ -219,19 +272,22 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                     .map_or_else(|| index_key(position as u64), str::to_string),
                 source: origin.source(&item),
                 path: origin.resolve(&item),
+                container: item.container.zip(item.span),
                 label: item.label,
             };
             let class = class_name(&classes, job.label);
             let tx = tx.clone();
+            let shared = shared.clone();
             pool.spawn(move || {
-                let r = std::panic::catch_unwind(|| process(&job, &class, &transform_spec))
-                    .unwrap_or_else(|_| {
-                        Err(record(
-                            &job.source,
-                            "internal",
-                            "the image stage panicked".into(),
-                        ))
-                    });
+                let r =
+                    std::panic::catch_unwind(|| process(&job, &class, &transform_spec, &shared))
+                        .unwrap_or_else(|_| {
+                            Err(record(
+                                &job.source,
+                                "internal",
+                                "the image stage panicked".into(),
+                            ))
+                        });
                 let _ = tx.send((position, r));
             });
             in_flight += 1;
@@ -267,7 +323,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                     let key = item
                         .key
                         .map_or_else(|| index_key(position as u64), str::to_string);
-                    let res = sink.add(&key, item.label, payload, &done.meta);
+                    let res = sink.add(&key, item.label, payload, &done.meta, &done.carried);
                     stages.write += t.elapsed();
                     if let Err(e) = res {
                         outcome = Err(e);
@@ -302,15 +358,33 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let errors = failed_early;
     write_errors(&errors_path, &errors)?;
     outcome?;
+    if sink.samples == 0 {
+        return Err(PackError::NoImages {
+            looked_for: listing.looked_for,
+            failed: errors.len() as u64,
+            report: errors_path,
+        });
+    }
 
+    let (fields, optional_fields) = sink.fields();
     let mut manifest = Manifest::new(
         format!("shardtool {}", env!("CARGO_PKG_VERSION")),
-        listing.classes,
+        if listing.labelled {
+            listing.classes
+        } else {
+            Vec::new()
+        },
         fields,
         std::mem::take(&mut sink.entries),
     );
+    manifest.optional_fields = optional_fields;
     debug_assert_eq!(manifest.totals.bytes, sink.bytes_out);
     manifest.pack = plan.manifest_options();
+    if sink.input_json {
+        manifest
+            .pack
+            .insert("json".into(), serde_json::Value::String("input".into()));
+    }
     manifest.inputs = InputCounts {
         found,
         packed: manifest.totals.samples,
@@ -346,15 +420,114 @@ fn record(path: &str, kind: &str, message: String) -> ErrorRecord {
     }
 }
 
+/// Names our metadata uses; a carried column of the same name is stored as `input_<name>`.
+const OWN_META: [&str; 8] = [
+    "key",
+    "source",
+    "label",
+    "class",
+    "orig_width",
+    "orig_height",
+    "width",
+    "height",
+];
+
 /// Reads and transforms one input. Runs on a worker thread.
-fn process(job: &Job, class: &str, spec: &TransformSpec) -> Result<Done, ErrorRecord> {
+fn process(
+    job: &Job,
+    class: &str,
+    spec: &TransformSpec,
+    shared: &Shared,
+) -> Result<Done, ErrorRecord> {
     let src = &job.source;
+    let fail = |kind: &str, m: String| record(src, kind, m);
     let t = Instant::now();
-    let bytes = read_bounded(&job.path, spec.limits.max_input_bytes)
-        .map_err(|(kind, m)| record(src, kind, m))?;
+    let mut carried: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut columns = serde_json::Map::new();
+    // The sample's bytes, and where its image is in them.
+    let (bytes, image) = match job.container {
+        None => {
+            let b = read_bounded(&job.path, spec.limits.max_input_bytes)
+                .map_err(|(kind, m)| fail(kind, m))?;
+            let n = b.len();
+            (b, 0..n)
+        }
+        Some((ci, span)) => {
+            let c = &shared.containers[ci as usize];
+            // Extra fields ride along with the image, within a bound of their own.
+            let limit = spec
+                .limits
+                .max_input_bytes
+                .saturating_add(MAX_CARRIED_BYTES);
+            let span_bytes = read_span(&c.path, span, limit).map_err(|(kind, m)| fail(kind, m))?;
+            match &c.kind {
+                ContainerKind::Tar | ContainerKind::Parquet => {
+                    let parquet = c.kind == ContainerKind::Parquet;
+                    let (samples, err) = shardtool_wds::group_samples(&span_bytes);
+                    let sample = match (samples.len(), err) {
+                        (1, None) => &samples[0],
+                        (_, Some(e)) => return Err(fail("bad_shard", e.to_string())),
+                        (n, None) => {
+                            return Err(fail(
+                                "bad_shard",
+                                format!("{n} samples where one was indexed"),
+                            ))
+                        }
+                    };
+                    let image_field = shardtool_wds::image_field(
+                        sample.fields.iter().map(|(f, _)| f.as_str()),
+                    )
+                    .ok_or_else(|| fail("no_image", "the sample has no image field".into()))?;
+                    let mut image = 0..0;
+                    for (field, data) in &sample.fields {
+                        if field == image_field && image.is_empty() {
+                            let at = data.as_ptr() as usize - span_bytes.as_ptr() as usize;
+                            image = at..at + data.len();
+                        } else if field == shardtool_wds::LABEL_FIELD {
+                            // The label is the input's; the shard gets it as `.cls` again.
+                        } else if parquet && field == crate::parquet::COLUMNS_FIELD {
+                            if let Ok(serde_json::Value::Object(m)) = serde_json::from_slice(data) {
+                                columns = m;
+                            }
+                        } else if carried.iter().all(|(f, _)| f != field) {
+                            carried.push((field.clone(), data.to_vec()));
+                        }
+                    }
+                    if image.len() as u64 > spec.limits.max_input_bytes {
+                        return Err(fail(
+                            "too_large",
+                            format!(
+                                "{} bytes, over the {}-byte input limit",
+                                image.len(),
+                                spec.limits.max_input_bytes
+                            ),
+                        ));
+                    }
+                    (span_bytes, image)
+                }
+                ContainerKind::Csv { .. } | ContainerKind::Jsonl => {
+                    let (text, cols) = row_columns(&span_bytes, &c.kind, &shared.columns)
+                        .map_err(|m| fail("bad_list_row", format!("{}: {m}", c.source)))?;
+                    if let Some(text) = text {
+                        carried.push(("txt".into(), text.into_bytes()));
+                    }
+                    columns = cols;
+                    let b = read_bounded(&job.path, spec.limits.max_input_bytes)
+                        .map_err(|(kind, m)| fail(kind, m))?;
+                    let n = b.len();
+                    (b, 0..n)
+                }
+                ContainerKind::Downloaded => {
+                    return Err(fail("internal", "a download is not an input".into()))
+                }
+            }
+        }
+    };
+    carried.sort_by(|a, b| a.0.cmp(&b.0));
     let read = t.elapsed();
-    let out = transform(&bytes, spec).map_err(|e| record(src, e.kind.as_str(), e.message))?;
-    let meta = serde_json::json!({
+    let out =
+        transform(&bytes[image.clone()], spec).map_err(|e| fail(e.kind.as_str(), e.message))?;
+    let mut meta = serde_json::json!({
         "key": job.key,
         "source": src,
         "label": job.label,
@@ -364,13 +537,55 @@ fn process(job: &Job, class: &str, spec: &TransformSpec) -> Result<Done, ErrorRe
         "width": out.width,
         "height": out.height,
     });
+    if job.label < 0 {
+        if let Some(m) = meta.as_object_mut() {
+            m.remove("label");
+            m.remove("class");
+        }
+    }
+    if let Some(m) = meta.as_object_mut() {
+        for (k, v) in columns {
+            let k = if OWN_META.contains(&k.as_str()) {
+                format!("input_{k}")
+            } else {
+                k
+            };
+            m.entry(k).or_insert(v);
+        }
+    }
     Ok(Done {
         output: out.output,
         meta,
-        bytes_in: bytes.len() as u64,
+        carried,
+        bytes_in: image.len() as u64,
         read,
         timings: out.timings,
     })
+}
+
+/// Bytes a sample may carry besides its image (captions, metadata, other fields).
+const MAX_CARRIED_BYTES: u64 = 16 << 20;
+
+/// Reads `[start, end)` of a container file, refusing spans over `limit` bytes.
+fn read_span(
+    path: &Path,
+    (start, end): (u64, u64),
+    limit: u64,
+) -> Result<Vec<u8>, (&'static str, String)> {
+    use std::os::unix::fs::FileExt;
+    let len = end - start;
+    if len > limit {
+        return Err((
+            "too_large",
+            format!("the sample is {len} bytes, over the {limit}-byte limit"),
+        ));
+    }
+    let file = std::fs::File::open(path)
+        .map_err(|e| ("unreadable", format!("{}: {e}", path.display())))?;
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, start)
+        .map_err(|e| ("unreadable", format!("{}: {e}", path.display())))?;
+    Ok(bytes)
 }
 
 /// Reads a whole file, refusing (before reading) files over `limit` bytes.

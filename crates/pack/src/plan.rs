@@ -1,6 +1,6 @@
 //! The validated pack plan: everything `pack` needs, checked before any file is touched.
 
-use crate::listing::InputSource;
+use crate::listing::{Columns, InputSource};
 use shardtool_image::TransformSpec;
 use std::path::PathBuf;
 
@@ -30,6 +30,8 @@ pub enum Compression {
 pub struct PackPlan {
     /// Inputs.
     pub source: InputSource,
+    /// Which list or Parquet columns hold the image, label and text.
+    pub columns: Columns,
     /// Output directory.
     pub output: PathBuf,
     /// Per-image transform.
@@ -59,6 +61,7 @@ impl PackPlan {
     pub fn new(source: InputSource, output: PathBuf) -> Self {
         Self {
             source,
+            columns: Columns::default(),
             output,
             transform: TransformSpec::default(),
             seed: Some(DEFAULT_SEED),
@@ -120,6 +123,12 @@ impl PackPlan {
             "prefix": self.prefix,
             "shard_size": self.shard_bytes,
             "shard_samples": self.shard_samples,
+            "input_format": match self.source {
+                InputSource::Folder(_) => "imagefolder",
+                InputSource::List(_) => "list",
+                InputSource::Wds(_) => "wds",
+                InputSource::Parquet(_) => "parquet",
+            },
         });
         match v {
             serde_json::Value::Object(m) => m,

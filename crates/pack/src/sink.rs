@@ -8,6 +8,7 @@ use shardtool_core::{Checksum, HashingWriter};
 use shardtool_manifest::{self as manifest, ShardEntry, ShardFormat};
 use shardtool_packed::{Mode, PackedWriter};
 use shardtool_wds::TarWriter;
+use std::collections::BTreeMap;
 use std::io::{self, Write};
 use std::path::PathBuf;
 
@@ -109,6 +110,12 @@ pub(crate) struct ShardSink<'p> {
     next_index: usize,
     pub(crate) entries: Vec<ShardEntry>,
     pub(crate) bytes_out: u64,
+    /// Samples written.
+    pub(crate) samples: u64,
+    /// How many samples carry each field.
+    field_counts: BTreeMap<String, u64>,
+    /// Whether any sample's `.json` is the input's, carried byte for byte.
+    pub(crate) input_json: bool,
 }
 
 impl<'p> ShardSink<'p> {
@@ -119,7 +126,31 @@ impl<'p> ShardSink<'p> {
             next_index: 0,
             entries: Vec::new(),
             bytes_out: 0,
+            samples: 0,
+            field_counts: BTreeMap::new(),
+            input_json: false,
         }
+    }
+
+    fn count(&mut self, field: &str) {
+        match self.field_counts.get_mut(field) {
+            Some(n) => *n += 1,
+            None => {
+                self.field_counts.insert(field.to_string(), 1);
+            }
+        }
+    }
+
+    /// The fields every sample carries, and those only some carry, each sorted.
+    pub(crate) fn fields(&self) -> (Vec<String>, Vec<String>) {
+        let (all, some): (Vec<_>, Vec<_>) = self
+            .field_counts
+            .iter()
+            .partition(|(_, &n)| n == self.samples);
+        (
+            all.into_iter().map(|(f, _)| f.clone()).collect(),
+            some.into_iter().map(|(f, _)| f.clone()).collect(),
+        )
     }
 
     fn file_name(&self, index: usize) -> String {
@@ -146,6 +177,7 @@ impl<'p> ShardSink<'p> {
         label: i64,
         payload: Payload<'_>,
         meta: &serde_json::Value,
+        carried: &[(String, Vec<u8>)],
     ) -> Result<(), PackError> {
         let path = self.current_path();
         let io_err = |e| PackError::io(&path, e);
@@ -170,18 +202,37 @@ impl<'p> ShardSink<'p> {
         }
         let (size, samples) = match (self.open.as_mut(), payload) {
             (Some(Open::Wds { tar, samples }), Payload::Encoded(bytes, field)) => {
-                let json = serde_json::to_vec(meta).unwrap_or_default();
-                tar.append(&format!("{key}.cls"), label.to_string().as_bytes())
-                    .map_err(io_err)?;
+                let own_json;
+                let cls = (label >= 0).then(|| label.to_string());
+                let mut members: Vec<(&str, &[u8])> = Vec::with_capacity(carried.len() + 3);
+                if let Some(cls) = &cls {
+                    members.push((shardtool_wds::LABEL_FIELD, cls.as_bytes()));
+                }
+                members.push((field, bytes));
+                // An input's own `.json` is carried as it is; otherwise ours describes the sample.
+                if carried.iter().all(|(f, _)| f != "json") {
+                    own_json = serde_json::to_vec(meta).unwrap_or_default();
+                    members.push(("json", &own_json));
+                }
+                members.extend(
+                    carried
+                        .iter()
+                        .filter(|(f, _)| f != shardtool_wds::LABEL_FIELD && f != field)
+                        .map(|(f, d)| (f.as_str(), &d[..])),
+                );
                 // Fields in sorted order, as WebDataset writers emit them.
-                let (a, b) = if field < "json" {
-                    ((field, bytes), ("json", &json[..]))
-                } else {
-                    (("json", &json[..]), (field, bytes))
-                };
-                tar.append(&format!("{key}.{}", a.0), a.1).map_err(io_err)?;
-                tar.append(&format!("{key}.{}", b.0), b.1).map_err(io_err)?;
+                members.sort_by(|a, b| a.0.cmp(b.0));
+                for (f, d) in &members {
+                    tar.append(&format!("{key}.{f}"), d).map_err(io_err)?;
+                }
                 *samples += 1;
+                let names: Vec<&str> = members.iter().map(|(f, _)| *f).collect();
+                for f in names {
+                    self.field_counts
+                        .entry(f.to_string())
+                        .and_modify(|n| *n += 1)
+                        .or_insert(1);
+                }
                 // Count the end-of-archive blocks `finish` will add.
                 (tar.written() + 2 * shardtool_wds::BLOCK as u64, *samples)
             }
@@ -193,8 +244,14 @@ impl<'p> ShardSink<'p> {
                     pixels,
                 },
             ) => {
+                let mut meta = meta.clone();
+                if !carried.is_empty() {
+                    if let Some(m) = meta.as_object_mut() {
+                        m.insert("fields".into(), carried_json(carried));
+                    }
+                }
                 writer
-                    .add(key, label, height, width, pixels, meta.clone())
+                    .add(key, label, height, width, pixels, meta)
                     .map_err(|e| PackError::Shard {
                         path: path.clone(),
                         message: e.to_string(),
@@ -213,6 +270,18 @@ impl<'p> ShardSink<'p> {
                 })
             }
         };
+        self.samples += 1;
+        if self.plan.format == ShardFormatChoice::Packed {
+            for f in ["key", "label", "pixels"] {
+                self.count(f);
+            }
+            for (f, _) in carried {
+                self.count(f);
+            }
+        }
+        if carried.iter().any(|(f, _)| f == "json") {
+            self.input_json = true;
+        }
         // A shard passes its byte budget by less than one sample.
         if size >= self.plan.shard_bytes || self.plan.shard_samples.is_some_and(|n| samples >= n) {
             self.roll()?;
@@ -257,6 +326,23 @@ impl<'p> ShardSink<'p> {
         self.next_index += 1;
         Ok(())
     }
+}
+
+/// Carried fields as a packed record's `fields` object: UTF-8 values as strings, others as
+/// `{"base64": …}`.
+fn carried_json(carried: &[(String, Vec<u8>)]) -> serde_json::Value {
+    use base64::Engine;
+    let mut m = serde_json::Map::new();
+    for (f, d) in carried {
+        let v = match std::str::from_utf8(d) {
+            Ok(s) => serde_json::Value::String(s.to_string()),
+            Err(_) => serde_json::json!({
+                "base64": base64::engine::general_purpose::STANDARD.encode(d)
+            }),
+        };
+        m.insert(f.clone(), v);
+    }
+    serde_json::Value::Object(m)
 }
 
 impl Write for ShardFile {

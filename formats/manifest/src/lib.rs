@@ -30,6 +30,9 @@ pub struct Manifest {
     pub classes: Vec<String>,
     /// The fields every sample carries (`cls`, `jpg`, `json` …), sorted.
     pub fields: Vec<String>,
+    /// The fields only some samples carry, sorted (omitted when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub optional_fields: Vec<String>,
     /// The shards in order.
     pub shards: Vec<ShardEntry>,
     /// Sums over `shards`.
@@ -212,6 +215,7 @@ impl Manifest {
             pack: serde_json::Map::new(),
             classes,
             fields,
+            optional_fields: Vec::new(),
             totals,
             inputs: InputCounts {
                 found: totals.samples,

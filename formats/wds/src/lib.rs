@@ -5,11 +5,13 @@
 //! buffer). See `README.md` beside this crate for the member layout.
 
 mod fields;
+mod index;
 mod reader;
 mod stream;
 mod writer;
 
 pub use fields::{image_field, is_image_field, parse_cls, IMAGE_FIELDS, LABEL_FIELD};
+pub use index::{index_samples, IndexError, MemberSpan, SampleSpan};
 pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
 pub use stream::{StreamError, StreamHeader, Tail, TarStream};
 pub use writer::{TarWriter, FIXED_MTIME};

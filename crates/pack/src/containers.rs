@@ -1,0 +1,616 @@
+//! Inputs that live inside other files: naming them (brace patterns, globs, folders, URLs, and
+//! which format a path holds), fetching remote ones into the staging folder, and listing the
+//! samples of WebDataset shards by their headers.
+
+use crate::listing::{Container, ContainerKind, ListError, ListOptions, Listing, MAX_INT_LABEL};
+use crate::ErrorRecord;
+use shardtool_wds::{index_samples, is_image_field, parse_cls, SampleSpan, IMAGE_FIELDS};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+/// How to read the input argument of a pack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InputFormat {
+    /// `ROOT/<class>/<image>`.
+    ImageFolder,
+    /// A CSV or JSONL list of files.
+    List,
+    /// WebDataset tar shards.
+    Wds,
+    /// Parquet files.
+    Parquet,
+}
+
+impl FromStr for InputFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "imagefolder" => Ok(Self::ImageFolder),
+            "list" => Ok(Self::List),
+            "wds" => Ok(Self::Wds),
+            "parquet" => Ok(Self::Parquet),
+            _ => Err(format!(
+                "unknown input format {s:?}: expected imagefolder, list, wds or parquet"
+            )),
+        }
+    }
+}
+
+/// The most names one brace pattern may expand to.
+const MAX_EXPANSION: usize = 10_000_000;
+
+/// Expands `{a..b}` ranges (zero-padded to the width of `a` when it has a leading zero) and
+/// `{x,y,z}` alternatives, left to right, as shells and WebDataset do.
+pub fn expand_braces(pattern: &str) -> Result<Vec<String>, String> {
+    let Some(open) = pattern.find('{') else {
+        if pattern.contains('}') {
+            return Err(format!("unmatched '}}' in {pattern:?}"));
+        }
+        return Ok(vec![pattern.to_string()]);
+    };
+    let close = pattern[open..]
+        .find('}')
+        .map(|i| open + i)
+        .ok_or_else(|| format!("unmatched '{{' in {pattern:?}"))?;
+    let (head, body, tail) = (
+        &pattern[..open],
+        &pattern[open + 1..close],
+        &pattern[close + 1..],
+    );
+    let items: Vec<String> = if let Some((a, b)) = body.split_once("..") {
+        let (lo, hi) = (
+            a.parse::<u64>()
+                .map_err(|_| format!("bad range start {a:?} in {pattern:?}"))?,
+            b.parse::<u64>()
+                .map_err(|_| format!("bad range end {b:?} in {pattern:?}"))?,
+        );
+        if hi < lo {
+            return Err(format!("empty range {{{body}}} in {pattern:?}"));
+        }
+        if hi - lo >= MAX_EXPANSION as u64 {
+            return Err(format!("{{{body}}} names too many files"));
+        }
+        let width = if a.len() > 1 && a.starts_with('0') {
+            a.len()
+        } else {
+            0
+        };
+        (lo..=hi).map(|i| format!("{i:0width$}")).collect()
+    } else if body.contains(',') {
+        body.split(',').map(str::to_string).collect()
+    } else {
+        return Err(format!(
+            "{{{body}}} in {pattern:?} is neither a range (a..b) nor a list (x,y)"
+        ));
+    };
+    let rest = expand_braces(tail)?;
+    if items.len().saturating_mul(rest.len()) > MAX_EXPANSION {
+        return Err(format!("{pattern:?} names too many files"));
+    }
+    let mut out = Vec::with_capacity(items.len() * rest.len());
+    for i in &items {
+        for r in &rest {
+            out.push(format!("{head}{i}{r}"));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether `s` names a remote object (`http(s)://`, `s3://`).
+pub fn is_remote(s: &str) -> bool {
+    let lower = s.get(..8).unwrap_or(s).to_ascii_lowercase();
+    lower.starts_with("http://") || lower.starts_with("https://") || lower.starts_with("s3://")
+}
+
+/// A `file://` URL as a path; anything else unchanged.
+fn local_path(s: &str) -> Result<String, ListError> {
+    if s.get(..7)
+        .is_some_and(|p| p.eq_ignore_ascii_case("file://"))
+    {
+        let url = url::Url::parse(s).map_err(|e| bad_input(s, &e.to_string()))?;
+        let path = url
+            .to_file_path()
+            .map_err(|()| bad_input(s, "not a local file path"))?;
+        return Ok(path.to_string_lossy().into_owned());
+    }
+    Ok(s.to_string())
+}
+
+fn bad_input(what: &str, why: &str) -> ListError {
+    ListError::BadList {
+        path: PathBuf::from(what),
+        message: why.to_string(),
+    }
+}
+
+fn extension(name: &str) -> String {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    base.rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+fn format_of_name(name: &str) -> Option<InputFormat> {
+    match extension(name).as_str() {
+        "tar" => Some(InputFormat::Wds),
+        "parquet" => Some(InputFormat::Parquet),
+        "csv" | "jsonl" | "json" => Some(InputFormat::List),
+        _ => None,
+    }
+}
+
+/// Whether a file name matches a glob of `*` (any run) and `?` (one character).
+fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
+    match (pattern.first(), name.first()) {
+        (None, None) => true,
+        (Some(b'*'), _) => {
+            glob_match(&pattern[1..], name) || (!name.is_empty() && glob_match(pattern, &name[1..]))
+        }
+        (Some(b'?'), Some(_)) => glob_match(&pattern[1..], &name[1..]),
+        (Some(p), Some(n)) if p == n => glob_match(&pattern[1..], &name[1..]),
+        _ => false,
+    }
+}
+
+/// The files of `dir` (recursively, sorted by path) whose extension is `ext`.
+fn files_with_extension(dir: &Path, ext: &str, out: &mut Vec<String>) -> Result<(), ListError> {
+    let io = |e| ListError::Io {
+        path: dir.to_path_buf(),
+        cause: e,
+    };
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(io)?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    entries.sort();
+    for p in entries {
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        if name.as_deref().is_none_or(|n| n.starts_with('.')) {
+            continue;
+        }
+        if p.is_dir() {
+            files_with_extension(&p, ext, out)?;
+        } else if extension(&p.to_string_lossy()) == ext {
+            out.push(p.to_string_lossy().into_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Turns the input argument of a pack into an [`crate::InputSource`]: a brace pattern, a glob in
+/// the last path component, a folder (an ImageFolder, or a folder of `.tar` or `.parquet` files,
+/// searched recursively), a file (`.tar`, `.parquet`, `.csv`, `.jsonl`), or URLs of these
+/// (`http(s)://`, `s3://`, `file://`; a remote folder ends in `/`). `format` overrides what the
+/// names suggest.
+pub fn resolve_input(
+    arg: &str,
+    format: Option<InputFormat>,
+    policy: &shardtool_cache::FetchPolicy,
+) -> Result<crate::InputSource, ListError> {
+    use crate::InputSource as S;
+    let names = expand_braces(arg).map_err(|m| bad_input(arg, &m))?;
+    let names: Vec<String> = names
+        .iter()
+        .map(|n| local_path(n))
+        .collect::<Result<_, _>>()?;
+    let many = |f: InputFormat, names: Vec<String>| -> Result<S, ListError> {
+        match f {
+            InputFormat::Wds => Ok(S::Wds(names)),
+            InputFormat::Parquet => Ok(S::Parquet(names)),
+            _ if names.len() == 1 => Ok(match f {
+                InputFormat::List => S::List(PathBuf::from(&names[0])),
+                _ => S::Folder(PathBuf::from(&names[0])),
+            }),
+            _ => Err(bad_input(
+                arg,
+                "a pattern naming several inputs needs --input-format wds or parquet",
+            )),
+        }
+    };
+    let by_names = |names: &[String]| -> Result<InputFormat, ListError> {
+        let f = names.first().and_then(|n| format_of_name(n));
+        match f {
+            Some(f) if names.iter().all(|n| format_of_name(n) == Some(f)) => Ok(f),
+            _ => Err(bad_input(
+                arg,
+                "cannot tell the input format from the names (.tar, .parquet, .csv, .jsonl); \
+                 pass --input-format",
+            )),
+        }
+    };
+    if names.len() == 1 && is_remote(&names[0]) && names[0].ends_with('/') {
+        // A remote folder: its files decide.
+        let (folder, _) = shardtool_cache::RemoteFolder::connect(&names[0], policy.clone())
+            .map_err(|e| bad_input(arg, &e.to_string()))?;
+        let listed = folder.list().map_err(|e| bad_input(arg, &e.to_string()))?;
+        let pick = |ext: &str| -> Vec<String> {
+            listed
+                .iter()
+                .filter(|(n, _)| extension(n) == ext)
+                .map(|(n, _)| folder.url_of(n))
+                .collect()
+        };
+        let f = match format {
+            Some(f) => f,
+            None if !pick("tar").is_empty() => InputFormat::Wds,
+            None if !pick("parquet").is_empty() => InputFormat::Parquet,
+            None => {
+                return Err(bad_input(
+                    arg,
+                    "the remote folder holds no .tar or .parquet files",
+                ))
+            }
+        };
+        let ext = match f {
+            InputFormat::Wds => "tar",
+            InputFormat::Parquet => "parquet",
+            _ => {
+                return Err(bad_input(
+                    arg,
+                    "a remote folder holds wds or parquet inputs",
+                ))
+            }
+        };
+        return many(f, pick(ext));
+    }
+    if names.iter().any(|n| is_remote(n)) {
+        let f = match format {
+            Some(f) => f,
+            None => by_names(&names)?,
+        };
+        if matches!(f, InputFormat::ImageFolder | InputFormat::List) {
+            return Err(bad_input(
+                arg,
+                "only wds and parquet inputs can be read from a URL",
+            ));
+        }
+        return many(f, names);
+    }
+    // Local names: a glob in the last component expands to the matching files.
+    let names = if names.len() == 1 && names[0].contains(['*', '?']) {
+        let p = Path::new(&names[0]);
+        let dir = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let pattern = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        let pattern = pattern.unwrap_or_default();
+        if dir.to_string_lossy().contains(['*', '?']) {
+            return Err(bad_input(
+                arg,
+                "only the last path component may hold * or ?",
+            ));
+        }
+        let mut found: Vec<String> = std::fs::read_dir(dir)
+            .map_err(|e| ListError::Io {
+                path: dir.to_path_buf(),
+                cause: e,
+            })?
+            .filter_map(|e| e.ok())
+            .filter(|e| glob_match(pattern.as_bytes(), e.file_name().as_encoded_bytes()))
+            .map(|e| e.path().to_string_lossy().into_owned())
+            .collect();
+        found.sort();
+        if found.is_empty() {
+            return Err(bad_input(arg, "no file matches the pattern"));
+        }
+        found
+    } else {
+        names
+    };
+    if names.len() == 1 && Path::new(&names[0]).is_dir() {
+        let dir = Path::new(&names[0]);
+        let found = |ext: &str| -> Result<Vec<String>, ListError> {
+            let mut out = Vec::new();
+            files_with_extension(dir, ext, &mut out)?;
+            Ok(out)
+        };
+        return match format {
+            Some(InputFormat::Wds) => Ok(S::Wds(found("tar")?)),
+            Some(InputFormat::Parquet) => Ok(S::Parquet(found("parquet")?)),
+            Some(InputFormat::List) => Err(bad_input(arg, "a list input is a file, not a folder")),
+            Some(InputFormat::ImageFolder) => Ok(S::Folder(dir.to_path_buf())),
+            None => {
+                // Shards or Parquet files directly in the folder (or in a Hugging Face
+                // `data/` folder) make it that kind of input; anything else is an ImageFolder.
+                let direct = |ext: &str| {
+                    std::fs::read_dir(dir).is_ok_and(|rd| {
+                        rd.filter_map(|e| e.ok()).any(|e| {
+                            e.path().is_file() && extension(&e.path().to_string_lossy()) == ext
+                        })
+                    })
+                };
+                if direct("tar") {
+                    Ok(S::Wds(found("tar")?))
+                } else if direct("parquet")
+                    || (dir.join("data").is_dir() && !found("parquet")?.is_empty() && {
+                        let mut imgs = Vec::new();
+                        for e in IMAGE_FIELDS {
+                            files_with_extension(dir, e, &mut imgs)?;
+                        }
+                        imgs.is_empty()
+                    })
+                {
+                    Ok(S::Parquet(found("parquet")?))
+                } else {
+                    Ok(S::Folder(dir.to_path_buf()))
+                }
+            }
+        };
+    }
+    let f = match format {
+        Some(f) => f,
+        None => {
+            if names.len() == 1 && !Path::new(&names[0]).exists() {
+                return Err(ListError::Io {
+                    path: PathBuf::from(&names[0]),
+                    cause: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "no such file or directory",
+                    ),
+                });
+            }
+            by_names(&names)?
+        }
+    };
+    many(f, names)
+}
+
+/// Where a remote input is staged, and how reports name it.
+pub(crate) struct Fetched {
+    pub path: PathBuf,
+    pub staged: bool,
+}
+
+/// Makes `name` (a local path or a URL) a local file: URLs are fetched into the staging folder
+/// as `.stage-<index>-<name>.tmp`.
+pub(crate) fn fetch_input(
+    name: &str,
+    index: usize,
+    options: &ListOptions,
+) -> Result<Fetched, String> {
+    if !is_remote(name) {
+        return Ok(Fetched {
+            path: PathBuf::from(name),
+            staged: false,
+        });
+    }
+    let (folder, file) = shardtool_cache::RemoteFolder::connect(name, Default::default())
+        .map_err(|e| e.to_string())?;
+    let file = file.ok_or("the URL names a folder, not a file")?;
+    let base: String = file
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '.' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(60)
+        .collect();
+    let path = options
+        .stage_dir
+        .join(format!(".stage-{index:06}-{base}.tmp"));
+    let mut out = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if let Err(e) = folder.fetch(&file, options.max_input_bytes, &mut out) {
+        let _ = std::fs::remove_file(&path);
+        return Err(e.to_string());
+    }
+    Ok(Fetched { path, staged: true })
+}
+
+/// Runs `f` over `items` on `jobs` threads, keeping the results in item order.
+pub(crate) fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    f: impl Fn(usize, &T) -> R + Sync,
+) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<R>>> =
+        items.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = f(i, item);
+                if let Ok(mut slot) = results[i].lock() {
+                    *slot = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .filter_map(|m| m.into_inner().ok().flatten())
+        .collect()
+}
+
+/// The samples of one shard, or why it could not be read (with the samples before the damage).
+struct ShardSamples {
+    fetched: Option<Fetched>,
+    samples: Vec<SampleSpan>,
+    labels: Vec<Result<Option<u32>, String>>,
+    error: Option<String>,
+}
+
+/// Reads a sample's `.cls` member: `Ok(None)` for none or a negative label (unlabelled).
+fn read_label(file: &std::fs::File, sample: &SampleSpan) -> Result<Option<u32>, String> {
+    use std::os::unix::fs::FileExt;
+    let Some(cls) = sample.members.iter().find(|m| m.field == "cls") else {
+        return Ok(None);
+    };
+    if cls.size > 64 {
+        return Err(format!("its .cls is {} bytes, not a label", cls.size));
+    }
+    let mut buf = vec![0u8; cls.size as usize];
+    file.read_exact_at(&mut buf, cls.data_offset)
+        .map_err(|e| format!("reading its .cls: {e}"))?;
+    match parse_cls(&buf) {
+        Some(l) if l < 0 => Ok(None),
+        Some(l) if l <= MAX_INT_LABEL => Ok(Some(l as u32)),
+        Some(l) => Err(format!("label {l} is outside 0..={MAX_INT_LABEL}")),
+        None => Err(format!(
+            "its .cls holds {:?}, not an integer",
+            String::from_utf8_lossy(&buf)
+        )),
+    }
+}
+
+fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples {
+    use std::os::unix::fs::FileExt;
+    let mut out = ShardSamples {
+        fetched: None,
+        samples: Vec::new(),
+        labels: Vec::new(),
+        error: None,
+    };
+    let fetched = match fetch_input(name, index, options) {
+        Ok(f) => f,
+        Err(e) => {
+            out.error = Some(format!("cannot fetch: {e}"));
+            return out;
+        }
+    };
+    let file = match std::fs::File::open(&fetched.path) {
+        Ok(f) => f,
+        Err(e) => {
+            out.error = Some(format!("cannot open: {e}"));
+            out.fetched = Some(fetched);
+            return out;
+        }
+    };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let r = index_samples(
+        len,
+        |at, buf| file.read_exact_at(buf, at),
+        |s| out.samples.push(s),
+    );
+    if let Err(e) = r {
+        out.error = Some(format!("{e}; the rest of the shard is not read"));
+    }
+    out.labels = out.samples.iter().map(|s| read_label(&file, s)).collect();
+    out.fetched = Some(fetched);
+    out
+}
+
+/// Lists the samples of WebDataset shards (local paths or URLs, in order). Each sample's members
+/// are found by the headers alone; its image is the first field of [`IMAGE_FIELDS`] it has, and
+/// its label its `.cls` (none, or a negative one, leaves it unlabelled).
+pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listing, ListError> {
+    let mut listing = Listing {
+        looked_for: format!(
+            "WebDataset samples with an image field ({}) in {} shard(s){}",
+            IMAGE_FIELDS.join(", "),
+            shards.len(),
+            shards
+                .first()
+                .map(|s| format!(", the first {s}"))
+                .unwrap_or_default()
+        ),
+        ..Listing::default()
+    };
+    let indexed = parallel_map(shards, options.jobs, |i, name| {
+        index_shard(name, i, options)
+    });
+    let mut max_label: Option<u32> = None;
+    for (name, shard) in shards.iter().zip(indexed) {
+        if let Some(f) = shard.fetched {
+            let ci = listing.containers.len() as u32;
+            listing.containers.push(Container {
+                path: f.path,
+                source: name.clone(),
+                kind: ContainerKind::Tar,
+                staged: f.staged,
+            });
+            let dir = listing
+                .inputs
+                .add_container_dir(format!("{name}:").as_bytes(), Some(ci));
+            for (s, label) in shard.samples.iter().zip(shard.labels) {
+                let source = || format!("{name}:{}", s.key);
+                if !s.members.iter().any(|m| is_image_field(&m.field)) {
+                    let fields: Vec<&str> = s.members.iter().map(|m| m.field.as_str()).collect();
+                    listing.errors.push(ErrorRecord {
+                        path: source(),
+                        kind: "no_image".into(),
+                        message: format!(
+                            "the sample has no image field ({}); it has {}",
+                            IMAGE_FIELDS.join(", "),
+                            fields.join(", ")
+                        ),
+                    });
+                    continue;
+                }
+                let label = match label {
+                    Ok(l) => l,
+                    Err(message) => {
+                        listing.errors.push(ErrorRecord {
+                            path: source(),
+                            kind: "bad_label".into(),
+                            message,
+                        });
+                        continue;
+                    }
+                };
+                if let Some(l) = label {
+                    max_label = max_label.max(Some(l));
+                }
+                listing.inputs.push_span(
+                    dir,
+                    s.key.as_bytes(),
+                    label,
+                    Some(&s.key),
+                    (s.start, s.end),
+                )?;
+            }
+        }
+        if let Some(message) = shard.error {
+            listing.errors.push(ErrorRecord {
+                path: name.clone(),
+                kind: "bad_shard".into(),
+                message,
+            });
+        }
+    }
+    listing.labelled = max_label.is_some();
+    listing.classes = (0..max_label.map_or(0, |m| m + 1))
+        .map(|i| i.to_string())
+        .collect();
+    Ok(listing)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn braces_expand_ranges_lists_and_padding() {
+        assert_eq!(
+            expand_braces("s-{000..002}.tar").unwrap(),
+            ["s-000.tar", "s-001.tar", "s-002.tar"]
+        );
+        assert_eq!(
+            expand_braces("{a,b}/{8..10}").unwrap(),
+            ["a/8", "a/9", "a/10", "b/8", "b/9", "b/10"]
+        );
+        assert_eq!(expand_braces("plain").unwrap(), ["plain"]);
+        for bad in ["x{1..", "x}", "{3..1}", "{a}", "{0..99999999999}"] {
+            assert!(expand_braces(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn globs_match_whole_names() {
+        assert!(glob_match(b"*.tar", b"a.tar"));
+        assert!(glob_match(b"s-??.tar", b"s-01.tar"));
+        assert!(!glob_match(b"*.tar", b"a.tar.gz"));
+        assert!(!glob_match(b"s-?.tar", b"s-01.tar"));
+    }
+}

@@ -1,0 +1,452 @@
+//! Parquet inputs in the Hugging Face `datasets` layout: each file is streamed row by row (memory
+//! bounded by the pages in flight, not the file) into a staged tar of `r<row>.jpg`, `r<row>.txt`
+//! and `r<row>.columns.json` members, whose spans the pack then reads like a WebDataset shard's.
+//!
+//! Columns: the image is the `image` column (or `--image-column`), a struct with `bytes` (and
+//! `path`) or a binary column, else the first such column; the label is `label` (or
+//! `--label-column`), an integer, with class names from the `ClassLabel` feature in the file's
+//! `huggingface` metadata when present (a negative label leaves the row unlabelled); the text is
+//! `text` or `caption` (or `--text-column`); other scalar columns go to the sample's metadata.
+
+use crate::containers::{fetch_input, parallel_map, Fetched};
+use crate::listing::{Columns, Container, ContainerKind, ListError, ListOptions, Listing};
+use crate::listing::{MAX_INT_LABEL, MAX_LABEL};
+use crate::ErrorRecord;
+use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::record::{Field, Row};
+use parquet::schema::types::Type;
+use shardtool_wds::TarWriter;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// The staged member holding a row's other columns, merged into the sample's metadata.
+pub(crate) const COLUMNS_FIELD: &str = "columns.json";
+
+/// Default text columns, in order of preference.
+const TEXT_COLUMNS: [&str; 2] = ["text", "caption"];
+
+/// A staged row.
+struct StagedRow {
+    row: u64,
+    span: (u64, u64),
+    label: Option<u32>,
+}
+
+/// One Parquet file, staged.
+struct Staged {
+    fetched: Option<Fetched>,
+    staged_tar: Option<PathBuf>,
+    rows: Vec<StagedRow>,
+    errors: Vec<ErrorRecord>,
+    class_names: Option<Vec<String>>,
+    /// A problem with the whole file (no image column, unreadable); rows before it are kept.
+    failure: Option<String>,
+}
+
+/// The columns a file is read with.
+struct Chosen {
+    image: String,
+    /// Whether the image column is a struct (`bytes`, `path`) rather than binary.
+    image_struct: bool,
+    label: Option<String>,
+    text: Option<String>,
+}
+
+fn is_binary(t: &Type) -> bool {
+    t.is_primitive()
+        && t.get_physical_type() == Physical::BYTE_ARRAY
+        && !matches!(
+            t.get_basic_info().logical_type_ref(),
+            Some(LogicalType::String)
+        )
+        && t.get_basic_info().converted_type() != ConvertedType::UTF8
+}
+
+fn is_image_struct(t: &Type) -> bool {
+    t.is_group()
+        && t.get_fields()
+            .iter()
+            .any(|f| f.name() == "bytes" && is_binary(f))
+}
+
+fn is_string(t: &Type) -> bool {
+    t.is_primitive()
+        && t.get_physical_type() == Physical::BYTE_ARRAY
+        && (matches!(
+            t.get_basic_info().logical_type_ref(),
+            Some(LogicalType::String)
+        ) || t.get_basic_info().converted_type() == ConvertedType::UTF8)
+}
+
+fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, String> {
+    let find = |n: &str| fields.iter().find(|f| f.name() == n);
+    let names = || {
+        fields
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let image = match &columns.image {
+        Some(n) => {
+            find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?
+        }
+        None => find("image")
+            .filter(|f| is_image_struct(f) || is_binary(f))
+            .or_else(|| fields.iter().find(|f| is_image_struct(f)))
+            .or_else(|| fields.iter().find(|f| is_binary(f)))
+            .ok_or_else(|| {
+                format!(
+                    "no image column: looked for a struct column with a binary `bytes` field, or \
+                     a binary column (the columns are {}); name one with --image-column",
+                    names()
+                )
+            })?,
+    };
+    if !(is_image_struct(image) || is_binary(image)) {
+        return Err(format!(
+            "column {:?} holds neither image bytes nor a struct with `bytes`",
+            image.name()
+        ));
+    }
+    let label = match &columns.label {
+        Some(n) => {
+            Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
+        }
+        None => find("label"),
+    };
+    let is_int = |l: &Type| {
+        l.is_primitive() && matches!(l.get_physical_type(), Physical::INT32 | Physical::INT64)
+    };
+    if let Some(l) = label.filter(|l| columns.label.is_some() && !is_int(l)) {
+        return Err(format!(
+            "label column {:?} is not an integer column",
+            l.name()
+        ));
+    }
+    let label = label.filter(|l| is_int(l));
+    let text = match &columns.text {
+        Some(n) => {
+            Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
+        }
+        None => TEXT_COLUMNS
+            .iter()
+            .find_map(|n| find(n).filter(|f| is_string(f))),
+    };
+    Ok(Chosen {
+        image: image.name().to_string(),
+        image_struct: is_image_struct(image),
+        label: label.map(|l| l.name().to_string()),
+        text: text.map(|t| t.name().to_string()),
+    })
+}
+
+/// Class names of `label` from the `huggingface` key-value metadata (a `ClassLabel` feature).
+fn hf_class_names(
+    reader: &SerializedFileReader<std::fs::File>,
+    label: &str,
+) -> Option<Vec<String>> {
+    let kv = reader.metadata().file_metadata().key_value_metadata()?;
+    let hf = kv.iter().find(|k| k.key == "huggingface")?.value.as_ref()?;
+    let v: serde_json::Value = serde_json::from_str(hf).ok()?;
+    let feature = v.get("info")?.get("features")?.get(label)?;
+    let names = feature.get("names")?.as_array()?;
+    let names: Vec<String> = names
+        .iter()
+        .map(|n| n.as_str().map(str::to_string))
+        .collect::<Option<_>>()?;
+    (names.len() <= MAX_INT_LABEL as usize + 1).then_some(names)
+}
+
+/// A scalar column value as JSON; `None` for binary and nested values, which are not carried.
+fn scalar_json(f: &Field) -> Option<serde_json::Value> {
+    use serde_json::Value as V;
+    Some(match f {
+        Field::Null => V::Null,
+        Field::Bool(b) => V::Bool(*b),
+        Field::Byte(v) => V::from(*v),
+        Field::Short(v) => V::from(*v),
+        Field::Int(v) => V::from(*v),
+        Field::Long(v) => V::from(*v),
+        Field::UByte(v) => V::from(*v),
+        Field::UShort(v) => V::from(*v),
+        Field::UInt(v) => V::from(*v),
+        Field::ULong(v) => V::from(*v),
+        Field::Float(v) => serde_json::Number::from_f64(f64::from(*v)).map_or(V::Null, V::Number),
+        Field::Double(v) => serde_json::Number::from_f64(*v).map_or(V::Null, V::Number),
+        Field::Str(s) => V::String(s.clone()),
+        Field::Date(_)
+        | Field::TimeMillis(_)
+        | Field::TimeMicros(_)
+        | Field::TimestampMillis(_)
+        | Field::TimestampMicros(_)
+        | Field::Decimal(_)
+        | Field::Float16(_) => V::String(f.to_string()),
+        Field::Bytes(_) | Field::Group(_) | Field::ListInternal(_) | Field::MapInternal(_) => {
+            return None
+        }
+    })
+}
+
+/// What one row contributes.
+struct RowParts<'r> {
+    image: Option<&'r [u8]>,
+    image_path: Option<&'r str>,
+    label: Option<i64>,
+    text: Option<String>,
+    columns: serde_json::Map<String, serde_json::Value>,
+}
+
+fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
+    let mut p = RowParts {
+        image: None,
+        image_path: None,
+        label: None,
+        text: None,
+        columns: serde_json::Map::new(),
+    };
+    for (name, field) in row.get_column_iter() {
+        if *name == chosen.image {
+            match field {
+                Field::Bytes(b) if !chosen.image_struct => p.image = Some(b.data()),
+                Field::Group(g) => {
+                    for (n, f) in g.get_column_iter() {
+                        match (n.as_str(), f) {
+                            ("bytes", Field::Bytes(b)) => p.image = Some(b.data()),
+                            ("path", Field::Str(s)) => p.image_path = Some(s),
+                            _ => {}
+                        }
+                    }
+                }
+                _ => {}
+            }
+        } else if Some(name) == chosen.label.as_ref() {
+            p.label = match field {
+                Field::Int(v) => Some(i64::from(*v)),
+                Field::Long(v) => Some(*v),
+                _ => None,
+            };
+        } else if Some(name) == chosen.text.as_ref() {
+            p.text = match field {
+                Field::Str(s) => Some(s.clone()),
+                Field::Null => None,
+                other => Some(other.to_string()),
+            };
+        } else if let Some(v) = scalar_json(field) {
+            p.columns.insert(name.clone(), v);
+        }
+    }
+    if let Some(path) = p.image_path {
+        p.columns
+            .insert("image_path".into(), serde_json::Value::String(path.into()));
+    }
+    p
+}
+
+fn stage_file(name: &str, index: usize, options: &ListOptions) -> Staged {
+    let mut out = Staged {
+        fetched: None,
+        staged_tar: None,
+        rows: Vec::new(),
+        errors: Vec::new(),
+        class_names: None,
+        failure: None,
+    };
+    let fetched = match fetch_input(name, index, options) {
+        Ok(f) => f,
+        Err(e) => {
+            out.failure = Some(format!("cannot fetch: {e}"));
+            return out;
+        }
+    };
+    let path = fetched.path.clone();
+    out.fetched = Some(fetched);
+    let tar_path = options
+        .stage_dir
+        .join(format!(".stage-{index:06}-parquet.tar.tmp"));
+    // The Parquet reader is not hardened against hostile files: a panic is that file's failure.
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        stage_rows(&path, name, &tar_path, options, &mut out)
+    }));
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => out.failure = Some(e),
+        Err(_) => out.failure = Some("the Parquet reader failed on this file (corrupt?)".into()),
+    }
+    if tar_path.exists() {
+        out.staged_tar = Some(tar_path);
+    }
+    out
+}
+
+fn stage_rows(
+    path: &Path,
+    name: &str,
+    tar_path: &Path,
+    options: &ListOptions,
+    out: &mut Staged,
+) -> Result<(), String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let reader = SerializedFileReader::new(file).map_err(|e| format!("not a Parquet file: {e}"))?;
+    let schema = reader
+        .metadata()
+        .file_metadata()
+        .schema_descr()
+        .root_schema();
+    let chosen = choose(schema.get_fields(), &options.columns)?;
+    if let Some(l) = &chosen.label {
+        out.class_names = hf_class_names(&reader, l);
+    }
+    let file = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(tar_path)
+        .map_err(|e| format!("{}: {e}", tar_path.display()))?;
+    let mut tar = TarWriter::new(BufWriter::with_capacity(1 << 20, file));
+    let rows = reader
+        .get_row_iter(None)
+        .map_err(|e| format!("cannot read rows: {e}"))?;
+    let io = |e: std::io::Error| format!("{}: {e}", tar_path.display());
+    let mut result = Ok(());
+    for (i, row) in rows.enumerate() {
+        let i = i as u64;
+        let source = || format!("{name}:{i}");
+        let row = match row {
+            Ok(r) => r,
+            Err(e) => {
+                result = Err(format!("row {i}: {e}; the rows after it are not read"));
+                break;
+            }
+        };
+        let p = row_parts(&row, &chosen);
+        let Some(image) = p.image.filter(|b| !b.is_empty()) else {
+            out.errors.push(ErrorRecord {
+                path: source(),
+                kind: "no_image".into(),
+                message: format!("column {:?} holds no image bytes in this row", chosen.image),
+            });
+            continue;
+        };
+        if image.len() as u64 > options.max_input_bytes {
+            out.errors.push(ErrorRecord {
+                path: source(),
+                kind: "too_large".into(),
+                message: format!(
+                    "{} bytes, over the {}-byte input limit",
+                    image.len(),
+                    options.max_input_bytes
+                ),
+            });
+            continue;
+        }
+        let label = match p.label {
+            None => None,
+            Some(l) if l < 0 => None,
+            Some(l) if l <= i64::from(MAX_LABEL).min(MAX_INT_LABEL) => Some(l as u32),
+            Some(l) => {
+                out.errors.push(ErrorRecord {
+                    path: source(),
+                    kind: "bad_label".into(),
+                    message: format!("label {l} is outside 0..={MAX_INT_LABEL}"),
+                });
+                continue;
+            }
+        };
+        let start = tar.written();
+        tar.append(&format!("r{i}.jpg"), image).map_err(io)?;
+        if let Some(t) = &p.text {
+            tar.append(&format!("r{i}.txt"), t.as_bytes()).map_err(io)?;
+        }
+        if !p.columns.is_empty() {
+            let json = serde_json::to_vec(&p.columns).map_err(|e| e.to_string())?;
+            tar.append(&format!("r{i}.{COLUMNS_FIELD}"), &json)
+                .map_err(io)?;
+        }
+        // The span ends at the end of the last member's data (`written` counts its padding).
+        let end = tar.written();
+        out.rows.push(StagedRow {
+            row: i,
+            span: (start, end),
+            label,
+        });
+    }
+    let mut w = tar.finish().map_err(io)?;
+    w.flush().map_err(io)?;
+    result
+}
+
+/// Lists the rows of Parquet files (local paths or URLs, in order), staging each file as a tar
+/// in [`ListOptions::stage_dir`] on `jobs` threads.
+pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Listing, ListError> {
+    let mut listing = Listing {
+        looked_for: format!(
+            "rows with image bytes in {} Parquet file(s){}",
+            files.len(),
+            files
+                .first()
+                .map(|s| format!(", the first {s}"))
+                .unwrap_or_default()
+        ),
+        ..Listing::default()
+    };
+    let staged = parallel_map(files, options.jobs, |i, name| stage_file(name, i, options));
+    let mut max_label: Option<u32> = None;
+    let mut names: Option<Vec<String>> = None;
+    for (name, s) in files.iter().zip(staged) {
+        if let Some(f) = &s.fetched {
+            if f.staged {
+                listing.containers.push(Container {
+                    path: f.path.clone(),
+                    source: name.clone(),
+                    kind: ContainerKind::Downloaded,
+                    staged: true,
+                });
+            }
+        }
+        if let Some(tar) = s.staged_tar {
+            let ci = listing.containers.len() as u32;
+            listing.containers.push(Container {
+                path: tar,
+                source: name.clone(),
+                kind: ContainerKind::Parquet,
+                staged: true,
+            });
+            let dir = listing
+                .inputs
+                .add_container_dir(format!("{name}:").as_bytes(), Some(ci));
+            for r in &s.rows {
+                if let Some(l) = r.label {
+                    max_label = max_label.max(Some(l));
+                }
+                listing.inputs.push_span(
+                    dir,
+                    r.row.to_string().as_bytes(),
+                    r.label,
+                    None,
+                    r.span,
+                )?;
+            }
+        }
+        if names.is_none() {
+            names = s.class_names;
+        }
+        listing.errors.extend(s.errors);
+        if let Some(message) = s.failure {
+            listing.errors.push(ErrorRecord {
+                path: name.clone(),
+                kind: "bad_parquet".into(),
+                message,
+            });
+        }
+    }
+    listing.labelled = max_label.is_some() || names.is_some();
+    listing.classes = match names {
+        Some(n) if max_label.is_none_or(|m| (m as usize) < n.len()) => n,
+        _ => (0..max_label.map_or(0, |m| m + 1))
+            .map(|i| i.to_string())
+            .collect(),
+    };
+    listing.text_column = Some("text".into());
+    Ok(listing)
+}

@@ -1,0 +1,203 @@
+//! Indexing an archive by its headers alone: where each WebDataset sample starts and ends, so a
+//! sample can later be read with one positioned read, without reading any member's data now.
+
+use crate::reader::{member_end, parse_header, split_name, EntryKind, ReadError};
+use crate::BLOCK;
+use std::io;
+
+/// One member of an indexed sample.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberSpan {
+    /// Its field (the name after the key's dot), lower-cased as webdataset does.
+    pub field: String,
+    /// Offset of its data in the archive.
+    pub data_offset: u64,
+    /// Bytes of data.
+    pub size: u64,
+}
+
+/// A WebDataset sample as found by [`index_samples`]: its members are the regular members of
+/// `[start, end)` whose key is `key` (other members in that span are the ones
+/// [`group_samples`](crate::group_samples) skips as well).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleSpan {
+    /// The shared key.
+    pub key: String,
+    /// Offset of its first member's header.
+    pub start: u64,
+    /// End of its last member's data (before padding).
+    pub end: u64,
+    /// Its members, in archive order.
+    pub members: Vec<MemberSpan>,
+}
+
+/// Why indexing stopped before the end of the archive.
+#[derive(Debug, thiserror::Error)]
+pub enum IndexError {
+    /// The archive is malformed at some offset.
+    #[error(transparent)]
+    Tar(#[from] ReadError),
+    /// Reading failed.
+    #[error(transparent)]
+    Io(#[from] io::Error),
+}
+
+/// Reads the headers of an archive of `len` bytes through `read_at(offset, buf)` (which fills
+/// `buf` from `offset`) and calls `on_sample` with every sample, grouped as
+/// [`group_samples`](crate::group_samples) groups them: consecutive regular members sharing a key,
+/// `__*__` names and other member types skipped. Data is never read, so a header costs one 512-byte
+/// read. On a malformed archive the error is returned after the whole samples before the damage
+/// have been delivered; the sample the damage may have cut short is not delivered.
+pub fn index_samples(
+    len: u64,
+    mut read_at: impl FnMut(u64, &mut [u8]) -> io::Result<()>,
+    mut on_sample: impl FnMut(SampleSpan),
+) -> Result<(), IndexError> {
+    let mut block = [0u8; BLOCK];
+    let mut offset = 0u64;
+    let mut current: Option<SampleSpan> = None;
+    loop {
+        if offset >= len {
+            break;
+        }
+        if len - offset < BLOCK as u64 {
+            return Err(ReadError::Truncated {
+                offset,
+                what: "header",
+            }
+            .into());
+        }
+        read_at(offset, &mut block)?;
+        let Some(h) = parse_header(&block, offset)? else {
+            break;
+        };
+        let (end, padded) = match member_end(offset, h.size, len) {
+            Ok(e) => e,
+            Err(e) => {
+                // The sample being gathered is whole only if the cut member starts another one.
+                let (key, _) = split_name(&h.name);
+                if let Some(done) = current.take().filter(|s| s.key != key) {
+                    on_sample(done);
+                }
+                return Err(e.into());
+            }
+        };
+        if h.kind == EntryKind::Regular {
+            let base = h.name.rsplit('/').next().unwrap_or("");
+            if !(base.starts_with("__") && base.ends_with("__")) {
+                let (key, field) = split_name(&h.name);
+                let member = MemberSpan {
+                    field: field.to_ascii_lowercase(),
+                    data_offset: offset + BLOCK as u64,
+                    size: h.size,
+                };
+                match current.as_mut() {
+                    Some(s) if s.key == key => {
+                        s.end = end;
+                        s.members.push(member);
+                    }
+                    _ => {
+                        if let Some(done) = current.take() {
+                            on_sample(done);
+                        }
+                        current = Some(SampleSpan {
+                            key: key.to_string(),
+                            start: offset,
+                            end,
+                            members: vec![member],
+                        });
+                    }
+                }
+            }
+        }
+        offset = padded;
+    }
+    if let Some(done) = current {
+        on_sample(done);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{group_samples, TarWriter};
+
+    fn archive(members: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut w = TarWriter::new(Vec::new());
+        for (n, d) in members {
+            w.append(n, d).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    fn index(bytes: &[u8]) -> (Vec<SampleSpan>, Option<String>) {
+        let mut out = Vec::new();
+        let r = index_samples(
+            bytes.len() as u64,
+            |at, buf| {
+                let at = at as usize;
+                buf.copy_from_slice(&bytes[at..at + buf.len()]);
+                Ok(())
+            },
+            |s| out.push(s),
+        );
+        (out, r.err().map(|e| e.to_string()))
+    }
+
+    #[test]
+    fn spans_hold_the_same_samples_as_grouping_the_bytes() {
+        let bytes = archive(&[
+            ("a.jpg", b"jjj"),
+            ("a.TXT", b"caption"),
+            ("__meta__", b"skip"),
+            ("b.jpg", b"j2"),
+            ("dir/c.seg.png", b"p"),
+            ("dir/c.json", b"{}"),
+        ]);
+        let (spans, err) = index(&bytes);
+        assert_eq!(err, None);
+        let (samples, e) = group_samples(&bytes);
+        assert!(e.is_none());
+        assert_eq!(spans.len(), samples.len());
+        for (span, sample) in spans.iter().zip(&samples) {
+            assert_eq!(span.key, sample.key);
+            // Re-grouping the span alone yields the sample, fields and data alike.
+            let (again, e) = group_samples(&bytes[span.start as usize..span.end as usize]);
+            assert!(e.is_none());
+            assert_eq!(again.len(), 1);
+            assert_eq!(again[0].fields, sample.fields);
+            let fields: Vec<(&str, &[u8])> = span
+                .members
+                .iter()
+                .map(|m| {
+                    let at = m.data_offset as usize;
+                    (m.field.as_str(), &bytes[at..at + m.size as usize])
+                })
+                .collect();
+            let want: Vec<(&str, &[u8])> = sample
+                .fields
+                .iter()
+                .map(|(f, d)| (f.as_str(), *d))
+                .collect();
+            assert_eq!(fields, want);
+        }
+        assert_eq!(spans[0].members[1].field, "txt");
+    }
+
+    #[test]
+    fn truncation_keeps_the_whole_samples_before_it() {
+        let bytes = archive(&[("a.jpg", b"1"), ("b.jpg", &[7; 2000]), ("b.cls", b"3")]);
+        // Cut inside b.jpg's data.
+        let cut = &bytes[..1024 + 512 + 700];
+        let (spans, err) = index(cut);
+        assert_eq!(spans.iter().map(|s| &s.key[..]).collect::<Vec<_>>(), ["a"]);
+        assert!(err.unwrap().contains("truncated"));
+        let (full, _) = index(&bytes);
+        let cls_header = full[1].members[1].data_offset as usize - BLOCK;
+        let (spans, err) = index(&bytes[..cls_header + 100]);
+        assert!(err.is_some(), "the end is cut inside b.cls's header");
+        // b may be missing members: it is not delivered.
+        assert_eq!(spans.iter().map(|s| &s.key[..]).collect::<Vec<_>>(), ["a"]);
+    }
+}
