@@ -516,7 +516,10 @@ mod tests {
         let msg = invalid(|m| m.fields = vec!["cls".into(), "cls".into()]);
         assert!(msg.contains("without repeats"), "{msg}");
         let msg = invalid(|m| m.optional_fields = vec!["Txt".into()]);
-        assert!(msg.contains("\"Txt\"") && msg.contains("not a field name"), "{msg}");
+        assert!(
+            msg.contains("\"Txt\"") && msg.contains("not a field name"),
+            "{msg}"
+        );
         for bad in ["", ".txt", "txt.", "a/b", "a b", "é", &"x".repeat(65)] {
             assert!(!is_field_name(bad), "{bad:?}");
         }
