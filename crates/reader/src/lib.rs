@@ -14,6 +14,7 @@
 
 mod batch;
 mod dataset;
+mod fields;
 mod loader;
 mod metrics;
 /// The epoch plan's pure functions (shard order, rank order, open-window sizes). Internals of the
@@ -24,7 +25,8 @@ mod transform;
 mod work;
 
 pub use batch::{
-    AlignedBuffer, Batch, BatchAllocator, CpuAllocator, HostBuffer, Layout, CPU_BUFFER_ALIGN,
+    AlignedBuffer, Batch, BatchAllocator, CpuAllocator, FieldColumn, HostBuffer, Layout,
+    CPU_BUFFER_ALIGN,
 };
 pub use dataset::{Dataset, ShardView};
 pub use loader::{dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next};
