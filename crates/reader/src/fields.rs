@@ -17,7 +17,7 @@ fn built_in(name: &str) -> Option<&'static str> {
 }
 
 /// The fields of `m` a loader can be asked for: `(every sample has it, some samples have it)`.
-pub(crate) fn available(m: &Manifest) -> (Vec<String>, Vec<String>) {
+pub fn available_fields(m: &Manifest) -> (Vec<String>, Vec<String>) {
     let keep = |list: &[String]| -> Vec<String> {
         list.iter()
             .filter(|f| built_in(f).is_none())
@@ -45,10 +45,11 @@ fn with(mut list: Vec<String>, name: String) -> Vec<String> {
     list
 }
 
-/// Checks the fields asked of a loader over `m`: each one a carried field of the dataset, none
-/// twice.
-pub(crate) fn check_requested(m: &Manifest, requested: &[String]) -> Result<(), ReadError> {
-    let (always, optional) = available(m);
+/// Checks the fields asked of a loader over `m` ([`LoaderBuilder::fields`](crate::LoaderBuilder::fields)):
+/// each one a carried field of the dataset, none twice. The error names the field and lists those
+/// the dataset has.
+pub fn check_fields(m: &Manifest, requested: &[String]) -> Result<(), ReadError> {
+    let (always, optional) = available_fields(m);
     for (i, f) in requested.iter().enumerate() {
         if requested[..i].contains(f) {
             return Err(ReadError::BadOptions(format!(
@@ -107,14 +108,14 @@ mod tests {
 
     fn asked(m: &Manifest, names: &[&str]) -> Result<(), String> {
         let names: Vec<String> = names.iter().map(|f| f.to_string()).collect();
-        check_requested(m, &names).map_err(|e| e.to_string())
+        check_fields(m, &names).map_err(|e| e.to_string())
     }
 
     #[test]
     fn tar_fields_are_the_manifests_less_the_image() {
         let m = manifest(ShardFormat::Wds, &["cls", "jpg", "json"], &["txt"]);
         assert_eq!(
-            available(&m),
+            available_fields(&m),
             (vec!["cls".into(), "json".into()], vec!["txt".into()])
         );
         assert_eq!(asked(&m, &["txt", "json", "cls"]), Ok(()));
@@ -136,7 +137,10 @@ mod tests {
     #[test]
     fn packed_records_always_have_json() {
         let m = manifest(ShardFormat::Packed, &["key", "label", "pixels", "txt"], &[]);
-        assert_eq!(available(&m), (vec!["json".into(), "txt".into()], vec![]));
+        assert_eq!(
+            available_fields(&m),
+            (vec!["json".into(), "txt".into()], vec![])
+        );
         assert_eq!(asked(&m, &["json", "txt"]), Ok(()));
         let e = asked(&m, &["label"]).unwrap_err();
         assert!(e.contains("labels"), "{e}");

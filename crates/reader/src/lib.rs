@@ -29,6 +29,7 @@ pub use batch::{
     CPU_BUFFER_ALIGN,
 };
 pub use dataset::{Dataset, ShardView};
+pub use fields::{available_fields, check_fields};
 pub use loader::{dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next};
 pub use metrics::{Metrics, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
 pub use plan::{OrderOptions, Remainder};

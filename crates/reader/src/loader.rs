@@ -277,7 +277,7 @@ impl LoaderBuilder {
                 return Err(ReadError::RemoteNotBuilt(url.folder.to_string()));
             }
         };
-        crate::fields::check_requested(&dataset.manifest, &self.fields)?;
+        crate::fields::check_fields(&dataset.manifest, &self.fields)?;
         dataset.carry(self.fields.clone());
         let dataset = Arc::new(dataset);
         let fingerprint = dataset_fingerprint(&dataset);
