@@ -1,6 +1,7 @@
 //! The shardtool reader, linked into training code: epoch plans, two-level shuffle,
 //! exactly-once partitioning across ranks, resumable state, zero-copy record views over mapped
-//! shards, and batches assembled into reused buffers from a pluggable allocator.
+//! shards, and batches assembled into reused buffers from a pluggable allocator. Carried fields
+//! (captions, input json …) come with the batches when asked for ([`LoaderBuilder::fields`]).
 //!
 //! ```no_run
 //! use shardtool_reader::Loader;
