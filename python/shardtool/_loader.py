@@ -129,7 +129,7 @@ class Loader:
     Iterating yields dicts: ``image`` (uint8 ``[B, H, W, 3]`` when every image of the batch has
     the same shape, else a list of ``[h, w, 3]`` arrays; with ``decode=False`` on tar shards, a
     list of 1-D arrays of encoded bytes; with a crop ``transform``, always ``[B, S, S, 3]``),
-    ``label`` (int64 ``[B]``), ``key`` (list of str),
+    ``label`` (int64 ``[B]``, -1 for an unlabelled sample), ``key`` (list of str),
     ``epoch`` and ``index`` (the batch's position in this rank's epoch). ``output`` picks torch
     tensors, NumPy arrays, or ``shardtool.Tensor`` objects (``__dlpack__``). Images are views of
     the reader's batch buffer, not copies; the buffer is reused only after every view of it is
