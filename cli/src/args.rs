@@ -88,10 +88,11 @@ pub enum Command {
     Preview(PreviewArgs),
 
     /// Stream a dataset through the loader (shuffle, partition, batches), optionally printing
-    /// keys, and save or resume the loader position.
+    /// keys and carried fields, and save or resume the loader position.
     ///
     /// Examples:
     ///   shardtool read out/ --keys --seed 1 --epoch 2 --rank 0 --world 4
+    ///   shardtool read out/ --fields txt,json --limit 10
     ///   shardtool read out/ --keys --limit 100 --state-out pos.json
     ///   shardtool read out/ --keys --resume pos.json
     ///   shardtool read s3://bucket/ds/ --cache-dir /nvme/cache --cache-limit 50GiB

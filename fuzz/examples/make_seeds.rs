@@ -157,6 +157,7 @@ fn manifest(dir: &Path) -> Result<()> {
         pack,
         classes: vec!["flower".into(), "leaf".into()],
         fields: vec!["cls".into(), "jpg".into(), "json".into()],
+        optional_fields: vec!["txt".into()],
         shards,
         totals: Totals {
             samples: 5,

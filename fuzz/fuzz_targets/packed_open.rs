@@ -36,6 +36,15 @@ fuzz_target!(|data: &[u8]| {
         let _ = rec.checksum_ok();
         let meta = shard.sample_meta(i);
         assert!(meta.is_object(), "record {i}: sample is not an object");
+        // Carried fields were validated at open: each one reads back, and `json` always does.
+        for (name, value) in shard.carried(i) {
+            assert_eq!(
+                shard.field(i, name).as_deref(),
+                Some(value.bytes()),
+                "record {i}: field {name}"
+            );
+        }
+        assert!(shard.field(i, "json").is_some(), "record {i}: no json");
         assert!(shard.get(i).is_some());
     }
     assert!(shard.get(shard.len()).is_none());

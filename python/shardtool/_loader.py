@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
     import torch
@@ -19,6 +19,53 @@ _OUTPUTS = ("torch", "numpy", "dlpack")
 _REMOTE = ("http://", "https://", "s3://", "file://")
 
 Batch = Dict[str, Any]
+
+# Keys every batch dict has; a carried field may not take one of these names.
+_BATCH_KEYS = ("image", "label", "key", "epoch", "index")
+
+
+def _check_fields(fields: Optional[Sequence[str]]) -> Optional[List[str]]:
+    """``fields`` as a list of names, checked for type, emptiness, repeats and clashes with the
+    batch dict's own keys (the manifest is checked separately)."""
+    if fields is None:
+        return None
+    if isinstance(fields, (str, bytes)) or not isinstance(fields, (list, tuple)):
+        raise TypeError(f"fields must be a list of field names, not {type(fields).__name__}")
+    names = list(fields)
+    for name in names:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"fields must hold non-empty strings, not {name!r}")
+        if name in _BATCH_KEYS:
+            raise ValueError(f"field {name!r} clashes with the batch key {name!r}; it is always delivered")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"fields lists {repeated} more than once")
+    return names
+
+
+def _field_values(name: str, values: List[Optional[bytes]], keys: List[str]) -> List[Any]:
+    """One carried field's values as Python objects: ``txt`` as ``str`` (``bytes`` if not UTF-8),
+    ``json`` parsed, ``cls`` as ``int``, anything else as ``bytes``; ``None`` stays ``None``."""
+    if name == "txt":
+        out: List[Any] = []
+        for v in values:
+            try:
+                out.append(None if v is None else v.decode("utf-8"))
+            except UnicodeDecodeError:
+                out.append(v)
+        return out
+    if name in ("json", "cls"):
+        out = []
+        for key, v in zip(keys, values):
+            if v is None:
+                out.append(None)
+                continue
+            try:
+                out.append(json.loads(v) if name == "json" else int(v.strip()))
+            except ValueError as e:
+                raise _shardtool.CorruptRecordError(f"record {key}: its {name} field does not parse: {e}") from None
+        return out
+    return values
 
 
 def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> None:
@@ -82,7 +129,7 @@ class Loader:
     Iterating yields dicts: ``image`` (uint8 ``[B, H, W, 3]`` when every image of the batch has
     the same shape, else a list of ``[h, w, 3]`` arrays; with ``decode=False`` on tar shards, a
     list of 1-D arrays of encoded bytes; with a crop ``transform``, always ``[B, S, S, 3]``),
-    ``label`` (int64 ``[B]``), ``key`` (list of str),
+    ``label`` (int64 ``[B]``, -1 for an unlabelled sample), ``key`` (list of str),
     ``epoch`` and ``index`` (the batch's position in this rank's epoch). ``output`` picks torch
     tensors, NumPy arrays, or ``shardtool.Tensor`` objects (``__dlpack__``). Images are views of
     the reader's batch buffer, not copies; the buffer is reused only after every view of it is
@@ -105,6 +152,16 @@ class Loader:
     ``RandomResizedCrop`` rule, defaults 0.08-1 and 3/4-4/3). ``flip=True`` mirrors each crop with
     probability 0.5. Crops are a function of (seed, epoch, sample key) only, so worker counts,
     ranks and resumes never change them; JPEGs decode only the crop's region.
+
+    ``fields`` names carried fields to deliver with each batch, one list per field under its name,
+    one value per sample (``None`` where a sample lacks it): ``batch["txt"]`` holds ``str``
+    (``bytes`` when not UTF-8), ``batch["json"]`` the parsed JSON (a ``dict`` for an object),
+    ``batch["cls"]`` ``int``, any other field ``bytes``. Any field of the manifest's ``fields`` or
+    ``optional_fields`` may be named except the image, ``key`` and ``label`` (already in the
+    batch); on packed shards ``json`` is always there (the input's json when it was carried, else
+    the record's metadata). Names are checked against a local dataset's manifest here, against a
+    remote one's at the first ``iter()``: an unknown name raises ``ValueError`` listing the
+    dataset's fields.
 
     ``workers`` Rust threads decode (default: all cores, divided among DataLoader worker
     processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer``,
@@ -136,6 +193,7 @@ class Loader:
         interleave: Optional[int] = None,
         prefetch: Optional[int] = None,
         skip_corrupt: bool = False,
+        fields: Optional[Sequence[str]] = None,
     ) -> None:
         if not isinstance(dataset, (str, os.PathLike)):
             raise TypeError(f"dataset must be a path or URL, not {type(dataset).__name__}")
@@ -187,6 +245,9 @@ class Loader:
             raise ValueError(
                 f"flip needs a crop transform (center-crop or random-resized-crop), not {transform}"
             )
+        field_names = _check_fields(fields)
+        if field_names:
+            _shardtool.check_fields(location, field_names)
 
         self._dataset = location
         self._batch_size = batch_size
@@ -207,6 +268,7 @@ class Loader:
         self._interleave = interleave
         self._prefetch = prefetch
         self._skip_corrupt = skip_corrupt
+        self._fields = field_names
         self._device = parsed_device
         # This process's share of the rank's batches, (index, count): set per DataLoader worker.
         self._split: Optional[Tuple[int, int]] = None
@@ -321,21 +383,25 @@ class Loader:
             resume=None if resume is None or resume["reader"] is None else json.dumps(resume["reader"]),
             cache_dir=self._cache_dir,
             cache_limit=self._cache_limit,
+            fields=self._fields,
         )
         self._reader = reader
         self._partition = (rank, world)
         return self._batches(reader, _converter(self._output))
 
     def _batches(self, reader: _shardtool.Reader, convert: Callable[[Any], Any]) -> Iterator[Batch]:
-        for epoch, index, keys, labels, image in reader:
+        for epoch, index, keys, labels, image, fields in reader:
             self._samples += len(keys)
-            yield {
+            batch: Batch = {
                 "image": [convert(t) for t in image] if isinstance(image, list) else convert(image),
                 "label": convert(labels),
                 "key": keys,
                 "epoch": epoch,
                 "index": index,
             }
+            for name, values in fields:
+                batch[name] = _field_values(name, values, keys)
+            yield batch
 
     def close(self) -> None:
         """Stops the reader threads of the current iteration, if any (batches stay valid)."""
@@ -408,9 +474,10 @@ class Loader:
         self.__dict__.update(d)
 
     def __repr__(self) -> str:
+        fields = "" if not self._fields else f", fields={self._fields!r}"
         return (
             f"shardtool.Loader({self._dataset!r}, batch_size={self._batch_size}, seed={self._seed}, "
-            f"epoch={self._epoch}, output={self._output!r})"
+            f"epoch={self._epoch}, output={self._output!r}{fields})"
         )
 
 

@@ -6,7 +6,7 @@ use crate::dlpack::{DType, Keep, Tensor};
 use crate::errors::read_error;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyList, PyTuple};
+use pyo3::types::{PyBytes, PyList, PyTuple};
 use shardtool_reader::plan::per_rank;
 use shardtool_reader::{
     dataset_fingerprint, Batch, CacheOptions, CorruptPolicy, Dataset, Layout, Loader, LoaderState,
@@ -75,6 +75,19 @@ pub fn plan_info(
     ))
 }
 
+/// Checks `fields` against a local dataset's manifest (the reader's own rule and message);
+/// remote datasets are checked when their reader starts, not here (no fetch at construction).
+#[pyfunction]
+pub fn check_fields(py: Python<'_>, dataset: String, fields: Vec<String>) -> PyResult<()> {
+    let Location::Local(path) =
+        Location::parse(&dataset).map_err(|e| read_error(shardtool_reader::ReadError::from(e)))?
+    else {
+        return Ok(());
+    };
+    let d = py.detach(|| Dataset::open(&path)).map_err(read_error)?;
+    shardtool_reader::check_fields(&d.manifest, &fields).map_err(read_error)
+}
+
 /// The batch a set of tensors views; freed (its buffer back to the pool) with the last view.
 struct Held(Mutex<Batch>);
 
@@ -106,6 +119,18 @@ fn to_python(py: Python<'_>, mut batch: Batch) -> PyResult<Bound<'_, PyTuple>> {
     let epoch = batch.epoch;
     let index = batch.index;
     let keys = std::mem::take(&mut batch.keys);
+    // Carried fields: `[(name, [bytes | None, ...]), ...]`, copied (they are small).
+    let fields = PyList::empty(py);
+    for column in std::mem::take(&mut batch.fields) {
+        let values = PyList::empty(py);
+        for v in column.iter() {
+            match v {
+                Some(b) => values.append(PyBytes::new(py, b))?,
+                None => values.append(py.None())?,
+            }
+        }
+        fields.append((column.name(), values))?;
+    }
     let labels = Arc::new(std::mem::take(&mut batch.labels));
     let layout = std::mem::replace(
         &mut batch.layout,
@@ -153,7 +178,7 @@ fn to_python(py: Python<'_>, mut batch: Batch) -> PyResult<Bound<'_, PyTuple>> {
             list.into_any()
         }
     };
-    (epoch, index, keys, label_tensor, image).into_pyobject(py)
+    (epoch, index, keys, label_tensor, image, fields).into_pyobject(py)
 }
 
 #[pymethods]
@@ -164,7 +189,7 @@ impl Reader {
     #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
         workers=None, transform="decode", flip=false, remainder="drop", in_order=true, shuffle_buffer=None,
         interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
-        cache_dir=None, cache_limit=None, test_delay=None))]
+        cache_dir=None, cache_limit=None, fields=None, test_delay=None))]
     // One parameter per keyword argument of the Python signature.
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -189,6 +214,7 @@ impl Reader {
         resume: Option<String>,
         cache_dir: Option<PathBuf>,
         cache_limit: Option<u64>,
+        fields: Option<Vec<String>>,
         test_delay: Option<(String, f64)>,
     ) -> PyResult<Self> {
         let location = Location::parse(&dataset)
@@ -228,6 +254,9 @@ impl Reader {
         if let Some((i, n)) = split {
             b = b.split(i, n);
         }
+        if let Some(f) = fields {
+            b = b.fields(f);
+        }
         if let Some((key, secs)) = test_delay {
             // Testing aid: reading `key` sleeps, so a test can interrupt a waiting `next`.
             b = b.inject_delay(&key, Duration::from_secs_f64(secs.max(0.0)));
@@ -248,8 +277,9 @@ impl Reader {
         slf
     }
 
-    /// The next batch as `(epoch, index, keys, labels, image)`; `image` is one `Tensor` for a
-    /// fixed-shape batch, else a list of them.
+    /// The next batch as `(epoch, index, keys, labels, image, fields)`; `image` is one `Tensor`
+    /// for a fixed-shape batch, else a list of them; `fields` pairs each asked-for field's name
+    /// with its values (`bytes`, or `None` where a sample lacks it).
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         self.check_process()?;
         let mut guard = match self.loader.try_lock() {

@@ -1,5 +1,5 @@
-//! `shardtool inspect`: counts, class histogram, image sizes and pack options of a dataset or a
-//! single shard, as text or one JSON document.
+//! `shardtool inspect`: counts, class histogram, image sizes, fields and pack options of a
+//! dataset or a single shard, as text or one JSON document.
 
 use crate::args::InspectArgs;
 use crate::commands::verify::opened;
@@ -78,7 +78,20 @@ fn print_human(r: &InspectReport) {
         .map(|(f, s)| format!("{f} {}", human_bytes(s.mean_bytes)))
         .collect();
     println!("  fields    {}  (mean per sample)", fields.join(", "));
-    println!("  classes   {}", r.classes.len());
+    if let Some(declared) = &r.declared_fields {
+        let optional = match r.optional_fields.as_deref() {
+            Some(o) if !o.is_empty() => format!("; in some: {}", o.join(", ")),
+            _ => String::new(),
+        };
+        println!(
+            "  declared  in every sample: {}{optional}",
+            declared.join(", ")
+        );
+    }
+    match r.unlabelled {
+        0 => println!("  classes   {}", r.classes.len()),
+        n => println!("  classes   {}  ({n} samples unlabelled)", r.classes.len()),
+    }
     let total: u64 = r.classes.iter().map(|c| c.count).sum::<u64>().max(1);
     let max = r.classes.iter().map(|c| c.count).max().unwrap_or(1).max(1);
     let width = r

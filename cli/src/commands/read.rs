@@ -146,6 +146,15 @@ pub struct ReadArgs {
     /// source pixels (x, y, width, height) and 1 if it was flipped, else 0.
     #[arg(long)]
     pub keys: bool,
+    /// Carried fields to read with each sample (comma-separated, e.g. txt,json): the lines of
+    /// --keys (implied) end with one tab-separated NAME=VALUE per field, in the order given.
+    /// VALUE is JSON: a string holding the field's bytes when they are UTF-8 (so a tab or
+    /// newline in a caption is escaped), {"base64": "..."} when they are not, null when the
+    /// sample lacks the field. Extract one with e.g. `cut -f2 | sed 's/^txt=//' | jq -r .`.
+    /// Any field of the manifest's fields or optional_fields except the image, key and
+    /// label; on packed shards json is the record's metadata unless the input's was carried.
+    #[arg(long, value_delimiter = ',', value_name = "F,...")]
+    pub fields: Vec<String>,
     /// Stop after N samples.
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
@@ -173,6 +182,10 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
             .map_err(Failure::usage)?;
         builder = builder.resume(state);
     }
+    let keys = a.keys || !a.fields.is_empty();
+    if !a.fields.is_empty() {
+        builder = builder.fields(a.fields.iter().cloned());
+    }
     let mut loader = builder.build().map_err(build_failure)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
@@ -184,21 +197,9 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
             Some(l) => (l - count).min(batch.len() as u64) as usize,
             None => batch.len(),
         };
-        if a.keys {
+        if keys {
             for (i, k) in batch.keys[..take].iter().enumerate() {
-                match batch.crops.get(i) {
-                    Some(c) => writeln!(
-                        out,
-                        "{k}\t{}\t{}\t{}\t{}\t{}",
-                        c.x,
-                        c.y,
-                        c.w,
-                        c.h,
-                        u8::from(c.flipped)
-                    ),
-                    None => writeln!(out, "{k}"),
-                }
-                .map_err(Failure::run)?;
+                write_sample(&mut out, &batch, i, k).map_err(Failure::run)?;
             }
         }
         count += take as u64;
@@ -223,7 +224,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         eprintln!("skipped {} corrupt records", m.corrupt_skipped);
     }
     report_lost_and_cache(&m);
-    if !a.keys {
+    if !keys {
         println!(
             "read {count} samples in {:.2} s: {:.0} samples/s, {:.1} MB/s, wait p50 {:.3} ms p99 {:.3} ms",
             m.elapsed.as_secs_f64(),
@@ -234,6 +235,34 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         );
     }
     Ok(())
+}
+
+/// The `--keys` line of sample `i` (key `k`): the key, its crop box when the transform crops, and
+/// `NAME=VALUE` per carried field.
+fn write_sample(
+    out: &mut impl Write,
+    batch: &shardtool_reader::Batch,
+    i: usize,
+    k: &str,
+) -> std::io::Result<()> {
+    write!(out, "{k}")?;
+    if let Some(c) = batch.crops.get(i) {
+        let flipped = u8::from(c.flipped);
+        write!(out, "\t{}\t{}\t{}\t{}\t{flipped}", c.x, c.y, c.w, c.h)?;
+    }
+    for f in &batch.fields {
+        write!(out, "\t{}={}", f.name(), field_json(f.get(i)))?;
+    }
+    writeln!(out)
+}
+
+/// A field's value as one line of JSON: a string for UTF-8 bytes, `{"base64": …}` for other
+/// bytes (as packed shards store them), `null` when absent.
+fn field_json(value: Option<&[u8]>) -> String {
+    match value {
+        None => "null".into(),
+        Some(bytes) => shardtool_packed::field_value(bytes).to_string(),
+    }
 }
 
 /// One line for the slow records, if any: how many, and the slowest few.

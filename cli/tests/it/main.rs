@@ -6,6 +6,7 @@ mod common;
 mod cli;
 mod colour;
 mod determinism;
+mod fields;
 mod formats;
 mod inputs;
 mod inspect_preview;

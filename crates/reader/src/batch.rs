@@ -120,6 +120,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn field_columns_keep_absent_and_empty_values_apart() {
+        let mut c = FieldColumn::new("txt".into());
+        for v in [Some(&b"a bus"[..]), None, Some(b""), Some(b"\xff")] {
+            c.push(v);
+        }
+        assert_eq!((c.name(), c.len()), ("txt", 4));
+        let got: Vec<Option<&[u8]>> = c.iter().collect();
+        assert_eq!(got, [Some(&b"a bus"[..]), None, Some(b""), Some(b"\xff")]);
+        assert_eq!(c.get(4), None);
+    }
+
+    #[test]
     fn cpu_buffers_are_aligned_sized_and_reused() {
         let a = CpuAllocator::new(4);
         let mut b = a.allocate(10_000);
@@ -159,6 +171,60 @@ pub enum Layout {
     },
 }
 
+/// One carried field over the samples of a batch: for each sample, in sample order, the field's
+/// bytes as stored (copied out of the shard), or `None` where the sample does not carry it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FieldColumn {
+    name: String,
+    /// Every present value, back to back.
+    data: Vec<u8>,
+    /// Per sample, where its value lies in `data`.
+    spans: Vec<Option<(usize, usize)>>,
+}
+
+impl FieldColumn {
+    pub(crate) fn new(name: String) -> Self {
+        Self {
+            name,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn push(&mut self, value: Option<&[u8]>) {
+        self.spans.push(value.map(|v| {
+            let start = self.data.len();
+            self.data.extend_from_slice(v);
+            (start, self.data.len())
+        }));
+    }
+
+    /// The field's name (`txt`, `json` …).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Number of samples (the batch's length).
+    pub fn len(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// True when the batch holds no samples.
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
+    }
+
+    /// The value of sample `i`; `None` when it lacks the field (or `i` is out of range).
+    pub fn get(&self, i: usize) -> Option<&[u8]> {
+        let (a, b) = (*self.spans.get(i)?)?;
+        self.data.get(a..b)
+    }
+
+    /// The values in sample order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = Option<&[u8]>> + '_ {
+        (0..self.len()).map(|i| self.get(i))
+    }
+}
+
 /// One batch.
 pub struct Batch {
     /// Epoch it belongs to.
@@ -174,6 +240,9 @@ pub struct Batch {
     /// Per sample, the region of the source image its pixels came from, when the transform
     /// crops; empty otherwise.
     pub crops: Vec<crate::Crop>,
+    /// The carried fields asked for with `LoaderBuilder::fields`, in the order asked, one value
+    /// per sample each; empty when none was asked for.
+    pub fields: Vec<FieldColumn>,
     data: Option<Box<dyn HostBuffer>>,
     allocator: Arc<dyn BatchAllocator>,
 }
@@ -195,6 +264,7 @@ impl Batch {
             labels,
             layout,
             crops: Vec::new(),
+            fields: Vec::new(),
             data: Some(data),
             allocator,
         }
@@ -203,6 +273,16 @@ impl Batch {
     pub(crate) fn with_crops(mut self, crops: Vec<crate::Crop>) -> Self {
         self.crops = crops;
         self
+    }
+
+    pub(crate) fn with_fields(mut self, fields: Vec<FieldColumn>) -> Self {
+        self.fields = fields;
+        self
+    }
+
+    /// The values of carried field `name`, if it was asked for.
+    pub fn field(&self, name: &str) -> Option<&FieldColumn> {
+        self.fields.iter().find(|f| f.name == name)
     }
 
     /// Number of samples.

@@ -36,12 +36,15 @@ impl AsRef<[u8]> for ShardBytes {
 pub struct TarRecord {
     /// Sample key.
     pub key: String,
-    /// Label from `.cls`.
+    /// Label from `.cls`; -1 for a sample without one (an unlabelled dataset).
     pub label: i64,
     /// The image field (`jpg`, `png`, …).
     pub field: String,
     /// Where the image bytes are.
     pub image: Range<usize>,
+    /// Where the data of each carried field the loader asked for lies (in the order asked),
+    /// `None` where the sample lacks it; empty when no field was asked for.
+    pub fields: Vec<Option<Range<usize>>>,
 }
 
 /// A validated shard.
@@ -91,6 +94,8 @@ pub struct Dataset {
     pub manifest: Manifest,
     /// Views, in manifest order, opened lazily and closed by [`Dataset::release`].
     shards: Vec<Mutex<Slot>>,
+    /// The carried fields tar views index (see [`Dataset::carry`]).
+    fields: Vec<String>,
     /// Set for a remote dataset read through the cache.
     #[cfg(feature = "remote")]
     remote: Option<Arc<RemoteDataset>>,
@@ -110,6 +115,7 @@ impl Dataset {
             dir: remote.cache_dir().to_path_buf(),
             shards: manifest.shards.iter().map(|_| Default::default()).collect(),
             manifest,
+            fields: Vec::new(),
             remote: Some(Arc::new(remote)),
         })
     }
@@ -150,9 +156,16 @@ impl Dataset {
             dir,
             manifest,
             shards,
+            fields: Vec::new(),
             #[cfg(feature = "remote")]
             remote: None,
         })
+    }
+
+    /// Indexes carried `fields` (already checked against the manifest) in the tar shards opened
+    /// from now on, so their data is found without reading headers again ([`TarRecord::fields`]).
+    pub(crate) fn carry(&mut self, fields: Vec<String>) {
+        self.fields = fields;
     }
 
     /// Sample counts per shard, from the manifest.
@@ -237,7 +250,7 @@ impl Dataset {
                 ShardView::Packed(PackedShard::open(bytes).map_err(|e| corrupt(e.to_string()))?)
             }
             ShardFormat::Wds => {
-                let records = index_tar(bytes.as_ref()).map_err(corrupt)?;
+                let records = index_tar(bytes.as_ref(), &self.fields).map_err(corrupt)?;
                 ShardView::Tar { bytes, records }
             }
         };
@@ -257,31 +270,38 @@ fn shard_size(entry: &ShardEntry) -> u64 {
     entry.uncompressed_bytes.unwrap_or(entry.bytes)
 }
 
-/// Indexes a tar shard once: each sample's key, label and image byte range.
-fn index_tar(bytes: &[u8]) -> Result<Vec<TarRecord>, String> {
+/// Indexes a tar shard once: each sample's key, label (-1 without a `.cls`), image byte range
+/// and the byte ranges of the carried `fields`.
+fn index_tar(bytes: &[u8], fields: &[String]) -> Result<Vec<TarRecord>, String> {
     let (samples, err) = shardtool_wds::group_samples(bytes);
     if let Some(e) = err {
         return Err(e.to_string());
     }
     let base = bytes.as_ptr() as usize;
+    // Every data slice lies inside `bytes`.
+    let range = |data: &[u8]| {
+        let start = data.as_ptr() as usize - base;
+        start..start + data.len()
+    };
     let mut out = Vec::with_capacity(samples.len());
     for s in samples {
-        let label = s
-            .get(shardtool_wds::LABEL_FIELD)
-            .and_then(shardtool_wds::parse_cls)
-            .ok_or_else(|| format!("sample {:?} has no valid .cls label", s.key))?;
+        let label = match s.get(shardtool_wds::LABEL_FIELD) {
+            None => -1,
+            Some(cls) => shardtool_wds::parse_cls(cls)
+                .ok_or_else(|| format!("sample {:?} has a .cls that is not an integer", s.key))?,
+        };
         let image = shardtool_wds::image_field(s.fields.iter().map(|(f, _)| f.as_str()));
         let (field, data) = s
             .fields
             .iter()
             .find(|(f, _)| Some(f.as_str()) == image)
             .ok_or_else(|| format!("sample {:?} has no image field", s.key))?;
-        let start = data.as_ptr() as usize - base;
         out.push(TarRecord {
             key: s.key.clone(),
             label,
             field: field.clone(),
-            image: start..start + data.len(),
+            image: range(data),
+            fields: fields.iter().map(|f| s.get(f).map(range)).collect(),
         });
     }
     Ok(out)

@@ -1,6 +1,7 @@
 //! The shardtool reader, linked into training code: epoch plans, two-level shuffle,
 //! exactly-once partitioning across ranks, resumable state, zero-copy record views over mapped
-//! shards, and batches assembled into reused buffers from a pluggable allocator.
+//! shards, and batches assembled into reused buffers from a pluggable allocator. Carried fields
+//! (captions, input json …) come with the batches when asked for ([`LoaderBuilder::fields`]).
 //!
 //! ```no_run
 //! use shardtool_reader::Loader;
@@ -14,6 +15,7 @@
 
 mod batch;
 mod dataset;
+mod fields;
 mod loader;
 mod metrics;
 /// The epoch plan's pure functions (shard order, rank order, open-window sizes). Internals of the
@@ -24,9 +26,11 @@ mod transform;
 mod work;
 
 pub use batch::{
-    AlignedBuffer, Batch, BatchAllocator, CpuAllocator, HostBuffer, Layout, CPU_BUFFER_ALIGN,
+    AlignedBuffer, Batch, BatchAllocator, CpuAllocator, FieldColumn, HostBuffer, Layout,
+    CPU_BUFFER_ALIGN,
 };
 pub use dataset::{Dataset, ShardView};
+pub use fields::{available_fields, check_fields};
 pub use loader::{dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next};
 pub use metrics::{Metrics, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
 pub use plan::{OrderOptions, Remainder};

@@ -91,6 +91,7 @@ pub struct LoaderBuilder {
     resume: Option<LoaderState>,
     split: Option<(u32, u32)>,
     allocator: Arc<dyn BatchAllocator>,
+    fields: Vec<String>,
     delays: Vec<(String, Duration)>,
     #[cfg(feature = "remote")]
     cache: Option<CacheOptions>,
@@ -120,6 +121,7 @@ impl LoaderBuilder {
             resume: None,
             split: None,
             allocator: Arc::new(CpuAllocator::default()),
+            fields: Vec::new(),
             delays: Vec::new(),
             #[cfg(feature = "remote")]
             cache: None,
@@ -232,6 +234,21 @@ impl LoaderBuilder {
         self.allocator = a;
         self
     }
+    /// Carried fields to deliver with each batch ([`Batch::fields`](crate::Batch::fields)), e.g.
+    /// `["txt", "json"]`: one value per sample and field, the bytes as stored, `None` where a
+    /// sample lacks the field. Any name in the manifest's `fields` or `optional_fields` may be
+    /// asked for, `cls` included (its text), except what every batch holds already: the image
+    /// field (`jpg`, `png`, …, `pixels`), `key` and `label`. On packed shards `json` is always
+    /// there: the input's json when it was carried, else the record's sample object (shardtool's
+    /// metadata). [`build`](Self::build) refuses an unknown name, listing the dataset's fields.
+    pub fn fields<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.fields = names.into_iter().map(Into::into).collect();
+        self
+    }
     /// Testing aid, not part of the API: sleep `delay` whenever the record with `key` is read.
     #[doc(hidden)]
     pub fn inject_delay(mut self, key: &str, delay: Duration) -> Self {
@@ -249,7 +266,7 @@ impl LoaderBuilder {
 
     /// Opens the dataset, plans the epoch and starts the workers.
     pub fn build(mut self) -> Result<Loader, ReadError> {
-        let dataset = Arc::new(match &self.location {
+        let mut dataset = match &self.location {
             Location::Local(path) => Dataset::open(path)?,
             #[cfg(feature = "remote")]
             Location::Remote(url) => {
@@ -259,7 +276,10 @@ impl LoaderBuilder {
             Location::Remote(url) => {
                 return Err(ReadError::RemoteNotBuilt(url.folder.to_string()));
             }
-        });
+        };
+        crate::fields::check_fields(&dataset.manifest, &self.fields)?;
+        dataset.carry(self.fields.clone());
+        let dataset = Arc::new(dataset);
         let fingerprint = dataset_fingerprint(&dataset);
         let mut skip = BTreeSet::new();
         let mut partial = None;
@@ -377,6 +397,7 @@ impl LoaderBuilder {
             region_decode: self.region_decode,
             corrupt: self.corrupt,
             allocator: self.allocator.clone(),
+            fields: self.fields,
             stop: stop.clone(),
             metrics: metrics.clone(),
             delays: self.delays,

@@ -2,7 +2,7 @@
 //! applies the transform, and assembles each batch into one buffer from the allocator (crops are
 //! resized straight into their slot of it).
 
-use crate::batch::{Batch, BatchAllocator, Layout};
+use crate::batch::{Batch, BatchAllocator, FieldColumn, Layout};
 use crate::dataset::{Dataset, ShardView};
 use crate::loader::CorruptPolicy;
 use crate::metrics::{MetricsRecorder, SlowRecord};
@@ -30,6 +30,8 @@ pub(crate) struct WorkerShared {
     pub(crate) region_decode: bool,
     pub(crate) corrupt: CorruptPolicy,
     pub(crate) allocator: Arc<dyn BatchAllocator>,
+    /// Carried fields to deliver, in the order asked.
+    pub(crate) fields: Vec<String>,
     pub(crate) stop: Arc<AtomicBool>,
     pub(crate) metrics: Arc<MetricsRecorder>,
     pub(crate) delays: Vec<(String, Duration)>,
@@ -131,6 +133,7 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
     let mut labels = Vec::with_capacity(refs.len());
     let mut recs = Vec::with_capacity(refs.len());
     let mut crops = Vec::new();
+    let mut columns: Vec<FieldColumn> = s.fields.iter().cloned().map(FieldColumn::new).collect();
     for (r, view) in refs.iter().zip(&views) {
         let Some(view) = view else {
             continue;
@@ -173,6 +176,7 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
                 labels.push(label);
                 recs.push(rec);
                 crops.extend(crop);
+                push_fields(s, view, r, &mut columns);
             }
             Err(e) => match s.corrupt {
                 CorruptPolicy::Fail => return Err(e),
@@ -200,7 +204,8 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
             )
         }
         _ => assemble(s, b, keys, labels, recs),
-    };
+    }
+    .map(|batch| batch.with_fields(columns));
     // The records are copied out: the views may close now.
     drop(views);
     let mut i = 0;
@@ -211,6 +216,27 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
         i += run;
     }
     batch
+}
+
+/// Appends record `r`'s value of each asked-for field to `columns` (small values: copied).
+fn push_fields(s: &WorkerShared, view: &ShardView, r: &SampleRef, columns: &mut [FieldColumn]) {
+    let i = r.record as usize;
+    match view {
+        ShardView::Packed(p) if i < p.len() => {
+            for (c, name) in columns.iter_mut().zip(&s.fields) {
+                c.push(p.field(i, name).as_deref());
+            }
+        }
+        ShardView::Tar { bytes, records } => {
+            let spans = records.get(i).map_or(&[][..], |rec| &rec.fields);
+            for (j, c) in columns.iter_mut().enumerate() {
+                let span = spans.get(j).cloned().flatten();
+                c.push(span.and_then(|span| bytes.as_ref().get(span)));
+            }
+        }
+        // The record was read above, so it is in range.
+        ShardView::Packed(_) => columns.iter_mut().for_each(|c| c.push(None)),
+    }
 }
 
 fn read_record<'a>(

@@ -1,6 +1,7 @@
 //! Checks of a packed (safetensors) shard: the layout of FORMAT.md (validated by
-//! `PackedShard::open`), keys, labels against the class list, record shapes against the sample
-//! metadata, and — when asked ([`Records`]) — every record's own checksum.
+//! `PackedShard::open`, carried fields' encoding included), keys, labels against the class list,
+//! record shapes against the sample metadata, carried fields against the manifest's, and — when
+//! asked ([`Records`]) — every record's own checksum.
 //!
 //! Why record checksums are not always recomputed: the manifest's file checksum covers every
 //! byte of the shard, records included, and was computed by pack from the very bytes it wrote.
@@ -11,11 +12,11 @@
 
 use crate::check_tar::{Ctx, Scan};
 use crate::report::{Problem, ProblemKind};
-use crate::sample::check_label_range;
+use crate::sample::{check_label_range, check_meta, txt_problem};
 use rayon::prelude::*;
 use serde_json::Value;
 use shardtool_core::validate_key;
-use shardtool_packed::{Error, PackedShard};
+use shardtool_packed::{Error, FieldValue, PackedShard};
 use std::collections::HashSet;
 
 /// The fields every packed record carries.
@@ -53,18 +54,13 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
             return scan;
         }
     };
-    for f in ctx.fields {
-        if !PACKED_FIELDS.contains(&f.as_str()) {
-            scan.problems.push(Problem::shard(
-                ctx.shard,
-                ProblemKind::MissingField,
-                format!(
-                    "the manifest declares field {f:?}, but packed records carry only key, label \
-                     and pixels"
-                ),
-            ));
-        }
-    }
+    // Names the manifest declares beyond key, label and pixels are carried in `fields`.
+    let required: Vec<&str> = ctx
+        .fields
+        .iter()
+        .map(String::as_str)
+        .filter(|f| !PACKED_FIELDS.contains(f))
+        .collect();
     let bad: Vec<usize> = match records {
         Records::Skip => Vec::new(),
         // With --decode this fans out over verify's pool; without, each shard is one thread's
@@ -128,6 +124,7 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
                 "width and height must both be non-negative integers".into(),
             ),
         }
+        check_carried(&shard, i, key, &required, ctx, &mut scan);
         if let Some(Value::String(class)) = meta.get("class") {
             let named = usize::try_from(rec.label)
                 .ok()
@@ -149,6 +146,62 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
     }
     scan.samples = shard.len() as u64;
     scan
+}
+
+/// Checks record `i`'s carried fields (their encoding was checked at open): every `required` one
+/// present, none the manifest does not declare, `txt` text, `json` the input's own json (an
+/// object, with the record's key if it states one).
+fn check_carried(
+    shard: &PackedShard<&[u8]>,
+    i: usize,
+    key: &str,
+    required: &[&str],
+    ctx: &Ctx<'_>,
+    scan: &mut Scan,
+) {
+    let member = |f: &str| format!("{key}.{f}");
+    let carried: Vec<(&str, FieldValue<'_>)> = shard.carried(i).collect();
+    for f in required {
+        if carried.iter().all(|(n, _)| n != f) {
+            scan.member(
+                ctx,
+                &member(f),
+                ProblemKind::MissingField,
+                format!("record {key} carries no {f} (the manifest declares it for every sample)"),
+            );
+        }
+    }
+    for (name, value) in carried {
+        if !(required.contains(&name) || ctx.optional.contains(name)) {
+            scan.member(
+                ctx,
+                &member(name),
+                ProblemKind::UnexpectedField,
+                format!("record {key} carries {name}, which the manifest does not declare"),
+            );
+        }
+        match (name, &value) {
+            ("txt", FieldValue::Binary(b)) => {
+                if let Some(why) = txt_problem(b.len() as u64, b) {
+                    scan.member(ctx, &member(name), ProblemKind::BadField, why);
+                }
+            }
+            ("txt", FieldValue::Text(t)) => {
+                if let Some(why) = txt_problem(t.len() as u64, t.as_bytes()) {
+                    scan.member(ctx, &member(name), ProblemKind::BadField, why);
+                }
+            }
+            ("json", v) => {
+                // A carried json is the input's: its width and height are not the record's.
+                let input = Ctx {
+                    json_input: true,
+                    ..*ctx
+                };
+                check_meta(v.bytes(), key, None, &input, scan, &member(name));
+            }
+            _ => {}
+        }
+    }
 }
 
 #[cfg(test)]
@@ -181,6 +234,8 @@ mod tests {
         let ctx = Ctx {
             shard: "s.safetensors",
             fields: &f,
+            optional: &crate::check_tar::NO_FIELDS,
+            json_input: false,
             classes: &c,
             decode: false,
             expected_samples: 0,
@@ -199,6 +254,79 @@ mod tests {
             "skipping record checksums changes nothing else"
         );
         kinds
+    }
+
+    /// A shard whose records carry `fields[i]` (label -1 each: unlabelled).
+    fn carrying(fields: &[serde_json::Value]) -> Vec<u8> {
+        let mut w = PackedWriter::new(Mode::Fixed);
+        for (i, f) in fields.iter().enumerate() {
+            let meta = serde_json::json!({"width": 1, "height": 1, "fields": f});
+            w.add(&format!("k{i}"), -1, 1, 1, &[0; 3], meta).unwrap();
+        }
+        let mut out = Vec::new();
+        w.finish(&mut out).unwrap();
+        out
+    }
+
+    /// Problems found in `bytes` against fields key, label, pixels, `required` and `optional`
+    /// (no classes), as (kind, record or member).
+    fn found(bytes: &[u8], required: &[&str], optional: &[&str]) -> Vec<(ProblemKind, String)> {
+        let set = |l: &[&str]| -> BTreeSet<String> { l.iter().map(|s| s.to_string()).collect() };
+        let mut f = set(&PACKED_FIELDS);
+        f.extend(set(required));
+        let o = set(optional);
+        let ctx = Ctx {
+            shard: "s.safetensors",
+            fields: &f,
+            optional: &o,
+            json_input: false,
+            classes: &[],
+            decode: false,
+            expected_samples: 0,
+        };
+        check_packed(bytes, &ctx, Records::Check)
+            .problems
+            .into_iter()
+            .map(|p| (p.kind, p.member_or_record.unwrap_or(p.message)))
+            .collect()
+    }
+
+    #[test]
+    fn carried_fields_are_checked_against_the_manifest() {
+        use shardtool_packed::field_value;
+        let txt = |s: &[u8]| field_value(s);
+        let bytes = carrying(&[
+            serde_json::json!({"txt": txt(b"a red bus"), "json": txt(br#"{"width": 640}"#)}),
+            serde_json::json!({"txt": txt(b"\xff\xfe")}),
+            serde_json::json!({"seg": txt(b"x"), "json": txt(br#"{"key": "k0"}"#)}),
+            serde_json::json!({"txt": txt(b"ok"), "json": txt(b"[]")}),
+        ]);
+        // Unlabelled records (-1) are fine without classes; the input json's width is not the
+        // record's; txt is required, json optional.
+        assert_eq!(
+            found(&bytes, &["txt"], &["json"]),
+            [
+                (ProblemKind::BadField, "k1.txt".to_string()),
+                (ProblemKind::MissingField, "k2.txt".into()),
+                (ProblemKind::BadMetadata, "k2.json".into()),
+                (ProblemKind::UnexpectedField, "k2.seg".into()),
+                (ProblemKind::BadMetadata, "k3.json".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_record_with_malformed_fields_makes_the_shard_malformed() {
+        let good = carrying(&[serde_json::json!({"bin": {"base64": "AAAA"}})]);
+        // Same length, so the layout stays intact: "AAAA" becomes "A@AA", not base64.
+        let at = good.windows(4).position(|w| w == b"AAAA").unwrap();
+        let mut bad = good.clone();
+        bad[at + 1] = b'@';
+        let p = found(&bad, &[], &["bin"]);
+        assert_eq!(p.len(), 1, "{p:?}");
+        assert_eq!(p[0].0, ProblemKind::Malformed);
+        assert!(p[0].1.contains("record 0 (k0)"), "{}", p[0].1);
+        assert_eq!(found(&good, &[], &["bin"]), []);
     }
 
     #[test]

@@ -12,10 +12,14 @@ use std::borrow::Cow;
 use std::collections::{BTreeSet, HashSet};
 use std::io::Read;
 
+/// No fields (for a test context without optional fields).
+#[cfg(test)]
+pub(crate) static NO_FIELDS: BTreeSet<String> = BTreeSet::new();
+
 /// Keys seen in one shard (foldhash: seeded per process, and fast on short keys).
 pub(crate) type KeySet = HashSet<String, foldhash::fast::RandomState>;
 
-/// Largest `.json` or `.cls` member read; anything larger is reported rather than parsed.
+/// Largest `.json`, `.cls` or `.txt` member read; anything larger is reported rather than parsed.
 pub(crate) const MAX_META_BYTES: usize = 1 << 20;
 
 /// Bytes read per step: `cat`'s read size, small enough that the hash and the header checks that
@@ -23,11 +27,17 @@ pub(crate) const MAX_META_BYTES: usize = 1 << 20;
 pub(crate) const STREAM_BUFFER: usize = 128 << 10;
 
 /// What the checks of one shard need to know about the dataset.
+#[derive(Clone, Copy)]
 pub(crate) struct Ctx<'a> {
     /// The shard file name (for problems).
     pub shard: &'a str,
-    /// Fields every sample must carry (empty: not known, not checked).
+    /// Fields every sample must carry (with `optional` empty too: not known, not checked).
     pub fields: &'a BTreeSet<String>,
+    /// Fields a sample may carry besides those.
+    pub optional: &'a BTreeSet<String>,
+    /// A sample's json may be its input's own (the manifest's pack option `"json": "input"`):
+    /// its `width` and `height` describe the original, not the stored image.
+    pub json_input: bool,
     /// Class names (empty: not known, labels are only checked to be integers).
     pub classes: &'a [String],
     /// Collect images to decode.
@@ -71,7 +81,7 @@ impl Scan {
 }
 
 /// A field of a sample: where its data lies, and the data itself for the fields the checks read
-/// (`.cls` and `.json` up to [`MAX_META_BYTES`]; empty for the others).
+/// (`.cls`, `.json` and `.txt` up to [`MAX_META_BYTES`]; empty for the others).
 #[derive(Clone, Default)]
 pub(crate) struct FieldData {
     pub bytes: Vec<u8>,
@@ -81,7 +91,7 @@ pub(crate) struct FieldData {
 
 /// Whether the data of `field` (as lowercased) of `len` bytes is kept: the checks read only these.
 fn keeps(field: &str, len: u64) -> bool {
-    matches!(field, "cls" | "json") && len <= MAX_META_BYTES as u64
+    matches!(field, "cls" | "json" | "txt") && len <= MAX_META_BYTES as u64
 }
 
 /// Checks a whole tar shard held in memory (see [`stream_tar`]).
@@ -111,8 +121,8 @@ pub(crate) struct Streamed {
 }
 
 /// Checks the tar shard that `src` yields (`len` bytes long by its metadata) by reading it front
-/// to back through `buf`, hashing every byte on the way; only the data of `.cls` and `.json`
-/// members is kept. Returns the buffer for reuse, and the error when the source could not be read
+/// to back through `buf`, hashing every byte on the way; only the data of `.cls`, `.json` and
+/// `.txt` members is kept. Returns the buffer for reuse, and the error when the source could not be read
 /// to its end.
 pub(crate) fn stream_tar<R: Read>(
     src: R,
@@ -306,7 +316,7 @@ impl<'a> Gather<'a> {
             );
             Cow::Owned(field.to_ascii_lowercase())
         } else {
-            match ctx.fields.get(field) {
+            match ctx.fields.get(field).or_else(|| ctx.optional.get(field)) {
                 Some(f) => Cow::Borrowed(f.as_str()),
                 None => Cow::Owned(field.to_owned()),
             }
@@ -384,6 +394,8 @@ mod tests {
         Ctx {
             shard: "s.tar",
             fields,
+            optional: &NO_FIELDS,
+            json_input: false,
             classes,
             decode,
             expected_samples: 2,

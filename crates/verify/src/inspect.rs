@@ -1,6 +1,7 @@
 //! `inspect`: what a dataset or a single shard holds — sample and shard counts, the class
-//! histogram, the distribution of image sizes, bytes per sample and per field, and the pack
-//! options — computed from the shards themselves (each read once, in parallel).
+//! histogram, the distribution of image sizes, bytes per sample and per field (carried fields
+//! included), the fields the manifest declares, and the pack options — computed from the shards
+//! themselves (each read once, in parallel).
 
 use crate::check_packed::PACKED_FIELDS;
 use crate::dataset::{open_target, ShardKind, Target};
@@ -101,10 +102,17 @@ pub struct InspectReport {
     pub uncompressed_bytes: u64,
     /// `stored_bytes / samples`.
     pub bytes_per_sample: f64,
-    /// Per-field sizes (`jpg`, `cls`, `json` for tar shards; `pixels` for packed ones).
+    /// Per-field sizes as found in the shards (`jpg`, `cls`, `json`, `txt` … for tar shards;
+    /// `key`, `label`, `pixels` and the carried fields for packed ones).
     pub fields: BTreeMap<String, FieldStats>,
-    /// Samples per label, in label order.
+    /// The fields every sample carries, as the manifest declares them (for a dataset).
+    pub declared_fields: Option<Vec<String>>,
+    /// The fields only some samples carry, as the manifest declares them (for a dataset).
+    pub optional_fields: Option<Vec<String>>,
+    /// Samples per label, in label order (unlabelled samples left out).
     pub classes: Vec<ClassCount>,
+    /// Samples without a label (no `.cls` and no json `label`, or label -1).
+    pub unlabelled: u64,
     /// Image sizes.
     pub image_sizes: SizeStats,
     /// The pack options from the manifest.
@@ -123,6 +131,7 @@ struct Stats {
     uncompressed: u64,
     fields: BTreeMap<String, (u64, u64)>,
     labels: BTreeMap<i64, u64>,
+    unlabelled: u64,
     names: BTreeMap<i64, String>,
     sizes: HashMap<(u32, u32), u64>,
     problems: Vec<Problem>,
@@ -145,6 +154,7 @@ impl Stats {
         for (k, v) in o.labels {
             *self.labels.entry(k).or_default() += v;
         }
+        self.unlabelled += o.unlabelled;
         for (k, v) in o.names {
             self.names.entry(k).or_insert(v);
         }
@@ -201,6 +211,8 @@ pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, Ver
             r.tool = Some(m.tool.clone());
             r.samples_in_manifest = Some(m.totals.samples);
             r.pack = Some(m.pack.clone());
+            r.declared_fields = Some(m.fields.clone());
+            r.optional_fields = Some(m.optional_fields.clone());
             Ok(r)
         }
         Target::Shard(path) => {
@@ -255,7 +267,10 @@ fn finish(target: &Path, kind: &str, s: Stats) -> InspectReport {
         uncompressed_bytes: s.uncompressed,
         bytes_per_sample: s.stored as f64 / s.samples.max(1) as f64,
         fields,
+        declared_fields: None,
+        optional_fields: None,
         classes,
+        unlabelled: s.unlabelled,
         image_sizes: size_stats(&s.sizes),
         pack: None,
         problems: s.problems,
@@ -421,11 +436,14 @@ fn wds_stats(data: &[u8], name: &str, s: &mut Stats) {
             .get(shardtool_wds::LABEL_FIELD)
             .and_then(shardtool_wds::parse_cls)
             .or_else(|| meta.as_ref()?.get("label")?.as_i64());
-        if let Some(l) = label {
-            *s.labels.entry(l).or_default() += 1;
-            if let Some(Value::String(c)) = meta.as_ref().and_then(|m| m.get("class")) {
-                s.names.entry(l).or_insert_with(|| c.clone());
+        match label {
+            Some(l) if l >= 0 => {
+                *s.labels.entry(l).or_default() += 1;
+                if let Some(Value::String(c)) = meta.as_ref().and_then(|m| m.get("class")) {
+                    s.names.entry(l).or_insert_with(|| c.clone());
+                }
             }
+            _ => s.unlabelled += 1,
         }
         let from_meta = meta.as_ref().and_then(|m| {
             let w = u32::try_from(m.get("width")?.as_u64()?).ok()?;
@@ -474,9 +492,18 @@ fn packed_stats(data: &[u8], name: &str, s: &mut Stats) {
             e.0 += 1;
             e.1 += bytes;
         }
-        *s.labels.entry(rec.label).or_default() += 1;
-        if let Some(Value::String(c)) = shard.sample_meta(i).get("class") {
-            s.names.entry(rec.label).or_insert_with(|| c.clone());
+        for (f, v) in shard.carried(i) {
+            let e = s.fields.entry(f.to_string()).or_default();
+            e.0 += 1;
+            e.1 += v.bytes().len() as u64;
+        }
+        if rec.label < 0 {
+            s.unlabelled += 1;
+        } else {
+            *s.labels.entry(rec.label).or_default() += 1;
+            if let Some(Value::String(c)) = shard.sample_meta(i).get("class") {
+                s.names.entry(rec.label).or_insert_with(|| c.clone());
+            }
         }
         let [h, w, _] = rec.shape;
         *s.sizes.entry((w, h)).or_default() += 1;

@@ -53,6 +53,8 @@ pub enum ProblemKind {
     DuplicateField,
     /// A sample holds a field the manifest does not declare.
     UnexpectedField,
+    /// A carried field breaks its rule: a `.txt` that is not UTF-8 (or over the size limit).
+    BadField,
     /// A key appears twice (in one shard, or in two).
     DuplicateKey,
     /// A packed record's pixels do not match its stored checksum.
@@ -97,6 +99,7 @@ impl ProblemKind {
             ProblemKind::MissingField => "missing_field",
             ProblemKind::DuplicateField => "duplicate_field",
             ProblemKind::UnexpectedField => "unexpected_field",
+            ProblemKind::BadField => "bad_field",
             ProblemKind::DuplicateKey => "duplicate_key",
             ProblemKind::RecordChecksum => "record_checksum",
             ProblemKind::BadLabel => "bad_label",
@@ -240,6 +243,7 @@ mod tests {
             ProblemKind::ImageSizeMismatch,
             ProblemKind::Decode,
             ProblemKind::ErrorReport,
+            ProblemKind::BadField,
         ] {
             let json = serde_json::to_value(k).unwrap();
             assert_eq!(json, serde_json::Value::String(k.as_str().into()));

@@ -100,6 +100,7 @@ pub fn verify(
     }
     problems.extend(check_error_report(&ds.dir, m.inputs.failed));
     let fields = m.fields.iter().cloned().collect();
+    let optional = m.optional_fields.iter().cloned().collect();
     progress.start(
         m.shards.len() as u64,
         m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes)),
@@ -107,7 +108,9 @@ pub fn verify(
     let shared = Shared {
         dir: &ds.dir,
         fields: &fields,
+        optional: &optional,
         classes: &m.classes,
+        json_input: m.pack.get("json").and_then(|v| v.as_str()) == Some("input"),
         opts,
         buffers: BufferPool::default(),
     };

@@ -43,7 +43,7 @@ pub(crate) fn finish_sample(
             );
         }
     }
-    if !ctx.fields.is_empty() {
+    if !ctx.fields.is_empty() || !ctx.optional.is_empty() {
         // Built only for a problem: this runs once per sample.
         let declared = || {
             ctx.fields
@@ -69,7 +69,7 @@ pub(crate) fn finish_sample(
         let mut unexpected: Vec<&str> = fields
             .iter()
             .map(|(f, _)| &**f)
-            .filter(|f| !ctx.fields.contains(*f))
+            .filter(|f| !ctx.fields.contains(*f) && !ctx.optional.contains(*f))
             .collect();
         unexpected.sort_unstable();
         unexpected.dedup();
@@ -115,6 +115,13 @@ pub(crate) fn finish_sample(
         }
     }
 
+    // Text: `.txt` must be UTF-8.
+    if let Some(txt) = get("txt") {
+        if let Some(why) = txt_problem(txt.len, &txt.bytes) {
+            scan.member(ctx, &format!("{key}.txt"), ProblemKind::BadField, why);
+        }
+    }
+
     // Metadata: `.json` must be an object consistent with the key and label.
     let mut expect = None;
     if let Some(json) = get("json") {
@@ -151,12 +158,32 @@ pub(crate) fn finish_sample(
     }
 }
 
+/// Why a `.txt` of `len` bytes whose data (when kept, up to [`MAX_META_BYTES`]) is `bytes` breaks
+/// the text rule: valid UTF-8, at most [`MAX_META_BYTES`].
+pub(crate) fn txt_problem(len: u64, bytes: &[u8]) -> Option<String> {
+    if len > MAX_META_BYTES as u64 {
+        return Some(format!(
+            "is {len} bytes, over the {MAX_META_BYTES}-byte limit for text"
+        ));
+    }
+    std::str::from_utf8(bytes).err().map(|e| {
+        format!(
+            "is not UTF-8 text (invalid byte at {}): {}",
+            e.valid_up_to(),
+            quote(bytes)
+        )
+    })
+}
+
 /// Checks a sample's `.json` (at most [`MAX_META_BYTES`]); returns the `(width, height)` it
 /// states, if any. The rules, all optional fields of one JSON object (other fields are free):
 /// `key` is the sample's key; `label` is an integer, equal to the `.cls` label when there is one
 /// and otherwise a class index; `class` is the name of the label's class; `width` and `height`
-/// come together, as non-negative integers.
-fn check_meta(
+/// come together, as non-negative integers. When the dataset's json may be its input's own
+/// (`ctx.json_input`), only the first rule holds: such a json is the input's metadata (an
+/// img2dataset json's `width` and `height` are the original download's), so nothing else in it
+/// is shardtool's to check.
+pub(crate) fn check_meta(
     json: &[u8],
     key: &str,
     cls_label: Option<i64>,
@@ -194,6 +221,9 @@ fn check_meta(
                 format!("states key {k}, but the sample's key is {key:?}"),
             );
         }
+    }
+    if ctx.json_input {
+        return None;
     }
     let mut label = cls_label;
     match meta.get("label") {
@@ -287,5 +317,140 @@ fn quote(bytes: &[u8]) -> String {
         format!("{s}…")
     } else {
         s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::check_tar::{check_tar, Ctx, Scan, MAX_META_BYTES};
+    use crate::report::ProblemKind;
+    use shardtool_wds::TarWriter;
+    use std::collections::BTreeSet;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// Scans a tar of `members` against fields `json`, `png` and optional `cls`, `txt`.
+    fn scan(members: &[(&str, &[u8])], json_input: bool, classes: &[String]) -> Scan {
+        let mut w = TarWriter::new(Vec::new());
+        for (n, d) in members {
+            w.append(n, d).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let (fields, optional) = (set(&["json", "png"]), set(&["cls", "txt"]));
+        let ctx = Ctx {
+            shard: "s.tar",
+            fields: &fields,
+            optional: &optional,
+            json_input,
+            classes,
+            decode: true,
+            expected_samples: 0,
+        };
+        check_tar(&bytes, &ctx)
+    }
+
+    fn problems(s: &Scan) -> Vec<(ProblemKind, &str)> {
+        s.problems
+            .iter()
+            .map(|p| (p.kind, p.member_or_record.as_deref().unwrap_or("")))
+            .collect()
+    }
+
+    #[test]
+    fn optional_fields_may_be_absent_required_ones_may_not() {
+        let s = scan(
+            &[
+                ("a.json", b"{}"),
+                ("a.png", b"x"),
+                ("a.txt", b"a red bus"),
+                ("b.cls", b"1"),
+                ("b.json", b"{}"),
+                ("b.png", b"x"),
+                ("c.png", b"x"),
+                ("c.seg", b"x"),
+            ],
+            false,
+            &[],
+        );
+        assert_eq!(s.samples, 3);
+        assert_eq!(
+            problems(&s),
+            [
+                (ProblemKind::MissingField, "c.json"),
+                (ProblemKind::UnexpectedField, "c.seg")
+            ]
+        );
+    }
+
+    #[test]
+    fn text_must_be_utf8_and_bounded() {
+        let big = vec![b'a'; MAX_META_BYTES + 1];
+        let s = scan(
+            &[
+                ("a.json", b"{}"),
+                ("a.png", b"x"),
+                ("a.txt", "ünïcödé".as_bytes()),
+                ("b.json", b"{}"),
+                ("b.png", b"x"),
+                ("b.txt", b"caf\xe9"),
+                ("c.json", b"{}"),
+                ("c.png", b"x"),
+                ("c.txt", &big),
+            ],
+            false,
+            &[],
+        );
+        assert_eq!(
+            problems(&s),
+            [
+                (ProblemKind::BadField, "b.txt"),
+                (ProblemKind::BadField, "c.txt")
+            ]
+        );
+        assert!(
+            s.problems[0].message.contains("not UTF-8"),
+            "{}",
+            s.problems[0]
+        );
+        assert!(s.problems[1].message.contains("limit"), "{}", s.problems[1]);
+    }
+
+    #[test]
+    fn an_input_json_keeps_only_the_object_and_key_rules() {
+        let classes = vec!["a".to_string()];
+        let members: [(&str, &[u8]); 6] = [
+            (
+                "a.json",
+                br#"{"key":"a","width":1024,"height":768,"label":"dog"}"#,
+            ),
+            ("a.png", b"x"),
+            ("b.json", br#"{"key":"other"}"#),
+            ("b.png", b"x"),
+            ("c.json", b"[1]"),
+            ("c.png", b"x"),
+        ];
+        // Shardtool's own json: the label must be an integer and the size is the image's.
+        let own = scan(&members, false, &classes);
+        assert_eq!(own.images[0].expect, Some((1024, 768)));
+        assert_eq!(
+            problems(&own),
+            [
+                (ProblemKind::BadLabel, "a.json"),
+                (ProblemKind::BadMetadata, "b.json"),
+                (ProblemKind::BadMetadata, "c.json")
+            ]
+        );
+        // The input's json: its width, height and label are the input's business.
+        let input = scan(&members, true, &classes);
+        assert_eq!(input.images[0].expect, None);
+        assert_eq!(
+            problems(&input),
+            [
+                (ProblemKind::BadMetadata, "b.json"),
+                (ProblemKind::BadMetadata, "c.json")
+            ]
+        );
     }
 }

@@ -18,9 +18,12 @@ use std::path::Path;
 pub(crate) struct Shared<'a> {
     /// The dataset directory.
     pub dir: &'a Path,
-    /// The manifest's fields and classes.
+    /// The manifest's fields, optional fields and classes.
     pub fields: &'a BTreeSet<String>,
+    pub optional: &'a BTreeSet<String>,
     pub classes: &'a [String],
+    /// The manifest's pack options say a sample's json may be its input's (`"json": "input"`).
+    pub json_input: bool,
     pub opts: &'a VerifyOptions,
     pub buffers: BufferPool,
 }
@@ -138,6 +141,8 @@ fn stream_shard(path: &Path, entry: &ShardEntry, sh: &Shared<'_>, out: &mut Shar
     let ctx = Ctx {
         shard: name,
         fields: sh.fields,
+        optional: sh.optional,
+        json_input: sh.json_input,
         classes: sh.classes,
         decode: false,
         expected_samples: entry.samples,
@@ -263,6 +268,8 @@ fn check_content(
     let ctx = Ctx {
         shard: &entry.file,
         fields: sh.fields,
+        optional: sh.optional,
+        json_input: sh.json_input,
         classes: sh.classes,
         decode: opts.decode,
         expected_samples: entry.samples,

@@ -28,9 +28,11 @@ pub struct Manifest {
     pub pack: serde_json::Map<String, serde_json::Value>,
     /// Class names; a sample's label indexes this list.
     pub classes: Vec<String>,
-    /// The fields every sample carries (`cls`, `jpg`, `json` …), sorted.
+    /// The fields every sample carries (`cls`, `jpg`, `json` …), sorted. An unlabelled dataset
+    /// has no `cls` (tar) and an empty `classes`.
     pub fields: Vec<String>,
-    /// The fields only some samples carry, sorted (omitted when none).
+    /// The fields only some samples carry (a caption most samples have …), sorted, none of
+    /// them in `fields`. Absent from the JSON when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub optional_fields: Vec<String>,
     /// The shards in order.
@@ -259,6 +261,17 @@ impl Manifest {
                 self.version
             ));
         }
+        check_field_list("fields", &self.fields)?;
+        check_field_list("optional_fields", &self.optional_fields)?;
+        if let Some(f) = self
+            .optional_fields
+            .iter()
+            .find(|f| self.fields.binary_search(f).is_ok())
+        {
+            return bad(format!(
+                "field {f:?} is listed both in fields and in optional_fields"
+            ));
+        }
         let mut names = BTreeSet::new();
         for s in &self.shards {
             if !is_safe_file_name(&s.file) {
@@ -323,6 +336,39 @@ pub fn is_safe_file_name(name: &str) -> bool {
         && !name.chars().any(char::is_control)
 }
 
+/// Longest field name: a tar member name holds at most 100 bytes, key and `.` included.
+pub const MAX_FIELD_NAME: usize = 64;
+
+/// A field name as WebDataset spells it (the member name after the key's first `.`): 1 to
+/// [`MAX_FIELD_NAME`] bytes of lowercase ASCII letters, digits, `_`, `-` and `.`, neither starting
+/// nor ending with `.` (`jpg`, `txt`, `seg.png`).
+pub fn is_field_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= MAX_FIELD_NAME
+        && !name.starts_with('.')
+        && !name.ends_with('.')
+        && name
+            .bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'-' | b'.'))
+}
+
+/// `list` holds valid field names, each once, sorted.
+fn check_field_list(what: &str, list: &[String]) -> Result<(), ManifestError> {
+    if let Some(f) = list.iter().find(|f| !is_field_name(f)) {
+        return Err(ManifestError::Invalid(format!(
+            "{what} holds {f:?}, which is not a field name (1 to {MAX_FIELD_NAME} bytes of a-z, \
+             0-9, _, - and ., not starting or ending with .)"
+        )));
+    }
+    if let Some(w) = list.windows(2).find(|w| w[0] >= w[1]) {
+        return Err(ManifestError::Invalid(format!(
+            "{what} must be sorted and without repeats, but {:?} comes before {:?}",
+            w[0], w[1]
+        )));
+    }
+    Ok(())
+}
+
 fn is_checksum(s: &str) -> bool {
     s.strip_prefix("xxh3:")
         .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -355,6 +401,7 @@ mod tests {
             pack: serde_json::Map::new(),
             classes: vec!["a".into(), "b".into()],
             fields: vec!["cls".into(), "jpg".into(), "json".into()],
+            optional_fields: Vec::new(),
             shards: vec![ShardEntry {
                 file: "shard-000000.tar".into(),
                 format: ShardFormat::Wds,
@@ -436,5 +483,48 @@ mod tests {
             Manifest::from_slice(&m.to_json(), 1 << 20),
             Err(ManifestError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn optional_fields_round_trip_and_are_left_out_when_empty() {
+        let m = sample();
+        let text = String::from_utf8(m.to_json()).unwrap();
+        assert!(!text.contains("optional_fields"), "{text}");
+        let mut m = sample();
+        m.optional_fields = vec!["seg.png".into(), "txt".into()];
+        let back = Manifest::from_slice(&m.to_json(), 1 << 20).unwrap();
+        assert_eq!(back.optional_fields, ["seg.png", "txt"]);
+        assert_eq!(back, m);
+    }
+
+    #[test]
+    fn field_lists_must_be_valid_sorted_and_disjoint() {
+        let invalid = |f: fn(&mut Manifest)| {
+            let mut m = sample();
+            f(&mut m);
+            match Manifest::from_slice(&m.to_json(), 1 << 20) {
+                Err(ManifestError::Invalid(msg)) => msg,
+                other => panic!("expected Invalid, got {other:?}"),
+            }
+        };
+        let msg = invalid(|m| m.optional_fields = vec!["jpg".into()]);
+        assert!(msg.contains("\"jpg\"") && msg.contains("both"), "{msg}");
+        let msg = invalid(|m| m.optional_fields = vec!["txt".into(), "seg".into()]);
+        assert!(msg.contains("optional_fields must be sorted"), "{msg}");
+        let msg = invalid(|m| m.fields = vec!["jpg".into(), "cls".into()]);
+        assert!(msg.contains("fields must be sorted"), "{msg}");
+        let msg = invalid(|m| m.fields = vec!["cls".into(), "cls".into()]);
+        assert!(msg.contains("without repeats"), "{msg}");
+        let msg = invalid(|m| m.optional_fields = vec!["Txt".into()]);
+        assert!(
+            msg.contains("\"Txt\"") && msg.contains("not a field name"),
+            "{msg}"
+        );
+        for bad in ["", ".txt", "txt.", "a/b", "a b", "é", &"x".repeat(65)] {
+            assert!(!is_field_name(bad), "{bad:?}");
+        }
+        for good in ["jpg", "seg.png", "input_json", "x-1", &"x".repeat(64)] {
+            assert!(is_field_name(good), "{good:?}");
+        }
     }
 }

@@ -135,6 +135,18 @@ pub enum Error {
     #[error("bad metadata: {0}")]
     BadMetadata(String),
 
+    /// A record's `fields` member (its carried fields) breaks the format: not an object, or a
+    /// value that is neither a string nor `{"base64": string}` with valid base64.
+    #[error("bad `fields` in record {record} ({key}): {detail}")]
+    BadFields {
+        /// Index of the offending record.
+        record: usize,
+        /// Its key.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
+
     /// The writer rejected a record or an option.
     #[error("bad input: {0}")]
     BadInput(String),

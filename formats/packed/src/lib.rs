@@ -12,7 +12,9 @@
 //!   record starts on a 64-byte boundary, plus `offsets` and `shapes`;
 //! - both modes carry `labels` (`I64 [N]`), `checksums` (`U64 [N]`, xxh3-64 of
 //!   each record's pixels) and a `__metadata__` entry `samples` holding one
-//!   caller-defined JSON object per record (each with at least a `key`).
+//!   caller-defined JSON object per record (each with at least a `key`), whose
+//!   reserved member `fields` holds the record's carried fields (a caption, the
+//!   input's JSON …) by name ([`PackedShard::field`]).
 //!
 //! The byte-level layout is specified in `FORMAT.md` next to this crate's
 //! `Cargo.toml`.
@@ -47,11 +49,13 @@
 //! [safetensors]: https://github.com/huggingface/safetensors
 
 mod error;
+mod fields;
 mod format;
 mod reader;
 mod writer;
 
 pub use error::Error;
+pub use fields::{field_value, FieldValue, SAMPLE_FIELDS};
 pub use format::{
     checksum, ShardMode, DATA_ALIGN, FORMAT_NAME, FORMAT_VERSION, MAX_HEADER_LEN, RECORD_ALIGN,
 };

@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::error::Error;
+use crate::fields::{check_fields, parse_value, FieldValue, SAMPLE_FIELDS};
 use crate::format::{
     checksum, record_len, ShardMode, CHANNELS, DATA_ALIGN, FORMAT_NAME, FORMAT_VERSION,
     MAX_HEADER_LEN, METADATA_ENTRY, META_FORMAT, META_MODE, META_SAMPLES, META_VERSION,
@@ -410,6 +411,47 @@ impl<B: AsRef<[u8]>> PackedShard<B> {
         &self.samples[i]
     }
 
+    /// The carried fields of record `i` (the `fields` member of its sample object), by name in
+    /// name order; empty when it carries none.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= len()`.
+    pub fn carried(&self, i: usize) -> impl Iterator<Item = (&str, FieldValue<'_>)> + '_ {
+        let fields = self.samples[i]
+            .get(SAMPLE_FIELDS)
+            .and_then(Value::as_object);
+        // Every value was checked at open: none is dropped here.
+        fields
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, v)| Some((name.as_str(), parse_value(v).ok()?)))
+    }
+
+    /// The bytes of field `name` of record `i`, or `None` when the record does not carry it.
+    /// `json` is special: without a carried `json`, it is the record's sample object (shardtool's
+    /// metadata) serialised as compact JSON without its `fields` member, so every record has one.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= len()`.
+    pub fn field(&self, i: usize, name: &str) -> Option<std::borrow::Cow<'_, [u8]>> {
+        let sample = &self.samples[i];
+        let carried = sample
+            .get(SAMPLE_FIELDS)
+            .and_then(|f| f.get(name))
+            .and_then(|v| parse_value(v).ok());
+        match carried {
+            Some(v) => Some(v.into_bytes()),
+            None if name == "json" => {
+                let mut own = sample.as_object().cloned().unwrap_or_default();
+                own.remove(SAMPLE_FIELDS);
+                serde_json::to_vec(&own).ok().map(std::borrow::Cow::Owned)
+            }
+            None => None,
+        }
+    }
+
     /// Whether record `i`'s pixels match its stored checksum.
     ///
     /// # Panics
@@ -720,6 +762,7 @@ fn parse_samples(
                 )));
             }
         }
+        check_fields(obj, i, key)?;
         keys.push(key.clone());
     }
     Ok((keys, samples))

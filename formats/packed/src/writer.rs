@@ -161,8 +161,9 @@ impl PackedWriter {
     /// `key` non-empty. `meta` is stored as the record's sample object: it must
     /// be a JSON object (or `null`, meaning `{}`). The writer sets its `key`
     /// and `label` fields; if `meta` already has them they must equal `key`
-    /// and `label`. In [`Mode::Fixed`] the shape must equal the first
-    /// record's.
+    /// and `label`. Its `fields` member, if any, holds the carried fields and
+    /// must be an object of [`field_value`](crate::field_value)s. In
+    /// [`Mode::Fixed`] the shape must equal the first record's.
     ///
     /// On error nothing is added.
     pub fn add(
@@ -226,6 +227,8 @@ impl PackedWriter {
                 )));
             }
         }
+        crate::fields::check_fields(&obj, self.records.len(), key)
+            .map_err(|e| Error::BadInput(e.to_string()))?;
         obj.insert(SAMPLE_KEY.into(), Value::String(key.into()));
         obj.insert(SAMPLE_LABEL.into(), Value::from(label));
         let sample = serde_json::to_string(&obj)

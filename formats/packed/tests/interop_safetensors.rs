@@ -107,3 +107,22 @@ fn variable_shard_reads_in_safetensors() {
     check_common(&st, &shard);
     check_metadata(&bytes, "variable", 5);
 }
+
+#[test]
+fn a_shard_with_carried_fields_reads_in_safetensors() {
+    let mut r = recs(&[(2, 2); 2]);
+    r[0].meta = serde_json::json!({"fields": {
+        "txt": shardtool_packed::field_value("a caption".as_bytes()),
+        "bin": shardtool_packed::field_value(b"\xff\x00"),
+    }});
+    let bytes = write(Mode::Fixed, &r);
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let shard = PackedShard::open(&bytes[..]).unwrap();
+    check_common(&st, &shard);
+    check_metadata(&bytes, "fixed", 2);
+    let (_, meta) = SafeTensors::read_metadata(&bytes).unwrap();
+    let samples: Vec<serde_json::Value> =
+        serde_json::from_str(&meta.metadata().as_ref().unwrap()["samples"]).unwrap();
+    assert_eq!(samples[0]["fields"]["txt"], "a caption");
+    assert_eq!(samples[0]["fields"]["bin"]["base64"], "/wA=");
+}

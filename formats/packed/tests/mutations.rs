@@ -275,6 +275,35 @@ fn bad_samples() {
 }
 
 #[test]
+fn bad_carried_fields_name_the_record() {
+    let (bytes, _) = variable_shard();
+    let bad = [
+        json!("a caption"),
+        json!({"txt": 7}),
+        json!({"txt": null}),
+        json!({"bin": {"base64": "not base64!"}}),
+        json!({"bin": {"base64": "AA"}}),
+        json!({"bin": {"base64": 5}}),
+        json!({"bin": {"hex": "00"}}),
+    ];
+    for fields in bad {
+        let mut p = Parts::split(&bytes);
+        let samples = p.meta()["samples"].as_str().unwrap().to_owned();
+        let mut arr: Vec<Value> = serde_json::from_str(&samples).unwrap();
+        arr[2]["fields"] = fields.clone();
+        p.meta().insert(
+            "samples".into(),
+            json!(serde_json::to_string(&arr).unwrap()),
+        );
+        let e = assert_open_err!(p.join(), Error::BadFields { record: 2, .. });
+        assert!(
+            e.to_string().contains("record 2 (sample/0002)"),
+            "{fields}: {e}"
+        );
+    }
+}
+
+#[test]
 fn bad_metadata_entries() {
     let (bytes, _) = fixed_shard();
     for (key, value) in [

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use common::{recs, rgb, write, Parts, Rec};
 use serde_json::json;
 use shardtool_packed::{
-    checksum, Error, Limits, Mode, PackedShard, PackedWriter, ShardMode, DATA_ALIGN, RECORD_ALIGN,
+    checksum, field_value, Error, FieldValue, Limits, Mode, PackedShard, PackedWriter, ShardMode,
+    DATA_ALIGN, RECORD_ALIGN,
 };
 
 /// Asserts that `shard` holds exactly `records`, in order.
@@ -248,4 +249,64 @@ fn summary_describes_output() {
     );
     assert_eq!(out[8], b'{');
     assert_eq!(out[s.data_offset as usize - 1], b' ');
+}
+
+#[test]
+fn carried_fields_round_trip_byte_for_byte() {
+    let caption = "a red bus, ünïcödé";
+    let binary: &[u8] = b"\x00\xff\xfe raw";
+    let input_json = r#"{"url":"http://x/1.jpg","width":1024}"#;
+    let mut r = recs(&[(2, 3), (2, 3), (2, 3)]);
+    r[0].meta = json!({"source": "a.tar:k0", "fields": {
+        "txt": field_value(caption.as_bytes()),
+        "npy": field_value(binary),
+        "json": field_value(input_json.as_bytes()),
+    }});
+    r[1].meta = json!({"source": "a.tar:k1", "fields": {"txt": field_value(b"")}});
+    // Record 2 carries nothing: a version 1 record from before carried fields.
+    let bytes = write(Mode::Auto, &r);
+    let shard = PackedShard::open(bytes).unwrap();
+    assert_same(&shard, &r);
+
+    assert_eq!(shard.field(0, "txt").unwrap(), caption.as_bytes());
+    assert_eq!(shard.field(0, "npy").unwrap(), binary);
+    assert_eq!(shard.field(0, "json").unwrap(), input_json.as_bytes());
+    let names: Vec<&str> = shard.carried(0).map(|(n, _)| n).collect();
+    assert_eq!(names, ["json", "npy", "txt"]);
+    assert!(matches!(
+        shard.carried(0).find(|(n, _)| *n == "npy").unwrap().1,
+        FieldValue::Binary(_)
+    ));
+    assert_eq!(shard.field(1, "txt").unwrap(), &b""[..]);
+    assert_eq!(shard.field(1, "npy"), None);
+    assert_eq!(shard.carried(2).count(), 0);
+    assert_eq!(shard.field(2, "txt"), None);
+    // Without a carried json, `json` is the sample object less its `fields`.
+    for i in [1, 2] {
+        let own: serde_json::Value =
+            serde_json::from_slice(&shard.field(i, "json").unwrap()).unwrap();
+        let mut want = shard.sample_meta(i).clone();
+        want.as_object_mut().unwrap().remove("fields");
+        assert_eq!(own, want);
+        assert_eq!(own["key"], r[i].key.as_str());
+    }
+}
+
+#[test]
+fn the_writer_refuses_malformed_carried_fields() {
+    let mut w = PackedWriter::new(Mode::Auto);
+    for fields in [
+        json!("txt"),
+        json!({"txt": 1}),
+        json!({"b": {"base64": "@@"}}),
+    ] {
+        let e = w
+            .add("k", 0, 1, 1, &[0; 3], json!({ "fields": fields }))
+            .unwrap_err();
+        assert!(
+            matches!(&e, Error::BadInput(m) if m.contains("bad `fields` in record 0 (k)")),
+            "{fields}: {e}"
+        );
+    }
+    assert!(w.is_empty());
 }

@@ -1,0 +1,291 @@
+//! Carried fields and unlabelled datasets through `read --fields`, `verify` and `inspect`, on
+//! the sample data packed by `pack` and then given captions and input jsons the way a pack that
+//! carries them lays them out (tar members `KEY.txt`, `KEY.json`; packed `fields` entries).
+
+use crate::common::{manifest, pack, tempdir, xxh3, Cmd};
+use serde_json::{json, Value};
+use shardtool_manifest::{Manifest, Totals};
+use shardtool_packed::{field_value, Mode, PackedShard, PackedWriter};
+use shardtool_wds::{split_name, TarReader, TarWriter};
+use std::path::{Path, PathBuf};
+
+/// The caption of `key`: about two samples in three have one, with a tab and non-ASCII text.
+fn caption(key: &str) -> Option<String> {
+    let sum: u32 = key.bytes().map(u32::from).sum();
+    (!sum.is_multiple_of(3)).then(|| format!("a photo of {key}\twith a tab, ünïcödé"))
+}
+
+/// An img2dataset-like json: its width and height are the original download's.
+fn input_json(key: &str) -> String {
+    format!(
+        r#"{{"key": "{key}", "url": "http://example.invalid/{key}.jpg", "width": 4032, "height": 3024}}"#
+    )
+}
+
+/// Rewrites every shard of the dataset in `dir` with `edit` (file name, bytes → new bytes) and
+/// republishes the manifest with their sizes and checksums, after `change` is applied to it.
+fn rewrite(dir: &Path, edit: impl Fn(&[u8]) -> Vec<u8>, change: impl FnOnce(&mut Manifest)) {
+    let mut m = manifest(dir);
+    for s in &mut m.shards {
+        let path = dir.join(&s.file);
+        let bytes = edit(&std::fs::read(&path).unwrap());
+        std::fs::write(&path, &bytes).unwrap();
+        s.bytes = bytes.len() as u64;
+        s.checksum = xxh3(&bytes);
+    }
+    m.totals = Totals::of(&m.shards);
+    change(&mut m);
+    m.validate().unwrap();
+    std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
+}
+
+/// A tar shard with each sample's `.json` replaced by its input json and a `.txt` caption added
+/// where [`caption`] gives one; `.cls` members left out when `unlabelled`.
+fn tar_with_fields(bytes: &[u8], unlabelled: bool) -> Vec<u8> {
+    let mut w = TarWriter::new(Vec::new());
+    for e in TarReader::new(bytes) {
+        let e = e.unwrap();
+        let (key, field) = split_name(&e.name);
+        match field {
+            "cls" if unlabelled => {}
+            "json" => {
+                w.append(&e.name, input_json(key).as_bytes()).unwrap();
+                if let Some(c) = caption(key) {
+                    w.append(&format!("{key}.txt"), c.as_bytes()).unwrap();
+                }
+            }
+            _ => w.append(&e.name, e.data).unwrap(),
+        }
+    }
+    w.finish().unwrap()
+}
+
+/// A packed shard whose records carry their caption (where there is one); unlabelled: label -1,
+/// and no label or class in the sample object.
+fn packed_with_fields(bytes: &[u8], unlabelled: bool) -> Vec<u8> {
+    let shard = PackedShard::open(bytes).unwrap();
+    let mut w = PackedWriter::new(Mode::Auto);
+    for (i, r) in shard.records().enumerate() {
+        let mut meta = shard.sample_meta(i).clone();
+        let obj = meta.as_object_mut().unwrap();
+        if let Some(c) = caption(r.key) {
+            obj.insert("fields".into(), json!({ "txt": field_value(c.as_bytes()) }));
+        }
+        let label = if unlabelled {
+            obj.remove("label");
+            obj.remove("class");
+            -1
+        } else {
+            r.label
+        };
+        w.add(r.key, label, r.height(), r.width(), r.pixels, meta)
+            .unwrap();
+    }
+    let mut out = Vec::new();
+    w.finish(&mut out).unwrap();
+    out
+}
+
+/// The sample data packed (`--format packed` when `packed`), with captions carried; tar samples
+/// carry their input's json too, and the manifest says so (`"json": "input"`).
+fn captioned(root: &Path, packed: bool, unlabelled: bool) -> PathBuf {
+    let dir = root.join(if packed { "packed" } else { "wds" });
+    let mut p = pack(crate::common::sample_data(), &dir).args([
+        "--resize",
+        "crop:24x24",
+        "--shard-samples",
+        "16",
+        "-q",
+    ]);
+    if packed {
+        p = p.args(["--format", "packed"]);
+    }
+    p.ok();
+    let edit = |b: &[u8]| {
+        if packed {
+            packed_with_fields(b, unlabelled)
+        } else {
+            tar_with_fields(b, unlabelled)
+        }
+    };
+    rewrite(&dir, edit, |m| {
+        m.optional_fields = vec!["txt".into()];
+        if unlabelled {
+            m.classes.clear();
+            m.fields.retain(|f| f != "cls");
+        }
+        if !packed {
+            m.pack.insert("json".into(), "input".into());
+        }
+    });
+    dir
+}
+
+/// `read DIR ARGS…` lines, each split at tabs.
+fn read_lines(dir: &Path, args: &[&str]) -> Vec<Vec<String>> {
+    let r = Cmd::new(["read"]).arg(dir).args(args).ok();
+    r.stdout
+        .lines()
+        .map(|l| l.split('\t').map(str::to_string).collect())
+        .collect()
+}
+
+/// The JSON value after `name=` in a `read --fields` column.
+fn value(column: &str, name: &str) -> Value {
+    let text = column
+        .strip_prefix(&format!("{name}="))
+        .unwrap_or_else(|| panic!("{column:?} is not {name}=…"));
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{column:?}: {e}"))
+}
+
+#[test]
+fn read_prints_each_samples_fields_as_json_columns() {
+    let root = tempdir();
+    for packed in [false, true] {
+        let dir = captioned(root.path(), packed, false);
+        let lines = read_lines(
+            &dir,
+            &["--fields", "txt,json", "--seed", "3", "--workers", "2"],
+        );
+        assert_eq!(lines.len(), 45, "packed: {packed}");
+        let mut captions = 0;
+        for cols in &lines {
+            assert_eq!(cols.len(), 3, "{cols:?}");
+            let key = cols[0].as_str();
+            let txt = value(&cols[1], "txt");
+            assert_eq!(txt.as_str().map(str::to_string), caption(key), "{key}");
+            captions += usize::from(txt.is_string());
+            let json: Value =
+                serde_json::from_str(value(&cols[2], "json").as_str().unwrap()).unwrap();
+            if packed {
+                // shardtool's own metadata: the sample object, without `fields`.
+                assert_eq!(json["key"], key);
+                assert!(
+                    json.get("fields").is_none() && json.get("width").is_some(),
+                    "{json}"
+                );
+            } else {
+                assert_eq!(cols[2], format!("json={}", Value::from(input_json(key))));
+            }
+        }
+        assert!(captions > 10 && captions < 45, "{captions} captions");
+        let mut keys: Vec<&str> = lines.iter().map(|c| c[0].as_str()).collect();
+        keys.sort_unstable();
+        keys.dedup();
+        assert_eq!(keys.len(), 45);
+        // The same keys in the same order as a plain --keys run.
+        let plain = read_lines(&dir, &["--keys", "--seed", "3"]);
+        let plain: Vec<&str> = plain.iter().map(|c| c[0].as_str()).collect();
+        let with: Vec<&str> = lines.iter().map(|c| c[0].as_str()).collect();
+        assert_eq!(plain, with);
+    }
+}
+
+#[test]
+fn read_refuses_a_field_the_dataset_lacks_and_names_those_it_has() {
+    let root = tempdir();
+    let dir = captioned(root.path(), false, false);
+    let r = Cmd::new(["read"])
+        .arg(&dir)
+        .args(["--fields", "caption"])
+        .run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("no field \"caption\""), "{}", r.stderr);
+    assert!(
+        r.stderr
+            .contains("cls, json (in every sample), txt (in some)"),
+        "{}",
+        r.stderr
+    );
+    let r = Cmd::new(["read"]).arg(&dir).args(["--fields", "jpg"]).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("image data"), "{}", r.stderr);
+}
+
+/// `verify --json DIR ARGS…`: the exit code and the problem kinds found.
+fn verify(dir: &Path, args: &[&str]) -> (Option<i32>, Vec<String>) {
+    let r = Cmd::new(["verify", "--json"]).arg(dir).args(args).run();
+    let report: Value = serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r:?}"));
+    let kinds = report["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap().to_string())
+        .collect();
+    (r.code, kinds)
+}
+
+#[test]
+fn verify_accepts_carried_fields_and_unlabelled_data_and_finds_broken_ones() {
+    let root = tempdir();
+    for (packed, unlabelled) in [(false, false), (false, true), (true, false), (true, true)] {
+        let dir = captioned(
+            &root.path().join(format!("{unlabelled}")),
+            packed,
+            unlabelled,
+        );
+        assert_eq!(verify(&dir, &["--decode"]), (Some(0), vec![]), "{dir:?}");
+    }
+    let dir = captioned(&root.path().join("broken"), false, false);
+    // Without "json": "input", the input json's 4032x3024 is compared with the 24x24 image.
+    let mut m = manifest(&dir);
+    m.pack.remove("json");
+    std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
+    let (code, kinds) = verify(&dir, &["--decode"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(kinds.len(), 45);
+    assert!(
+        kinds.iter().all(|k| k == "image_size_mismatch"),
+        "{kinds:?}"
+    );
+    // Captions that are not UTF-8.
+    let captions = std::cell::Cell::new(0);
+    rewrite(
+        &dir,
+        |bytes| {
+            let mut w = TarWriter::new(Vec::new());
+            for e in TarReader::new(bytes) {
+                let e = e.unwrap();
+                let txt = e.name.ends_with(".txt");
+                captions.set(captions.get() + usize::from(txt));
+                let data: &[u8] = if txt { b"caf\xe9" } else { e.data };
+                w.append(&e.name, data).unwrap();
+            }
+            w.finish().unwrap()
+        },
+        |m| {
+            m.pack.insert("json".into(), "input".into());
+        },
+    );
+    let (code, kinds) = verify(&dir, &[]);
+    assert_eq!(code, Some(1));
+    assert!(captions.get() > 10, "{} captions", captions.get());
+    assert_eq!(kinds, vec!["bad_field".to_string(); captions.get()]);
+    // A field the manifest does not declare.
+    rewrite(&dir, |b| b.to_vec(), |m| m.optional_fields.clear());
+    let (_, kinds) = verify(&dir, &[]);
+    assert!(kinds.iter().any(|k| k == "unexpected_field"), "{kinds:?}");
+}
+
+#[test]
+fn inspect_shows_declared_and_carried_fields() {
+    let root = tempdir();
+    let dir = captioned(root.path(), true, true);
+    let r = Cmd::new(["inspect", "--json"]).arg(&dir).ok();
+    let report: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(report["declared_fields"], json!(["key", "label", "pixels"]));
+    assert_eq!(report["optional_fields"], json!(["txt"]));
+    assert_eq!(report["unlabelled"], 45);
+    assert_eq!(report["classes"], json!([]));
+    let with_caption = read_lines(&dir, &["--fields", "txt"])
+        .iter()
+        .filter(|c| c[1] != "txt=null")
+        .count();
+    assert_eq!(report["fields"]["txt"]["count"], with_caption);
+    let text = Cmd::new(["inspect"]).arg(&dir).ok().stdout;
+    assert!(
+        text.contains("declared  in every sample: key, label, pixels; in some: txt"),
+        "{text}"
+    );
+    assert!(text.contains("(45 samples unlabelled)"), "{text}");
+}

@@ -1,0 +1,153 @@
+//! Which carried fields a loader may deliver: the manifest's `fields` and `optional_fields`, less
+//! what every batch already holds (the image, the key, the label), plus `json` for packed shards,
+//! whose sample object is shardtool's metadata.
+
+use crate::ReadError;
+use shardtool_manifest::{Manifest, ShardFormat};
+
+/// Names a batch delivers on its own, and where.
+fn built_in(name: &str) -> Option<&'static str> {
+    match name {
+        "key" => Some("the batch's keys"),
+        "label" => Some("the batch's labels"),
+        "pixels" => Some("the batch's image data"),
+        n if shardtool_wds::is_image_field(n) => Some("the batch's image data"),
+        _ => None,
+    }
+}
+
+/// The fields of `m` a loader can be asked for: `(every sample has it, some samples have it)`.
+pub fn available_fields(m: &Manifest) -> (Vec<String>, Vec<String>) {
+    let keep = |list: &[String]| -> Vec<String> {
+        list.iter()
+            .filter(|f| built_in(f).is_none())
+            .cloned()
+            .collect()
+    };
+    let mut always = keep(&m.fields);
+    let optional = keep(&m.optional_fields);
+    let packed = m.shards.iter().any(|s| s.format == ShardFormat::Packed);
+    let wds = m.shards.iter().any(|s| s.format == ShardFormat::Wds);
+    let json = "json".to_string();
+    if packed && !always.contains(&json) && !optional.contains(&json) {
+        // A packed record's sample object stands in for `json`; a tar sample may lack one.
+        if wds {
+            return (always, with(optional, json));
+        }
+        always = with(always, json);
+    }
+    (always, optional)
+}
+
+fn with(mut list: Vec<String>, name: String) -> Vec<String> {
+    list.push(name);
+    list.sort();
+    list
+}
+
+/// Checks the fields asked of a loader over `m` ([`LoaderBuilder::fields`](crate::LoaderBuilder::fields)):
+/// each one a carried field of the dataset, none twice. The error names the field and lists those
+/// the dataset has.
+pub fn check_fields(m: &Manifest, requested: &[String]) -> Result<(), ReadError> {
+    let (always, optional) = available_fields(m);
+    for (i, f) in requested.iter().enumerate() {
+        if requested[..i].contains(f) {
+            return Err(ReadError::BadOptions(format!(
+                "field {f:?} is asked for twice"
+            )));
+        }
+        if always.contains(f) || optional.contains(f) {
+            continue;
+        }
+        if let Some(where_) = built_in(f) {
+            return Err(ReadError::BadOptions(format!(
+                "field {f:?} is not a carried field: it is delivered as {where_}"
+            )));
+        }
+        let list = |l: &[String]| {
+            if l.is_empty() {
+                "none".to_string()
+            } else {
+                l.join(", ")
+            }
+        };
+        return Err(ReadError::BadOptions(format!(
+            "the dataset has no field {f:?}; fields it carries: {} (in every sample), {} (in some)",
+            list(&always),
+            list(&optional)
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shardtool_manifest::ShardEntry;
+
+    fn manifest(format: ShardFormat, fields: &[&str], optional: &[&str]) -> Manifest {
+        let shard = ShardEntry {
+            file: "s.tar".into(),
+            format,
+            compression: None,
+            samples: 1,
+            bytes: 1,
+            checksum: "xxh3:0000000000000000".into(),
+            uncompressed_bytes: None,
+            uncompressed_checksum: None,
+        };
+        let mut m = Manifest::new(
+            "t",
+            vec![],
+            fields.iter().map(|f| f.to_string()).collect(),
+            vec![shard],
+        );
+        m.optional_fields = optional.iter().map(|f| f.to_string()).collect();
+        m
+    }
+
+    fn asked(m: &Manifest, names: &[&str]) -> Result<(), String> {
+        let names: Vec<String> = names.iter().map(|f| f.to_string()).collect();
+        check_fields(m, &names).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn tar_fields_are_the_manifests_less_the_image() {
+        let m = manifest(ShardFormat::Wds, &["cls", "jpg", "json"], &["txt"]);
+        assert_eq!(
+            available_fields(&m),
+            (vec!["cls".into(), "json".into()], vec!["txt".into()])
+        );
+        assert_eq!(asked(&m, &["txt", "json", "cls"]), Ok(()));
+        let e = asked(&m, &["caption"]).unwrap_err();
+        assert!(e.contains("no field \"caption\""), "{e}");
+        assert!(
+            e.contains("cls, json (in every sample), txt (in some)"),
+            "{e}"
+        );
+        let e = asked(&m, &["jpg"]).unwrap_err();
+        assert!(
+            e.contains("\"jpg\" is not a carried field") && e.contains("image"),
+            "{e}"
+        );
+        let e = asked(&m, &["txt", "txt"]).unwrap_err();
+        assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn packed_records_always_have_json() {
+        let m = manifest(ShardFormat::Packed, &["key", "label", "pixels", "txt"], &[]);
+        assert_eq!(
+            available_fields(&m),
+            (vec!["json".into(), "txt".into()], vec![])
+        );
+        assert_eq!(asked(&m, &["json", "txt"]), Ok(()));
+        let e = asked(&m, &["label"]).unwrap_err();
+        assert!(e.contains("labels"), "{e}");
+        let e = asked(&m, &["cls"]).unwrap_err();
+        assert!(
+            e.contains("json, txt (in every sample), none (in some)"),
+            "{e}"
+        );
+    }
+}
