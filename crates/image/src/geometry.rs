@@ -91,7 +91,8 @@ pub fn plan_size(resize: Resize, upscale: bool, w: u32, h: u32) -> SizePlan {
     }
 }
 
-/// A side of `dim` pixels decoded at DCT scale `m`/8, rounded up as libjpeg-turbo does (`TJSCALED`).
+/// A side of `dim` pixels decoded at DCT scale `m`/8, rounded up as libjpeg-turbo does
+/// (`TJSCALED`).
 pub(crate) fn dct_scaled(dim: u32, m: u8) -> u32 {
     ((u64::from(dim) * u64::from(m)).div_ceil(8)) as u32
 }

@@ -243,19 +243,18 @@ impl FromStr for DecodeScale {
     type Err = ParseError;
 
     fn from_str(s: &str) -> Result<Self, ParseError> {
+        let err = || {
+            ParseError(format!(
+                "invalid decode scale {s:?}: expected gap:N (N from 1 to 8, at most two decimals), fast or full"
+            ))
+        };
         match s {
             "fast" => Ok(DecodeScale::Fast),
             "full" => Ok(DecodeScale::Full),
-            _ => match s.strip_prefix("gap:") {
-                Some(n) => n.parse().map(DecodeScale::Gap).map_err(|_| {
-                    ParseError(format!(
-                        "invalid decode scale {s:?}: the gap N in gap:N must be a number from 1 to 8 with at most two decimals"
-                    ))
-                }),
-                None => Err(ParseError(format!(
-                    "invalid decode scale {s:?}: expected gap:N (N from 1 to 8), fast or full"
-                ))),
-            },
+            _ => {
+                let n = s.strip_prefix("gap:").ok_or_else(err)?;
+                n.parse().map(DecodeScale::Gap).map_err(|_| err())
+            }
         }
     }
 }
@@ -385,7 +384,9 @@ mod tests {
         ] {
             let e = s.parse::<DecodeScale>().expect_err(s);
             assert!(e.0.contains(&format!("{s:?}")), "{s}: {e}");
-            assert!(e.0.contains("gap:N"), "{s}: {e}");
+            for form in ["gap:N", "fast", "full"] {
+                assert!(e.0.contains(form), "{s}: {e}");
+            }
         }
     }
 
@@ -424,7 +425,8 @@ mod tests {
         ) {
             let src = (w, h);
             let n = (nw, nh);
-            let m = DecodeScale::Gap(ReducingGap::from_hundredths(gap).unwrap()).dct_scale(src, need(n));
+            let g = DecodeScale::Gap(ReducingGap::from_hundredths(gap).unwrap());
+            let m = g.dct_scale(src, need(n));
             prop_assert!((1..=8).contains(&m));
             if m < 8 || keeps_gap(src, 8, gap, n) {
                 prop_assert!(keeps_gap(src, m, gap, n), "{m}/8 breaks the gap");

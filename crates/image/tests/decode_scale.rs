@@ -37,7 +37,7 @@ fn mae(a: &Rgb8Image, b: &Rgb8Image) -> f64 {
     sum as f64 / a.pixels.len() as f64
 }
 
-/// A JPEG (the `image` crate's encoder, q95) of diagonal sine stripes with the given period in pixels.
+/// A JPEG (the `image` crate's encoder, q95) of diagonal sine stripes, `period` pixels apart.
 fn stripes(w: u32, h: u32, period: f64) -> Vec<u8> {
     let img = image::RgbImage::from_fn(w, h, |x, y| {
         let phase = std::f64::consts::TAU * (f64::from(x) + 0.3 * f64::from(y)) / period;
