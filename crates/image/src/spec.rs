@@ -164,8 +164,8 @@ impl fmt::Display for Encode {
 /// `thumbnail(reducing_gap=2)` does, leaves the last and largest step to the resampler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeScale {
-    /// `gap:N`: the smallest scale M/8 whose image is still at least N times the target in both
-    /// directions; full size when no scale reaches that. The default, with N = 2.
+    /// `gap:N`: the coarsest of 1/8 to 4/8 whose image is still at least N times the target in
+    /// both directions; full size when none is. The default, with N = 2.
     Gap(ReducingGap),
     /// `fast`: the coarsest of 1/8, 1/4 and 1/2 whose image still covers the target.
     Fast,
@@ -269,6 +269,11 @@ impl fmt::Display for DecodeScale {
     }
 }
 
+/// The DCT scales M (decoding at M/8) that `gap:N` chooses from. libjpeg-turbo has SIMD code
+/// only for some IDCT sizes: 5/8 to 7/8 (and the larger chroma IDCTs they bring) decode slower
+/// than full size, so a gap those would keep is kept by decoding at full size instead.
+const GAP_SCALES: [u8; 4] = [1, 2, 3, 4];
+
 impl DecodeScale {
     /// The DCT scale M (decode at M/8) for a `source` JPEG whose decoded image must be at least
     /// `need` (width, height) to cover the target; 8 for full size.
@@ -282,7 +287,9 @@ impl DecodeScale {
         match self {
             DecodeScale::Full => 8,
             DecodeScale::Fast => smallest_dct_scale([1, 2, 4], (1, 1), need, scaled),
-            DecodeScale::Gap(g) => smallest_dct_scale(1..=8, (u32::from(g.0), 100), need, scaled),
+            DecodeScale::Gap(g) => {
+                smallest_dct_scale(GAP_SCALES, (u32::from(g.0), 100), need, scaled)
+            }
         }
     }
 }
@@ -413,6 +420,9 @@ mod tests {
         );
         // 400x350 to shorter:256: no scale keeps a gap of 2, so full size.
         assert_eq!(two.dct_scale((400, 350), need((293, 256))), 8);
+        // 400x350 to shorter:128 (146x128): 6/8 (300x263) would keep 2x, but decodes slower
+        // than full size; 4/8 (200x175) does not keep it.
+        assert_eq!(two.dct_scale((400, 350), need((146, 128))), 8);
         // A gap of 1.5 needs 512x384 there: 3/8 gives 600x450.
         let g = DecodeScale::Gap(ReducingGap::from_hundredths(150).unwrap());
         assert_eq!(g.dct_scale((1600, 1200), need((341, 256))), 3);
@@ -420,18 +430,19 @@ mod tests {
 
     proptest! {
         #[test]
-        fn gap_picks_the_coarsest_scale_that_keeps_the_gap(
+        fn gap_picks_the_coarsest_fast_scale_that_keeps_the_gap(
             w in 1u32..6000, h in 1u32..6000, nw in 1u32..3000, nh in 1u32..3000, gap in 100u16..=800,
         ) {
             let src = (w, h);
             let n = (nw, nh);
             let g = DecodeScale::Gap(ReducingGap::from_hundredths(gap).unwrap());
             let m = g.dct_scale(src, need(n));
-            prop_assert!((1..=8).contains(&m));
-            if m < 8 || keeps_gap(src, 8, gap, n) {
+            // 1/8 to 4/8, else full size.
+            prop_assert!([1, 2, 3, 4, 8].contains(&m), "{m}/8");
+            if m < 8 {
                 prop_assert!(keeps_gap(src, m, gap, n), "{m}/8 breaks the gap");
             }
-            for coarser in 1..m {
+            for coarser in (1..m).filter(|&c| c <= 4) {
                 prop_assert!(!keeps_gap(src, coarser, gap, n), "{coarser}/8 also keeps the gap");
             }
         }
