@@ -5,12 +5,14 @@
 # the inputs (an ImageFolder of the same files linked ten times), RUNS alternating runs of each,
 # medians compared.
 #
-# Usage: scripts/bench_pack.sh [RUNS]   (default 3; needs bench-data/crops: scripts/make_bench_data.sh)
+# Usage: scripts/bench_pack.sh [RUNS]   (default 3; needs bench-data/crops: scripts/make_bench_data.sh,
+#        or another ImageFolder in CROPS)
 #        RSS_ONLY=1 scripts/bench_pack.sh [RUNS]   (only the peak-RSS part)
+#        PACK_ARGS="--decode-scale fast" scripts/bench_pack.sh [RUNS]   (extra flags for our packs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
-CROPS=bench-data/crops
+CROPS=${CROPS:-bench-data/crops}
 [ -d "$CROPS" ] || scripts/make_bench_data.sh
 cargo build --release -q -p shardtool
 BIN=target/release/shardtool
@@ -23,7 +25,8 @@ for i in $(seq "$([ -n "${RSS_ONLY:-}" ] && echo 0 || echo "$RUNS")"); do
   python3 scripts/bench_pack_peer.py "$CROPS" "$TMP/peer" >"$TMP/peer.json"
   peer+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["images_per_s"])' "$TMP/peer.json")")
   rm -rf "$TMP/peer"
-  $BIN pack "$CROPS" "$TMP/ours" --resize shorter:256 --quality 90 --jobs 1 --overwrite --json >"$TMP/ours.json" 2>/dev/null
+  # shellcheck disable=SC2086 # PACK_ARGS is a list of flags
+  $BIN pack "$CROPS" "$TMP/ours" --resize shorter:256 --quality 90 --jobs 1 --overwrite --json ${PACK_ARGS:-} >"$TMP/ours.json" 2>/dev/null
   ours+=("$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["images_per_s"])' "$TMP/ours.json")")
 done
 
@@ -40,7 +43,8 @@ for n, name in ((1, "x1"), (10, "x10")):
                 stem, ext = os.path.splitext(f)
                 os.symlink(os.path.join(crops, cls, f), os.path.join(tmp, name, cls, f"{stem}_{i}{ext}"))
 PY
-rss() { /usr/bin/time -f %M "$BIN" pack "$1" "$TMP/rss" --resize shorter:256 --jobs 2 --overwrite -q 2>&1 >/dev/null | tail -n1; }
+# shellcheck disable=SC2086 # PACK_ARGS is a list of flags
+rss() { /usr/bin/time -f %M "$BIN" pack "$1" "$TMP/rss" --resize shorter:256 --jobs 2 --overwrite -q ${PACK_ARGS:-} 2>&1 >/dev/null | tail -n1; }
 # Alternating, so drift on a shared machine hits both sizes alike.
 rss1=() rss10=()
 for i in $(seq "$RUNS"); do

@@ -192,6 +192,11 @@ pub struct PackArgs {
     #[arg(long, default_value_t = 90)]
     pub quality: u8,
 
+    /// JPEG shrinking while decoding: gap:N (1 to 8) stops at N times the target so the resize
+    /// filter makes the last step; fast shrinks all the way (quicker, blurs detail); full: never.
+    #[arg(long, default_value = "gap:2", value_name = "gap:N|fast|full")]
+    pub decode_scale: String,
+
     /// Shard format.
     #[arg(long, value_enum, default_value_t = FormatArg::Wds)]
     pub format: FormatArg,

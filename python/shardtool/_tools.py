@@ -16,9 +16,12 @@ def pack(input: PathLike, output: PathLike, **options: Any) -> Dict[str, Any]:
 
     Options are the CLI's flags with underscores: ``format`` (``"wds"`` or ``"packed"``),
     ``resize`` (``"none"``, ``"256x256"``, ``"short:256"``, …), ``upscale``, ``filter``, ``encode``
-    (``"jpeg"``, ``"png"``, ``"raw"``, ``"keep"``), ``quality``, ``compress`` (``"zstd"``,
-    ``"zstd:LEVEL"``), ``seed``, ``shuffle``, ``shard_size``, ``shard_samples``, ``prefix``,
-    ``jobs``, ``max_pixels``, ``max_errors``, ``overwrite``.
+    (``"jpeg"``, ``"png"``, ``"raw"``, ``"keep"``), ``quality``, ``decode_scale`` (``"gap:2"``,
+    the default: JPEGs shrink while decoding only while still twice the target, so the resize
+    filter makes the last step; ``"gap:N"`` for another gap from 1 to 8; ``"fast"`` to shrink as
+    far as the target allows, quicker but blurrier; ``"full"`` for none), ``compress``
+    (``"zstd"``, ``"zstd:LEVEL"``), ``seed``, ``shuffle``, ``shard_size``, ``shard_samples``,
+    ``prefix``, ``jobs``, ``max_pixels``, ``max_errors``, ``overwrite``.
 
     Returns a dict with the published ``manifest``, the failed inputs (``errors``), ``bytes_in``,
     ``bytes_out`` and ``seconds``. Raises ``FileNotFoundError`` for a missing input, ``ValueError``

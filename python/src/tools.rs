@@ -63,7 +63,7 @@ fn json(v: &impl serde::Serialize) -> PyResult<String> {
 /// Packs an image folder into shards; returns the summary as JSON.
 #[pyfunction]
 #[pyo3(signature = (input, output, *, format="wds", resize="none", upscale=false,
-    filter="catmull-rom", encode="jpeg", quality=90, compress=None, seed=None, shuffle=true,
+    filter="catmull-rom", encode="jpeg", quality=90, decode_scale="gap:2", compress=None, seed=None, shuffle=true,
     shard_size="256MiB", shard_samples=None, prefix="shard", jobs=None, max_pixels=100_000_000,
     max_errors=None, overwrite=false))]
 // One parameter per keyword argument of the Python signature.
@@ -78,6 +78,7 @@ pub fn pack(
     filter: &str,
     encode: &str,
     quality: u8,
+    decode_scale: &str,
     compress: Option<&str>,
     seed: Option<u64>,
     shuffle: bool,
@@ -111,6 +112,9 @@ pub fn pack(
         .parse()
         .map_err(|e: shardtool_image::ParseError| bad("encode", e.0))?;
     t.quality = quality;
+    t.decode_scale = decode_scale
+        .parse()
+        .map_err(|e: shardtool_image::ParseError| bad("decode_scale", e.0))?;
     t.limits.max_pixels = max_pixels;
     plan.format = match format {
         "wds" => ShardFormatChoice::Wds,

@@ -55,6 +55,10 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         .parse()
         .map_err(|e: shardtool_image::ParseError| e.0)?;
     t.quality = a.quality;
+    t.decode_scale = a
+        .decode_scale
+        .parse()
+        .map_err(|e: shardtool_image::ParseError| e.0)?;
     t.limits.max_pixels = a.max_pixels;
     plan.format = match a.format {
         FormatArg::Wds => ShardFormatChoice::Wds,

@@ -1,5 +1,6 @@
 //! `--resize` end to end: every mode, `--upscale`, the downscale-only default, the documented
-//! rounding, centre cropping, and the JPEG DCT-scaling path giving the same sizes.
+//! rounding, centre cropping, and the JPEG DCT-scaling path (every `--decode-scale`) giving the
+//! same sizes.
 
 use crate::common::*;
 use std::collections::BTreeMap;
@@ -247,6 +248,82 @@ fn jpeg_dct_scaling_keeps_the_planned_size_and_content() {
         let p = a.get_pixel(x, y).0;
         assert!(near(p, c, 24), "({x},{y}) = {p:?}, expected {c:?}");
     }
+}
+
+#[test]
+fn bad_decode_scales_exit_2_with_the_accepted_forms() {
+    let dir = tempdir();
+    make_inputs(dir.path());
+    for bad in [
+        "gap:0",
+        "gap:9",
+        "gap:0.5",
+        "gap:x",
+        "gap:1.234",
+        "gap",
+        "slow",
+        "",
+    ] {
+        let ds = dir.path().join("ds");
+        let r = pack(dir.path(), &ds).args(["--decode-scale", bad]).run();
+        r.assert_code(2);
+        for want in [&format!("decode scale {bad:?}"), "gap:N", "fast", "full"] {
+            assert!(
+                r.stderr.contains(want),
+                "{bad:?}: {want} not in {}",
+                r.stderr
+            );
+        }
+        assert!(
+            !ds.exists(),
+            "{bad:?}: a usage error must not create the output"
+        );
+    }
+}
+
+#[test]
+fn decode_scale_is_recorded_and_changes_pixels_not_sizes() {
+    // The sample photos shrunk to shorter:64 (every JPEG by DCT scaling), stored losslessly, so
+    // that only the decode differs between runs.
+    let out = tempdir();
+    let mut runs = BTreeMap::new();
+    for (flag, recorded) in [
+        (None, "gap:2"),
+        (Some("fast"), "fast"),
+        (Some("full"), "full"),
+        (Some("gap:1.50"), "gap:1.5"),
+    ] {
+        let ds = out.path().join(recorded.replace(':', "_"));
+        let mut cmd = pack(sample_data(), &ds).args(["--resize", "shorter:64", "--encode", "png"]);
+        if let Some(f) = flag {
+            cmd = cmd.args(["--decode-scale", f]);
+        }
+        cmd.ok();
+        assert_eq!(manifest(&ds).pack["decode_scale"], recorded);
+        runs.insert(recorded, by_source(&wds_samples(&ds)));
+    }
+    let full = &runs["full"];
+    assert!(full.len() >= 40);
+    let mean_error = |mode: &str| {
+        let total: f64 = runs[mode]
+            .iter()
+            .map(|(src, s)| {
+                assert_eq!(s.size(), full[src].size(), "{mode}: {src}");
+                mean_diff(&s.decode(), &full[src].decode())
+            })
+            .sum();
+        total / full.len() as f64
+    };
+    let (fast, gap2, gap15) = (
+        mean_error("fast"),
+        mean_error("gap:2"),
+        mean_error("gap:1.5"),
+    );
+    // A smaller gap allows coarser scales: the error grows as the gap shrinks.
+    assert!(
+        0.0 < gap2 && gap2 < gap15 && gap15 < fast,
+        "gap:2 {gap2}, gap:1.5 {gap15}, fast {fast}"
+    );
 }
 
 #[test]

@@ -102,23 +102,43 @@ fn transform_with(
     } else {
         None
     };
-    let (img, orig_w, orig_h, pristine) = match decoded {
+    let Decoded {
+        img,
+        orig_w,
+        orig_h,
+        dct_scale,
+        pristine,
+    } = match decoded {
         Some(d) => d,
         None => {
             let (img, w, h) = decode_generic(bytes, format, spec, orientation)?;
-            (img, w, h, false)
+            Decoded {
+                img,
+                orig_w: w,
+                orig_h: h,
+                dct_scale: 8,
+                pristine: false,
+            }
         }
     };
     timings.decode = t0.elapsed();
 
     let t1 = Instant::now();
     // Plan against the full-resolution upright size so that DCT-scaled decoding never changes
-    // the output size; crop boxes are planned on the pixels actually decoded.
+    // the output size, then map the source region onto the decoded pixels at the exact scale:
+    // libjpeg-turbo rounds a scaled side up, so the last decoded column or row may stand for
+    // less than a whole scaled pixel, and resampling all of them would shift the picture.
     let target = plan_size(spec.resize, spec.upscale, orig_w, orig_h);
-    let plan = SizePlan {
-        crop: plan_size(spec.resize, spec.upscale, img.width, img.height).crop,
-        ..target
+    let s = f64::from(dct_scale) / 8.0;
+    let exact = |side: u32| u64::from(side) * u64::from(dct_scale) % 8 == 0;
+    let crop = match target.crop {
+        Some((l, t, w, h)) => Some((l * s, t * s, w * s, h * s)),
+        None if !(exact(orig_w) && exact(orig_h)) => {
+            Some((0.0, 0.0, f64::from(orig_w) * s, f64::from(orig_h) * s))
+        }
+        None => None,
     };
+    let plan = SizePlan { crop, ..target };
     let unchanged = plan.is_identity(img.width, img.height);
     let img = if unchanged {
         img
@@ -168,16 +188,28 @@ fn too_many(w: u64, h: u64, max: u64) -> ImageError {
     )
 }
 
+/// A decoded, upright image and the full-resolution size it stands for.
+struct Decoded {
+    img: Rgb8Image,
+    /// Upright width at full resolution.
+    orig_w: u32,
+    /// Upright height at full resolution.
+    orig_h: u32,
+    /// The DCT scale M it was decoded at (M/8); 8 for full size.
+    dct_scale: u8,
+    /// True when the input bytes could be kept verbatim: a YCbCr JPEG, stored upright, decoded
+    /// at full size.
+    pristine: bool,
+}
+
 /// Decodes a JPEG with libjpeg-turbo. Returns `None` for JPEGs it cannot turn into RGB (CMYK),
-/// which the generic path then handles. The flag is true when the bytes could be kept verbatim:
-/// a YCbCr JPEG, stored upright, decoded at full size.
-#[allow(clippy::type_complexity)]
+/// which the generic path then handles.
 fn decode_jpeg(
     codecs: &mut Codecs,
     bytes: &[u8],
     spec: &TransformSpec,
     orientation: Orientation,
-) -> Result<Option<(Rgb8Image, u32, u32, bool)>, ImageError> {
+) -> Result<Option<Decoded>, ImageError> {
     let Some(dec) = codecs.decompressor.as_mut() else {
         return Ok(None);
     };
@@ -202,31 +234,23 @@ fn decode_jpeg(
         (w, h)
     };
     let (ow, oh) = (ow as u32, oh as u32);
-    // Smallest DCT scale whose output still covers the target in both dimensions.
+    // The decoded image must cover the target (for crop, the whole image at the crop's scale);
+    // `spec.decode_scale` then picks how much of that shrinking the DCT does.
     let target = plan_size(spec.resize, spec.upscale, ow, oh);
-    let (need_w, need_h) = match target.crop {
+    let need = match target.crop {
         Some((_, _, cw, ch)) => {
             let s = (f64::from(target.width) / cw).max(f64::from(target.height) / ch);
-            (
-                (f64::from(ow) * s).ceil() as u64,
-                (f64::from(oh) * s).ceil() as u64,
-            )
+            ((f64::from(ow) * s).ceil(), (f64::from(oh) * s).ceil())
         }
-        None => (u64::from(target.width), u64::from(target.height)),
+        None => (f64::from(target.width), f64::from(target.height)),
     };
-    let (need_w, need_h) = if orientation.swaps_axes() {
-        (need_h, need_w)
+    let need = if orientation.swaps_axes() {
+        (need.1, need.0)
     } else {
-        (need_w, need_h)
+        need
     };
-    let mut factor = turbojpeg::ScalingFactor::ONE;
-    for denom in [8usize, 4, 2] {
-        let f = turbojpeg::ScalingFactor::new(1, denom);
-        if f.scale(w as usize) as u64 >= need_w && f.scale(h as usize) as u64 >= need_h {
-            factor = f;
-            break;
-        }
-    }
+    let m = spec.decode_scale.dct_scale((w as u32, h as u32), need);
+    let factor = turbojpeg::ScalingFactor::new(usize::from(m), 8);
     dec.set_scaling_factor(factor)
         .map_err(|e| ImageError::new(ErrorKind::Decode, format!("JPEG scaling: {e}")))?;
     let (sw, sh) = (factor.scale(w as usize), factor.scale(h as usize));
@@ -250,12 +274,13 @@ fn decode_jpeg(
     let pristine = factor == turbojpeg::ScalingFactor::ONE
         && orientation == Orientation::NORMAL
         && header.colorspace == turbojpeg::Colorspace::YCbCr;
-    Ok(Some((
-        apply_orientation(img, orientation),
-        ow,
-        oh,
+    Ok(Some(Decoded {
+        img: apply_orientation(img, orientation),
+        orig_w: ow,
+        orig_h: oh,
+        dct_scale: m,
         pristine,
-    )))
+    }))
 }
 
 /// Checks the size libjpeg-turbo read from a header (`read`) against the frame header our own

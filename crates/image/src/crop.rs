@@ -2,6 +2,7 @@
 //! asked. For JPEG the crop is fused with decoding: libjpeg-turbo scales in the DCT domain and
 //! decodes only the rows and MCU columns the region needs, stopping after its last row.
 
+use crate::geometry::smallest_dct_scale;
 use crate::{ErrorKind, Filter, ImageError, TransformSpec};
 use fast_image_resize as fr;
 use shardtool_core::Limits;
@@ -54,12 +55,10 @@ pub struct CropReport {
 /// output in both directions (a reducing gap of 2, so the resampler still does the last step);
 /// 8 when even full size is smaller.
 pub fn dct_scale_for(crop: &CropBox, out_w: u32, out_h: u32) -> u8 {
-    (1..=8u8)
-        .find(|&m| {
-            let s = f64::from(m) / 8.0;
-            crop.w * s >= 2.0 * f64::from(out_w) && crop.h * s >= 2.0 * f64::from(out_h)
-        })
-        .unwrap_or(8)
+    smallest_dct_scale(1..=8, (2, 1), (f64::from(out_w), f64::from(out_h)), |m| {
+        let s = f64::from(m) / 8.0;
+        (crop.w * s, crop.h * s)
+    })
 }
 
 struct CropCodecs {
@@ -297,17 +296,13 @@ impl Region {
     }
 }
 
-/// Scaled size as libjpeg-turbo computes it (`TJSCALED`): rounded up.
-fn scaled(dim: u32, m: u8) -> u32 {
-    ((u64::from(dim) * u64::from(m)).div_ceil(8)) as u32
-}
-
 /// libjpeg-turbo's TurboJPEG 3 decompressor, for the calls the `turbojpeg` crate does not wrap
 /// (cropping regions). The only `unsafe` of this crate.
 #[allow(unsafe_code)]
 mod tj {
-    use super::{scaled, CropBox, CropOptions, Pixels, Region};
+    use super::{CropBox, CropOptions, Pixels, Region};
     use crate::codec::{check_jpeg_size, jpeg_frame_size};
+    use crate::geometry::dct_scaled as scaled;
     use crate::orient::Orientation;
     use crate::{ErrorKind, ImageError};
     use shardtool_core::Limits;
@@ -528,6 +523,25 @@ mod tests {
         assert_eq!(dct_scale_for(&b(1000.0, 1000.0), 224, 224), 4);
         // The smaller side decides.
         assert_eq!(dct_scale_for(&b(4000.0, 1000.0), 224, 224), 4);
+        // Fractional boxes, compared with the rule written out: the smallest M with the box at
+        // M/8 at least twice the output on both sides.
+        for (w, h, ow, oh) in [
+            (999.5, 700.25, 224, 224),
+            (333.3, 4000.0, 100, 64),
+            (1.5, 1.5, 1, 1),
+        ] {
+            let want = (1..=8u8)
+                .find(|&m| {
+                    let s = f64::from(m) / 8.0;
+                    w * s >= 2.0 * f64::from(ow) && h * s >= 2.0 * f64::from(oh)
+                })
+                .unwrap_or(8);
+            assert_eq!(
+                dct_scale_for(&b(w, h), ow, oh),
+                want,
+                "{w}x{h} to {ow}x{oh}"
+            );
+        }
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Output sizes and crop boxes. Pure arithmetic, so it is tested exhaustively without images.
+//! Output sizes, crop boxes and DCT scales. Pure arithmetic, so it is tested exhaustively without
+//! images.
 //!
 //! Rounding: a scaled side is `round(side × target / reference)` with halves rounded up, and never
 //! below 1. So 640×480 with `shorter:256` gives 341×256 (640 × 256 / 480 = 341.33).
@@ -88,6 +89,31 @@ pub fn plan_size(resize: Resize, upscale: bool, w: u32, h: u32) -> SizePlan {
             }
         }
     }
+}
+
+/// A side of `dim` pixels decoded at DCT scale `m`/8, rounded up as libjpeg-turbo does
+/// (`TJSCALED`).
+pub(crate) fn dct_scaled(dim: u32, m: u8) -> u32 {
+    ((u64::from(dim) * u64::from(m)).div_ceil(8)) as u32
+}
+
+/// The smallest DCT scale M of `scales` (ascending; decoding at M/8) whose decoded size
+/// `scaled(M)` is at least `gap` (a ratio `num/den`) times `need` in both directions; 8 (full
+/// size) when none is. Shared by the pack decode and the train-time crops.
+pub(crate) fn smallest_dct_scale(
+    scales: impl IntoIterator<Item = u8>,
+    (num, den): (u32, u32),
+    need: (f64, f64),
+    scaled: impl Fn(u8) -> (f64, f64),
+) -> u8 {
+    let (num, den) = (f64::from(num), f64::from(den));
+    scales
+        .into_iter()
+        .find(|&m| {
+            let (w, h) = scaled(m);
+            w * den >= num * need.0 && h * den >= num * need.1
+        })
+        .unwrap_or(8)
 }
 
 #[cfg(test)]

@@ -5,6 +5,11 @@
 //! JPEG goes through libjpeg-turbo (vendored and linked statically by the `turbojpeg` crate), with
 //! DCT-domain downscaling when the output is much smaller than the input; every other format, and
 //! JPEGs libjpeg-turbo will not convert to RGB (CMYK), goes through the `image` crate.
+//!
+//! How far the DCT may shrink is [`DecodeScale`]: by default it stops while the image is still
+//! twice the target (`gap:2`), so the resampler, not the DCT's block averaging, makes the last
+//! step; `fast` shrinks as far as the target allows, `full` not at all. `docs/benchmarks.md`
+//! ("Pack fidelity") has the pixel error and speed of each.
 
 mod codec;
 mod crop;
@@ -20,7 +25,7 @@ pub use crop::{
 pub use geometry::{plan_size, SizePlan};
 pub use orient::{apply_orientation, Orientation};
 pub use services::{encode_png_rgb8, probe_size, resize_rgb8};
-pub use spec::{Encode, Filter, ParseError, Resize, TransformSpec};
+pub use spec::{DecodeScale, Encode, Filter, ParseError, ReducingGap, Resize, TransformSpec};
 
 /// What kind of failure an input had; the `kind` column of `errors.jsonl`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -115,6 +115,7 @@ impl PackPlan {
             "filter": t.filter.to_string(),
             "encode": t.encode.to_string(),
             "quality": t.quality,
+            "decode_scale": t.decode_scale.to_string(),
             "max_pixels": t.limits.max_pixels,
             "shuffle": self.seed.is_some(),
             "seed": self.seed,
