@@ -6,7 +6,7 @@ use crate::errors::{DatasetError, ManifestError};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use shardtool_pack::{
-    pack as pack_dataset, Compression, InputSource, ListError, NoProgress, PackError, PackPlan,
+    pack as pack_dataset, Compression, ListError, NoProgress, PackError, PackPlan,
     ShardFormatChoice,
 };
 use shardtool_verify::{VerifyError, VerifyOptions};

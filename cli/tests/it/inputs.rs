@@ -375,16 +375,20 @@ fn labels_follow_sorted_class_folders_and_empty_classes_count() {
 }
 
 #[test]
-fn an_empty_input_folder_gives_an_empty_dataset() {
+fn an_input_with_no_image_at_all_is_an_error_naming_what_was_looked_for() {
     let t = tempdir();
     let root = t.path().join("in");
     std::fs::create_dir_all(root.join("only-empty-class")).unwrap();
     let ds = t.path().join("ds");
-    pack(&root, &ds).ok();
-    let m = manifest(&ds);
-    assert_eq!(m.totals.samples, 0);
-    assert_eq!(m.classes, ["only-empty-class"]);
-    assert_eq!(m.inputs.found, 0);
+    let out = pack(&root, &ds).run();
+    assert_eq!(out.code, Some(1), "{}", out.stderr);
+    let err = &out.stderr;
+    assert!(err.contains("no usable image"), "{err}");
+    assert!(
+        err.contains("class folders") && err.contains("in/"),
+        "{err}"
+    );
+    assert!(!ds.join("manifest.json").exists());
 }
 
 #[test]

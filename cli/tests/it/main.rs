@@ -14,6 +14,7 @@ mod interop;
 mod list;
 mod memory;
 mod orientation;
+mod pack_inputs;
 mod read;
 mod remote;
 mod resize;

@@ -5,6 +5,7 @@
 //! flags into a plan and prints the report. Nothing here prints.
 
 mod containers;
+mod list_file;
 mod listing;
 mod parquet;
 mod pipeline;

@@ -3,7 +3,7 @@
 
 use crate::ErrorRecord;
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -276,12 +276,17 @@ impl Inputs {
 
 /// Deduplicates directory prefixes of list inputs (one entry per distinct directory).
 #[derive(Default)]
-struct DirInterner {
+pub(crate) struct DirInterner {
     index: HashMap<Box<[u8]>, u32>,
 }
 
 impl DirInterner {
-    fn get(&mut self, inputs: &mut Inputs, prefix: &[u8], container: Option<u32>) -> u32 {
+    pub(crate) fn get(
+        &mut self,
+        inputs: &mut Inputs,
+        prefix: &[u8],
+        container: Option<u32>,
+    ) -> u32 {
         if let Some(&i) = self.index.get(prefix) {
             return i;
         }
@@ -433,7 +438,7 @@ pub enum ListError {
 }
 
 impl ListError {
-    fn io(path: &Path) -> impl Fn(std::io::Error) -> Self + Copy + '_ {
+    pub(crate) fn io(path: &Path) -> impl Fn(std::io::Error) -> Self + Copy + '_ {
         move |cause| ListError::Io {
             path: path.to_path_buf(),
             cause,
@@ -446,7 +451,7 @@ impl ListError {
 pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listing, ListError> {
     let mut listing = match source {
         InputSource::Folder(root) => list_folder(root)?,
-        InputSource::List(file) => list_file(file, &options.columns)?,
+        InputSource::List(file) => crate::list_file::list_file(file, &options.columns)?,
         InputSource::Wds(shards) => crate::containers::list_wds(shards, options)?,
         InputSource::Parquet(files) => crate::parquet::list_parquet(files, options)?,
     };
@@ -620,7 +625,7 @@ fn walk(
     Ok(())
 }
 
-fn source_kind_message(path: String, kind: &str, message: String) -> ErrorRecord {
+pub(crate) fn source_kind_message(path: String, kind: &str, message: String) -> ErrorRecord {
     ErrorRecord {
         path,
         kind: kind.to_string(),
@@ -631,351 +636,6 @@ fn source_kind_message(path: String, kind: &str, message: String) -> ErrorRecord
 /// Largest integer label accepted from a list: the manifest names every class from 0 up to the
 /// largest label, so this bounds its size (a million classes is beyond any public dataset).
 pub const MAX_INT_LABEL: i64 = 999_999;
-
-/// A row of a list file, borrowed for the duration of one callback.
-struct Row<'a> {
-    line: usize,
-    path: Option<Cow<'a, str>>,
-    label: Option<Cow<'a, str>>,
-    key: Option<Cow<'a, str>>,
-    /// The row's bytes in the file, `[start, end)`.
-    span: (u64, u64),
-    /// Whether the row has columns besides path, label and key.
-    extra: bool,
-}
-
-/// The column names a list is read with.
-struct ListColumns<'a> {
-    path: &'a str,
-    label: &'a str,
-    text: &'a str,
-    /// Whether the label column was named by the user (then it must exist).
-    label_required: bool,
-}
-
-impl<'a> ListColumns<'a> {
-    fn new(c: &'a Columns) -> Self {
-        Self {
-            path: c.image.as_deref().unwrap_or("path"),
-            label: c.label.as_deref().unwrap_or("label"),
-            text: c.text.as_deref().unwrap_or("text"),
-            label_required: c.label.is_some(),
-        }
-    }
-
-    /// Whether `name` is read by the lister itself rather than carried.
-    fn is_own(&self, name: &str) -> bool {
-        [self.path, self.label, "key"]
-            .iter()
-            .any(|c| c.eq_ignore_ascii_case(name))
-    }
-}
-
-/// How a list file is parsed. Rows are streamed to a callback twice (once to learn the labels,
-/// once to store the inputs) rather than collected: a list of millions of rows would otherwise
-/// hold every row's strings at once.
-#[derive(Clone, Copy)]
-enum ListKind {
-    Csv,
-    Jsonl,
-}
-
-fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListError> {
-    let bad = |message: String| ListError::BadList {
-        path: file.to_path_buf(),
-        message,
-    };
-    let text = std::fs::read(file).map_err(ListError::io(file))?;
-    let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let kind = if file
-        .extension()
-        .and_then(OsStr::to_str)
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-    {
-        ListKind::Csv
-    } else {
-        ListKind::Jsonl
-    };
-    let cols = ListColumns::new(columns);
-
-    let mut listing = Listing {
-        origin: Origin { root: base },
-        looked_for: format!("rows with a `{}` column in {}", cols.path, file.display()),
-        ..Listing::default()
-    };
-    // Labels are integers when every present label looks like one (optional sign, digits);
-    // otherwise they are class names, numbered in sorted order.
-    let looks_int = |l: &str| {
-        let d = l.strip_prefix('-').unwrap_or(l);
-        !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
-    };
-    let int_label = |l: &str| {
-        l.parse::<i64>()
-            .ok()
-            .filter(|v| (0..=MAX_INT_LABEL).contains(v))
-    };
-    let mut all_ints = true;
-    let mut any_label = false;
-    let mut any_extra = false;
-    let mut max_int: Option<i64> = None;
-    let mut names: BTreeMap<String, u32> = BTreeMap::new();
-    let headers = for_each_row(&text, kind, &cols, &mut |row| {
-        any_extra |= row.extra;
-        if let Some(l) = row.label.as_deref() {
-            any_label = true;
-            if looks_int(l) {
-                max_int = max_int.max(int_label(l));
-            } else {
-                all_ints = false;
-            }
-            if !names.contains_key(l) {
-                names.insert(l.to_string(), 0);
-            }
-        }
-        Ok(())
-    })
-    .map_err(bad)?;
-    // A list without a label column (or with no label in any row) is unlabelled.
-    let labelled = match &headers {
-        Some(h) => h.iter().any(|c| c == cols.label),
-        None => any_label,
-    };
-    if cols.label_required && !labelled {
-        return Err(bad(format!("no `{}` column (--label-column)", cols.label)));
-    }
-    listing.labelled = labelled;
-    if !labelled {
-        names.clear();
-    } else if all_ints {
-        names.clear();
-        listing.classes = (0..max_int.map_or(0, |m| m + 1))
-            .map(|i| i.to_string())
-            .collect();
-    } else {
-        for (i, v) in names.values_mut().enumerate() {
-            *v = u32::try_from(i).map_err(|_| ListError::TooMany { count: i as u64 })?;
-        }
-        listing.classes = names.keys().cloned().collect();
-    }
-    // Rows with extra columns are read again, by span, when their input is packed.
-    let container = if any_extra {
-        listing.containers.push(Container {
-            path: file.to_path_buf(),
-            source: file.display().to_string(),
-            kind: match (kind, headers) {
-                (ListKind::Csv, Some(headers)) => ContainerKind::Csv { headers },
-                _ => ContainerKind::Jsonl,
-            },
-            staged: false,
-        });
-        listing.text_column = Some(cols.text.to_string());
-        Some(0)
-    } else {
-        None
-    };
-    let mut dirs = DirInterner::default();
-    for_each_row(&text, kind, &cols, &mut |row| {
-        let where_ = || format!("{}:{}", file.display(), row.line);
-        let label = row.label.as_deref();
-        let (Some(path), true) = (row.path.as_deref(), label.is_some() || !labelled) else {
-            listing.errors.push(source_kind_message(
-                where_(),
-                "bad_list_row",
-                if labelled {
-                    format!("row needs a non-empty {} and {}", cols.path, cols.label)
-                } else {
-                    format!("row needs a non-empty {}", cols.path)
-                },
-            ));
-            return Ok(());
-        };
-        let label = match label {
-            None => None,
-            Some(label) if all_ints => match int_label(label) {
-                // In 0..=MAX_INT_LABEL, so it fits.
-                Some(v) => Some(v as u32),
-                None => {
-                    listing.errors.push(source_kind_message(
-                        where_(),
-                        "bad_label",
-                        format!("integer label {label} is outside 0..={MAX_INT_LABEL}"),
-                    ));
-                    return Ok(());
-                }
-            },
-            Some(label) => Some(names.get(label).copied().unwrap_or(0)),
-        };
-        // The directory part (up to the last `/`) is stored once per distinct directory; the
-        // path is rebuilt byte for byte as listed.
-        let split = path.rfind('/').map_or(0, |i| i + 1);
-        let (dir, name) = path.as_bytes().split_at(split);
-        let dir = dirs.get(&mut listing.inputs, dir, container);
-        let key = row.key.as_deref();
-        let r = if container.is_some() {
-            listing.inputs.push_span(dir, name, label, key, row.span)
-        } else {
-            listing.inputs.push(dir, name, label, key)
-        };
-        r.map_err(|e| e.to_string())
-    })
-    .map_err(bad)?;
-    Ok(listing)
-}
-
-fn non_empty(s: &str) -> Option<Cow<'_, str>> {
-    let s = s.trim();
-    (!s.is_empty()).then_some(Cow::Borrowed(s))
-}
-
-/// Calls `f` with every row of a list file, in order; returns a CSV file's header.
-fn for_each_row(
-    text: &[u8],
-    kind: ListKind,
-    cols: &ListColumns<'_>,
-    f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
-) -> Result<Option<Vec<String>>, String> {
-    match kind {
-        ListKind::Csv => csv_rows(text, cols, f).map(Some),
-        ListKind::Jsonl => jsonl_rows(text, cols, f).map(|()| None),
-    }
-}
-
-fn csv_rows(
-    text: &[u8],
-    cols: &ListColumns<'_>,
-    f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
-) -> Result<Vec<String>, String> {
-    let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(text);
-    let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
-    let names: Vec<String> = headers.iter().map(|h| h.trim().to_string()).collect();
-    let col = |name: &str| names.iter().position(|h| h.eq_ignore_ascii_case(name));
-    let Some(p) = col(cols.path) else {
-        return Err(format!(
-            "the CSV list needs a header row with a `{}` column (and optionally `{}`, `key`)",
-            cols.path, cols.label
-        ));
-    };
-    let l = col(cols.label);
-    let k = col("key");
-    let extra = names.iter().any(|n| !cols.is_own(n));
-    // One record buffer for the whole file.
-    let mut rec = csv::StringRecord::new();
-    let mut i = 0usize;
-    loop {
-        let line = i + 2;
-        i += 1;
-        let start = rdr.position().byte();
-        let read = rdr.read_record(&mut rec);
-        let span = (start, rdr.position().byte());
-        match read {
-            Ok(false) => return Ok(names),
-            Ok(true) => f(Row {
-                line,
-                path: rec.get(p).and_then(non_empty),
-                label: l.and_then(|l| rec.get(l)).and_then(non_empty),
-                key: k.and_then(|k| rec.get(k)).and_then(non_empty),
-                span,
-                extra,
-            })?,
-            Err(_) => f(Row {
-                line,
-                path: None,
-                label: None,
-                key: None,
-                span,
-                extra,
-            })?,
-        }
-    }
-}
-
-fn jsonl_rows(
-    text: &[u8],
-    cols: &ListColumns<'_>,
-    f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
-) -> Result<(), String> {
-    let mut start = 0u64;
-    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
-        let span = (start, start + line.len() as u64);
-        start = span.1 + 1;
-        if line.iter().all(u8::is_ascii_whitespace) {
-            continue;
-        }
-        let v: Option<serde_json::Value> = serde_json::from_slice(line).ok();
-        let field = |name: &str| -> Option<Cow<'_, str>> {
-            match v.as_ref()?.get(name)? {
-                serde_json::Value::String(s) => non_empty(s),
-                serde_json::Value::Number(n) => Some(Cow::Owned(n.to_string())),
-                _ => None,
-            }
-        };
-        let extra = v
-            .as_ref()
-            .and_then(serde_json::Value::as_object)
-            .is_some_and(|o| o.keys().any(|k| !cols.is_own(k)));
-        f(Row {
-            line: i + 1,
-            path: field(cols.path),
-            label: field(cols.label),
-            key: field("key"),
-            span,
-            extra,
-        })?;
-    }
-    Ok(())
-}
-
-/// The extra columns of one list row (read back by span): the text column's value, if any, and
-/// the other columns as a JSON object. CSV values are strings; JSONL values keep their JSON type.
-pub(crate) fn row_columns(
-    row: &[u8],
-    kind: &ContainerKind,
-    columns: &Columns,
-) -> Result<(Option<String>, serde_json::Map<String, serde_json::Value>), String> {
-    let cols = ListColumns::new(columns);
-    let mut map = serde_json::Map::new();
-    match kind {
-        ContainerKind::Csv { headers } => {
-            let mut rdr = csv::ReaderBuilder::new()
-                .has_headers(false)
-                .flexible(true)
-                .from_reader(row);
-            let mut rec = csv::StringRecord::new();
-            if !rdr.read_record(&mut rec).map_err(|e| e.to_string())? {
-                return Err("the row is empty".into());
-            }
-            for (name, value) in headers.iter().zip(rec.iter()) {
-                if !cols.is_own(name) {
-                    map.insert(name.clone(), serde_json::Value::String(value.to_string()));
-                }
-            }
-        }
-        ContainerKind::Jsonl => {
-            let v: serde_json::Value = serde_json::from_slice(row).map_err(|e| e.to_string())?;
-            let serde_json::Value::Object(o) = v else {
-                return Err("the row is not a JSON object".into());
-            };
-            for (name, value) in o {
-                if !cols.is_own(&name) {
-                    map.insert(name, value);
-                }
-            }
-        }
-        ContainerKind::Tar | ContainerKind::Parquet | ContainerKind::Downloaded => {
-            return Err("not a list".into())
-        }
-    }
-    let text_key = map
-        .keys()
-        .find(|k| k.eq_ignore_ascii_case(cols.text))
-        .cloned();
-    let text = match text_key.and_then(|k| map.remove(&k)) {
-        Some(serde_json::Value::String(t)) => Some(t),
-        Some(serde_json::Value::Null) | None => None,
-        Some(other) => Some(other.to_string()),
-    };
-    Ok((text, map))
-}
 
 #[cfg(test)]
 mod tests {

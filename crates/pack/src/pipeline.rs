@@ -1,6 +1,7 @@
 //! The pack run: plan the order, transform in parallel inside a bounded window, write in order.
 
-use crate::listing::{list_inputs, row_columns, Columns, Container, ContainerKind, ListOptions};
+use crate::list_file::row_columns;
+use crate::listing::{list_inputs, Columns, Container, ContainerKind, ListOptions};
 use crate::plan::{PackPlan, ShardFormatChoice};
 use crate::sink::{Payload, ShardSink};
 use crate::{ErrorRecord, PackError};
@@ -358,13 +359,6 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let errors = failed_early;
     write_errors(&errors_path, &errors)?;
     outcome?;
-    if sink.samples == 0 {
-        return Err(PackError::NoImages {
-            looked_for: listing.looked_for,
-            failed: errors.len() as u64,
-            report: errors_path,
-        });
-    }
 
     let (fields, optional_fields) = sink.fields();
     let mut manifest = Manifest::new(
@@ -489,6 +483,14 @@ fn process(
                             if let Ok(serde_json::Value::Object(m)) = serde_json::from_slice(data) {
                                 columns = m;
                             }
+                        } else if !shardtool_manifest::is_field_name(field) {
+                            return Err(fail(
+                                "bad_field",
+                                format!(
+                                    "field {field:?} cannot be carried: a field name is 1 to 64 \
+                                     of a-z 0-9 _ - . (not starting or ending with .)"
+                                ),
+                            ));
                         } else if carried.iter().all(|(f, _)| f != field) {
                             carried.push((field.clone(), data.to_vec()));
                         }

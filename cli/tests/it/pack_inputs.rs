@@ -1,0 +1,331 @@
+//! Packing from where datasets live: WebDataset shards written by `webdataset.ShardWriter`,
+//! Parquet files in the Hugging Face layout written by pyarrow, lists with extra columns, inputs
+//! over loopback HTTP and S3, and damaged inputs. Every carried field is compared byte for byte.
+//!
+//! Needs `python3` with `webdataset` and `pyarrow` (`tests/interop/make_inputs.py` writes the
+//! inputs); lighttpd and s3s-fs as the remote tests do.
+
+#[path = "../../../crates/cache/tests/common/mod.rs"]
+mod servers;
+
+use crate::common::*;
+use serde_json::Value;
+use servers::{Lighttpd, S3};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Writes the inputs into `dir` and returns what they should carry (`expect.json`).
+fn make_inputs(dir: &Path) -> Value {
+    let out = Command::new("python3")
+        .arg(repo_root().join("tests/interop/make_inputs.py"))
+        .arg(sample_data())
+        .arg(dir)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "make_inputs.py failed (pip install webdataset pyarrow): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&std::fs::read(dir.join("expect.json")).unwrap()).unwrap()
+}
+
+/// Every sample of a tar dataset: key → field → bytes.
+fn tar_fields(ds: &Path) -> BTreeMap<String, HashMap<String, Vec<u8>>> {
+    let m = manifest(ds);
+    let mut out = BTreeMap::new();
+    for e in &m.shards {
+        let bytes = std::fs::read(ds.join(&e.file)).unwrap();
+        let (samples, err) = shardtool_wds::group_samples(&bytes);
+        assert!(err.is_none(), "{}: {err:?}", e.file);
+        for s in samples {
+            let fields = s
+                .fields
+                .iter()
+                .map(|(f, d)| (f.clone(), d.to_vec()))
+                .collect();
+            assert!(
+                out.insert(s.key.clone(), fields).is_none(),
+                "{} twice",
+                s.key
+            );
+        }
+    }
+    out
+}
+
+fn verify_ok(ds: &Path) {
+    Cmd::new([std::ffi::OsStr::new("verify"), ds.as_os_str()]).ok();
+}
+
+fn shard_names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tar"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn webdataset_shards_repack_with_every_field_carried_byte_for_byte() {
+    let t = tempdir();
+    let want = make_inputs(t.path());
+    let wds = t.path().join("wds");
+    let pattern = wds.join("shard-{000000..000002}.tar");
+    let ds = t.path().join("ds");
+    pack(&pattern, &ds)
+        .args(["--resize", "shorter:32", "--shard-samples", "16"])
+        .ok();
+    let m = manifest(&ds);
+    let expected = want["wds"].as_object().unwrap();
+    assert_eq!(m.inputs.packed as usize, expected.len());
+    assert_eq!(m.fields, ["cls", "jpg", "json"]);
+    assert_eq!(m.optional_fields, ["txt"], "some samples have no caption");
+    assert_eq!(m.pack["json"], "input");
+    assert_eq!(m.pack["input_format"], "wds");
+    let got = tar_fields(&ds);
+    assert_eq!(got.len(), expected.len());
+    for (key, e) in expected {
+        let s = &got[key];
+        assert_eq!(
+            String::from_utf8(s["json"].clone()).unwrap(),
+            e["json"].as_str().unwrap(),
+            "{key}: the input's json is carried as it is"
+        );
+        assert_eq!(
+            s.get("txt").map(|t| String::from_utf8(t.clone()).unwrap()),
+            e["txt"].as_str().map(str::to_string),
+            "{key}"
+        );
+        assert_eq!(s["cls"], e["cls"].to_string().as_bytes(), "{key}");
+        let img = image::load_from_memory(&s["jpg"]).unwrap();
+        assert_eq!(img.width().min(img.height()), 32, "{key} was resized");
+    }
+    verify_ok(&ds);
+
+    // A folder of shards is the same input; so is a glob.
+    let ds2 = t.path().join("ds2");
+    pack(&wds, &ds2)
+        .args(["--resize", "shorter:32", "--shard-samples", "16"])
+        .ok();
+    let ds3 = t.path().join("ds3");
+    pack(wds.join("shard-*.tar"), &ds3)
+        .args(["--resize", "shorter:32", "--shard-samples", "16"])
+        .ok();
+    for other in [&ds2, &ds3] {
+        assert_eq!(
+            manifest(other).shards,
+            m.shards,
+            "the same shards, byte for byte"
+        );
+    }
+
+    // Packed shards carry the fields in their records; the reader hands them back.
+    let packed = t.path().join("packed");
+    pack(&pattern, &packed)
+        .args(["--resize", "crop:24x24", "--format", "packed"])
+        .ok();
+    let pm = manifest(&packed);
+    assert_eq!(pm.fields, ["json", "key", "label", "pixels"]);
+    assert_eq!(pm.optional_fields, ["txt"]);
+    verify_ok(&packed);
+    let out = Cmd::new([
+        "read",
+        packed.to_str().unwrap(),
+        "--no-shuffle",
+        "--fields",
+        "txt",
+    ])
+    .ok()
+    .stdout;
+    let mut seen = 0;
+    for line in out.lines() {
+        let (key, rest) = line.split_once('\t').unwrap();
+        let value = rest.strip_prefix("txt=").unwrap();
+        let value: Value = serde_json::from_str(value).unwrap();
+        assert_eq!(value, expected[key]["txt"], "{key}");
+        seen += 1;
+    }
+    assert_eq!(seen, expected.len());
+}
+
+#[test]
+fn hugging_face_parquet_packs_with_class_names_captions_and_columns() {
+    let t = tempdir();
+    let want = make_inputs(t.path());
+    let ds = t.path().join("ds");
+    // The dataset folder (with its `data/`) is recognised as Parquet.
+    pack(t.path().join("parquet"), &ds)
+        .args(["--resize", "shorter:32"])
+        .ok();
+    let m = manifest(&ds);
+    let expected = want["parquet"].as_object().unwrap();
+    let classes: Vec<String> = serde_json::from_value(want["classes"].clone()).unwrap();
+    assert_eq!(
+        m.classes, classes,
+        "class names from the ClassLabel feature"
+    );
+    assert_eq!(m.fields, ["cls", "jpg", "json", "txt"]);
+    assert_eq!(m.inputs.found as usize, expected.len());
+    let errs = check_accounting(&ds, &[]);
+    assert_eq!(errs.len(), 1);
+    let (path, err) = errs.iter().next().unwrap();
+    assert_eq!(err.kind, "no_image");
+    let row = path.rsplit('/').next().unwrap();
+    assert_eq!(expected[row]["image"], false, "{path}");
+    let got = tar_fields(&ds);
+    assert_eq!(got.len(), expected.len() - 1);
+    for s in got.values() {
+        let json: Value = serde_json::from_slice(&s["json"]).unwrap();
+        let source = json["source"].as_str().unwrap();
+        let row = source.rsplit('/').next().unwrap();
+        let e = &expected[row];
+        assert_eq!(s["txt"], e["text"].as_str().unwrap().as_bytes(), "{row}");
+        assert_eq!(json["label"], e["label"], "{row}");
+        assert_eq!(json["score"], e["score"], "{row}");
+        assert_eq!(json["image_path"], e["image_path"], "{row}");
+        assert_eq!(s["cls"], e["label"].to_string().as_bytes(), "{row}");
+    }
+    verify_ok(&ds);
+}
+
+#[test]
+fn damaged_inputs_give_per_sample_errors_and_keep_what_is_whole() {
+    let t = tempdir();
+    make_inputs(t.path());
+    let wds = t.path().join("wds");
+    let whole = std::fs::read(wds.join("shard-000000.tar")).unwrap();
+    let cut = t.path().join("cut");
+    std::fs::create_dir_all(&cut).unwrap();
+    std::fs::write(cut.join("a.tar"), &whole[..whole.len() / 2]).unwrap();
+    let ds = t.path().join("ds");
+    pack(&cut, &ds).args(["--resize", "shorter:32"]).ok();
+    let errs = check_accounting(&ds, &[]);
+    let shard_err = errs.values().find(|e| e.kind == "bad_shard").unwrap();
+    assert!(shard_err.message.contains("truncated"), "{shard_err:?}");
+    let packed = manifest(&ds).inputs.packed;
+    assert!(
+        packed > 3 && packed < 20,
+        "{packed} whole samples before the cut"
+    );
+
+    // A file that is not Parquet, beside a good one: one error, the good rows packed.
+    let pq = t.path().join("pq");
+    std::fs::create_dir_all(&pq).unwrap();
+    let good = t.path().join("parquet/data/train-00000-of-00002.parquet");
+    std::fs::copy(&good, pq.join("a.parquet")).unwrap();
+    let mut broken = std::fs::read(&good).unwrap();
+    let mid = broken.len() / 2;
+    let end = mid + 4096.min(broken.len() - mid);
+    for b in &mut broken[mid..end] {
+        *b = 0x5a;
+    }
+    std::fs::write(pq.join("b.parquet"), &broken).unwrap();
+    std::fs::write(pq.join("c.parquet"), b"PAR1 not really").unwrap();
+    let ds = t.path().join("ds-pq");
+    pack(&pq, &ds).args(["--resize", "shorter:32"]).ok();
+    let errs = check_accounting(&ds, &[]);
+    assert!(
+        errs.values()
+            .any(|e| e.kind == "bad_parquet" && e.path.ends_with("c.parquet")),
+        "{errs:?}"
+    );
+    assert!(
+        manifest(&ds).inputs.packed >= 22,
+        "a.parquet's rows are packed"
+    );
+    assert!(
+        !std::fs::read_dir(&ds).unwrap().any(|e| e
+            .unwrap()
+            .file_name()
+            .to_string_lossy()
+            .starts_with(".stage")),
+        "staged files are removed"
+    );
+}
+
+#[test]
+fn lists_carry_their_extra_columns_and_may_have_no_labels() {
+    let t = tempdir();
+    let photos: Vec<PathBuf> = shard_images();
+    let list = t.path().join("l.csv");
+    let mut text = String::from("path,text,score,url\n");
+    for (i, p) in photos.iter().enumerate() {
+        text.push_str(&format!(
+            "{},\"caption, {i}\",{i},http://x/{i}\n",
+            p.display()
+        ));
+    }
+    std::fs::write(&list, text).unwrap();
+    let ds = t.path().join("ds");
+    pack_list(&list, &ds).args(["--resize", "shorter:32"]).ok();
+    let m = manifest(&ds);
+    assert!(m.classes.is_empty(), "unlabelled");
+    assert_eq!(m.fields, ["jpg", "json", "txt"], "no .cls");
+    for s in tar_fields(&ds).values() {
+        let json: Value = serde_json::from_slice(&s["json"]).unwrap();
+        let i: usize = json["score"].as_str().unwrap().parse().unwrap();
+        assert_eq!(s["txt"], format!("caption, {i}").as_bytes());
+        assert_eq!(json["url"], format!("http://x/{i}"));
+        assert!(json.get("label").is_none());
+    }
+    verify_ok(&ds);
+}
+
+fn shard_images() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(sample_data().join("flower"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn remote_inputs_over_http_and_s3_pack_like_local_ones() {
+    let t = tempdir();
+    make_inputs(t.path());
+    let local = t.path().join("local");
+    let args = ["--resize", "shorter:32", "--shard-samples", "16"];
+    pack(t.path().join("wds"), &local).args(args).ok();
+
+    let server = Lighttpd::start(t.path());
+    let url = server.url("wds/shard-{000000..000002}.tar");
+    let ds = t.path().join("http");
+    pack(&url, &ds).args(args).ok();
+    assert_eq!(
+        manifest(&ds).shards,
+        manifest(&local).shards,
+        "byte-identical shards"
+    );
+    assert!(shard_names(&ds).len() > 1);
+
+    let s3 = S3::start();
+    let bucket = s3.root.path().join("bucket/hf");
+    std::fs::create_dir_all(&bucket).unwrap();
+    for f in [
+        "train-00000-of-00002.parquet",
+        "train-00001-of-00002.parquet",
+    ] {
+        std::fs::copy(t.path().join("parquet/data").join(f), bucket.join(f)).unwrap();
+    }
+    let from_s3 = t.path().join("s3");
+    let mut cmd = Cmd::new(["pack", "s3://bucket/hf/", from_s3.to_str().unwrap()]).args(args);
+    for (k, v) in s3.env() {
+        cmd = cmd.env(k, v);
+    }
+    cmd.ok();
+    let local_pq = t.path().join("local-pq");
+    pack(t.path().join("parquet"), &local_pq).args(args).ok();
+    let (a, b) = (manifest(&from_s3), manifest(&local_pq));
+    assert_eq!(a.inputs, b.inputs);
+    assert_eq!(a.classes, b.classes);
+    let (fa, fb) = (tar_fields(&from_s3), tar_fields(&local_pq));
+    for (key, s) in &fa {
+        assert_eq!(s["txt"], fb[key]["txt"], "{key}");
+        assert_eq!(s["jpg"], fb[key]["jpg"], "{key}");
+    }
+}
