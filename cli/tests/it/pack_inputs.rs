@@ -5,12 +5,9 @@
 //! Needs `python3` with `webdataset` and `pyarrow` (`tests/interop/make_inputs.py` writes the
 //! inputs); lighttpd and s3s-fs as the remote tests do.
 
-#[path = "../../../crates/cache/tests/common/mod.rs"]
-mod servers;
-
 use crate::common::*;
+use crate::remote::servers::{Lighttpd, S3};
 use serde_json::Value;
-use servers::{Lighttpd, S3};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;

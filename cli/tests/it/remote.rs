@@ -3,7 +3,7 @@
 //! processes sharing one cache folder.
 
 #[path = "../../../crates/cache/tests/common/mod.rs"]
-mod servers;
+pub(crate) mod servers;
 
 use servers::{Fault, FaultServer, Lighttpd, S3};
 use std::path::{Path, PathBuf};
