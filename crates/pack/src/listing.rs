@@ -25,7 +25,7 @@ pub enum InputSource {
 }
 
 /// Which columns (of a list or a Parquet file) hold the image, the label and the text; `None`
-/// picks the default (`path`, `label`, `text` for lists; see [`crate::parquet`] for Parquet).
+/// picks the default (`path`, `label`, `text` for lists; Parquet picks `image`, `label`, `text` or `caption`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Columns {
     /// The image column (a list's path column).
