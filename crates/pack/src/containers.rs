@@ -523,12 +523,14 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
     let mut max_label: Option<u32> = None;
     for (name, shard) in shards.iter().zip(indexed) {
         if let Some(f) = shard.fetched {
+            if f.staged {
+                listing.staged.push(f.path.clone());
+            }
             let ci = listing.containers.len() as u32;
             listing.containers.push(Container {
                 path: f.path,
                 source: name.clone(),
                 kind: ContainerKind::Tar,
-                staged: f.staged,
             });
             let dir = listing
                 .inputs

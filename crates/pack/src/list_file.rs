@@ -144,9 +144,7 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
                 (ListKind::Csv, Some(headers)) => ContainerKind::Csv { headers },
                 _ => ContainerKind::Jsonl,
             },
-            staged: false,
         });
-        listing.text_column = Some(cols.text.to_string());
         Some(0)
     } else {
         None
@@ -339,9 +337,7 @@ pub(crate) fn row_columns(
                 }
             }
         }
-        ContainerKind::Tar | ContainerKind::Parquet | ContainerKind::Downloaded => {
-            return Err("not a list".into())
-        }
+        ContainerKind::Tar | ContainerKind::Parquet => return Err("not a list".into()),
     }
     let text_key = map
         .keys()

@@ -354,8 +354,6 @@ pub struct Container {
     pub source: String,
     /// What its spans hold.
     pub kind: ContainerKind,
-    /// Whether `path` is a staging copy the pack made, removed when it ends.
-    pub staged: bool,
 }
 
 /// What the spans of a [`Container`] hold.
@@ -372,8 +370,6 @@ pub enum ContainerKind {
     Jsonl,
     /// Rows of a Parquet file staged as a tar (`r<row>.jpg`, `.txt`, `.columns.json`).
     Parquet,
-    /// A remote file fetched for staging, read by no input (removed with the other staged files).
-    Downloaded,
 }
 
 /// The result of listing.
@@ -385,14 +381,15 @@ pub struct Listing {
     pub inputs: Inputs,
     /// Files inputs are read from by span.
     pub containers: Vec<Container>,
+    /// Files the listing made in the staging folder (fetched inputs, staged Parquet files), for
+    /// the pack to remove when it ends.
+    pub staged: Vec<PathBuf>,
     /// What was looked for, and where, for the error when nothing usable was found.
     pub looked_for: String,
     /// Class names (empty for an unlabelled dataset).
     pub classes: Vec<String>,
     /// Whether inputs carry labels.
     pub labelled: bool,
-    /// The list column (or Parquet column) that becomes the `.txt` field, if any.
-    pub text_column: Option<String>,
     /// Files skipped: hidden, or not an image extension.
     pub ignored: u64,
     /// Inputs that failed before reading (dangling links, bad list rows), in listing order.

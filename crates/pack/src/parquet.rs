@@ -394,23 +394,16 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     let mut max_label: Option<u32> = None;
     let mut names: Option<Vec<String>> = None;
     for (name, s) in files.iter().zip(staged) {
-        if let Some(f) = &s.fetched {
-            if f.staged {
-                listing.containers.push(Container {
-                    path: f.path.clone(),
-                    source: name.clone(),
-                    kind: ContainerKind::Downloaded,
-                    staged: true,
-                });
-            }
+        if let Some(f) = s.fetched.filter(|f| f.staged) {
+            listing.staged.push(f.path);
         }
         if let Some(tar) = s.staged_tar {
+            listing.staged.push(tar.clone());
             let ci = listing.containers.len() as u32;
             listing.containers.push(Container {
                 path: tar,
                 source: name.clone(),
                 kind: ContainerKind::Parquet,
-                staged: true,
             });
             let dir = listing
                 .inputs
@@ -447,6 +440,5 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
             .map(|i| i.to_string())
             .collect(),
     };
-    listing.text_column = Some("text".into());
     Ok(listing)
 }

@@ -137,14 +137,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         prepare_output(plan)?;
     }
     let mut listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
-    let _staged = StagedFiles(
-        listing
-            .containers
-            .iter()
-            .filter(|c| c.staged)
-            .map(|c| c.path.clone())
-            .collect(),
-    );
+    let _staged = StagedFiles(std::mem::take(&mut listing.staged));
     if !stages {
         prepare_output(plan)?;
     }
@@ -518,9 +511,6 @@ fn process(
                         .map_err(|(kind, m)| fail(kind, m))?;
                     let n = b.len();
                     (b, 0..n)
-                }
-                ContainerKind::Downloaded => {
-                    return Err(fail("internal", "a download is not an input".into()))
                 }
             }
         }
