@@ -200,7 +200,8 @@ impl<'p> ShardSink<'p> {
                 },
             });
         }
-        let (size, samples) = match (self.open.as_mut(), payload) {
+        // The fields the sample is stored with, counted for the manifest.
+        let (size, samples, names): (u64, u64, Vec<&str>) = match (self.open.as_mut(), payload) {
             (Some(Open::Wds { tar, samples }), Payload::Encoded(bytes, field)) => {
                 let own_json;
                 let cls = (label >= 0).then(|| label.to_string());
@@ -226,15 +227,12 @@ impl<'p> ShardSink<'p> {
                     tar.append(&format!("{key}.{f}"), d).map_err(io_err)?;
                 }
                 *samples += 1;
-                let names: Vec<&str> = members.iter().map(|(f, _)| *f).collect();
-                for f in names {
-                    self.field_counts
-                        .entry(f.to_string())
-                        .and_modify(|n| *n += 1)
-                        .or_insert(1);
-                }
                 // Count the end-of-archive blocks `finish` will add.
-                (tar.written() + 2 * shardtool_wds::BLOCK as u64, *samples)
+                (
+                    tar.written() + 2 * shardtool_wds::BLOCK as u64,
+                    *samples,
+                    members.iter().map(|(f, _)| *f).collect(),
+                )
             }
             (
                 Some(Open::Packed { writer }),
@@ -247,7 +245,11 @@ impl<'p> ShardSink<'p> {
                 let mut meta = meta.clone();
                 if !carried.is_empty() {
                     if let Some(m) = meta.as_object_mut() {
-                        m.insert("fields".into(), carried_json(carried));
+                        let fields = carried
+                            .iter()
+                            .map(|(f, d)| (f.clone(), shardtool_packed::field_value(d)))
+                            .collect();
+                        m.insert("fields".into(), serde_json::Value::Object(fields));
                     }
                 }
                 writer
@@ -256,11 +258,15 @@ impl<'p> ShardSink<'p> {
                         path: path.clone(),
                         message: e.to_string(),
                     })?;
+                let names = ["key", "label", "pixels"]
+                    .into_iter()
+                    .chain(carried.iter().map(|(f, _)| f.as_str()))
+                    .collect();
                 // The safetensors header (per-record metadata) must stay under its 100 MB cap.
                 if writer.len() >= MAX_PACKED_RECORDS {
-                    (u64::MAX, writer.len() as u64)
+                    (u64::MAX, writer.len() as u64, names)
                 } else {
-                    (writer.estimated_size(), writer.len() as u64)
+                    (writer.estimated_size(), writer.len() as u64, names)
                 }
             }
             _ => {
@@ -271,13 +277,8 @@ impl<'p> ShardSink<'p> {
             }
         };
         self.samples += 1;
-        if self.plan.format == ShardFormatChoice::Packed {
-            for f in ["key", "label", "pixels"] {
-                self.count(f);
-            }
-            for (f, _) in carried {
-                self.count(f);
-            }
+        for f in names {
+            self.count(f);
         }
         if carried.iter().any(|(f, _)| f == "json") {
             self.input_json = true;
@@ -326,23 +327,6 @@ impl<'p> ShardSink<'p> {
         self.next_index += 1;
         Ok(())
     }
-}
-
-/// Carried fields as a packed record's `fields` object: UTF-8 values as strings, others as
-/// `{"base64": …}`.
-fn carried_json(carried: &[(String, Vec<u8>)]) -> serde_json::Value {
-    use base64::Engine;
-    let mut m = serde_json::Map::new();
-    for (f, d) in carried {
-        let v = match std::str::from_utf8(d) {
-            Ok(s) => serde_json::Value::String(s.to_string()),
-            Err(_) => serde_json::json!({
-                "base64": base64::engine::general_purpose::STANDARD.encode(d)
-            }),
-        };
-        m.insert(f.clone(), v);
-    }
-    serde_json::Value::Object(m)
 }
 
 impl Write for ShardFile {
