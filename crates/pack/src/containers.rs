@@ -539,25 +539,23 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                 let source = || format!("{name}:{}", s.key);
                 if !s.members.iter().any(|m| is_image_field(&m.field)) {
                     let fields: Vec<&str> = s.members.iter().map(|m| m.field.as_str()).collect();
-                    listing.errors.push(ErrorRecord {
-                        path: source(),
-                        kind: "no_image".into(),
-                        message: format!(
+                    listing.errors.push(ErrorRecord::new(
+                        source(),
+                        "no_image",
+                        format!(
                             "the sample has no image field ({}); it has {}",
                             IMAGE_FIELDS.join(", "),
                             fields.join(", ")
                         ),
-                    });
+                    ));
                     continue;
                 }
                 let label = match label {
                     Ok(l) => l,
                     Err(message) => {
-                        listing.errors.push(ErrorRecord {
-                            path: source(),
-                            kind: "bad_label".into(),
-                            message,
-                        });
+                        listing
+                            .errors
+                            .push(ErrorRecord::new(source(), "bad_label", message));
                         continue;
                     }
                 };
@@ -574,11 +572,9 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
             }
         }
         if let Some(message) = shard.error {
-            listing.errors.push(ErrorRecord {
-                path: name.clone(),
-                kind: "bad_shard".into(),
-                message,
-            });
+            listing
+                .errors
+                .push(ErrorRecord::new(name.clone(), "bad_shard", message));
         }
     }
     listing.labelled = max_label.is_some();

@@ -33,6 +33,17 @@ pub struct ErrorRecord {
     pub message: String,
 }
 
+impl ErrorRecord {
+    /// A line for input `path` that failed with `kind` because of `message`.
+    pub(crate) fn new(path: impl Into<String>, kind: &str, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            kind: kind.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
 /// Why a pack could not run or finish. Per-input failures are not errors: they go to
 /// `errors.jsonl`.
 #[derive(Debug, thiserror::Error)]

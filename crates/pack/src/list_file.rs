@@ -2,9 +2,9 @@
 //! label and key and any other columns, which are read again by span when their input is packed.
 
 use crate::listing::{
-    source_kind_message, Columns, Container, ContainerKind, DirInterner, ListError, Listing,
-    Origin, MAX_INT_LABEL,
+    Columns, Container, ContainerKind, DirInterner, ListError, Listing, Origin, MAX_INT_LABEL,
 };
+use crate::ErrorRecord;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -154,7 +154,7 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
         let where_ = || format!("{}:{}", file.display(), row.line);
         let label = row.label.as_deref();
         let (Some(path), true) = (row.path.as_deref(), label.is_some() || !labelled) else {
-            listing.errors.push(source_kind_message(
+            listing.errors.push(ErrorRecord::new(
                 where_(),
                 "bad_list_row",
                 if labelled {
@@ -171,7 +171,7 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
                 // In 0..=MAX_INT_LABEL, so it fits.
                 Some(v) => Some(v as u32),
                 None => {
-                    listing.errors.push(source_kind_message(
+                    listing.errors.push(ErrorRecord::new(
                         where_(),
                         "bad_label",
                         format!("integer label {label} is outside 0..={MAX_INT_LABEL}"),

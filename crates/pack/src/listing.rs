@@ -604,7 +604,7 @@ fn walk(
             }
             Err(e) if has_image_extension(dir) => {
                 let path = [&prefix[..], &os_bytes(name)].concat();
-                out.errors.push(source_kind_message(
+                out.errors.push(ErrorRecord::new(
                     String::from_utf8_lossy(&path).into_owned(),
                     "unreadable",
                     format!("cannot open: {e}"),
@@ -620,14 +620,6 @@ fn walk(
         step?;
     }
     Ok(())
-}
-
-pub(crate) fn source_kind_message(path: String, kind: &str, message: String) -> ErrorRecord {
-    ErrorRecord {
-        path,
-        kind: kind.to_string(),
-        message,
-    }
 }
 
 /// Largest integer label accepted from a list: the manifest names every class from 0 up to the

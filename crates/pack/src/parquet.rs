@@ -321,23 +321,23 @@ fn stage_rows(
         };
         let p = row_parts(&row, &chosen);
         let Some(image) = p.image.filter(|b| !b.is_empty()) else {
-            out.errors.push(ErrorRecord {
-                path: source(),
-                kind: "no_image".into(),
-                message: format!("column {:?} holds no image bytes in this row", chosen.image),
-            });
+            out.errors.push(ErrorRecord::new(
+                source(),
+                "no_image",
+                format!("column {:?} holds no image bytes in this row", chosen.image),
+            ));
             continue;
         };
         if image.len() as u64 > options.max_input_bytes {
-            out.errors.push(ErrorRecord {
-                path: source(),
-                kind: "too_large".into(),
-                message: format!(
+            out.errors.push(ErrorRecord::new(
+                source(),
+                "too_large",
+                format!(
                     "{} bytes, over the {}-byte input limit",
                     image.len(),
                     options.max_input_bytes
                 ),
-            });
+            ));
             continue;
         }
         let label = match p.label {
@@ -345,11 +345,11 @@ fn stage_rows(
             Some(l) if l < 0 => None,
             Some(l) if l <= i64::from(MAX_LABEL).min(MAX_INT_LABEL) => Some(l as u32),
             Some(l) => {
-                out.errors.push(ErrorRecord {
-                    path: source(),
-                    kind: "bad_label".into(),
-                    message: format!("label {l} is outside 0..={MAX_INT_LABEL}"),
-                });
+                out.errors.push(ErrorRecord::new(
+                    source(),
+                    "bad_label",
+                    format!("label {l} is outside 0..={MAX_INT_LABEL}"),
+                ));
                 continue;
             }
         };
@@ -426,11 +426,9 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
         }
         listing.errors.extend(s.errors);
         if let Some(message) = s.failure {
-            listing.errors.push(ErrorRecord {
-                path: name.clone(),
-                kind: "bad_parquet".into(),
-                message,
-            });
+            listing
+                .errors
+                .push(ErrorRecord::new(name.clone(), "bad_parquet", message));
         }
     }
     listing.labelled = max_label.is_some() || names.is_some();

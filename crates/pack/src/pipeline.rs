@@ -199,7 +199,10 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                 Ok(()) => None,
             };
             if let Some((kind, message)) = problem {
-                errors.push((position, record(&origin.source(&item), kind, message)));
+                errors.push((
+                    position,
+                    ErrorRecord::new(origin.source(&item), kind, message),
+                ));
                 *slot = REJECTED;
             }
         }
@@ -276,10 +279,10 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                 let r =
                     std::panic::catch_unwind(|| process(&job, &class, &transform_spec, &shared))
                         .unwrap_or_else(|_| {
-                            Err(record(
+                            Err(ErrorRecord::new(
                                 &job.source,
                                 "internal",
-                                "the image stage panicked".into(),
+                                "the image stage panicked",
                             ))
                         });
                 let _ = tx.send((position, r));
@@ -399,14 +402,6 @@ fn class_name(classes: &[String], label: i64) -> String {
         .unwrap_or_else(|| label.to_string())
 }
 
-fn record(path: &str, kind: &str, message: String) -> ErrorRecord {
-    ErrorRecord {
-        path: path.to_string(),
-        kind: kind.to_string(),
-        message,
-    }
-}
-
 /// Names our metadata uses; a carried column of the same name is stored as `input_<name>`.
 const OWN_META: [&str; 8] = [
     "key",
@@ -427,7 +422,7 @@ fn process(
     shared: &Shared,
 ) -> Result<Done, ErrorRecord> {
     let src = &job.source;
-    let fail = |kind: &str, m: String| record(src, kind, m);
+    let fail = |kind: &str, m: String| ErrorRecord::new(src, kind, m);
     let t = Instant::now();
     let mut carried: Vec<(String, Vec<u8>)> = Vec::new();
     let mut columns = serde_json::Map::new();
