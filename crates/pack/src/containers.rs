@@ -152,8 +152,8 @@ fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
     }
 }
 
-/// The files of `dir` (recursively, sorted by path) whose extension is `ext`.
-fn files_with_extension(dir: &Path, ext: &str, out: &mut Vec<String>) -> Result<(), ListError> {
+/// The files of `dir` (recursively, sorted by path) whose extension is one of `exts`.
+fn files_with_extension(dir: &Path, exts: &[&str], out: &mut Vec<String>) -> Result<(), ListError> {
     let io = |e| ListError::Io {
         path: dir.to_path_buf(),
         cause: e,
@@ -170,8 +170,8 @@ fn files_with_extension(dir: &Path, ext: &str, out: &mut Vec<String>) -> Result<
             continue;
         }
         if p.is_dir() {
-            files_with_extension(&p, ext, out)?;
-        } else if extension(&p.to_string_lossy()) == ext {
+            files_with_extension(&p, exts, out)?;
+        } else if exts.contains(&extension(&p.to_string_lossy()).as_str()) {
             out.push(p.to_string_lossy().into_owned());
         }
     }
@@ -301,14 +301,14 @@ pub fn resolve_input(
     };
     if names.len() == 1 && Path::new(&names[0]).is_dir() {
         let dir = Path::new(&names[0]);
-        let found = |ext: &str| -> Result<Vec<String>, ListError> {
+        let found = |exts: &[&str]| -> Result<Vec<String>, ListError> {
             let mut out = Vec::new();
-            files_with_extension(dir, ext, &mut out)?;
+            files_with_extension(dir, exts, &mut out)?;
             Ok(out)
         };
         return match format {
-            Some(InputFormat::Wds) => Ok(S::Wds(found("tar")?)),
-            Some(InputFormat::Parquet) => Ok(S::Parquet(found("parquet")?)),
+            Some(InputFormat::Wds) => Ok(S::Wds(found(&["tar"])?)),
+            Some(InputFormat::Parquet) => Ok(S::Parquet(found(&["parquet"])?)),
             Some(InputFormat::List) => Err(bad_input(arg, "a list input is a file, not a folder")),
             Some(InputFormat::ImageFolder) => Ok(S::Folder(dir.to_path_buf())),
             None => {
@@ -322,20 +322,20 @@ pub fn resolve_input(
                     })
                 };
                 if direct("tar") {
-                    Ok(S::Wds(found("tar")?))
-                } else if direct("parquet")
-                    || (dir.join("data").is_dir() && !found("parquet")?.is_empty() && {
-                        let mut imgs = Vec::new();
-                        for e in IMAGE_FIELDS {
-                            files_with_extension(dir, e, &mut imgs)?;
-                        }
-                        imgs.is_empty()
-                    })
-                {
-                    Ok(S::Parquet(found("parquet")?))
-                } else {
-                    Ok(S::Folder(dir.to_path_buf()))
+                    return Ok(S::Wds(found(&["tar"])?));
                 }
+                let parquet_here = direct("parquet");
+                if parquet_here || dir.join("data").is_dir() {
+                    // One walk finds the Parquet files and any images beside them.
+                    let exts: Vec<&str> = std::iter::once("parquet").chain(IMAGE_FIELDS).collect();
+                    let (parquet, images): (Vec<String>, Vec<String>) = found(&exts)?
+                        .into_iter()
+                        .partition(|f| extension(f) == "parquet");
+                    if !parquet.is_empty() && (parquet_here || images.is_empty()) {
+                        return Ok(S::Parquet(parquet));
+                    }
+                }
+                Ok(S::Folder(dir.to_path_buf()))
             }
         };
     }
