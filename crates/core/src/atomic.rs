@@ -30,14 +30,22 @@ impl AtomicFile {
                 format!("{}: not a file name", dest.display()),
             )
         })?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(
-            ".{}.{}.tmp",
-            std::process::id(),
-            NEXT_TMP.fetch_add(1, Ordering::Relaxed)
-        ));
-        Self::create_at(dest.with_file_name(tmp_name), dest)
+        // Another host or a restarted container can reuse our PID (a Kubernetes pod's process is
+        // often PID 1), and a killed writer leaves its temporary file: take the next free name.
+        let mut attempt = 0;
+        loop {
+            let mut tmp_name = std::ffi::OsString::from(".");
+            tmp_name.push(name);
+            tmp_name.push(format!(
+                ".{}.{}.tmp",
+                std::process::id(),
+                NEXT_TMP.fetch_add(1, Ordering::Relaxed)
+            ));
+            match Self::create_at(dest.with_file_name(tmp_name), dest) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 1000 => attempt += 1,
+                r => return r,
+            }
+        }
     }
 
     /// Creates the temporary file at `tmp`, which must not exist and must be on the same file
@@ -172,5 +180,21 @@ mod tests {
         let missing = dir.path().join("no/such/dir/f");
         let err = AtomicFile::create(&missing).err().unwrap();
         assert!(err.to_string().contains("no/such/dir"), "{err}");
+    }
+
+    #[test]
+    fn stale_temporary_files_of_a_reused_pid_are_stepped_over() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("s.tar");
+        // A killed writer with our PID left the next temporary names behind.
+        let next = NEXT_TMP.load(Ordering::Relaxed);
+        for n in next..next + 64 {
+            let stale = dir.path().join(format!(".s.tar.{}.{n}.tmp", std::process::id()));
+            std::fs::write(stale, b"stale").unwrap();
+        }
+        let mut f = AtomicFile::create(&dest).unwrap();
+        f.write_all(b"fresh").unwrap();
+        f.commit().unwrap();
+        assert_eq!(std::fs::read(&dest).unwrap(), b"fresh");
     }
 }
