@@ -39,8 +39,61 @@ pub enum Command {
     ///   shardtool pack hf/imagenet-1k/data/ out/ --resize shorter:256
     ///   shardtool pack s3://bucket/cc12m/ out/ --input-format wds
     ///   shardtool pack photos/ out/ --shard-size 64MiB --compress zstd --overwrite
+    ///
+    /// Partitioned packing (many machines, or a resumable pack on one): with --shard-samples K,
+    /// shard j holds positions [jK, (j+1)K) of the seeded order, whatever runs it. `shardtool
+    /// plan` fixes inputs and options in OUTPUT/_plan/; `pack --plan OUTPUT --part I/N` packs
+    /// the shards j with j mod N = I (auto/N takes I from SLURM_ARRAY_TASK_ID or
+    /// JOB_COMPLETION_INDEX), skipping those already done, so a killed part is simply run again;
+    /// `shardtool merge OUTPUT` commits. A single `pack --shard-samples K` does all three in one
+    /// process (the same bytes), and `--resume` continues one that was killed.
+    ///
+    ///   shardtool pack photos/ out/ --shard-samples 5000 --resume
+    ///   shardtool pack --plan out/ --part auto/64 --jobs 8
     #[command(verbatim_doc_comment)]
     Pack(PackArgs),
+
+    /// Fix a partitioned pack: list the inputs once (sorted, with sizes), freeze the options,
+    /// the seed and the shard count into OUTPUT/_plan/plan.json with a plan hash.
+    ///
+    /// Takes INPUT, OUTPUT and the options of `pack`; --shard-samples is required (what a
+    /// shard holds is then fixed by the plan, never by how many parts run). Remote and Parquet
+    /// inputs are staged once under OUTPUT/_plan/staged/, where every part reads them, so
+    /// OUTPUT must be a folder every part can reach (a shared file system). Then run parts
+    /// (`shardtool pack --plan OUTPUT --part I/N`) anywhere, in any order, any number of times,
+    /// and `shardtool merge OUTPUT` once they are done. Slurm and Kubernetes templates:
+    /// scripts/slurm_pack.sh, scripts/k8s_pack_job.yaml.
+    ///
+    /// Examples:
+    ///   shardtool plan photos/ /shared/out --resize shorter:256 --shard-samples 5000
+    ///   shardtool pack --plan /shared/out --part 3/16
+    ///   shardtool status /shared/out
+    ///   shardtool merge /shared/out
+    #[command(verbatim_doc_comment)]
+    Plan(PackArgs),
+
+    /// Commit a partitioned pack: check that every shard of the plan is done (listing the
+    /// missing ones otherwise, exit 1), gather errors.jsonl, and write manifest.json last.
+    ///
+    /// Reads the parts' done records, never directory listings, so files left by failed or
+    /// repeated attempts never get in. Running it again rewrites the same bytes.
+    ///
+    /// Examples:
+    ///   shardtool merge /shared/out
+    ///   shardtool merge /shared/out --json
+    #[command(verbatim_doc_comment)]
+    Merge(MergeArgs),
+
+    /// Show a partitioned pack's progress: shards done and missing, samples and failures so far.
+    ///
+    /// Exit status: 0 when every shard is done, 1 while some are missing, 2 when OUTPUT holds no
+    /// plan.
+    ///
+    /// Examples:
+    ///   shardtool status /shared/out
+    ///   shardtool status /shared/out --json | jq .missing
+    #[command(verbatim_doc_comment)]
+    Status(MergeArgs),
 
     /// Check a dataset against its manifest: files, sizes, checksums, sample counts, tar/packed
     /// structure, keys, fields and labels; with --decode also decode every image.
@@ -137,8 +190,8 @@ pub enum FormatArg {
 #[derive(Debug, Args)]
 pub struct PackArgs {
     /// The inputs: an ImageFolder, a list, .tar shards or .parquet files (a folder, a file, a
-    /// brace pattern or glob, or URLs); omit when using --list.
-    #[arg(value_name = "INPUT", required_unless_present = "list")]
+    /// brace pattern or glob, or URLs); omit when using --list or --plan.
+    #[arg(value_name = "INPUT", required_unless_present_any = ["list", "plan"])]
     pub input: Option<String>,
 
     /// Output directory for shards, manifest.json and errors.jsonl (created if missing).
@@ -213,14 +266,44 @@ pub struct PackArgs {
     #[arg(long, conflicts_with = "seed")]
     pub no_shuffle: bool,
 
-    /// Roll to a new shard once one reaches this size (64MiB, 1GB, plain bytes). A shard exceeds
-    /// it by less than one sample.
-    #[arg(long, default_value = "256MiB", value_name = "SIZE")]
-    pub shard_size: String,
+    /// Roll to a new shard once one reaches this size (64MiB, 1GB, plain bytes; default
+    /// 256MiB). A shard exceeds it by less than one sample.
+    #[arg(long, value_name = "SIZE", conflicts_with = "shard_samples")]
+    pub shard_size: Option<String>,
 
-    /// Roll to a new shard after this many samples.
+    /// Shards of N positions of the shuffled order each (fewer samples where inputs failed):
+    /// shard j holds positions [jN, (j+1)N). Needed for plans, parts and --resume.
     #[arg(long, value_name = "N")]
     pub shard_samples: Option<u64>,
+
+    /// Continue a pack with --shard-samples that was interrupted in OUTPUT: shards already
+    /// published are kept, the rest are packed (the inputs and options must be the same).
+    #[arg(long, requires = "shard_samples", conflicts_with = "overwrite")]
+    pub resume: bool,
+
+    /// Run a part of the partitioned pack planned in this OUTPUT (see `shardtool plan`); the
+    /// options come from the plan.
+    #[arg(long, value_name = "OUTPUT", conflicts_with_all = [
+        "list", "input_format", "image_column", "label_column", "text_column", "resize",
+        "upscale", "filter", "encode", "quality", "decode_scale", "format", "compress", "seed",
+        "no_shuffle", "shard_size", "shard_samples", "prefix", "max_pixels", "overwrite", "resume"])]
+    pub plan: Option<PathBuf>,
+
+    /// Which part of the plan: I/N packs shards j with j mod N = I (I from 0); auto/N takes I
+    /// from SLURM_ARRAY_TASK_ID (less SLURM_ARRAY_TASK_MIN) or JOB_COMPLETION_INDEX (a
+    /// Kubernetes indexed Job). Default with --plan: every shard.
+    #[arg(
+        long,
+        value_name = "I/N|auto/N",
+        requires = "plan",
+        conflicts_with = "shards"
+    )]
+    pub part: Option<String>,
+
+    /// Pack these shards of the plan (comma-separated indices, e.g. 3,17), redoing them unless
+    /// done.
+    #[arg(long, value_name = "LIST", requires = "plan")]
+    pub shards: Option<String>,
 
     /// Shard file name prefix: <prefix>-000000.tar, …
     #[arg(long, default_value = "shard")]
@@ -249,6 +332,22 @@ pub struct PackArgs {
     /// Print the summary as one JSON object on stdout (counts, bytes, seconds, stage times).
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `shardtool merge` and `shardtool status`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The output folder of a planned pack (holding _plan/plan.json).
+    #[arg(value_name = "OUTPUT")]
+    pub output: PathBuf,
+
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print only errors.
+    #[arg(long, short)]
+    pub quiet: bool,
 }
 
 /// Arguments of `shardtool verify`.
@@ -390,7 +489,7 @@ mod tests {
             );
             seen += 1;
         }
-        assert_eq!(seen, 7);
+        assert_eq!(seen, 10);
         let cli = Cli::try_parse_from(["shardtool", "verify", "ds/", "--jobs", "3"]).unwrap();
         match cli.command {
             Command::Verify(a) => {

@@ -58,6 +58,9 @@ fn run() -> u8 {
     let cli = args::Cli::parse();
     let result = match cli.command {
         args::Command::Pack(a) => commands::pack::run(a),
+        args::Command::Plan(a) => commands::pack::run_plan(a),
+        args::Command::Merge(a) => commands::pack::run_merge(a),
+        args::Command::Status(a) => commands::pack::run_status(a),
         args::Command::Verify(a) => commands::verify::run(a),
         args::Command::Inspect(a) => commands::inspect::run(a),
         args::Command::Preview(a) => commands::preview::run(a),

@@ -1,12 +1,12 @@
 //! `shardtool pack`: flags → `PackPlan` → `shardtool_pack::pack` → summary.
 
-use crate::args::{FormatArg, PackArgs};
+use crate::args::{FormatArg, MergeArgs, PackArgs};
 use crate::progress::PackProgress;
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_pack::{
-    pack, resolve_input, Columns, Compression, InputFormat, InputSource, PackError, PackPlan,
-    PackReport, PlanError, ShardFormatChoice,
+    pack, resolve_input, Assignment, Columns, Compression, InputFormat, InputSource, PackError,
+    PackPlan, PackReport, PlanError, ShardFormatChoice,
 };
 use std::path::{Path, PathBuf};
 
@@ -77,8 +77,10 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         },
     };
     plan.seed = (!a.no_shuffle).then_some(a.seed);
-    plan.shard_bytes =
-        shardtool_core::parse_byte_size(&a.shard_size).map_err(|e| format!("--shard-size: {e}"))?;
+    if let Some(size) = &a.shard_size {
+        plan.shard_bytes =
+            shardtool_core::parse_byte_size(size).map_err(|e| format!("--shard-size: {e}"))?;
+    }
     plan.shard_samples = a.shard_samples;
     plan.prefix = a.prefix;
     if let Some(j) = a.jobs {
@@ -86,6 +88,7 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
     }
     plan.max_errors = a.max_errors;
     plan.overwrite = a.overwrite;
+    plan.resume = a.resume;
     plan.validate()
         .map_err(|e| format!("{}: {e}", flag_of(&e)))?;
     Ok(plan)
@@ -100,12 +103,245 @@ fn flag_of(e: &PlanError) -> &'static str {
         PlanError::NoJobs => "--jobs",
         PlanError::Quality(_) => "--quality",
         PlanError::ZstdLevel(_) => "--compress",
+        PlanError::PackedShardSamples(_) | PlanError::NeedShardSamples => "--shard-samples",
         _ => "options",
+    }
+}
+
+/// Maps a pack error to its exit code.
+fn failure(e: PackError) -> Failure {
+    match e {
+        PackError::OutputNotEmpty { path } => Failure::usage(anyhow!(
+            "output {} is not empty; pass --overwrite to replace the dataset in it{}",
+            path.display(),
+            if path.join(shardtool_pack::PLAN_DIR).exists() {
+                ", or --resume (with the same options) to continue an interrupted pack"
+            } else {
+                ""
+            }
+        )),
+        e if e.is_usage() => Failure::usage(e),
+        e => Failure::run(e),
+    }
+}
+
+/// Parses `--part I/N` or `auto/N` (I from the Slurm array or Kubernetes indexed-Job
+/// environment) and `--shards 3,17`.
+pub fn assignment(
+    part: Option<&str>,
+    shards: Option<&str>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Assignment, String> {
+    if let Some(list) = shards {
+        let parsed: Result<Vec<u64>, _> =
+            list.split(',').map(|s| s.trim().parse::<u64>()).collect();
+        return parsed.map(Assignment::Shards).map_err(|_| {
+            format!("--shards {list:?}: expected comma-separated shard indices like 3,17")
+        });
+    }
+    let Some(part) = part else {
+        return Ok(Assignment::Part { index: 0, count: 1 });
+    };
+    let bad = || format!("--part {part:?}: expected I/N (0 <= I < N) or auto/N");
+    let (i, n) = part.split_once('/').ok_or_else(bad)?;
+    let count: u64 = n.parse().map_err(|_| bad())?;
+    let index = if i == "auto" {
+        let num = |name: &str| -> Result<Option<u64>, String> {
+            env(name)
+                .map(|v| {
+                    v.trim()
+                        .parse::<u64>()
+                        .map_err(|_| format!("{name}={v:?} is not a number"))
+                })
+                .transpose()
+        };
+        match (num("SLURM_ARRAY_TASK_ID")?, num("JOB_COMPLETION_INDEX")?) {
+            (Some(id), _) => id
+                .checked_sub(num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0))
+                .ok_or_else(|| "SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN".to_string())?,
+            (None, Some(id)) => id,
+            (None, None) => {
+                return Err(format!(
+                    "--part {part}: neither SLURM_ARRAY_TASK_ID nor JOB_COMPLETION_INDEX is set; \
+                     give the part index (I/{n})"
+                ))
+            }
+        }
+    } else {
+        i.parse().map_err(|_| bad())?
+    };
+    if count == 0 || index >= count {
+        return Err(format!(
+            "--part {part}: part index {index} is not below the part count {count}"
+        ));
+    }
+    Ok(Assignment::Part { index, count })
+}
+
+/// Runs `shardtool pack --plan OUTPUT [--part I/N | --shards LIST]`.
+fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
+    if a.input.is_some() || a.output.is_some() {
+        return Err(Failure::usage(anyhow!(
+            "with --plan, give no INPUT or OUTPUT: the plan in --plan OUTPUT names them"
+        )));
+    }
+    let which = assignment(a.part.as_deref(), a.shards.as_deref(), |k| {
+        std::env::var(k).ok()
+    })
+    .map_err(|e| Failure::usage(anyhow!(e)))?;
+    let progress = PackProgress::new(a.quiet);
+    let result = shardtool_pack::pack_part(&output, &which, a.jobs, a.max_errors, &progress);
+    progress.finish();
+    let r = result.map_err(failure)?;
+    let what = match &which {
+        Assignment::Part { index, count } => format!("part {index}/{count}"),
+        Assignment::Shards(s) => format!("shards {s:?}"),
+    };
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "part": what,
+                "assigned": r.assigned,
+                "skipped": r.skipped,
+                "packed": r.packed,
+                "samples": r.samples,
+                "failed": r.failed,
+                "bytes_in": r.bytes_in,
+                "bytes_out": r.bytes_out,
+                "seconds": r.elapsed.as_secs_f64(),
+                "images_per_s": r.samples as f64 / r.elapsed.as_secs_f64().max(1e-9),
+            })
+        );
+    } else if !a.quiet {
+        println!(
+            "{what} of {}: {} shard(s) packed, {} already done; {} samples, {} failed, {:.1} MB in {:.2} s",
+            output.display(),
+            r.packed,
+            r.skipped,
+            r.samples,
+            r.failed,
+            mb(r.bytes_out),
+            r.elapsed.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `shardtool plan`.
+pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
+    if a.plan.is_some() || a.resume {
+        return Err(Failure::usage(anyhow!(
+            "`shardtool plan` takes INPUT OUTPUT and pack options, not --plan or --resume"
+        )));
+    }
+    let (quiet, json) = (a.quiet, a.json);
+    let plan = plan(a).map_err(|e| Failure::usage(anyhow!(e)))?;
+    if plan.shard_samples.is_none() {
+        return Err(Failure::usage(anyhow!(
+            "--shard-samples is required: a plan fixes what each shard holds by position"
+        )));
+    }
+    let file = shardtool_pack::make_plan(&plan).map_err(failure)?;
+    let out = plan.output.display();
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "plan": file.hash,
+                "inputs": file.inputs,
+                "failed_listing": file.errors.len(),
+                "shards": file.shards,
+                "shard_samples": file.shard_samples,
+            })
+        );
+    } else if !quiet {
+        println!(
+            "planned {} inputs into {} shard(s) of {} in {out} (plan {})",
+            file.inputs, file.shards, file.shard_samples, file.hash
+        );
+        if !file.errors.is_empty() {
+            println!(
+                "  {} input(s) failed while listing (kept for errors.jsonl)",
+                file.errors.len()
+            );
+        }
+        println!("  next: shardtool pack --plan {out} --part I/N   (for each I < N), then shardtool merge {out}");
+    }
+    Ok(())
+}
+
+/// Runs `shardtool merge`.
+pub fn run_merge(a: MergeArgs) -> Result<(), Failure> {
+    let r = shardtool_pack::merge(&a.output).map_err(failure)?;
+    let m = &r.manifest;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "inputs": m.inputs,
+                "shards": m.totals.shards,
+                "samples": m.totals.samples,
+                "bytes": m.totals.bytes,
+            })
+        );
+    } else if !a.quiet {
+        println!(
+            "merged {} shard(s), {} samples ({} of {} inputs failed, see errors.jsonl) into {}",
+            m.totals.shards,
+            m.totals.samples,
+            m.inputs.failed,
+            m.inputs.found,
+            a.output.join(shardtool_manifest::FILE_NAME).display()
+        );
+    }
+    Ok(())
+}
+
+/// Runs `shardtool status`: exit 0 when every shard is done, 1 otherwise.
+pub fn run_status(a: MergeArgs) -> Result<(), Failure> {
+    let s = shardtool_pack::status(&a.output).map_err(failure)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&s).unwrap_or_default());
+    } else if !a.quiet {
+        println!(
+            "plan {}: {} of {} shard(s) done, {} samples, {} failed inputs{}",
+            s.plan,
+            s.done.len(),
+            s.shards,
+            s.samples,
+            s.failed,
+            if s.merged { "; merged" } else { "" }
+        );
+        if !s.missing.is_empty() {
+            let list: Vec<String> = s.missing.iter().take(50).map(u64::to_string).collect();
+            println!(
+                "  missing: {}{}",
+                list.join(","),
+                if s.missing.len() > 50 { ",…" } else { "" }
+            );
+        }
+    }
+    if s.missing.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::run(anyhow!(
+            "{} shard(s) not done",
+            s.missing.len()
+        )))
     }
 }
 
 /// Runs `shardtool pack`.
 pub fn run(a: PackArgs) -> Result<(), Failure> {
+    if let Some(output) = a.plan.clone() {
+        return run_part(a, output);
+    }
+    if a.part.is_some() || a.shards.is_some() {
+        return Err(Failure::usage(anyhow!(
+            "--part and --shards need --plan OUTPUT"
+        )));
+    }
     let quiet = a.quiet;
     let json = a.json;
     let plan = plan(a).map_err(|e| Failure::usage(anyhow!(e)))?;
@@ -128,12 +364,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
-        Err(PackError::OutputNotEmpty { path }) => Err(Failure::usage(anyhow!(
-            "output {} is not empty; pass --overwrite to replace the dataset in it",
-            path.display()
-        ))),
-        Err(e) if e.is_usage() => Err(Failure::usage(e)),
-        Err(e) => Err(Failure::run(e)),
+        Err(e) => Err(failure(e)),
     }
 }
 

@@ -42,7 +42,9 @@ impl AtomicFile {
                 NEXT_TMP.fetch_add(1, Ordering::Relaxed)
             ));
             match Self::create_at(dest.with_file_name(tmp_name), dest) {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 1000 => attempt += 1,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempt < 1000 => {
+                    attempt += 1
+                }
                 r => return r,
             }
         }
@@ -189,7 +191,9 @@ mod tests {
         // A killed writer with our PID left the next temporary names behind.
         let next = NEXT_TMP.load(Ordering::Relaxed);
         for n in next..next + 64 {
-            let stale = dir.path().join(format!(".s.tar.{}.{n}.tmp", std::process::id()));
+            let stale = dir
+                .path()
+                .join(format!(".s.tar.{}.{n}.tmp", std::process::id()));
             std::fs::write(stale, b"stale").unwrap();
         }
         let mut f = AtomicFile::create(&dest).unwrap();

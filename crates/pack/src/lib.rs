@@ -8,6 +8,7 @@ mod containers;
 mod list_file;
 mod listing;
 mod parquet;
+mod partition;
 mod pipeline;
 mod plan;
 mod sink;
@@ -17,8 +18,12 @@ pub use listing::{
     list_inputs, Columns, Container, ContainerKind, InputItem, InputSource, Inputs, ListError,
     ListOptions, Listing, Origin, IMAGE_EXTENSIONS, MAX_LABEL,
 };
+pub use partition::{
+    make_plan, merge, pack_part, read_plan, status, Assignment, DoneRecord, MergeReport,
+    PartReport, PlanContainer, PlanFile, PlanStatus, PLAN_DIR,
+};
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
-pub use plan::{Compression, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED};
+pub use plan::{Compression, FrozenOptions, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED};
 
 use std::path::PathBuf;
 
@@ -103,6 +108,61 @@ pub enum PackError {
         /// The error report, when inputs failed.
         report: PathBuf,
     },
+    /// OUTPUT holds no plan.
+    #[error("{path} holds no plan (_plan/plan.json); make one with `shardtool plan`")]
+    NoPlan {
+        /// The output folder.
+        path: PathBuf,
+    },
+    /// The plan file cannot be used.
+    #[error("plan {path}: {message}")]
+    BadPlan {
+        /// The plan file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// OUTPUT already holds a plan.
+    #[error("{path} exists: OUTPUT is already planned; pass --overwrite to replace the plan and everything packed under it")]
+    PlanExists {
+        /// The plan file.
+        path: PathBuf,
+    },
+    /// The plan was replaced while a part ran; what the part wrote belongs to the old one.
+    #[error("{path} was replaced while this part ran; run the part again")]
+    PlanChanged {
+        /// The plan file.
+        path: PathBuf,
+    },
+    /// A part or shard selection that does not fit the plan.
+    #[error("{message}")]
+    BadPart {
+        /// What is wrong.
+        message: String,
+    },
+    /// Shards without a done record of this plan.
+    #[error("{} of the plan's shards are not done: {}{}; run their parts again (shardtool pack --plan OUTPUT --shards {})",
+        missing.len(), names.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
+        if names.len() > 10 { ", …" } else { "" },
+        missing.iter().take(10).map(|j| j.to_string()).collect::<Vec<_>>().join(","))]
+    Incomplete {
+        /// Their indices.
+        missing: Vec<u64>,
+        /// Their file names.
+        names: Vec<String>,
+    },
+    /// `--resume` with options or inputs other than the interrupted pack's.
+    #[error("the interrupted pack in {path} was planned with other inputs or options; rerun with those, or with --overwrite to start over")]
+    ResumeMismatch {
+        /// The output folder.
+        path: PathBuf,
+    },
+    /// `--resume` on a finished dataset.
+    #[error("{path} holds a finished dataset: nothing to resume")]
+    NothingToResume {
+        /// The output folder.
+        path: PathBuf,
+    },
     /// Writing output failed.
     #[error("writing {path}: {cause}")]
     Io {
@@ -140,6 +200,11 @@ impl PackError {
                 | PackError::TooManyInputs { .. }
                 | PackError::OutputNotAFolder { .. }
                 | PackError::OutputNotEmpty { .. }
+                | PackError::NoPlan { .. }
+                | PackError::PlanExists { .. }
+                | PackError::BadPart { .. }
+                | PackError::ResumeMismatch { .. }
+                | PackError::NothingToResume { .. }
         )
     }
 

@@ -9,7 +9,7 @@ use shardtool_core::AtomicFile;
 use shardtool_core::{index_key, shuffle, validate_key};
 use shardtool_image::{transform, Encode, Output, Timings, TransformSpec};
 use shardtool_manifest::{self as manifest, InputCounts, Manifest};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::path::Path;
 use std::sync::mpsc;
@@ -76,7 +76,7 @@ impl Progress for NoProgress {
 }
 
 /// Marks a position of the shuffled order whose input was rejected before transforming.
-const REJECTED: u32 = u32::MAX;
+pub(crate) const REJECTED: u32 = u32::MAX;
 
 /// An input in flight: where it goes, under which key and report name.
 struct Job {
@@ -84,13 +84,15 @@ struct Job {
     path: std::path::PathBuf,
     /// The container and span it is read from, if any.
     container: Option<(u32, (u64, u64))>,
+    /// Its size when the plan was made, if known: a plain file of another size has changed.
+    planned_size: Option<u64>,
     label: i64,
     key: String,
     source: String,
 }
 
 /// A finished transform.
-struct Done {
+pub(crate) struct Done {
     output: Output,
     meta: serde_json::Value,
     /// Fields carried from the input byte for byte (`txt`, an input `json`, …), sorted by name.
@@ -101,14 +103,21 @@ struct Done {
 }
 
 /// What the workers share: where containers are and which columns a list row carries.
-struct Shared {
-    containers: Vec<Container>,
-    columns: Columns,
+pub(crate) struct Shared {
+    pub(crate) containers: Vec<Container>,
+    pub(crate) columns: Columns,
+    /// Per container, whether it changed since the plan was made (its inputs then fail).
+    pub(crate) changed: Vec<bool>,
+    /// Per input (listing order), its size when the plan was made; empty when there is no plan.
+    pub(crate) planned_sizes: Vec<u64>,
 }
+
+/// A planned size that was not known (the file could not be read when planning).
+pub(crate) const UNKNOWN_SIZE: u64 = u64::MAX;
 
 /// Removes the files a pack staged (fetched inputs, Parquet files as tars) when it ends, however
 /// it ends.
-struct StagedFiles(Vec<std::path::PathBuf>);
+pub(crate) struct StagedFiles(pub(crate) Vec<std::path::PathBuf>);
 
 impl Drop for StagedFiles {
     fn drop(&mut self) {
@@ -118,29 +127,270 @@ impl Drop for StagedFiles {
     }
 }
 
-/// Runs a whole pack.
-pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, PackError> {
-    let start = Instant::now();
-    plan.validate()?;
+/// The inputs in pack order: position `p` of the seeded permutation holds input `order[p]`
+/// (or [`REJECTED`]), and its generated key is made from `p`.
+pub(crate) struct Ordered {
+    pub(crate) inputs: crate::Inputs,
+    pub(crate) origin: crate::Origin,
+    pub(crate) order: Vec<u32>,
+    /// Inputs refused for their key, by position (ascending).
+    pub(crate) rejected: Vec<(usize, ErrorRecord)>,
+}
+
+impl Ordered {
+    /// Shuffles `inputs` with `seed` (none keeps the listing order) and refuses bad or
+    /// clashing keys.
+    pub(crate) fn new(
+        inputs: crate::Inputs,
+        origin: crate::Origin,
+        seed: Option<u64>,
+    ) -> Result<Self, PackError> {
+        let n = inputs.len();
+        if n >= REJECTED as usize {
+            return Err(PackError::TooManyInputs {
+                count: n as u64,
+                max: u64::from(REJECTED - 1),
+            });
+        }
+        // The order depends only on the listing (sorted) and the seed. Shuffling indices moves
+        // exactly as shuffling the inputs themselves would (Fisher–Yates only swaps positions),
+        // and costs 4 bytes per input.
+        let mut order: Vec<u32> = (0..n as u32).collect();
+        if let Some(seed) = seed {
+            shuffle(&mut order, seed);
+        }
+        let mut rejected = Vec::new();
+        // Keys given by a list must be valid and unique, and must not take a generated key. Only
+        // lists can give keys, and only their keys are held (borrowed from the store): generated
+        // keys are unique by construction, so a set of them would cost memory per input for
+        // nothing. Rejected positions are marked in `order` rather than removed.
+        if inputs.has_keys() {
+            let explicit: HashSet<&str> = inputs.iter().filter_map(|i| i.key).collect();
+            let mut seen_explicit = HashSet::new();
+            for (position, slot) in order.iter_mut().enumerate() {
+                let item = inputs.get(*slot as usize);
+                let generated;
+                let (key, clash) = match item.key {
+                    Some(k) => (k, !seen_explicit.insert(k)),
+                    None => {
+                        generated = index_key(position as u64);
+                        (generated.as_str(), explicit.contains(generated.as_str()))
+                    }
+                };
+                let problem = match validate_key(key) {
+                    Err(e) => Some(("bad_key", format!("key {key:?}: {e}"))),
+                    Ok(()) if clash => Some((
+                        "duplicate_key",
+                        format!("key {key:?} is used by another input"),
+                    )),
+                    Ok(()) => None,
+                };
+                if let Some((kind, message)) = problem {
+                    rejected.push((
+                        position,
+                        ErrorRecord::new(origin.source(&item), kind, message),
+                    ));
+                    *slot = REJECTED;
+                }
+            }
+        }
+        Ok(Self {
+            inputs,
+            origin,
+            order,
+            rejected,
+        })
+    }
+
+    /// Positions in the order.
+    pub(crate) fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    /// The key of the input at `position`.
+    fn key(&self, position: usize) -> String {
+        self.inputs
+            .get(self.order[position] as usize)
+            .key
+            .map_or_else(|| index_key(position as u64), str::to_string)
+    }
+
+    /// The label of the input at `position` (not a rejected one).
+    fn label(&self, position: usize) -> i64 {
+        self.inputs.get(self.order[position] as usize).label
+    }
+}
+
+/// Time and bytes summed over the inputs written, and the progress so far.
+#[derive(Default)]
+pub(crate) struct Tally {
+    pub(crate) stages: StageTimes,
+    pub(crate) bytes_in: u64,
+    pub(crate) snapshot: ProgressSnapshot,
+}
+
+/// Adds one transformed input to `sink` as the sample at `position`.
+pub(crate) fn write_sample(
+    sink: &mut ShardSink<'_>,
+    ordered: &Ordered,
+    position: usize,
+    done: &Done,
+    tally: &mut Tally,
+) -> Result<(), PackError> {
+    tally.bytes_in += done.bytes_in;
+    tally.snapshot.bytes_in = tally.bytes_in;
+    tally.stages.read += done.read;
+    tally.stages.decode += done.timings.decode;
+    tally.stages.resize += done.timings.resize;
+    tally.stages.encode += done.timings.encode;
+    let t = Instant::now();
+    let payload = match &done.output {
+        Output::Encoded { bytes, field, .. } => Payload::Encoded(bytes, field),
+        Output::Pixels(img) => Payload::Pixels {
+            height: img.height,
+            width: img.width,
+            pixels: &img.pixels,
+        },
+    };
+    let res = sink.add(
+        &ordered.key(position),
+        ordered.label(position),
+        payload,
+        &done.meta,
+        &done.carried,
+    );
+    tally.stages.write += t.elapsed();
+    res
+}
+
+/// Transforms the inputs at `positions` (ascending; rejected ones are skipped) on `jobs` worker
+/// threads, handing each result to `each` in position order. At most a small window of inputs
+/// is in flight, so memory does not grow with the dataset. Stops at the first error `each`
+/// returns.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn transform_in_order(
+    ordered: &Ordered,
+    classes: &[String],
+    shared: &std::sync::Arc<Shared>,
+    spec: &TransformSpec,
+    jobs: usize,
+    positions: impl Iterator<Item = usize>,
+    mut each: impl FnMut(usize, Result<Done, ErrorRecord>) -> Result<(), PackError>,
+) -> Result<(), PackError> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .thread_name(|i| format!("pack-{i}"))
+        .build()
+        .map_err(|e| PackError::ThreadSpawn {
+            threads: jobs,
+            cause: e.to_string(),
+        })?;
+    let window = (jobs * 4).max(8);
+    let (tx, rx) = mpsc::channel::<(usize, Result<Done, ErrorRecord>)>();
+    let mut positions = positions.filter(|&p| ordered.order[p] != REJECTED);
+    // Positions submitted and not yet handed over, in order; results that arrived early.
+    let mut queue: VecDeque<usize> = VecDeque::with_capacity(window);
+    let mut arrived: HashMap<usize, Result<Done, ErrorRecord>> = HashMap::with_capacity(window);
+    loop {
+        while queue.len() < window {
+            let Some(position) = positions.next() else {
+                break;
+            };
+            let index = ordered.order[position] as usize;
+            let item = ordered.inputs.get(index);
+            let job = Job {
+                key: ordered.key(position),
+                source: ordered.origin.source(&item),
+                path: ordered.origin.resolve(&item),
+                container: item.container.zip(item.span),
+                planned_size: shared
+                    .planned_sizes
+                    .get(index)
+                    .copied()
+                    .filter(|&s| s != UNKNOWN_SIZE),
+                label: item.label,
+            };
+            let class = class_name(classes, job.label);
+            let tx = tx.clone();
+            let shared = shared.clone();
+            let spec = *spec;
+            pool.spawn(move || {
+                let r = std::panic::catch_unwind(|| process(&job, &class, &spec, &shared))
+                    .unwrap_or_else(|_| {
+                        Err(ErrorRecord::new(
+                            &job.source,
+                            "internal",
+                            "the image stage panicked",
+                        ))
+                    });
+                let _ = tx.send((position, r));
+            });
+            queue.push_back(position);
+        }
+        let Some(&next) = queue.front() else {
+            return Ok(());
+        };
+        if !arrived.contains_key(&next) {
+            let Ok((i, r)) = rx.recv() else {
+                return Ok(());
+            };
+            arrived.insert(i, r);
+        }
+        while let Some(r) = queue.front().and_then(|p| arrived.remove(p)) {
+            let position = queue.pop_front().unwrap_or_default();
+            each(position, r)?;
+        }
+    }
+}
+
+/// Lists the inputs of `plan`, staging remote and Parquet inputs in `stage_dir`; prepares the
+/// output folder (before listing when staging needs it, after otherwise, so a bad input leaves
+/// no output folder behind).
+pub(crate) fn list_for(
+    plan: &PackPlan,
+    stage_dir: &Path,
+    prepare: impl FnOnce() -> Result<(), PackError>,
+) -> Result<crate::Listing, PackError> {
     let options = ListOptions {
         columns: plan.columns.clone(),
-        stage_dir: plan.output.clone(),
+        stage_dir: stage_dir.to_path_buf(),
         max_input_bytes: plan.transform.limits.max_input_bytes,
         jobs: plan.jobs,
     };
-    // Inputs staged in the output folder need it first; others are listed before touching it.
     let stages = matches!(
         plan.source,
         crate::InputSource::Wds(_) | crate::InputSource::Parquet(_)
     );
     if stages {
-        prepare_output(plan)?;
+        prepare()?;
+        std::fs::create_dir_all(stage_dir).map_err(|e| PackError::io(stage_dir, e))?;
+        let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+        Ok(listing)
+    } else {
+        let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+        prepare()?;
+        Ok(listing)
     }
-    let mut listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+}
+
+/// The transform a plan applies (packed shards hold raw pixels).
+pub(crate) fn effective_spec(plan: &PackPlan) -> TransformSpec {
+    let mut spec = plan.transform;
+    if plan.format == ShardFormatChoice::Packed {
+        spec.encode = Encode::Raw;
+    }
+    spec
+}
+
+/// Runs a whole pack.
+pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, PackError> {
+    plan.validate()?;
+    if plan.shard_samples.is_some() {
+        return crate::partition::pack_planned(plan, progress);
+    }
+    let start = Instant::now();
+    let mut listing = list_for(plan, &plan.output, || prepare_output(plan))?;
     let _staged = StagedFiles(std::mem::take(&mut listing.staged));
-    if !stages {
-        prepare_output(plan)?;
-    }
     if listing.inputs.is_empty() && listing.errors.is_empty() {
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,
@@ -148,74 +398,27 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             report: plan.output.join("errors.jsonl"),
         });
     }
-
-    let mut transform_spec = plan.transform;
-    if plan.format == ShardFormatChoice::Packed {
-        transform_spec.encode = Encode::Raw;
-    }
-
-    let inputs = std::mem::take(&mut listing.inputs);
-    let n = inputs.len();
-    if n >= REJECTED as usize {
-        return Err(PackError::TooManyInputs {
-            count: n as u64,
-            max: u64::from(REJECTED - 1),
-        });
-    }
-    // The order depends only on the listing (sorted) and the seed. Shuffling indices moves
-    // exactly as shuffling the inputs themselves would (Fisher–Yates only swaps positions), and
-    // costs 4 bytes per input; `order[p]` is the input at position `p`, whose generated key is
-    // made from `p`.
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    if let Some(seed) = plan.seed {
-        shuffle(&mut order, seed);
-    }
-    let mut errors: Vec<(usize, ErrorRecord)> = Vec::new();
-    let origin = listing.origin.clone();
+    let spec = effective_spec(plan);
+    let ordered = Ordered::new(
+        std::mem::take(&mut listing.inputs),
+        listing.origin.clone(),
+        plan.seed,
+    )?;
+    let n = ordered.len();
     let found = n as u64 + listing.errors.len() as u64;
-    // Keys given by a list must be valid and unique, and must not take a generated key. Only
-    // lists can give keys, and only their keys are held (borrowed from the store): generated keys
-    // are unique by construction, so a set of them would cost memory per input for nothing.
-    // Rejected positions are marked in `order` rather than removed.
-    if inputs.has_keys() {
-        let explicit: HashSet<&str> = inputs.iter().filter_map(|i| i.key).collect();
-        let mut seen_explicit = HashSet::new();
-        for (position, slot) in order.iter_mut().enumerate() {
-            let item = inputs.get(*slot as usize);
-            let generated;
-            let (key, clash) = match item.key {
-                Some(k) => (k, !seen_explicit.insert(k)),
-                None => {
-                    generated = index_key(position as u64);
-                    (generated.as_str(), explicit.contains(generated.as_str()))
-                }
-            };
-            let problem = match validate_key(key) {
-                Err(e) => Some(("bad_key", format!("key {key:?}: {e}"))),
-                Ok(()) if clash => Some((
-                    "duplicate_key",
-                    format!("key {key:?} is used by another input"),
-                )),
-                Ok(()) => None,
-            };
-            if let Some((kind, message)) = problem {
-                errors.push((
-                    position,
-                    ErrorRecord::new(origin.source(&item), kind, message),
-                ));
-                *slot = REJECTED;
-            }
-        }
-    }
-    let mut failed_early: Vec<ErrorRecord> = listing.errors;
+    let mut errors: Vec<(usize, ErrorRecord)> = ordered.rejected.clone();
+    let mut failed_early: Vec<ErrorRecord> = std::mem::take(&mut listing.errors);
 
-    let mut snapshot = ProgressSnapshot {
-        total: found,
-        done: failed_early.len() as u64 + errors.len() as u64,
-        failed: failed_early.len() as u64 + errors.len() as u64,
+    let mut tally = Tally {
+        snapshot: ProgressSnapshot {
+            total: found,
+            done: failed_early.len() as u64 + errors.len() as u64,
+            failed: failed_early.len() as u64 + errors.len() as u64,
+            ..Default::default()
+        },
         ..Default::default()
     };
-    progress.update(&snapshot);
+    progress.update(&tally.snapshot);
     let errors_path = plan.output.join("errors.jsonl");
     let check_max = |failed: u64| -> Result<(), PackError> {
         match plan.max_errors {
@@ -227,126 +430,45 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             _ => Ok(()),
         }
     };
-
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(plan.jobs)
-        .thread_name(|i| format!("pack-{i}"))
-        .build()
-        .map_err(|e| PackError::ThreadSpawn {
-            threads: plan.jobs,
-            cause: e.to_string(),
-        })?;
-    // In-flight images are bounded by the window, so memory does not grow with the dataset.
-    let window = (plan.jobs * 4).max(8);
-    let (tx, rx) = mpsc::channel::<(usize, Result<Done, ErrorRecord>)>();
     let mut sink = ShardSink::new(plan);
-    let mut stages = StageTimes::default();
-    let mut bytes_in = 0u64;
-    // Results that arrived before their turn; at most `window` entries.
-    let mut pending: BTreeMap<usize, Result<Done, ErrorRecord>> = BTreeMap::new();
-    let skip_rejected = |p: &mut usize| {
-        while *p < n && order[*p] == REJECTED {
-            *p += 1;
-        }
-    };
-    let (mut next_submit, mut next_write) = (0usize, 0usize);
-    skip_rejected(&mut next_submit);
-    skip_rejected(&mut next_write);
-    let mut in_flight = 0usize;
-    let classes = listing.classes.clone();
     let shared = std::sync::Arc::new(Shared {
         containers: std::mem::take(&mut listing.containers),
         columns: plan.columns.clone(),
+        changed: Vec::new(),
+        planned_sizes: Vec::new(),
     });
-    let mut outcome = check_max(snapshot.failed);
-    while outcome.is_ok() && next_write < n {
-        while next_submit < n && in_flight < window {
-            let position = next_submit;
-            let item = inputs.get(order[position] as usize);
-            let job = Job {
-                key: item
-                    .key
-                    .map_or_else(|| index_key(position as u64), str::to_string),
-                source: origin.source(&item),
-                path: origin.resolve(&item),
-                container: item.container.zip(item.span),
-                label: item.label,
-            };
-            let class = class_name(&classes, job.label);
-            let tx = tx.clone();
-            let shared = shared.clone();
-            pool.spawn(move || {
-                let r =
-                    std::panic::catch_unwind(|| process(&job, &class, &transform_spec, &shared))
-                        .unwrap_or_else(|_| {
-                            Err(ErrorRecord::new(
-                                &job.source,
-                                "internal",
-                                "the image stage panicked",
-                            ))
-                        });
-                let _ = tx.send((position, r));
-            });
-            in_flight += 1;
-            next_submit += 1;
-            skip_rejected(&mut next_submit);
-        }
-        let Ok((i, r)) = rx.recv() else { break };
-        pending.insert(i, r);
-        while let Some(r) = pending.remove(&next_write) {
-            let position = next_write;
-            let item = inputs.get(order[position] as usize);
-            in_flight -= 1;
-            next_write += 1;
-            skip_rejected(&mut next_write);
-            snapshot.done += 1;
-            match r {
-                Ok(done) => {
-                    bytes_in += done.bytes_in;
-                    snapshot.bytes_in = bytes_in;
-                    stages.read += done.read;
-                    stages.decode += done.timings.decode;
-                    stages.resize += done.timings.resize;
-                    stages.encode += done.timings.encode;
-                    let t = Instant::now();
-                    let payload = match &done.output {
-                        Output::Encoded { bytes, field, .. } => Payload::Encoded(bytes, field),
-                        Output::Pixels(img) => Payload::Pixels {
-                            height: img.height,
-                            width: img.width,
-                            pixels: &img.pixels,
-                        },
-                    };
-                    let key = item
-                        .key
-                        .map_or_else(|| index_key(position as u64), str::to_string);
-                    let res = sink.add(&key, item.label, payload, &done.meta, &done.carried);
-                    stages.write += t.elapsed();
-                    if let Err(e) = res {
-                        outcome = Err(e);
-                        break;
+    let mut outcome = check_max(tally.snapshot.failed).and_then(|()| {
+        transform_in_order(
+            &ordered,
+            &listing.classes,
+            &shared,
+            &spec,
+            plan.jobs,
+            0..n,
+            |position, r| {
+                tally.snapshot.done += 1;
+                match r {
+                    Ok(done) => {
+                        write_sample(&mut sink, &ordered, position, &done, &mut tally)?;
+                        tally.snapshot.shards = sink.entries.len() as u64;
                     }
-                    snapshot.shards = sink.entries.len() as u64;
-                }
-                Err(e) => {
-                    errors.push((position, e));
-                    snapshot.failed += 1;
-                    if let Err(e) = check_max(snapshot.failed) {
-                        outcome = Err(e);
-                        break;
+                    Err(e) => {
+                        errors.push((position, e));
+                        tally.snapshot.failed += 1;
+                        check_max(tally.snapshot.failed)?;
                     }
                 }
-            }
-            progress.update(&snapshot);
-        }
-    }
-    drop(tx);
+                progress.update(&tally.snapshot);
+                Ok(())
+            },
+        )
+    });
     if outcome.is_ok() {
         let t = Instant::now();
         outcome = sink.roll();
-        stages.write += t.elapsed();
-        snapshot.shards = sink.entries.len() as u64;
-        progress.update(&snapshot);
+        tally.stages.write += t.elapsed();
+        tally.snapshot.shards = sink.entries.len() as u64;
+        progress.update(&tally.snapshot);
     }
 
     // The report is written even when the run aborts, so no failure is ever silent.
@@ -355,43 +477,85 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let errors = failed_early;
     write_errors(&errors_path, &errors)?;
     outcome?;
+    if sink.samples == 0 {
+        return Err(PackError::NoImages {
+            looked_for: listing.looked_for,
+            failed: errors.len() as u64,
+            report: errors_path,
+        });
+    }
 
     let (fields, optional_fields) = sink.fields();
+    let manifest = build_manifest(
+        plan,
+        &listing,
+        ManifestParts {
+            entries: std::mem::take(&mut sink.entries),
+            fields,
+            optional_fields,
+            input_json: sink.input_json,
+            found,
+            failed: errors.len() as u64,
+        },
+    );
+    debug_assert_eq!(manifest.totals.bytes, sink.bytes_out);
+    publish_manifest(&plan.output, &manifest)?;
+    Ok(PackReport {
+        bytes_out: manifest.totals.bytes,
+        manifest,
+        errors,
+        bytes_in: tally.bytes_in,
+        elapsed: start.elapsed(),
+        stages: tally.stages,
+    })
+}
+
+/// What a manifest is made of besides the plan and the listing.
+pub(crate) struct ManifestParts {
+    pub(crate) entries: Vec<shardtool_manifest::ShardEntry>,
+    pub(crate) fields: Vec<String>,
+    pub(crate) optional_fields: Vec<String>,
+    pub(crate) input_json: bool,
+    pub(crate) found: u64,
+    pub(crate) failed: u64,
+}
+
+/// The manifest of a finished pack (one place for a whole pack and a merge).
+pub(crate) fn build_manifest(
+    plan: &PackPlan,
+    listing: &crate::Listing,
+    parts: ManifestParts,
+) -> Manifest {
     let mut manifest = Manifest::new(
         format!("shardtool {}", env!("CARGO_PKG_VERSION")),
         if listing.labelled {
-            listing.classes
+            listing.classes.clone()
         } else {
             Vec::new()
         },
-        fields,
-        std::mem::take(&mut sink.entries),
+        parts.fields,
+        parts.entries,
     );
-    manifest.optional_fields = optional_fields;
-    debug_assert_eq!(manifest.totals.bytes, sink.bytes_out);
+    manifest.optional_fields = parts.optional_fields;
     manifest.pack = plan.manifest_options();
-    if sink.input_json {
+    if parts.input_json {
         manifest
             .pack
             .insert("json".into(), serde_json::Value::String("input".into()));
     }
     manifest.inputs = InputCounts {
-        found,
+        found: parts.found,
         packed: manifest.totals.samples,
-        failed: errors.len() as u64,
+        failed: parts.failed,
         ignored: listing.ignored,
     };
-    let manifest_path = plan.output.join(manifest::FILE_NAME);
-    AtomicFile::write(&manifest_path, &manifest.to_json())
-        .map_err(|e| PackError::io(&manifest_path, e))?;
-    Ok(PackReport {
-        bytes_out: manifest.totals.bytes,
-        manifest,
-        errors,
-        bytes_in,
-        elapsed: start.elapsed(),
-        stages,
-    })
+    manifest
+}
+
+/// Writes `manifest.json`: the dataset's commit, always the last file written.
+pub(crate) fn publish_manifest(output: &Path, manifest: &Manifest) -> Result<(), PackError> {
+    let path = output.join(manifest::FILE_NAME);
+    AtomicFile::write(&path, &manifest.to_json()).map_err(|e| PackError::io(&path, e))
 }
 
 fn class_name(classes: &[String], label: i64) -> String {
@@ -429,13 +593,19 @@ fn process(
     // The sample's bytes, and where its image is in them.
     let (bytes, image) = match job.container {
         None => {
-            let b = read_bounded(&job.path, spec.limits.max_input_bytes)
+            let b = read_bounded(&job.path, spec.limits.max_input_bytes, job.planned_size)
                 .map_err(|(kind, m)| fail(kind, m))?;
             let n = b.len();
             (b, 0..n)
         }
         Some((ci, span)) => {
             let c = &shared.containers[ci as usize];
+            if shared.changed.get(ci as usize) == Some(&true) {
+                return Err(fail(
+                    "changed",
+                    format!("{} changed since the plan was made", c.source),
+                ));
+            }
             // Extra fields ride along with the image, within a bound of their own.
             let limit = spec
                 .limits
@@ -502,7 +672,7 @@ fn process(
                         carried.push(("txt".into(), text.into_bytes()));
                     }
                     columns = cols;
-                    let b = read_bounded(&job.path, spec.limits.max_input_bytes)
+                    let b = read_bounded(&job.path, spec.limits.max_input_bytes, job.planned_size)
                         .map_err(|(kind, m)| fail(kind, m))?;
                     let n = b.len();
                     (b, 0..n)
@@ -575,11 +745,22 @@ fn read_span(
     Ok(bytes)
 }
 
-/// Reads a whole file, refusing (before reading) files over `limit` bytes.
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, (&'static str, String)> {
+/// Reads a whole file, refusing (before reading) files over `limit` bytes, and files whose size
+/// is not the `planned` one.
+fn read_bounded(
+    path: &Path,
+    limit: u64,
+    planned: Option<u64>,
+) -> Result<Vec<u8>, (&'static str, String)> {
     let unreadable = |e: std::io::Error| ("unreadable", format!("cannot read: {e}"));
     let file = std::fs::File::open(path).map_err(unreadable)?;
     let len = file.metadata().map_err(unreadable)?.len();
+    if let Some(p) = planned.filter(|&p| p != len) {
+        return Err((
+            "changed",
+            format!("{len} bytes, {p} when the plan was made: the input changed since"),
+        ));
+    }
     if len > limit {
         return Err((
             "too_large",
@@ -600,7 +781,7 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, (&'static str, Strin
     Ok(bytes)
 }
 
-fn write_errors(path: &Path, errors: &[ErrorRecord]) -> Result<(), PackError> {
+pub(crate) fn write_errors(path: &Path, errors: &[ErrorRecord]) -> Result<(), PackError> {
     let mut out = Vec::new();
     for e in errors {
         serde_json::to_writer(&mut out, e).map_err(|e| PackError::io(path, e.into()))?;
@@ -610,7 +791,7 @@ fn write_errors(path: &Path, errors: &[ErrorRecord]) -> Result<(), PackError> {
 }
 
 /// Makes sure `output` exists and holds no dataset, clearing an old one with `--overwrite`.
-fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
+pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
     let out = &plan.output;
     let io = |e| PackError::io(out, e);
     if out.exists() {
@@ -638,6 +819,10 @@ fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
         for e in entries {
             let name = e.file_name();
             let name = name.to_string_lossy();
+            if name == crate::PLAN_DIR && e.path().is_dir() {
+                std::fs::remove_dir_all(e.path()).map_err(io)?;
+                continue;
+            }
             let ours = name == "errors.jsonl"
                 || (name.starts_with('.') && name.ends_with(".tmp"))
                 || manifest::ShardKind::from_name(&name).is_some();

@@ -54,6 +54,51 @@ pub struct PackPlan {
     pub max_errors: Option<u64>,
     /// Replace an existing dataset in `output`.
     pub overwrite: bool,
+    /// Continue an interrupted pack in `output` (needs `shard_samples`).
+    pub resume: bool,
+}
+
+/// The options of a plan that decide its output, as `plan.json` records them (`jobs`,
+/// `max_errors` and the like are left out: they never change a byte of the dataset).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FrozenOptions {
+    /// `imagefolder`, `list`, `wds` or `parquet`.
+    pub input_format: String,
+    /// The input paths or URLs, as given.
+    pub input: Vec<String>,
+    /// The image column.
+    pub image_column: Option<String>,
+    /// The label column.
+    pub label_column: Option<String>,
+    /// The text column.
+    pub text_column: Option<String>,
+    /// `--resize`.
+    pub resize: String,
+    /// `--upscale`.
+    pub upscale: bool,
+    /// `--filter`.
+    pub filter: String,
+    /// `--encode`.
+    pub encode: String,
+    /// `--quality`.
+    pub quality: u8,
+    /// `--decode-scale`.
+    pub decode_scale: String,
+    /// `--max-pixels`.
+    pub max_pixels: u64,
+    /// Largest input read.
+    pub max_input_bytes: u64,
+    /// The shuffle seed, none for listing order.
+    pub seed: Option<u64>,
+    /// `wds` or `packed`.
+    pub format: String,
+    /// `none` or `zstd:LEVEL`.
+    pub compression: String,
+    /// The shard name prefix.
+    pub prefix: String,
+    /// Positions per shard.
+    pub shard_samples: Option<u64>,
 }
 
 impl PackPlan {
@@ -73,7 +118,107 @@ impl PackPlan {
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_errors: None,
             overwrite: false,
+            resume: false,
         }
+    }
+
+    /// The options that decide the output, for `plan.json`.
+    pub fn frozen(&self) -> FrozenOptions {
+        let t = &self.transform;
+        let lossy = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        let (input_format, input) = match &self.source {
+            InputSource::Folder(p) => ("imagefolder", vec![lossy(p)]),
+            InputSource::List(p) => ("list", vec![lossy(p)]),
+            InputSource::Wds(v) => ("wds", v.clone()),
+            InputSource::Parquet(v) => ("parquet", v.clone()),
+        };
+        FrozenOptions {
+            input_format: input_format.into(),
+            input,
+            image_column: self.columns.image.clone(),
+            label_column: self.columns.label.clone(),
+            text_column: self.columns.text.clone(),
+            resize: t.resize.to_string(),
+            upscale: t.upscale,
+            filter: t.filter.to_string(),
+            encode: t.encode.to_string(),
+            quality: t.quality,
+            decode_scale: t.decode_scale.to_string(),
+            max_pixels: t.limits.max_pixels,
+            max_input_bytes: t.limits.max_input_bytes,
+            seed: self.seed,
+            format: match self.format {
+                ShardFormatChoice::Wds => "wds",
+                ShardFormatChoice::Packed => "packed",
+            }
+            .into(),
+            compression: match self.compression {
+                Compression::None => "none".into(),
+                Compression::Zstd(l) => format!("zstd:{l}"),
+            },
+            prefix: self.prefix.clone(),
+            shard_samples: self.shard_samples,
+        }
+    }
+
+    /// The plan `plan.json` recorded, writing to `output`.
+    pub fn from_frozen(f: &FrozenOptions, output: PathBuf) -> Result<Self, String> {
+        let one = |v: &[String]| match v {
+            [p] => Ok(PathBuf::from(p)),
+            _ => Err(format!("{} inputs where one was expected", v.len())),
+        };
+        let source = match f.input_format.as_str() {
+            "imagefolder" => InputSource::Folder(one(&f.input)?),
+            "list" => InputSource::List(one(&f.input)?),
+            "wds" => InputSource::Wds(f.input.clone()),
+            "parquet" => InputSource::Parquet(f.input.clone()),
+            other => return Err(format!("unknown input format {other:?}")),
+        };
+        let mut plan = Self::new(source, output);
+        plan.columns = Columns {
+            image: f.image_column.clone(),
+            label: f.label_column.clone(),
+            text: f.text_column.clone(),
+        };
+        let e = |what: &str, m: String| format!("{what}: {m}");
+        let t = &mut plan.transform;
+        t.resize = f
+            .resize
+            .parse()
+            .map_err(|x: shardtool_image::ParseError| e("resize", x.0))?;
+        t.upscale = f.upscale;
+        t.filter = f
+            .filter
+            .parse()
+            .map_err(|x: shardtool_image::ParseError| e("filter", x.0))?;
+        t.encode = f
+            .encode
+            .parse()
+            .map_err(|x: shardtool_image::ParseError| e("encode", x.0))?;
+        t.quality = f.quality;
+        t.decode_scale = f
+            .decode_scale
+            .parse()
+            .map_err(|x: shardtool_image::ParseError| e("decode_scale", x.0))?;
+        t.limits.max_pixels = f.max_pixels;
+        t.limits.max_input_bytes = f.max_input_bytes;
+        plan.seed = f.seed;
+        plan.format = match f.format.as_str() {
+            "wds" => ShardFormatChoice::Wds,
+            "packed" => ShardFormatChoice::Packed,
+            other => return Err(format!("unknown shard format {other:?}")),
+        };
+        plan.compression = match f.compression.as_str() {
+            "none" => Compression::None,
+            c => match c.strip_prefix("zstd:").and_then(|l| l.parse().ok()) {
+                Some(l) => Compression::Zstd(l),
+                None => return Err(format!("unknown compression {c:?}")),
+            },
+        };
+        plan.prefix = f.prefix.clone();
+        plan.shard_samples = f.shard_samples;
+        plan.validate().map_err(|x| x.to_string())?;
+        Ok(plan)
     }
 
     /// Checks the options that do not need the file system.
@@ -91,6 +236,18 @@ impl PackPlan {
         }
         if self.shard_samples == Some(0) {
             return Err(PlanError::ZeroShardSamples);
+        }
+        if self.format == ShardFormatChoice::Packed
+            && self
+                .shard_samples
+                .is_some_and(|k| k > crate::sink::MAX_PACKED_RECORDS as u64)
+        {
+            return Err(PlanError::PackedShardSamples(
+                crate::sink::MAX_PACKED_RECORDS as u64,
+            ));
+        }
+        if self.resume && self.shard_samples.is_none() {
+            return Err(PlanError::NeedShardSamples);
         }
         if self.jobs == 0 {
             return Err(PlanError::NoJobs);
@@ -157,6 +314,12 @@ pub enum PlanError {
     /// A JPEG quality outside 1..=100.
     #[error("JPEG quality {0} is outside 1..=100")]
     Quality(u8),
+    /// Packed shards hold at most so many records.
+    #[error("packed shards hold at most {0} samples")]
+    PackedShardSamples(u64),
+    /// Planned packing and resuming need shards of a fixed number of samples.
+    #[error("partitioned and resumable packs need --shard-samples (shards by sample count)")]
+    NeedShardSamples,
     /// A zstd level outside 1..=22.
     #[error("zstd level {0} is outside 1..=22")]
     ZstdLevel(i32),

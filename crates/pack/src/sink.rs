@@ -86,7 +86,7 @@ enum Open {
 
 /// Records per packed shard at most: with ~300 bytes of JSON metadata each, the header stays well
 /// under the 100 MB safetensors header limit however small the images are.
-const MAX_PACKED_RECORDS: usize = 200_000;
+pub(crate) const MAX_PACKED_RECORDS: usize = 200_000;
 
 /// What a record carries into a shard.
 pub(crate) enum Payload<'a> {
@@ -143,17 +143,22 @@ impl<'p> ShardSink<'p> {
 
     /// The fields every sample carries, and those only some carry, each sorted.
     pub(crate) fn fields(&self) -> (Vec<String>, Vec<String>) {
-        let (all, some): (Vec<_>, Vec<_>) = self
-            .field_counts
-            .iter()
-            .partition(|(_, &n)| n == self.samples);
-        (
-            all.into_iter().map(|(f, _)| f.clone()).collect(),
-            some.into_iter().map(|(f, _)| f.clone()).collect(),
-        )
+        split_fields(&self.field_counts, self.samples)
     }
 
-    fn file_name(&self, index: usize) -> String {
+    /// How many samples written so far carry each field.
+    pub(crate) fn field_counts(&self) -> &BTreeMap<String, u64> {
+        &self.field_counts
+    }
+
+    /// Publishes the open shard, if any, and names the next one shard `index`.
+    pub(crate) fn start_shard(&mut self, index: usize) -> Result<(), PackError> {
+        self.roll()?;
+        self.next_index = index;
+        Ok(())
+    }
+
+    pub(crate) fn file_name(&self, index: usize) -> String {
         let format = match self.plan.format {
             ShardFormatChoice::Wds => ShardFormat::Wds,
             ShardFormatChoice::Packed => ShardFormat::Packed,
@@ -327,6 +332,18 @@ impl<'p> ShardSink<'p> {
         self.next_index += 1;
         Ok(())
     }
+}
+
+/// The fields all `samples` carry, and those only some carry, each sorted.
+pub(crate) fn split_fields(
+    counts: &BTreeMap<String, u64>,
+    samples: u64,
+) -> (Vec<String>, Vec<String>) {
+    let (all, some): (Vec<_>, Vec<_>) = counts.iter().partition(|(_, &n)| n == samples);
+    (
+        all.into_iter().map(|(f, _)| f.clone()).collect(),
+        some.into_iter().map(|(f, _)| f.clone()).collect(),
+    )
 }
 
 impl Write for ShardFile {
