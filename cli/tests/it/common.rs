@@ -146,6 +146,15 @@ impl Cmd {
         }
     }
 
+    /// Starts it in the background, its output discarded (for tests that kill it).
+    pub fn spawn(mut self) -> std::process::Child {
+        self.cmd
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {BIN}: {e}"))
+    }
+
     /// Runs and asserts success.
     #[track_caller]
     pub fn ok(self) -> Run {

@@ -15,6 +15,7 @@ mod list;
 mod memory;
 mod orientation;
 mod pack_inputs;
+mod partition;
 mod read;
 mod remote;
 mod resize;

@@ -856,10 +856,43 @@ pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
             failed: errors.len() as u64,
         },
     );
+    remove_leftovers(output, &plan.prefix);
     publish_manifest(output, &manifest)?;
     // Staged inputs were only for the parts.
     let _ = std::fs::remove_dir_all(plan_dir(output).join(STAGED_DIR));
     Ok(MergeReport { manifest, errors })
+}
+
+/// Removes the temporary files that killed attempts left (a SIGKILL leaves no chance to clean
+/// up): once every shard is done, no live attempt of this plan needs one. Best effort.
+fn remove_leftovers(output: &Path, prefix: &str) {
+    let ours = |name: &str| {
+        name.ends_with(".tmp")
+            && [
+                format!(".{prefix}-"),
+                ".errors.jsonl.".into(),
+                ".manifest.json.".into(),
+            ]
+            .iter()
+            .any(|p| name.starts_with(p.as_str()))
+    };
+    let done = plan_dir(output).join(DONE_DIR);
+    for (dir, all_hidden) in [(output.to_path_buf(), false), (done, true)] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stale = if all_hidden {
+                name.starts_with('.') && name.ends_with(".tmp")
+            } else {
+                ours(&name)
+            };
+            if stale {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
 }
 
 /// A single-machine pack with `shard_samples`: plan, one part, merge, in one process (the same

@@ -1,0 +1,502 @@
+//! Partitioned packing end to end: plan, parts as separate processes (killed with SIGKILL at
+//! random moments and run again), merge, status, resume, and the Slurm and Kubernetes drivers.
+//! The reference is always a single `pack` of the same inputs and options: byte for byte.
+
+use crate::common::*;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Options shared by the single pack and the plan.
+const OPTS: [&str; 6] = [
+    "--resize",
+    "shorter:40",
+    "--shard-samples",
+    "9",
+    "--seed",
+    "11",
+];
+
+/// An ImageFolder of `n` small JPEGs in three classes, plus two files that fail to decode.
+fn inputs(dir: &Path, n: u32) -> PathBuf {
+    let root = dir.join("in");
+    for i in 0..n {
+        let class = ["cat", "dog", "fox"][i as usize % 3];
+        write_file(
+            root.join(class).join(format!("{i:04}.jpg")),
+            jpeg(&pattern(320 + i % 5, 240 + i % 7, i)),
+        );
+    }
+    write_file(root.join("dog/broken.jpg"), b"not a jpeg at all");
+    write_file(root.join("fox/empty.jpg"), b"");
+    root
+}
+
+/// The published dataset: every plain file of `dir` (not `_plan/`), with its bytes.
+fn published(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().is_file())
+        .map(|e| {
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[track_caller]
+fn assert_same_dataset(got: &Path, want: &Path) {
+    let (g, w) = (published(got), published(want));
+    assert_eq!(
+        g.keys().collect::<Vec<_>>(),
+        w.keys().collect::<Vec<_>>(),
+        "published files differ"
+    );
+    for (name, bytes) in &w {
+        assert!(g[name] == *bytes, "{name} differs from the single pack's");
+    }
+}
+
+/// A small seeded generator for kill moments; the seed is printed so a failure can be replayed
+/// with SHARDTOOL_TEST_SEED.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Self {
+        let seed = std::env::var("SHARDTOOL_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .subsec_nanos() as u64
+            });
+        eprintln!("kill schedule seed: SHARDTOOL_TEST_SEED={seed}");
+        Self(seed)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+/// Starts `cmd`, kills it with SIGKILL after `after` (if still running); whether it was killed.
+fn kill_after(cmd: Cmd, after: Duration) -> bool {
+    let mut child = cmd.spawn();
+    let deadline = Instant::now() + after;
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let killed = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    killed
+}
+
+fn part(out: &Path, spec: &str) -> Cmd {
+    Cmd::new(["pack", "--plan"])
+        .arg(out)
+        .args(["--part", spec, "--jobs", "1", "-q"])
+}
+
+fn status_json(out: &Path) -> Value {
+    let r = Cmd::new(["status", "--json"]).arg(out).run();
+    serde_json::from_str(&r.stdout).unwrap_or_else(|e| panic!("{e}: {r:?}"))
+}
+
+fn numbers(v: &Value) -> Vec<u64> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_u64().unwrap())
+        .collect()
+}
+
+/// Every shard with a done record is whole: `verify` of the done shards through the records'
+/// entries is what merge will publish, so check each file against its record here.
+#[track_caller]
+fn done_shards_are_whole(out: &Path) {
+    let done = out.join("_plan/done");
+    let Ok(entries) = std::fs::read_dir(&done) else {
+        return;
+    };
+    for e in entries {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".json") || name.starts_with('.') {
+            continue;
+        }
+        let rec: Value = serde_json::from_slice(&std::fs::read(e.path()).unwrap()).unwrap();
+        if let Some(entry) = rec["entry"].as_object() {
+            let file = out.join(entry["file"].as_str().unwrap());
+            let bytes = std::fs::read(&file).unwrap();
+            assert_eq!(bytes.len() as u64, entry["bytes"].as_u64().unwrap());
+            assert_eq!(xxh3(&bytes), entry["checksum"].as_str().unwrap());
+        }
+    }
+}
+
+#[test]
+fn four_parts_one_killed_and_rerun_merge_to_the_bytes_of_a_single_pack() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 150);
+    let single = dir.path().join("single");
+    pack(&input, &single).args(OPTS).args(["-q"]).ok();
+    let m = manifest(&single);
+    assert_eq!(m.inputs.failed, 2);
+    assert_eq!(m.inputs.packed, 150);
+    assert!(
+        !single.join("_plan").exists(),
+        "a single pack leaves no plan"
+    );
+
+    let out = dir.path().join("parts");
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
+    let mut rng = Rng::new();
+    let victim = rng.below(4);
+    let children: Vec<_> = (0..4)
+        .filter(|&i| i != victim)
+        .map(|i| part(&out, &format!("{i}/4")).spawn())
+        .collect();
+    kill_after(
+        part(&out, &format!("{victim}/4")),
+        Duration::from_millis(rng.below(400)),
+    );
+    for mut c in children {
+        assert!(c.wait().unwrap().success());
+    }
+    done_shards_are_whole(&out);
+    // Merging before the killed part is redone names what is missing, unless it finished.
+    let early = Cmd::new(["merge"]).arg(&out).run();
+    if early.code != Some(0) {
+        early.assert_code(1);
+        assert!(early.stderr.contains("not done"), "{}", early.stderr);
+        assert!(!out.join("manifest.json").exists());
+    }
+    part(&out, &format!("{victim}/4")).ok();
+    Cmd::new(["merge"]).arg(&out).ok();
+    assert_same_dataset(&out, &single);
+    Cmd::new(["verify"]).arg(&out).ok();
+    // A second merge is harmless.
+    Cmd::new(["merge"]).arg(&out).ok();
+    assert_same_dataset(&out, &single);
+}
+
+#[test]
+fn twenty_random_kills_across_parts_and_merge_leave_nothing_torn_lost_or_doubled() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 200);
+    let single = dir.path().join("single");
+    pack(&input, &single).args(OPTS).args(["-q"]).ok();
+    let out = dir.path().join("parts");
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
+    let mut rng = Rng::new();
+    let (mut kills, mut merge_kills, mut attempts, mut merged) = (0, 0, 0, 0);
+    while kills < 20 {
+        attempts += 1;
+        assert!(attempts < 300, "landed only {kills} kills");
+        if numbers(&status_json(&out)["missing"]).is_empty() {
+            // Everything is done: commit, compare, and start over from a fresh plan.
+            Cmd::new(["merge", "-q"]).arg(&out).ok();
+            assert_same_dataset(&out, &single);
+            merged += 1;
+            Cmd::new(["plan", "--overwrite", "-q"])
+                .arg(&input)
+                .arg(&out)
+                .args(OPTS)
+                .ok();
+            continue;
+        }
+        let which = rng.below(5);
+        let landed = if which == 4 {
+            kill_after(
+                Cmd::new(["merge", "-q"]).arg(&out),
+                Duration::from_millis(rng.below(6)),
+            )
+        } else {
+            kill_after(
+                part(&out, &format!("{which}/4")),
+                Duration::from_millis(rng.below(150)),
+            )
+        };
+        if landed {
+            kills += 1;
+            merge_kills += u32::from(which == 4);
+        }
+        done_shards_are_whole(&out);
+        // A merge publishes the manifest only once every shard is done, as the final dataset.
+        if out.join("manifest.json").exists() {
+            assert_same_dataset(&out, &single);
+        }
+    }
+    eprintln!("{kills} kills ({merge_kills} during merge), {merged} full rounds merged");
+    for i in 0..4 {
+        part(&out, &format!("{i}/4")).ok();
+    }
+    let s = status_json(&out);
+    assert!(numbers(&s["missing"]).is_empty(), "{s}");
+    Cmd::new(["merge"]).arg(&out).ok();
+    assert_same_dataset(&out, &single);
+    // Nothing packed twice: every input is in exactly one sample or one error line.
+    let samples = wds_samples(&out);
+    let mut sources: Vec<&str> = samples
+        .iter()
+        .map(|s| s.json["source"].as_str().unwrap())
+        .collect();
+    sources.sort_unstable();
+    let before = sources.len();
+    sources.dedup();
+    assert_eq!(before, sources.len(), "a sample was packed twice");
+    assert_eq!(sources.len() + errors(&out).len(), 202);
+}
+
+#[test]
+fn merge_names_missing_shards_and_status_lists_them() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 40);
+    let out = dir.path().join("out");
+    let planned = Cmd::new(["plan", "--json"])
+        .arg(&input)
+        .arg(&out)
+        .args(OPTS)
+        .ok();
+    let plan: Value = serde_json::from_str(&planned.stdout).unwrap();
+    let shards = plan["shards"].as_u64().unwrap();
+    // 40 images and 2 broken files are listed; K = 9.
+    assert_eq!(shards, 42u64.div_ceil(9));
+    part(&out, "0/2").ok();
+    let s = status_json(&out);
+    let odd: Vec<u64> = (0..shards).filter(|j| j % 2 == 1).collect();
+    assert_eq!(numbers(&s["missing"]), odd);
+    assert_eq!(s["merged"], false);
+    Cmd::new(["status"]).arg(&out).run().assert_code(1);
+    let r = Cmd::new(["merge"]).arg(&out).run();
+    r.assert_code(1);
+    for j in &odd {
+        assert!(
+            r.stderr.contains(&format!("shard-{j:06}.tar")),
+            "{}",
+            r.stderr
+        );
+    }
+    assert!(!out.join("manifest.json").exists());
+    // Redo exactly the missing ones by name.
+    let list: Vec<String> = odd.iter().map(u64::to_string).collect();
+    Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--shards", &list.join(","), "-q"])
+        .ok();
+    Cmd::new(["status"]).arg(&out).ok();
+    Cmd::new(["merge"]).arg(&out).ok();
+    Cmd::new(["verify"]).arg(&out).ok();
+}
+
+#[test]
+fn work_done_under_another_plan_or_on_changed_inputs_is_not_taken() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 30);
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
+    part(&out, "0/1").ok();
+    let old_done = out.join("_plan/done");
+    let saved: BTreeMap<String, Vec<u8>> = published(&old_done);
+    let saved_shards = published(&out);
+    // Re-plan with another resize: the old shards and done records do not count for it.
+    Cmd::new(["plan", "--overwrite", "--resize", "shorter:32"])
+        .arg(&input)
+        .arg(&out)
+        .args(["--shard-samples", "9", "--seed", "11"])
+        .ok();
+    for (name, bytes) in &saved {
+        write_file(old_done.join(name), bytes);
+    }
+    for (name, bytes) in &saved_shards {
+        write_file(out.join(name), bytes);
+    }
+    let s = status_json(&out);
+    assert!(numbers(&s["done"]).is_empty(), "{s}");
+    let r = Cmd::new(["merge"]).arg(&out).run();
+    r.assert_code(1);
+
+    // An edited plan is refused.
+    let plan_path = out.join("_plan/plan.json");
+    let text = std::fs::read_to_string(&plan_path).unwrap();
+    std::fs::write(&plan_path, text.replace("shorter:32", "shorter:33")).unwrap();
+    let r = part(&out, "0/1").run();
+    r.assert_code(1);
+    assert!(r.stderr.contains("hash"), "{}", r.stderr);
+    std::fs::write(&plan_path, text).unwrap();
+
+    // An input changed after planning fails with a line naming it, instead of packing other
+    // bytes than were planned.
+    write_file(input.join("cat/0003.jpg"), jpeg(&pattern(90, 90, 999)));
+    part(&out, "0/1").ok();
+    Cmd::new(["merge"]).arg(&out).ok();
+    let errs = errors(&out);
+    let changed: Vec<_> = errs.iter().filter(|e| e.kind == "changed").collect();
+    assert_eq!(changed.len(), 1, "{errs:?}");
+    assert!(changed[0].path.ends_with("cat/0003.jpg"), "{errs:?}");
+}
+
+#[test]
+fn slurm_and_kubernetes_drivers_take_the_part_from_their_environment() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 40);
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
+    let shards = status_json(&out)["shards"].as_u64().unwrap();
+
+    // The Slurm template, run as an array task would be (1-based array: --array=1-2).
+    let script = repo_root().join("scripts/slurm_pack.sh");
+    let r = std::process::Command::new("bash")
+        .arg(&script)
+        .arg(&out)
+        .arg("2")
+        .env("SHARDTOOL", BIN)
+        .env("SLURM_ARRAY_TASK_ID", "2")
+        .env("SLURM_ARRAY_TASK_MIN", "1")
+        .env("SLURM_CPUS_PER_TASK", "1")
+        .env_remove("JOB_COMPLETION_INDEX")
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{r:?}");
+    let odd: Vec<u64> = (0..shards).filter(|j| j % 2 == 1).collect();
+    assert_eq!(numbers(&status_json(&out)["done"]), odd);
+
+    // The Kubernetes template's command, with the index an indexed Job gives pod 0.
+    let yaml = std::fs::read_to_string(repo_root().join("scripts/k8s_pack_job.yaml")).unwrap();
+    let count = |key: &str| -> u64 {
+        let line = yaml
+            .lines()
+            .find(|l| l.trim_start().starts_with(key))
+            .unwrap_or_else(|| panic!("{key} in the manifest"));
+        line.split(':').nth(1).unwrap().trim().parse().unwrap()
+    };
+    let n = count("completions:");
+    assert_eq!(n, count("parallelism:"));
+    assert!(
+        yaml.contains(&format!("\"auto/{n}\"")),
+        "parts must match completions"
+    );
+    assert!(yaml.contains("completionMode: Indexed"));
+    Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--part", "auto/2", "-q"])
+        .env("JOB_COMPLETION_INDEX", "0")
+        .ok();
+    assert!(numbers(&status_json(&out)["missing"]).is_empty());
+    Cmd::new(["merge"]).arg(&out).ok();
+
+    // Without either variable, auto is a usage error that says what it looked for.
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--part", "auto/2"])
+        .run();
+    if std::env::var_os("SLURM_ARRAY_TASK_ID").is_none()
+        && std::env::var_os("JOB_COMPLETION_INDEX").is_none()
+    {
+        r.assert_code(2);
+        assert!(r.stderr.contains("SLURM_ARRAY_TASK_ID"), "{}", r.stderr);
+    }
+}
+
+#[test]
+fn a_killed_pack_resumes_from_its_done_shards_to_the_same_bytes() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 150);
+    let single = dir.path().join("single");
+    pack(&input, &single).args(OPTS).args(["-q"]).ok();
+    let out = dir.path().join("out");
+    let mut rng = Rng::new();
+    let killed = kill_after(
+        pack(&input, &out).args(OPTS).args(["-q", "--jobs", "1"]),
+        Duration::from_millis(150 + rng.below(400)),
+    );
+    if killed {
+        let r = pack(&input, &out).args(OPTS).run();
+        r.assert_code(2);
+        assert!(r.stderr.contains("--resume"), "{}", r.stderr);
+        // Other options than the interrupted pack's are refused.
+        let r = pack(&input, &out)
+            .args([
+                "--resize",
+                "shorter:41",
+                "--shard-samples",
+                "9",
+                "--seed",
+                "11",
+            ])
+            .arg("--resume")
+            .run();
+        r.assert_code(2);
+        assert!(r.stderr.contains("other inputs or options"), "{}", r.stderr);
+        let before = status_json(&out)["done"].as_array().unwrap().len();
+        eprintln!("{before} shard(s) were done when the pack was killed");
+        pack(&input, &out).args(OPTS).args(["--resume", "-q"]).ok();
+    }
+    assert_same_dataset(&out, &single);
+    assert!(!out.join("_plan").exists());
+    let r = pack(&input, &out).args(OPTS).arg("--resume").run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("nothing to resume"), "{}", r.stderr);
+}
+
+#[test]
+fn partitioned_packing_refuses_what_cannot_work() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 6);
+    let out = dir.path().join("out");
+    let r = Cmd::new(["plan"]).arg(&input).arg(&out).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("--shard-samples"), "{}", r.stderr);
+    let r = pack(&input, &out).arg("--resume").run();
+    r.assert_code(2);
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--part", "0/1"])
+        .run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("no plan"), "{}", r.stderr);
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
+    let r = Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("--overwrite"), "{}", r.stderr);
+    for bad in ["2/2", "x/2", "1/0", "auto"] {
+        let r = Cmd::new(["pack", "--plan"])
+            .arg(&out)
+            .args(["--part", bad])
+            .run();
+        r.assert_code(2);
+        assert!(r.stderr.contains("--part"), "{bad}: {}", r.stderr);
+    }
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--shards", "0,7"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("shard 7 is not in the plan"),
+        "{}",
+        r.stderr
+    );
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--resize", "shorter:10"])
+        .run();
+    r.assert_code(2);
+    let r = pack(&input, dir.path().join("o2"))
+        .args(["--shard-size", "1MiB", "--shard-samples", "5"])
+        .run();
+    r.assert_code(2);
+}
