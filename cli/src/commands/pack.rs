@@ -437,3 +437,54 @@ fn print_summary(out: &Path, r: &PackReport) {
         per(s.write)
     );
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn parts_come_from_the_flag_or_the_scheduler() {
+        let part = |p: &str, vars: &[(&str, &str)]| assignment(Some(p), None, env(vars));
+        assert_eq!(
+            part("2/5", &[]),
+            Ok(Assignment::Part { index: 2, count: 5 })
+        );
+        assert_eq!(
+            part("auto/4", &[("SLURM_ARRAY_TASK_ID", "3")]),
+            Ok(Assignment::Part { index: 3, count: 4 })
+        );
+        assert_eq!(
+            part(
+                "auto/4",
+                &[("SLURM_ARRAY_TASK_ID", "4"), ("SLURM_ARRAY_TASK_MIN", "1")]
+            ),
+            Ok(Assignment::Part { index: 3, count: 4 })
+        );
+        assert_eq!(
+            part("auto/4", &[("JOB_COMPLETION_INDEX", "0")]),
+            Ok(Assignment::Part { index: 0, count: 4 })
+        );
+        for bad in ["4/4", "1/0", "x/2", "3", "auto/2"] {
+            assert!(part(bad, &[]).is_err(), "{bad}");
+        }
+        assert!(part("auto/2", &[("SLURM_ARRAY_TASK_ID", "2")]).is_err());
+        assert!(part("auto/2", &[("JOB_COMPLETION_INDEX", "one")]).is_err());
+        assert_eq!(
+            assignment(None, Some("3, 17"), env(&[])),
+            Ok(Assignment::Shards(vec![3, 17]))
+        );
+        assert!(assignment(None, Some("3;17"), env(&[])).is_err());
+        assert_eq!(
+            assignment(None, None, env(&[])),
+            Ok(Assignment::Part { index: 0, count: 1 })
+        );
+    }
+}

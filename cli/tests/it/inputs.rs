@@ -180,9 +180,19 @@ fn a_truncated_jpeg_is_an_error_not_a_grey_picture() {
         write_file(root.join(format!("c/cut{cut}.jpg")), &good[..cut]);
     }
     let ds = t.path().join("ds");
-    pack(&root, &ds).ok();
-    let errs = check_accounting(&ds, &[]);
-    assert_eq!(manifest(&ds).inputs.packed, 0, "{:?}", wds_samples(&ds));
+    // Nothing usable at all: exit 1 naming the failures, each one in errors.jsonl, no manifest.
+    let r = pack(&root, &ds).run();
+    r.assert_code(1);
+    assert!(r.stderr.contains("3 input(s) failed"), "{}", r.stderr);
+    assert!(!ds.join("manifest.json").exists());
+    let errs = errors(&ds);
+    assert_eq!(errs.len(), 3);
+    assert!(errs.iter().all(|e| e.kind == "decode"), "{errs:?}");
+    // Beside one good image, the three are reported and the good one packed.
+    write_file(root.join("c/good.jpg"), &good);
+    pack(&root, &ds).arg("--overwrite").ok();
+    let errs = check_accounting(&ds, &["c/good.jpg".to_string()]);
+    assert_eq!(manifest(&ds).inputs.packed, 1, "{:?}", wds_samples(&ds));
     assert_eq!(errs.len(), 3);
     assert!(errs.values().all(|e| e.kind == "decode"), "{errs:?}");
 }
@@ -199,15 +209,18 @@ fn a_jpeg_without_a_frame_is_judged_on_its_own_bytes() {
     for root in [&alone, &after] {
         write_file(root.join("c/z1-no-frame.jpg"), b"\xff\xd8\xff\xd9");
         write_file(root.join("c/z2-cut-app0.jpg"), b"\xff\xd8\xff\xe0 broken");
+        // One usable image, so the pack succeeds and reports the others.
+        write_file(root.join("c/z3-good.jpg"), jpeg(&pattern(20, 20, 2)));
     }
     write_file(after.join("c/a-big.jpg"), jpeg(&pattern(64, 48, 1)));
     let args = ["--jobs", "1", "--no-shuffle", "--max-pixels", "1000"];
     let (ds_alone, ds_after) = (t.path().join("ds-alone"), t.path().join("ds-after"));
     pack(&alone, &ds_alone).args(args).ok();
     pack(&after, &ds_after).args(args).ok();
+    let good = ["c/z3-good.jpg".to_string()];
     let (e_alone, e_after) = (
-        check_accounting(&ds_alone, &[]),
-        check_accounting(&ds_after, &[]),
+        check_accounting(&ds_alone, &good),
+        check_accounting(&ds_after, &good),
     );
     assert_eq!(e_after["c/a-big.jpg"].kind, "too_many_pixels");
     for f in ["c/z1-no-frame.jpg", "c/z2-cut-app0.jpg"] {
@@ -232,12 +245,13 @@ fn decompression_bombs_fail_fast_with_too_many_pixels() {
         root.join("c/bomb.jpg"),
         jpeg_declaring(&jpeg(&small(1)), 30_000, 30_000),
     );
+    write_file(root.join("c/good.jpg"), jpeg(&small(2)));
     let ds = t.path().join("ds");
     let start = std::time::Instant::now();
     pack(&root, &ds).ok();
     // Decoding 900 Mpx would take far longer (and about 1 GB); refusing takes milliseconds.
     assert!(start.elapsed().as_secs() < 20, "{:?}", start.elapsed());
-    let errs = check_accounting(&ds, &[]);
+    let errs = check_accounting(&ds, &["c/good.jpg".to_string()]);
     assert_eq!(errs.len(), 2);
     for e in errs.values() {
         assert_eq!(e.kind, "too_many_pixels", "{e:?}");
@@ -258,9 +272,10 @@ fn a_small_bomb_is_refused_only_by_the_limit() {
     assert_eq!(s.orig_size(), (2000, 2000));
     assert!(s.decode().pixels().all(|p| p.0.iter().all(|&c| c < 8)));
     let ds2 = t.path().join("ds2");
-    pack(&root, &ds2).args(["--max-pixels", "3999999"]).ok();
-    let errs = check_accounting(&ds2, &[]);
-    assert_eq!(errs["c/ok.png"].kind, "too_many_pixels");
+    let r = pack(&root, &ds2).args(["--max-pixels", "3999999"]).run();
+    r.assert_code(1);
+    assert_eq!(errors(&ds2)[0].path, "c/ok.png");
+    assert_eq!(errors(&ds2)[0].kind, "too_many_pixels");
 }
 
 #[test]

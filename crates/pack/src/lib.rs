@@ -11,6 +11,7 @@ mod parquet;
 mod partition;
 mod pipeline;
 mod plan;
+mod plan_file;
 mod sink;
 
 pub use containers::{expand_braces, resolve_input, InputFormat};
@@ -19,11 +20,11 @@ pub use listing::{
     ListOptions, Listing, Origin, IMAGE_EXTENSIONS, MAX_LABEL,
 };
 pub use partition::{
-    make_plan, merge, pack_part, read_plan, status, Assignment, DoneRecord, MergeReport,
-    PartReport, PlanContainer, PlanFile, PlanStatus, PLAN_DIR,
+    merge, pack_part, status, Assignment, DoneRecord, MergeReport, PartReport, PlanStatus,
 };
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
 pub use plan::{Compression, FrozenOptions, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED};
+pub use plan_file::{make_plan, read_plan, PlanContainer, PlanFile, PLAN_DIR};
 
 use std::path::PathBuf;
 

@@ -7,94 +7,27 @@
 //! writes the same bytes, so a repeated or speculative attempt is harmless. The merge reads done
 //! records (never directory listings) and writes `errors.jsonl`, then `manifest.json` last.
 
-use crate::listing::{Container, ContainerKind, Inputs, Listing, Origin};
+use crate::listing::{Container, ContainerKind, Listing, Origin};
 use crate::pipeline::{
-    build_manifest, effective_spec, list_for, prepare_output, publish_manifest, transform_in_order,
-    write_errors, write_sample, ManifestParts, Ordered, Shared, StagedFiles, Tally, UNKNOWN_SIZE,
+    build_manifest, effective_spec, publish_manifest, transform_in_order, write_errors,
+    write_sample, ManifestParts, Ordered, Shared, Tally,
 };
-use crate::plan::{FrozenOptions, PackPlan};
+use crate::plan::PackPlan;
+use crate::plan_file::{
+    bad_plan, done_path, make_plan, plan_dir, read_inputs, read_limited, read_plan, PlanFile,
+    DONE_DIR, PLAN_FILE, STAGED_DIR,
+};
 use crate::sink::{split_fields, ShardSink};
 use crate::{ErrorRecord, PackError, PackReport, Progress, ProgressSnapshot};
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use shardtool_core::{AtomicFile, Checksum, HashingWriter};
+use shardtool_core::AtomicFile;
 use shardtool_manifest::{Manifest, ShardEntry};
-use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, Write};
-use std::path::{Path, PathBuf};
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Instant;
 
-/// The folder in OUTPUT that holds the plan, the staged inputs and the done records.
-pub const PLAN_DIR: &str = "_plan";
-const PLAN_FILE: &str = "plan.json";
-const INPUTS_FILE: &str = "inputs.jsonl";
-const DONE_DIR: &str = "done";
-const STAGED_DIR: &str = "staged";
-const PLAN_VERSION: u32 = 1;
-/// The largest `plan.json` read (it holds the listing errors, not the inputs).
-const MAX_PLAN_BYTES: u64 = 1 << 30;
 /// The largest done record read.
 const MAX_DONE_BYTES: u64 = 256 << 20;
-/// The largest line of `inputs.jsonl`.
-const MAX_INPUT_LINE: u64 = 1 << 20;
-
-/// `OUTPUT/_plan/plan.json`: everything a part needs, fixed once. `hash` covers every other
-/// field, and `inputs_checksum` the input list beside it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlanFile {
-    /// Format version.
-    pub version: u32,
-    /// The plan hash: the checksum of this file with `hash` empty.
-    pub hash: String,
-    /// The tool that wrote it.
-    pub tool: String,
-    /// The pack options.
-    pub options: FrozenOptions,
-    /// Inputs listed (each has a line in `inputs.jsonl`).
-    pub inputs: u64,
-    /// Positions per shard (K).
-    pub shard_samples: u64,
-    /// Shards: `ceil(inputs / K)`.
-    pub shards: u64,
-    /// Inputs found, listed or failed while listing.
-    pub found: u64,
-    /// Files ignored while listing.
-    pub ignored: u64,
-    /// Class names.
-    pub classes: Vec<String>,
-    /// Whether inputs carry labels.
-    pub labelled: bool,
-    /// What was looked for, and where.
-    pub looked_for: String,
-    /// What input paths are relative to.
-    pub root: PathBuf,
-    /// Files inputs are read from by span.
-    pub containers: Vec<PlanContainer>,
-    /// Inputs that failed while listing.
-    pub errors: Vec<ErrorRecord>,
-    /// The checksum of `inputs.jsonl`.
-    pub inputs_checksum: String,
-}
-
-/// A container as the plan records it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PlanContainer {
-    /// The local file; relative to `_plan/staged/` when `staged`.
-    pub path: PathBuf,
-    /// Whether the plan staged it (a fetched URL, a Parquet file as a tar).
-    pub staged: bool,
-    /// How the user named it.
-    pub source: String,
-    /// What its spans hold: `tar`, `parquet`, `jsonl` or `csv`.
-    pub kind: String,
-    /// A CSV list's header.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub headers: Vec<String>,
-    /// Its size when planned.
-    pub size: Option<u64>,
-}
 
 /// `OUTPUT/_plan/done/NNNNNN.json`: shard `shard` is published and holds this.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -168,215 +101,6 @@ pub struct PlanStatus {
     pub failed: u64,
     /// Whether a manifest has been written.
     pub merged: bool,
-}
-
-fn plan_dir(output: &Path) -> PathBuf {
-    output.join(PLAN_DIR)
-}
-
-fn done_path(output: &Path, shard: u64) -> PathBuf {
-    plan_dir(output)
-        .join(DONE_DIR)
-        .join(format!("{shard:06}.json"))
-}
-
-fn kind_name(kind: &ContainerKind) -> (&'static str, Vec<String>) {
-    match kind {
-        ContainerKind::Tar => ("tar", Vec::new()),
-        ContainerKind::Parquet => ("parquet", Vec::new()),
-        ContainerKind::Jsonl => ("jsonl", Vec::new()),
-        ContainerKind::Csv { headers } => ("csv", headers.clone()),
-    }
-}
-
-fn bad_plan(path: &Path, message: impl Into<String>) -> PackError {
-    PackError::BadPlan {
-        path: path.to_path_buf(),
-        message: message.into(),
-    }
-}
-
-/// The plan hash of `file` (its JSON with `hash` empty).
-fn plan_hash(file: &PlanFile) -> String {
-    let mut f = file.clone();
-    f.hash.clear();
-    Checksum::of(&serde_json::to_vec(&f).unwrap_or_default()).to_string()
-}
-
-/// Lists the inputs of `plan` once and writes `OUTPUT/_plan/` (the input list, then `plan.json`
-/// last, so a plan exists only whole). Needs `shard_samples`. Remote and Parquet inputs are
-/// staged under `_plan/staged/`, where every part reads them, until the merge.
-pub fn make_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
-    plan.validate()?;
-    let k = plan
-        .shard_samples
-        .ok_or(PackError::Plan(crate::PlanError::NeedShardSamples))?;
-    let output = &plan.output;
-    let dir = plan_dir(output);
-    if dir.join(PLAN_FILE).exists() && !plan.overwrite {
-        return Err(PackError::PlanExists {
-            path: dir.join(PLAN_FILE),
-        });
-    }
-    let staged_dir = dir.join(STAGED_DIR);
-    let mut listing = list_for(plan, &staged_dir, || prepare_output(plan))?;
-    // Staged files stay for the parts, unless planning fails.
-    let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
-    if listing.inputs.is_empty() && listing.errors.is_empty() {
-        return Err(PackError::NoImages {
-            looked_for: listing.looked_for,
-            failed: 0,
-            report: output.join("errors.jsonl"),
-        });
-    }
-    std::fs::create_dir_all(dir.join(DONE_DIR)).map_err(|e| PackError::io(&dir, e))?;
-    let root = std::path::absolute(&listing.origin.root)
-        .map_err(|e| PackError::io(&listing.origin.root, e))?;
-    let staged_abs = std::path::absolute(&staged_dir).map_err(|e| PackError::io(&staged_dir, e))?;
-    let mut containers = Vec::with_capacity(listing.containers.len());
-    for c in &listing.containers {
-        let abs = std::path::absolute(&c.path).map_err(|e| PackError::io(&c.path, e))?;
-        let (path, is_staged) = match abs.strip_prefix(&staged_abs) {
-            Ok(rel) => (rel.to_path_buf(), true),
-            Err(_) => (abs.clone(), false),
-        };
-        let (kind, headers) = kind_name(&c.kind);
-        containers.push(PlanContainer {
-            path,
-            staged: is_staged,
-            source: c.source.clone(),
-            kind: kind.into(),
-            headers,
-            size: std::fs::metadata(&abs).ok().map(|m| m.len()),
-        });
-    }
-    // Sizes of plain inputs, so a part can tell an input that changed since.
-    let inputs = &listing.inputs;
-    let origin = Origin { root: root.clone() };
-    let sizes: Vec<u64> = (0..inputs.len())
-        .into_par_iter()
-        .map(|i| {
-            let item = inputs.get(i);
-            if item.container.is_some() && item.span.is_some() {
-                return UNKNOWN_SIZE;
-            }
-            std::fs::metadata(origin.resolve(&item)).map_or(UNKNOWN_SIZE, |m| m.len())
-        })
-        .collect();
-    let inputs_path = dir.join(INPUTS_FILE);
-    let io = |e| PackError::io(&inputs_path, e);
-    let mut w = std::io::BufWriter::with_capacity(
-        1 << 20,
-        HashingWriter::new(AtomicFile::create(&inputs_path).map_err(io)?),
-    );
-    for (i, item) in inputs.iter().enumerate() {
-        let line = serde_json::json!([
-            path_value(item.dir),
-            path_value(item.name),
-            item.label,
-            item.key,
-            item.container,
-            item.span,
-            (sizes[i] != UNKNOWN_SIZE).then_some(sizes[i]),
-        ]);
-        serde_json::to_writer(&mut w, &line).map_err(|e| io(e.into()))?;
-        w.write_all(b"\n").map_err(io)?;
-    }
-    let (file, _, inputs_checksum) = w.into_inner().map_err(|e| io(e.into_error()))?.into_parts();
-    file.commit().map_err(io)?;
-
-    let n = inputs.len() as u64;
-    let mut file = PlanFile {
-        version: PLAN_VERSION,
-        hash: String::new(),
-        tool: format!("shardtool {}", env!("CARGO_PKG_VERSION")),
-        options: plan.frozen(),
-        inputs: n,
-        shard_samples: k,
-        shards: n.div_ceil(k),
-        found: n + listing.errors.len() as u64,
-        ignored: listing.ignored,
-        classes: listing.classes.clone(),
-        labelled: listing.labelled,
-        looked_for: listing.looked_for.clone(),
-        root,
-        containers,
-        errors: listing.errors.clone(),
-        inputs_checksum: inputs_checksum.to_string(),
-    };
-    file.hash = plan_hash(&file);
-    let path = dir.join(PLAN_FILE);
-    let bytes = serde_json::to_vec_pretty(&file).map_err(|e| PackError::io(&path, e.into()))?;
-    AtomicFile::write(&path, &bytes).map_err(|e| PackError::io(&path, e))?;
-    staged.0.clear();
-    Ok(file)
-}
-
-/// A path component as JSON: a string, or its bytes when it is not UTF-8.
-fn path_value(bytes: &[u8]) -> serde_json::Value {
-    match std::str::from_utf8(bytes) {
-        Ok(s) => s.into(),
-        Err(_) => bytes.iter().map(|&b| serde_json::Value::from(b)).collect(),
-    }
-}
-
-fn path_bytes(v: &serde_json::Value) -> Option<Vec<u8>> {
-    match v {
-        serde_json::Value::String(s) => Some(s.as_bytes().to_vec()),
-        serde_json::Value::Array(a) => a
-            .iter()
-            .map(|b| b.as_u64().and_then(|b| u8::try_from(b).ok()))
-            .collect(),
-        _ => None,
-    }
-}
-
-/// Reads and checks `OUTPUT/_plan/plan.json`.
-pub fn read_plan(output: &Path) -> Result<PlanFile, PackError> {
-    let path = plan_dir(output).join(PLAN_FILE);
-    let bytes = match read_limited(&path, MAX_PLAN_BYTES) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(PackError::NoPlan {
-                path: output.to_path_buf(),
-            })
-        }
-        Err(e) => return Err(PackError::io(&path, e)),
-    };
-    let file: PlanFile =
-        serde_json::from_slice(&bytes).map_err(|e| bad_plan(&path, e.to_string()))?;
-    if file.version != PLAN_VERSION {
-        return Err(bad_plan(
-            &path,
-            format!(
-                "plan version {} (this shardtool reads {PLAN_VERSION})",
-                file.version
-            ),
-        ));
-    }
-    if plan_hash(&file) != file.hash {
-        return Err(bad_plan(
-            &path,
-            "its hash does not match its content: it was edited or damaged",
-        ));
-    }
-    if file.shard_samples == 0 || file.shards != file.inputs.div_ceil(file.shard_samples) {
-        return Err(bad_plan(&path, "shard counts do not add up"));
-    }
-    Ok(file)
-}
-
-fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)?;
-    let mut bytes = Vec::new();
-    file.take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(std::io::Error::other(format!(
-            "over the {limit}-byte limit"
-        )));
-    }
-    Ok(bytes)
 }
 
 /// A plan loaded for packing.
@@ -456,88 +180,6 @@ fn load(output: &Path, jobs: Option<usize>) -> Result<Loaded, PackError> {
         shared,
         stamp,
     })
-}
-
-/// Reads `inputs.jsonl` back into the compact store, checking it against the plan.
-fn read_inputs(output: &Path, file: &PlanFile) -> Result<(Inputs, Vec<u64>), PackError> {
-    let path = plan_dir(output).join(INPUTS_FILE);
-    let bad = |m: String| bad_plan(&path, m);
-    let f = std::fs::File::open(&path).map_err(|e| PackError::io(&path, e))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, f);
-    let mut hasher = shardtool_core::ChecksumHasher::new();
-    let mut inputs = Inputs::default();
-    let mut sizes = Vec::with_capacity(usize::try_from(file.inputs).unwrap_or(0).min(1 << 28));
-    let mut dirs: HashMap<(Vec<u8>, Option<u32>), u32> = HashMap::new();
-    let mut line = Vec::new();
-    let mut number = 0u64;
-    loop {
-        line.clear();
-        let read = std::io::Read::take(&mut reader, MAX_INPUT_LINE + 1)
-            .read_until(b'\n', &mut line)
-            .map_err(|e| PackError::io(&path, e))?;
-        if read == 0 {
-            break;
-        }
-        number += 1;
-        if line.last() != Some(&b'\n') {
-            return Err(bad(format!("line {number} is cut short or too long")));
-        }
-        hasher.update(&line);
-        let v: serde_json::Value =
-            serde_json::from_slice(&line).map_err(|e| bad(format!("line {number}: {e}")))?;
-        let parsed = (|| {
-            let a = v.as_array().filter(|a| a.len() == 7)?;
-            let dir = path_bytes(&a[0])?;
-            let name = path_bytes(&a[1])?;
-            let label = a[2].as_i64()?;
-            let key = match &a[3] {
-                serde_json::Value::Null => None,
-                k => Some(k.as_str()?.to_string()),
-            };
-            let container = match &a[4] {
-                serde_json::Value::Null => None,
-                c => Some(u32::try_from(c.as_u64()?).ok()?),
-            };
-            let span = match &a[5] {
-                serde_json::Value::Null => None,
-                s => {
-                    let s = s.as_array().filter(|s| s.len() == 2)?;
-                    Some((s[0].as_u64()?, s[1].as_u64()?))
-                }
-            };
-            let size = a[6].as_u64().unwrap_or(UNKNOWN_SIZE);
-            Some((dir, name, label, key, container, span, size))
-        })();
-        let Some((dir, name, label, key, container, span, size)) = parsed else {
-            return Err(bad(format!("line {number} is not an input record")));
-        };
-        if container.is_some_and(|c| c as usize >= file.containers.len()) {
-            return Err(bad(format!("line {number} names an unknown container")));
-        }
-        let label = if label < 0 {
-            None
-        } else {
-            Some(u32::try_from(label).map_err(|_| bad(format!("line {number}: bad label")))?)
-        };
-        let next = dirs.len() as u32;
-        let d = *dirs.entry((dir.clone(), container)).or_insert(next);
-        if d == next {
-            inputs.add_container_dir(&dir, container);
-        }
-        let pushed = match span {
-            Some(span) => inputs.push_span(d, &name, label, key.as_deref(), span),
-            None => inputs.push(d, &name, label, key.as_deref()),
-        };
-        pushed.map_err(|e| bad(format!("line {number}: {e}")))?;
-        sizes.push(size);
-    }
-    if number != file.inputs || hasher.checksum().to_string() != file.inputs_checksum {
-        return Err(bad(
-            "it does not match the plan (edited, damaged or from another plan)".into(),
-        ));
-    }
-    inputs.shrink_to_fit();
-    Ok((inputs, sizes))
 }
 
 /// The shards `assignment` names in a plan of `shards` shards, ascending.
@@ -939,4 +581,29 @@ pub(crate) fn pack_planned(
         elapsed: start.elapsed(),
         stages: part.stages,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_split_the_shards_round_robin_and_named_shards_are_checked() {
+        let part = |index, count| assigned(&Assignment::Part { index, count }, 7);
+        assert_eq!(part(0, 1).unwrap(), (0..7).collect::<Vec<_>>());
+        assert_eq!(part(1, 3).unwrap(), vec![1, 4]);
+        assert_eq!(part(4, 8).unwrap(), vec![4]);
+        assert_eq!(part(7, 8).unwrap(), Vec::<u64>::new());
+        let mut all: Vec<u64> = (0..3).flat_map(|i| part(i, 3).unwrap()).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..7).collect::<Vec<_>>());
+        assert!(matches!(part(3, 3), Err(PackError::BadPart { .. })));
+        assert!(matches!(part(0, 0), Err(PackError::BadPart { .. })));
+        let named = assigned(&Assignment::Shards(vec![5, 1, 5]), 7).unwrap();
+        assert_eq!(named, vec![1, 5]);
+        assert!(matches!(
+            assigned(&Assignment::Shards(vec![7]), 7),
+            Err(PackError::BadPart { .. })
+        ));
+    }
 }

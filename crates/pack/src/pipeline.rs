@@ -267,7 +267,6 @@ pub(crate) fn write_sample(
 /// threads, handing each result to `each` in position order. At most a small window of inputs
 /// is in flight, so memory does not grow with the dataset. Stops at the first error `each`
 /// returns.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn transform_in_order(
     ordered: &Ordered,
     classes: &[String],
