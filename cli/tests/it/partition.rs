@@ -500,3 +500,56 @@ fn partitioned_packing_refuses_what_cannot_work() {
         .run();
     r.assert_code(2);
 }
+
+#[test]
+fn parts_publish_into_an_s3_folder_once_and_merge_there() {
+    use crate::remote::servers::S3;
+    let dir = tempdir();
+    let input = inputs(dir.path(), 60);
+    let single = dir.path().join("single");
+    pack(&input, &single).args(OPTS).args(["-q"]).ok();
+    let s3 = S3::start();
+    std::fs::create_dir_all(s3.root.path().join("bucket")).unwrap();
+    let with_env = |mut c: Cmd| {
+        for (k, v) in s3.env() {
+            c = c.env(k, v);
+        }
+        c
+    };
+    let url = "s3://bucket/out/";
+    with_env(Cmd::new(["plan"]).arg(&input).arg(url).args(OPTS)).ok();
+    let mut rng = Rng::new();
+    kill_after(
+        with_env(part(Path::new(url), "0/2")),
+        Duration::from_millis(rng.below(300)),
+    );
+    with_env(part(Path::new(url), "1/2")).ok();
+    with_env(part(Path::new(url), "0/2")).ok();
+    with_env(Cmd::new(["merge", url])).ok();
+    // The objects are files under the server's root: the same bytes as a local single pack.
+    let objects = s3.root.path().join("bucket/out");
+    for (name, bytes) in published(&single) {
+        let got = std::fs::read(objects.join(&name)).unwrap_or_default();
+        assert!(got == bytes, "{name} differs from the single pack's");
+    }
+    // A shard published again with the same bytes is accepted; other bytes are never replaced.
+    let done0 = objects.join("_plan/done/000000.json");
+    std::fs::remove_file(&done0).unwrap();
+    with_env(Cmd::new(["pack", "--plan", url, "--shards", "0", "-q"])).ok();
+    assert!(done0.exists());
+    let shard0 = objects.join("shard-000000.tar");
+    let original = std::fs::read(&shard0).unwrap();
+    let mut other = original.clone();
+    let last = other.len() - 1;
+    other[last] ^= 1;
+    std::fs::write(&shard0, &other).unwrap();
+    std::fs::remove_file(&done0).unwrap();
+    let r = with_env(Cmd::new(["pack", "--plan", url, "--shards", "0"])).run();
+    r.assert_code(1);
+    assert!(r.stderr.contains("not replaced"), "{}", r.stderr);
+    assert_eq!(std::fs::read(&shard0).unwrap(), other);
+    // Status and merge read done records from the store too.
+    let r = with_env(Cmd::new(["status", url])).run();
+    r.assert_code(1);
+    assert!(r.stdout.contains("missing: 0"), "{}", r.stdout);
+}

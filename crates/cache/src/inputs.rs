@@ -1,5 +1,7 @@
-//! Remote files that no manifest describes (pack's inputs): list a remote folder and fetch whole
-//! objects into local files, with the same client, timeouts and retries as the shard cache.
+//! Remote files that no manifest describes: pack's inputs (list a remote folder, fetch whole
+//! objects into local files) and a partitioned pack's output folder (small objects read and
+//! written whole, shards uploaded once), with the same client, timeouts and retries as the shard
+//! cache.
 
 use crate::location::RemoteUrl;
 use crate::metrics::Recorder;
@@ -75,5 +77,113 @@ impl RemoteFolder {
         }
         self.remote.download_unchecked(name, size, file)?;
         Ok(size)
+    }
+}
+
+/// What [`RemoteFolder::publish`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Published {
+    /// The object was created.
+    Created,
+    /// An object with the same bytes was there already (a repeated or speculative attempt).
+    Existed,
+}
+
+/// Objects up to this size are published with one conditional PUT; larger ones by a multipart
+/// upload after a HEAD finds none.
+const SINGLE_PUT_MAX: u64 = 64 << 20;
+/// Multipart part size.
+const PART_BYTES: usize = 16 << 20;
+
+impl RemoteFolder {
+    /// Reads object `name` whole (at most `limit` bytes), or `None` when there is none.
+    pub fn read(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, CacheError> {
+        self.remote.get_small_opt(name, limit)
+    }
+
+    /// Writes object `name`, replacing any.
+    pub fn write(&self, name: &str, bytes: Vec<u8>) -> Result<(), CacheError> {
+        self.remote.put(name, bytes.into(), false).map(|_| ())
+    }
+
+    /// The size of object `name`, or `None` when there is none.
+    pub fn size(&self, name: &str) -> Result<Option<u64>, CacheError> {
+        self.remote.size_opt(name)
+    }
+
+    /// Publishes the local file `local` as object `name` once: created when absent; when an
+    /// object is there already, accepted only if it holds the same bytes (same size and
+    /// checksum), so publishing is idempotent but never replaces other data.
+    pub fn publish(&self, name: &str, local: &std::path::Path) -> Result<Published, CacheError> {
+        let io = || CacheError::io(local);
+        let size = std::fs::metadata(local).map_err(io())?.len();
+        if size <= SINGLE_PUT_MAX {
+            let bytes = std::fs::read(local).map_err(io())?;
+            let sum = shardtool_core::Checksum::of(&bytes);
+            if self.remote.put(name, bytes.into(), true)? {
+                return Ok(Published::Created);
+            }
+            return self.same_as(name, size, sum);
+        }
+        let sum = file_checksum(local).map_err(io())?;
+        if self.remote.size_opt(name)?.is_some() {
+            return self.same_as(name, size, sum);
+        }
+        self.remote.put_multipart(name, local, PART_BYTES)?;
+        Ok(Published::Created)
+    }
+
+    /// Whether object `name` holds `size` bytes with checksum `sum`: [`Published::Existed`] if
+    /// so, an error naming it otherwise.
+    fn same_as(
+        &self,
+        name: &str,
+        size: u64,
+        sum: shardtool_core::Checksum,
+    ) -> Result<Published, CacheError> {
+        let there = self.remote.size_of(name)?;
+        let differs = |what: String| CacheError::Fetch {
+            url: self.url_of(name),
+            attempts: 1,
+            message: format!("another object is already there ({what}); it was not replaced"),
+        };
+        if there != size {
+            return Err(differs(format!("{there} bytes, not {size}")));
+        }
+        // Compared by downloading it: rare (only a repeated attempt gets here).
+        let tmp = std::env::temp_dir().join(format!(
+            ".shardtool-compare-{}-{}",
+            std::process::id(),
+            name.replace('/', "_")
+        ));
+        let result = (|| {
+            let mut f = std::fs::File::options()
+                .create_new(true)
+                .read(true)
+                .write(true)
+                .open(&tmp)
+                .map_err(CacheError::io(&tmp))?;
+            self.remote.download_unchecked(name, size, &mut f)?;
+            file_checksum(&tmp).map_err(CacheError::io(&tmp))
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        if result? != sum {
+            return Err(differs("other bytes".into()));
+        }
+        Ok(Published::Existed)
+    }
+}
+
+fn file_checksum(path: &std::path::Path) -> std::io::Result<shardtool_core::Checksum> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = shardtool_core::ChecksumHasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h.checksum());
+        }
+        h.update(&buf[..n]);
     }
 }

@@ -25,7 +25,7 @@ mod writeback;
 
 pub use dir::{default_cache_dir, CacheDir, CachedDataset, ClearReport};
 #[cfg(feature = "remote")]
-pub use inputs::RemoteFolder;
+pub use inputs::{Published, RemoteFolder};
 pub use location::{Location, RemoteUrl};
 pub use metrics::CacheMetrics;
 #[cfg(feature = "remote")]

@@ -437,6 +437,97 @@ impl Remote {
     /// Runs `attempt` until it succeeds, fails permanently, or the attempts run out, sleeping
     /// an exponentially growing, jittered backoff between attempts.
     /// `state` is handed from one attempt to the next.
+    /// Writes `bytes` as object `name`. With `create_only`, an existing object is left as it is
+    /// and `Ok(false)` returned (S3's conditional create, `If-None-Match: *`).
+    pub fn put(
+        &self,
+        name: &str,
+        bytes: bytes::Bytes,
+        create_only: bool,
+    ) -> Result<bool, CacheError> {
+        let path = self.path(name);
+        let opts = || object_store::PutOptions {
+            mode: if create_only {
+                object_store::PutMode::Create
+            } else {
+                object_store::PutMode::Overwrite
+            },
+            ..Default::default()
+        };
+        self.with_retries(name, (), |()| {
+            let (path, bytes) = (&path, bytes.clone());
+            async move {
+                let r = tokio::time::timeout(
+                    self.policy.stall_timeout,
+                    self.store.put_opts(path, bytes.into(), opts()),
+                )
+                .await
+                .map_err(|_| AttemptError::retry("no response (stalled)"))
+                .and_then(|r| match r {
+                    Ok(_) => Ok(true),
+                    Err(object_store::Error::AlreadyExists { .. }) if create_only => Ok(false),
+                    Err(e) => Err(classify(e)),
+                });
+                ((), r)
+            }
+        })
+        .map(|((), created)| created)
+    }
+
+    /// Uploads the file at `local` as object `name` in parts of `part` bytes (a multipart upload,
+    /// for objects too large to hold in memory). The whole upload is retried on failure.
+    pub fn put_multipart(
+        &self,
+        name: &str,
+        local: &std::path::Path,
+        part: usize,
+    ) -> Result<(), CacheError> {
+        use std::io::Read;
+        let path = self.path(name);
+        self.with_retries(name, (), |()| {
+            let path = &path;
+            async move {
+                let r = async {
+                    let fail = |e: std::io::Error| {
+                        AttemptError::fatal(format!("{}: {e}", local.display()))
+                    };
+                    let mut file = std::fs::File::open(local).map_err(fail)?;
+                    let upload = self.store.put_multipart(path).await.map_err(classify)?;
+                    let mut w = object_store::WriteMultipart::new_with_chunk_size(upload, part);
+                    let mut buf = vec![0u8; part.min(8 << 20)];
+                    loop {
+                        let n = file.read(&mut buf).map_err(fail)?;
+                        if n == 0 {
+                            break;
+                        }
+                        w.wait_for_capacity(4).await.map_err(classify)?;
+                        w.write(&buf[..n]);
+                    }
+                    tokio::time::timeout(self.policy.stall_timeout * 4, w.finish())
+                        .await
+                        .map_err(|_| AttemptError::retry("no response (stalled)"))?
+                        .map_err(classify)?;
+                    Ok(())
+                }
+                .await;
+                ((), r)
+            }
+        })
+        .map(|((), ())| ())
+    }
+
+    /// The size of object `name`, or `None` when there is none.
+    pub fn size_opt(&self, name: &str) -> Result<Option<u64>, CacheError> {
+        let path = self.path(name);
+        let head = self.rt.block_on(async {
+            tokio::time::timeout(self.policy.stall_timeout, self.store.head(&path)).await
+        });
+        match head {
+            Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
+            _ => self.size_of(name).map(Some),
+        }
+    }
+
     fn with_retries<S, T, F, Fut>(
         &self,
         name: &str,

@@ -13,6 +13,7 @@ mod pipeline;
 mod plan;
 mod plan_file;
 mod sink;
+mod store;
 
 pub use containers::{expand_braces, resolve_input, InputFormat};
 pub use listing::{
@@ -163,6 +164,14 @@ pub enum PackError {
     NothingToResume {
         /// The output folder.
         path: PathBuf,
+    },
+    /// An object-store output could not be read or written.
+    #[error("output {location}: {message}")]
+    Store {
+        /// The output URL.
+        location: String,
+        /// What failed.
+        message: String,
     },
     /// Writing output failed.
     #[error("writing {path}: {cause}")]

@@ -9,18 +9,18 @@
 
 use crate::listing::{Container, ContainerKind, Listing, Origin};
 use crate::pipeline::{
-    build_manifest, effective_spec, publish_manifest, transform_in_order, write_errors,
-    write_sample, ManifestParts, Ordered, Shared, Tally,
+    build_manifest, effective_spec, errors_jsonl, transform_in_order, write_sample, ManifestParts,
+    Ordered, Shared, Tally,
 };
 use crate::plan::PackPlan;
 use crate::plan_file::{
-    bad_plan, done_path, make_plan, plan_dir, read_inputs, read_limited, read_plan, PlanFile,
-    DONE_DIR, PLAN_FILE, STAGED_DIR,
+    bad_plan, make_plan_in, plan_dir, read_inputs, read_plan_in, PlanFile, DONE_DIR, PLAN_DIR,
+    PLAN_FILE, STAGED_DIR,
 };
 use crate::sink::{split_fields, ShardSink};
+use crate::store::{is_remote, local_path, Store};
 use crate::{ErrorRecord, PackError, PackReport, Progress, ProgressSnapshot};
 use serde::{Deserialize, Serialize};
-use shardtool_core::AtomicFile;
 use shardtool_manifest::{Manifest, ShardEntry};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -105,61 +105,36 @@ pub struct PlanStatus {
 
 /// A plan loaded for packing.
 struct Loaded {
+    store: Store,
     file: PlanFile,
+    /// The plan, writing under the store's local folder.
     plan: PackPlan,
     ordered: Ordered,
-    shared: std::sync::Arc<Shared>,
-    /// Identity of `plan.json` when loaded, to notice a plan replaced while a part runs.
+    planned_sizes: Vec<u64>,
+    /// Identity of a local `plan.json` when loaded, to notice a plan replaced while a part runs.
     stamp: Option<(u64, u64, std::time::SystemTime)>,
 }
 
-fn plan_stamp(output: &Path) -> Option<(u64, u64, std::time::SystemTime)> {
+fn plan_stamp(store: &Store) -> Option<(u64, u64, std::time::SystemTime)> {
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(plan_dir(output).join(PLAN_FILE)).ok()?;
+    if store.is_remote() {
+        return None;
+    }
+    let m = std::fs::metadata(plan_dir(store.local()).join(PLAN_FILE)).ok()?;
     Some((m.ino(), m.len(), m.modified().ok()?))
 }
 
 fn load(output: &Path, jobs: Option<usize>) -> Result<Loaded, PackError> {
-    let stamp = plan_stamp(output);
-    let file = read_plan(output)?;
-    let mut plan = PackPlan::from_frozen(&file.options, output.to_path_buf())
+    let store = Store::open(output)?;
+    let stamp = plan_stamp(&store);
+    let file = read_plan_in(&store, output)?;
+    let mut plan = PackPlan::from_frozen(&file.options, store.local().to_path_buf())
         .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
     if let Some(j) = jobs {
         plan.jobs = j;
     }
     plan.shard_samples = Some(file.shard_samples);
-    let staged = plan_dir(output).join(STAGED_DIR);
-    let mut containers = Vec::with_capacity(file.containers.len());
-    let mut changed = Vec::with_capacity(file.containers.len());
-    for c in &file.containers {
-        let path = if c.staged {
-            staged.join(&c.path)
-        } else {
-            c.path.clone()
-        };
-        let kind = match c.kind.as_str() {
-            "tar" => ContainerKind::Tar,
-            "parquet" => ContainerKind::Parquet,
-            "jsonl" => ContainerKind::Jsonl,
-            "csv" => ContainerKind::Csv {
-                headers: c.headers.clone(),
-            },
-            other => {
-                return Err(bad_plan(
-                    &plan_dir(output).join(PLAN_FILE),
-                    format!("unknown container kind {other:?}"),
-                ))
-            }
-        };
-        let now = std::fs::metadata(&path).ok().map(|m| m.len());
-        changed.push(c.size.is_some() && now != c.size);
-        containers.push(Container {
-            path,
-            source: c.source.clone(),
-            kind,
-        });
-    }
-    let (inputs, planned_sizes) = read_inputs(output, &file)?;
+    let (inputs, planned_sizes) = read_inputs(&store, &file)?;
     let ordered = Ordered::new(
         inputs,
         Origin {
@@ -167,19 +142,72 @@ fn load(output: &Path, jobs: Option<usize>) -> Result<Loaded, PackError> {
         },
         plan.seed,
     )?;
-    let shared = std::sync::Arc::new(Shared {
-        containers,
-        columns: plan.columns.clone(),
-        changed,
-        planned_sizes,
-    });
     Ok(Loaded {
+        store,
         file,
         plan,
         ordered,
-        shared,
+        planned_sizes,
         stamp,
     })
+}
+
+impl Loaded {
+    /// What the workers need to pack `positions`: the containers (staged ones fetched from an
+    /// object-store output when these positions read them), and which changed since the plan.
+    fn shared(&self, positions: impl Iterator<Item = usize>) -> Result<Shared, PackError> {
+        let mut needed = vec![false; self.file.containers.len()];
+        for p in positions {
+            let index = self.ordered.order[p];
+            if index != crate::pipeline::REJECTED {
+                if let Some(c) = self.ordered.inputs.get(index as usize).container {
+                    needed[c as usize] = true;
+                }
+            }
+        }
+        let plan_path = plan_dir(self.store.local()).join(PLAN_FILE);
+        let mut containers = Vec::with_capacity(self.file.containers.len());
+        let mut changed = Vec::with_capacity(self.file.containers.len());
+        for (c, &used) in self.file.containers.iter().zip(&needed) {
+            let path = if c.staged {
+                let name = format!("{PLAN_DIR}/{STAGED_DIR}/{}", c.path.to_string_lossy());
+                if used {
+                    self.store.fetch(&name, u64::MAX)?
+                } else {
+                    self.store.local().join(name)
+                }
+            } else {
+                c.path.clone()
+            };
+            let kind = match c.kind.as_str() {
+                "tar" => ContainerKind::Tar,
+                "parquet" => ContainerKind::Parquet,
+                "jsonl" => ContainerKind::Jsonl,
+                "csv" => ContainerKind::Csv {
+                    headers: c.headers.clone(),
+                },
+                other => {
+                    return Err(bad_plan(
+                        &plan_path,
+                        format!("unknown container kind {other:?}"),
+                    ))
+                }
+            };
+            let now = std::fs::metadata(&path).ok().map(|m| m.len());
+            changed.push(used && c.size.is_some() && now != c.size);
+            containers.push(Container {
+                path,
+                source: c.source.clone(),
+                kind,
+            });
+        }
+        Ok(Shared {
+            containers,
+            columns: self.plan.columns.clone(),
+            changed,
+            planned_sizes: self.planned_sizes.clone(),
+        })
+    }
 }
 
 /// The shards `assignment` names in a plan of `shards` shards, ascending.
@@ -212,19 +240,26 @@ fn assigned(assignment: &Assignment, shards: u64) -> Result<Vec<u64>, PackError>
 
 /// The done record of `shard`, if it is done under plan `hash`: the record parses, names this
 /// plan, and its shard file is there with the recorded size.
-fn read_done(output: &Path, hash: &str, shard: u64) -> Option<DoneRecord> {
-    let bytes = read_limited(&done_path(output, shard), MAX_DONE_BYTES).ok()?;
-    let rec: DoneRecord = serde_json::from_slice(&bytes).ok()?;
+fn read_done(store: &Store, hash: &str, shard: u64) -> Result<Option<DoneRecord>, PackError> {
+    let Some(bytes) = store.read(&done_name(shard), MAX_DONE_BYTES)? else {
+        return Ok(None);
+    };
+    let Ok(rec) = serde_json::from_slice::<DoneRecord>(&bytes) else {
+        return Ok(None);
+    };
     if rec.plan != hash || rec.shard != shard {
-        return None;
+        return Ok(None);
     }
     if let Some(e) = &rec.entry {
-        let len = std::fs::metadata(output.join(&e.file)).ok()?.len();
-        if len != e.bytes {
-            return None;
+        if store.size(&e.file)? != Some(e.bytes) {
+            return Ok(None);
         }
     }
-    Some(rec)
+    Ok(Some(rec))
+}
+
+fn done_name(shard: u64) -> String {
+    format!("{PLAN_DIR}/{DONE_DIR}/{shard:06}.json")
 }
 
 /// Packs the shards of `assignment` that are not done yet, publishing each with its done record.
@@ -250,13 +285,14 @@ fn run_part(
     progress: &dyn Progress,
 ) -> Result<PartReport, PackError> {
     let file = &loaded.file;
-    let output = &loaded.plan.output;
+    let store = &loaded.store;
     let shards = assigned(assignment, file.shards)?;
-    let todo: Vec<u64> = shards
-        .iter()
-        .copied()
-        .filter(|&j| read_done(output, &file.hash, j).is_none())
-        .collect();
+    let mut todo: Vec<u64> = Vec::new();
+    for &j in &shards {
+        if read_done(store, &file.hash, j)?.is_none() {
+            todo.push(j);
+        }
+    }
     let mut report = PartReport {
         assigned: shards.len() as u64,
         skipped: (shards.len() - todo.len()) as u64,
@@ -325,30 +361,33 @@ fn run_part(
         }
         report.failed += rec.errors.len() as u64;
         report.packed += 1;
-        if plan_stamp(output) != loaded.stamp {
+        if let Some(e) = &rec.entry {
+            store.publish(&e.file)?;
+        }
+        if plan_stamp(store) != loaded.stamp {
             return Err(PackError::PlanChanged {
-                path: plan_dir(output).join(PLAN_FILE),
+                path: plan_dir(store.local()).join(PLAN_FILE),
             });
         }
-        let path = done_path(output, j);
-        let bytes = serde_json::to_vec(&rec).map_err(|e| PackError::io(&path, e.into()))?;
-        AtomicFile::write(&path, &bytes).map_err(|e| PackError::io(&path, e))
+        let bytes = serde_json::to_vec(&rec).map_err(|e| PackError::io(done_name(j), e.into()))?;
+        store.write(&done_name(j), &bytes)
     };
     let check_max = |failed: u64| -> Result<(), PackError> {
         match max_errors {
             Some(max) if failed > max => Err(PackError::TooManyErrors {
                 failed,
                 max,
-                report: plan_dir(output).join(DONE_DIR),
+                report: plan_dir(store.local()).join(DONE_DIR),
             }),
             _ => Ok(()),
         }
     };
     let positions = todo.iter().flat_map(|&j| range(j));
+    let shared = std::sync::Arc::new(loaded.shared(positions.clone())?);
     transform_in_order(
         &loaded.ordered,
         &file.classes,
-        &loaded.shared,
+        &shared,
         &spec,
         plan.jobs,
         positions,
@@ -400,7 +439,8 @@ fn run_part(
 
 /// Where a partitioned pack in `output` stands.
 pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
-    let file = read_plan(output)?;
+    let store = Store::open(output)?;
+    let file = read_plan_in(&store, output)?;
     let mut s = PlanStatus {
         plan: file.hash.clone(),
         shards: file.shards,
@@ -408,10 +448,10 @@ pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
         missing: Vec::new(),
         samples: 0,
         failed: file.errors.len() as u64,
-        merged: output.join(shardtool_manifest::FILE_NAME).exists(),
+        merged: store.size(shardtool_manifest::FILE_NAME)?.is_some(),
     };
     for j in 0..file.shards {
-        match read_done(output, &file.hash, j) {
+        match read_done(&store, &file.hash, j)? {
             Some(rec) => {
                 s.samples += rec.entry.as_ref().map_or(0, |e| e.samples);
                 s.failed += rec.errors.len() as u64;
@@ -436,13 +476,14 @@ pub struct MergeReport {
 /// otherwise), writes `errors.jsonl`, then `manifest.json` last. Running it again rewrites the
 /// same bytes.
 pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
-    let file = read_plan(output)?;
-    let plan = PackPlan::from_frozen(&file.options, output.to_path_buf())
+    let store = Store::open(output)?;
+    let file = read_plan_in(&store, output)?;
+    let plan = PackPlan::from_frozen(&file.options, store.local().to_path_buf())
         .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
     let mut records = Vec::with_capacity(file.shards as usize);
     let mut missing = Vec::new();
     for j in 0..file.shards {
-        match read_done(output, &file.hash, j) {
+        match read_done(&store, &file.hash, j)? {
             Some(r) => records.push(r),
             None => missing.push(j),
         }
@@ -471,7 +512,7 @@ pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
     }
     let samples: u64 = entries.iter().map(|e| e.samples).sum();
     let errors_path = output.join("errors.jsonl");
-    write_errors(&errors_path, &errors)?;
+    store.write("errors.jsonl", &errors_jsonl(&errors))?;
     if samples == 0 {
         return Err(PackError::NoImages {
             looked_for: file.looked_for,
@@ -498,10 +539,14 @@ pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
             failed: errors.len() as u64,
         },
     );
-    remove_leftovers(output, &plan.prefix);
-    publish_manifest(output, &manifest)?;
-    // Staged inputs were only for the parts.
-    let _ = std::fs::remove_dir_all(plan_dir(output).join(STAGED_DIR));
+    if !store.is_remote() {
+        remove_leftovers(store.local(), &plan.prefix);
+    }
+    store.write(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
+    if !store.is_remote() {
+        // Staged inputs were only for the parts.
+        let _ = std::fs::remove_dir_all(plan_dir(store.local()).join(STAGED_DIR));
+    }
     Ok(MergeReport { manifest, errors })
 }
 
@@ -545,16 +590,18 @@ pub(crate) fn pack_planned(
 ) -> Result<PackReport, PackError> {
     let start = Instant::now();
     let output = &plan.output;
-    let resuming = plan.resume && plan_dir(output).join(PLAN_FILE).exists();
+    let store = Store::open(output)?;
+    let plan_name = format!("{PLAN_DIR}/{PLAN_FILE}");
+    let resuming = plan.resume && store.size(&plan_name)?.is_some();
     if resuming {
-        let file = read_plan(output)?;
+        let file = read_plan_in(&store, output)?;
         if file.options != plan.frozen() {
             return Err(PackError::ResumeMismatch {
                 path: output.clone(),
             });
         }
     } else {
-        if plan.resume && output.join(shardtool_manifest::FILE_NAME).exists() {
+        if plan.resume && store.size(shardtool_manifest::FILE_NAME)?.is_some() {
             return Err(PackError::NothingToResume {
                 path: output.clone(),
             });
@@ -562,8 +609,9 @@ pub(crate) fn pack_planned(
         let mut fresh = plan.clone();
         // A resume that finds no plan starts over, clearing what an interrupted plan left.
         fresh.overwrite |= plan.resume;
-        make_plan(&fresh)?;
+        make_plan_in(&fresh, &store)?;
     }
+    drop(store);
     let loaded = load(output, Some(plan.jobs))?;
     let part = run_part(
         &loaded,
@@ -571,8 +619,12 @@ pub(crate) fn pack_planned(
         plan.max_errors,
         progress,
     )?;
+    drop(loaded);
     let merged = merge(output)?;
-    std::fs::remove_dir_all(plan_dir(output)).map_err(|e| PackError::io(plan_dir(output), e))?;
+    if !is_remote(output) {
+        let dir = plan_dir(&local_path(output));
+        std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;
+    }
     Ok(PackReport {
         bytes_out: merged.manifest.totals.bytes,
         manifest: merged.manifest,
@@ -581,29 +633,4 @@ pub(crate) fn pack_planned(
         elapsed: start.elapsed(),
         stages: part.stages,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parts_split_the_shards_round_robin_and_named_shards_are_checked() {
-        let part = |index, count| assigned(&Assignment::Part { index, count }, 7);
-        assert_eq!(part(0, 1).unwrap(), (0..7).collect::<Vec<_>>());
-        assert_eq!(part(1, 3).unwrap(), vec![1, 4]);
-        assert_eq!(part(4, 8).unwrap(), vec![4]);
-        assert_eq!(part(7, 8).unwrap(), Vec::<u64>::new());
-        let mut all: Vec<u64> = (0..3).flat_map(|i| part(i, 3).unwrap()).collect();
-        all.sort_unstable();
-        assert_eq!(all, (0..7).collect::<Vec<_>>());
-        assert!(matches!(part(3, 3), Err(PackError::BadPart { .. })));
-        assert!(matches!(part(0, 0), Err(PackError::BadPart { .. })));
-        let named = assigned(&Assignment::Shards(vec![5, 1, 5]), 7).unwrap();
-        assert_eq!(named, vec![1, 5]);
-        assert!(matches!(
-            assigned(&Assignment::Shards(vec![7]), 7),
-            Err(PackError::BadPart { .. })
-        ));
-    }
 }

@@ -781,12 +781,18 @@ fn read_bounded(
 }
 
 pub(crate) fn write_errors(path: &Path, errors: &[ErrorRecord]) -> Result<(), PackError> {
+    AtomicFile::write(path, &errors_jsonl(errors)).map_err(|e| PackError::io(path, e))
+}
+
+/// `errors.jsonl`: one JSON object per line.
+pub(crate) fn errors_jsonl(errors: &[ErrorRecord]) -> Vec<u8> {
     let mut out = Vec::new();
     for e in errors {
-        serde_json::to_writer(&mut out, e).map_err(|e| PackError::io(path, e.into()))?;
-        out.push(b'\n');
+        if serde_json::to_writer(&mut out, e).is_ok() {
+            out.push(b'\n');
+        }
     }
-    AtomicFile::write(path, &out).map_err(|e| PackError::io(path, e))
+    out
 }
 
 /// Makes sure `output` exists and holds no dataset, clearing an old one with `--overwrite`.

@@ -246,7 +246,7 @@ impl PackPlan {
                 crate::sink::MAX_PACKED_RECORDS as u64,
             ));
         }
-        if self.resume && self.shard_samples.is_none() {
+        if (self.resume || crate::store::is_remote(&self.output)) && self.shard_samples.is_none() {
             return Err(PlanError::NeedShardSamples);
         }
         if self.jobs == 0 {
@@ -318,7 +318,7 @@ pub enum PlanError {
     #[error("packed shards hold at most {0} samples")]
     PackedShardSamples(u64),
     /// Planned packing and resuming need shards of a fixed number of samples.
-    #[error("partitioned and resumable packs need --shard-samples (shards by sample count)")]
+    #[error("partitioned, resumable and object-store packs need --shard-samples (shards by sample count)")]
     NeedShardSamples,
     /// A zstd level outside 1..=22.
     #[error("zstd level {0} is outside 1..=22")]

@@ -5,6 +5,7 @@
 use crate::listing::{ContainerKind, Inputs, Origin};
 use crate::pipeline::{list_for, prepare_output, StagedFiles, UNKNOWN_SIZE};
 use crate::plan::{FrozenOptions, PackPlan};
+use crate::store::Store;
 use crate::{ErrorRecord, PackError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -87,12 +88,6 @@ pub(crate) fn plan_dir(output: &Path) -> PathBuf {
     output.join(PLAN_DIR)
 }
 
-pub(crate) fn done_path(output: &Path, shard: u64) -> PathBuf {
-    plan_dir(output)
-        .join(DONE_DIR)
-        .join(format!("{shard:06}.json"))
-}
-
 fn kind_name(kind: &ContainerKind) -> (&'static str, Vec<String>) {
     match kind {
         ContainerKind::Tar => ("tar", Vec::new()),
@@ -120,17 +115,37 @@ fn plan_hash(file: &PlanFile) -> String {
 /// last, so a plan exists only whole). Needs `shard_samples`. Remote and Parquet inputs are
 /// staged under `_plan/staged/`, where every part reads them, until the merge.
 pub fn make_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
+    let store = Store::open(&plan.output)?;
+    make_plan_in(plan, &store)
+}
+
+/// [`make_plan`] into an opened output.
+pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, PackError> {
     plan.validate()?;
     let k = plan
         .shard_samples
         .ok_or(PackError::Plan(crate::PlanError::NeedShardSamples))?;
-    let output = &plan.output;
-    let dir = plan_dir(output);
-    if dir.join(PLAN_FILE).exists() && !plan.overwrite {
+    if store.is_remote() {
+        // An object-store folder cannot be cleared safely from here: it must start empty.
+        if !store.is_empty()? {
+            return Err(PackError::Store {
+                location: plan.output.display().to_string(),
+                message: "not empty: a plan needs an empty object-store folder (clear it first; \
+                          --overwrite does not delete objects)"
+                    .into(),
+            });
+        }
+    } else if store.local().join(PLAN_DIR).join(PLAN_FILE).exists() && !plan.overwrite {
         return Err(PackError::PlanExists {
-            path: dir.join(PLAN_FILE),
+            path: store.local().join(PLAN_DIR).join(PLAN_FILE),
         });
     }
+    // Files are made under the local folder (the scratch folder of a remote output).
+    let mut local_plan = plan.clone();
+    local_plan.output = store.local().to_path_buf();
+    let plan = &local_plan;
+    let output = &plan.output;
+    let dir = plan_dir(output);
     let staged_dir = dir.join(STAGED_DIR);
     let mut listing = list_for(plan, &staged_dir, || prepare_output(plan))?;
     // Staged files stay for the parts, unless planning fails.
@@ -225,7 +240,15 @@ pub fn make_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
     file.hash = plan_hash(&file);
     let path = dir.join(PLAN_FILE);
     let bytes = serde_json::to_vec_pretty(&file).map_err(|e| PackError::io(&path, e.into()))?;
-    AtomicFile::write(&path, &bytes).map_err(|e| PackError::io(&path, e))?;
+    // The staged inputs and the input list first, the plan last: a plan exists only whole.
+    for c in file.containers.iter().filter(|c| c.staged) {
+        store.publish(&format!(
+            "{PLAN_DIR}/{STAGED_DIR}/{}",
+            c.path.to_string_lossy()
+        ))?;
+    }
+    store.publish(&format!("{PLAN_DIR}/{INPUTS_FILE}"))?;
+    store.write(&format!("{PLAN_DIR}/{PLAN_FILE}"), &bytes)?;
     staged.0.clear();
     Ok(file)
 }
@@ -251,15 +274,16 @@ fn path_bytes(v: &serde_json::Value) -> Option<Vec<u8>> {
 
 /// Reads and checks `OUTPUT/_plan/plan.json`.
 pub fn read_plan(output: &Path) -> Result<PlanFile, PackError> {
+    read_plan_in(&Store::open(output)?, output)
+}
+
+/// [`read_plan`] from an opened output.
+pub(crate) fn read_plan_in(store: &Store, output: &Path) -> Result<PlanFile, PackError> {
     let path = plan_dir(output).join(PLAN_FILE);
-    let bytes = match read_limited(&path, MAX_PLAN_BYTES) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(PackError::NoPlan {
-                path: output.to_path_buf(),
-            })
-        }
-        Err(e) => return Err(PackError::io(&path, e)),
+    let Some(bytes) = store.read(&format!("{PLAN_DIR}/{PLAN_FILE}"), MAX_PLAN_BYTES)? else {
+        return Err(PackError::NoPlan {
+            path: output.to_path_buf(),
+        });
     };
     let file: PlanFile =
         serde_json::from_slice(&bytes).map_err(|e| bad_plan(&path, e.to_string()))?;
@@ -298,8 +322,8 @@ pub(crate) fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> 
 }
 
 /// Reads `inputs.jsonl` back into the compact store, checking it against the plan.
-pub(crate) fn read_inputs(output: &Path, file: &PlanFile) -> Result<(Inputs, Vec<u64>), PackError> {
-    let path = plan_dir(output).join(INPUTS_FILE);
+pub(crate) fn read_inputs(store: &Store, file: &PlanFile) -> Result<(Inputs, Vec<u64>), PackError> {
+    let path = store.fetch(&format!("{PLAN_DIR}/{INPUTS_FILE}"), u64::MAX)?;
     let bad = |m: String| bad_plan(&path, m);
     let f = std::fs::File::open(&path).map_err(|e| PackError::io(&path, e))?;
     let mut reader = std::io::BufReader::with_capacity(1 << 20, f);
@@ -406,7 +430,8 @@ mod tests {
         assert_eq!((file.inputs, file.shards), (3, 2));
         assert_eq!(read_plan(&out).unwrap(), file);
         let listed = list_inputs(&InputSource::Folder(root), &ListOptions::default()).unwrap();
-        let (inputs, sizes) = read_inputs(&out, &file).unwrap();
+        let store = Store::open(&out).unwrap();
+        let (inputs, sizes) = read_inputs(&store, &file).unwrap();
         assert_eq!(inputs, listed.inputs);
         assert_eq!(sizes, vec![5, 5, 5]);
         // A plan already there is not replaced without `overwrite`.
@@ -423,7 +448,7 @@ mod tests {
             .collect();
         std::fs::write(&list, edited).unwrap();
         assert!(matches!(
-            read_inputs(&out, &file),
+            read_inputs(&store, &file),
             Err(PackError::BadPlan { .. })
         ));
     }

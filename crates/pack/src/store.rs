@@ -1,0 +1,188 @@
+//! Where a partitioned pack's output lives: a local folder (or `file://` URL), or an `s3://`
+//! folder whose files are made in a private local scratch folder and uploaded — shards once,
+//! create-if-absent, so a repeated attempt never replaces other bytes.
+
+use crate::PackError;
+use shardtool_cache::RemoteFolder;
+use shardtool_core::AtomicFile;
+use std::path::{Path, PathBuf};
+
+/// A partitioned pack's output folder. Names are relative, `/`-separated (`_plan/plan.json`).
+pub(crate) enum Store {
+    /// A local folder: files are made in place.
+    Local(PathBuf),
+    /// An object-store folder, with the local folder where its files are made first.
+    Remote {
+        folder: Box<RemoteFolder>,
+        url: String,
+        scratch: PathBuf,
+    },
+}
+
+/// Whether `output` names an object-store folder.
+pub(crate) fn is_remote(output: &Path) -> bool {
+    output.to_str().is_some_and(|s| s.starts_with("s3://"))
+}
+
+/// `output` without a `file://` scheme.
+pub(crate) fn local_path(output: &Path) -> PathBuf {
+    match output.to_str().and_then(|s| s.strip_prefix("file://")) {
+        Some(p) => PathBuf::from(p),
+        None => output.to_path_buf(),
+    }
+}
+
+impl Store {
+    /// Opens `output`: a local path, `file://…`, or `s3://bucket/prefix/`.
+    pub(crate) fn open(output: &Path) -> Result<Self, PackError> {
+        if !is_remote(output) {
+            return Ok(Store::Local(local_path(output)));
+        }
+        let mut url = output.to_string_lossy().into_owned();
+        if !url.ends_with('/') {
+            url.push('/');
+        }
+        let (folder, _) =
+            RemoteFolder::connect(&url, Default::default()).map_err(|e| PackError::Store {
+                location: url.clone(),
+                message: e.to_string(),
+            })?;
+        let scratch = std::env::temp_dir().join(format!(
+            "shardtool-out-{}-{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos())
+        ));
+        std::fs::create_dir_all(&scratch).map_err(|e| PackError::io(&scratch, e))?;
+        Ok(Store::Remote {
+            folder: Box::new(folder),
+            url,
+            scratch,
+        })
+    }
+
+    /// The local folder where files are made (the output itself, or the scratch folder).
+    pub(crate) fn local(&self) -> &Path {
+        match self {
+            Store::Local(p) => p,
+            Store::Remote { scratch, .. } => scratch,
+        }
+    }
+
+    /// Whether the output is in an object store.
+    pub(crate) fn is_remote(&self) -> bool {
+        matches!(self, Store::Remote { .. })
+    }
+
+    fn remote_error(&self, e: shardtool_cache::CacheError) -> PackError {
+        PackError::Store {
+            location: match self {
+                Store::Local(p) => p.display().to_string(),
+                Store::Remote { url, .. } => url.clone(),
+            },
+            message: e.to_string(),
+        }
+    }
+
+    /// Reads `name` whole (at most `limit` bytes), `None` when it does not exist.
+    pub(crate) fn read(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, PackError> {
+        match self {
+            Store::Local(root) => {
+                let path = root.join(name);
+                match crate::plan_file::read_limited(&path, limit) {
+                    Ok(b) => Ok(Some(b)),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(PackError::io(path, e)),
+                }
+            }
+            Store::Remote { folder, .. } => {
+                folder.read(name, limit).map_err(|e| self.remote_error(e))
+            }
+        }
+    }
+
+    /// Writes `name` atomically, replacing it.
+    pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> Result<(), PackError> {
+        match self {
+            Store::Local(root) => {
+                let path = root.join(name);
+                AtomicFile::write(&path, bytes).map_err(|e| PackError::io(path, e))
+            }
+            Store::Remote { folder, .. } => folder
+                .write(name, bytes.to_vec())
+                .map_err(|e| self.remote_error(e)),
+        }
+    }
+
+    /// The size of `name`, `None` when it does not exist.
+    pub(crate) fn size(&self, name: &str) -> Result<Option<u64>, PackError> {
+        match self {
+            Store::Local(root) => Ok(std::fs::metadata(root.join(name)).ok().map(|m| m.len())),
+            Store::Remote { folder, .. } => folder.size(name).map_err(|e| self.remote_error(e)),
+        }
+    }
+
+    /// Publishes `name`, just made under [`Store::local`]: in place already for a local folder;
+    /// uploaded once (create-if-absent, or the same bytes already there) and the local copy
+    /// removed for an object store.
+    pub(crate) fn publish(&self, name: &str) -> Result<(), PackError> {
+        let Store::Remote {
+            folder, scratch, ..
+        } = self
+        else {
+            return Ok(());
+        };
+        let local = scratch.join(name);
+        folder
+            .publish(name, &local)
+            .map_err(|e| self.remote_error(e))?;
+        let _ = std::fs::remove_file(&local);
+        Ok(())
+    }
+
+    /// Makes `name` available under [`Store::local`] (downloading it from an object store when
+    /// not there yet) and returns its local path.
+    pub(crate) fn fetch(&self, name: &str, limit: u64) -> Result<PathBuf, PackError> {
+        let path = self.local().join(name);
+        let Store::Remote { folder, .. } = self else {
+            return Ok(path);
+        };
+        if path.exists() {
+            return Ok(path);
+        }
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| PackError::io(dir, e))?;
+        }
+        let mut file = AtomicFile::create(&path).map_err(|e| PackError::io(&path, e))?;
+        let mut handle = file.clone_file().map_err(|e| PackError::io(&path, e))?;
+        folder
+            .fetch(name, limit, &mut handle)
+            .map_err(|e| self.remote_error(e))?;
+        drop(handle);
+        std::io::Write::flush(&mut file).map_err(|e| PackError::io(&path, e))?;
+        file.commit().map_err(|e| PackError::io(&path, e))?;
+        Ok(path)
+    }
+
+    /// Whether the output holds nothing yet.
+    pub(crate) fn is_empty(&self) -> Result<bool, PackError> {
+        match self {
+            Store::Local(root) => {
+                Ok(std::fs::read_dir(root).map_or(true, |mut d| d.next().is_none()))
+            }
+            Store::Remote { folder, .. } => folder
+                .list()
+                .map(|l| l.is_empty())
+                .map_err(|e| self.remote_error(e)),
+        }
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Store::Remote { scratch, .. } = self {
+            let _ = std::fs::remove_dir_all(scratch);
+        }
+    }
+}
