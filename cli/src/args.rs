@@ -59,7 +59,9 @@ pub enum Command {
     /// Takes INPUT, OUTPUT and the options of `pack`; --shard-samples is required (what a
     /// shard holds is then fixed by the plan, never by how many parts run). Remote and Parquet
     /// inputs are staged once under OUTPUT/_plan/staged/, where every part reads them, so
-    /// OUTPUT must be a folder every part can reach (a shared file system). Then run parts
+    /// OUTPUT must be a folder every part can reach: a shared file system, or an empty
+    /// s3://bucket/prefix/ folder (AWS_* variables give endpoint and credentials; shards are
+    /// uploaded once, create-if-absent). Then run parts
     /// (`shardtool pack --plan OUTPUT --part I/N`) anywhere, in any order, any number of times,
     /// and `shardtool merge OUTPUT` once they are done. Slurm and Kubernetes templates:
     /// scripts/slurm_pack.sh, scripts/k8s_pack_job.yaml.
