@@ -71,7 +71,9 @@ fn run() -> u8 {
     match result {
         Ok(()) => 0,
         Err(f) => {
-            eprintln!("error: {:#}", f.error);
+            // Credentials in URLs never reach the terminal or a log.
+            let message = format!("{:#}", f.error);
+            eprintln!("error: {}", shardtool_core::redact_urls(&message));
             f.code
         }
     }

@@ -260,14 +260,39 @@ fn a_successful_run_prints_a_summary_and_quiet_silences_it() {
 }
 
 #[test]
-fn the_binary_is_position_independent() {
-    // ELF header: e_type is the little-endian u16 at offset 16; ET_DYN (3) is a PIE executable,
-    // ET_EXEC (2) a position-dependent one.
+fn the_binary_is_position_independent_with_full_relro() {
+    // ELF64 little-endian: e_type (u16 at 16) is ET_DYN (3) for a PIE executable, ET_EXEC (2)
+    // for a position-dependent one. Full RELRO is a PT_GNU_RELRO segment plus immediate binding
+    // (DF_BIND_NOW in DT_FLAGS or DF_1_NOW in DT_FLAGS_1), so the whole GOT is read-only.
     let bytes = std::fs::read(env!("CARGO_BIN_EXE_shardtool")).unwrap();
     assert_eq!(&bytes[..4], b"\x7fELF", "not an ELF file");
-    let e_type = u16::from_le_bytes([bytes[16], bytes[17]]);
+    assert_eq!(bytes[4], 2, "not ELF64");
+    let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
+    let u32_at = |o: usize| u32::from_le_bytes(bytes[o..o + 4].try_into().unwrap());
+    let u64_at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap());
+    let e_type = u16_at(16);
     assert_eq!(
         e_type, 3,
         "ELF type {e_type}: expected ET_DYN (position-independent)"
     );
+    let (phoff, phentsize, phnum) = (u64_at(32) as usize, u16_at(54) as usize, u16_at(56));
+    let (mut relro, mut now) = (false, false);
+    for i in 0..phnum as usize {
+        let ph = phoff + i * phentsize;
+        match u32_at(ph) {
+            0x6474_e552 => relro = true, // PT_GNU_RELRO
+            2 => {
+                // PT_DYNAMIC: (tag, value) pairs of u64 at p_offset, p_filesz bytes long.
+                let (off, size) = (u64_at(ph + 8) as usize, u64_at(ph + 32) as usize);
+                for d in (off..off + size).step_by(16) {
+                    let (tag, val) = (u64_at(d), u64_at(d + 8));
+                    now |= (tag == 30 && val & 0x8 != 0) // DT_FLAGS, DF_BIND_NOW
+                        || (tag == 0x6fff_fffb && val & 0x1 != 0); // DT_FLAGS_1, DF_1_NOW
+                }
+            }
+            _ => {}
+        }
+    }
+    assert!(relro, "no PT_GNU_RELRO segment");
+    assert!(now, "lazy binding: RELRO is partial, not full");
 }

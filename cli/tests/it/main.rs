@@ -8,6 +8,7 @@ mod colour;
 mod determinism;
 mod fields;
 mod formats;
+mod hardening;
 mod inputs;
 mod inspect_preview;
 mod interop;

@@ -128,7 +128,15 @@ impl CacheDir {
             if !empty {
                 return Err(CacheError::NotACache { path: root });
             }
-            fs::create_dir_all(&root).map_err(CacheError::io(&root))?;
+            // Private to the user: cached shards of one user are not another's to read or swap.
+            {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&root)
+                    .map_err(CacheError::io(&root))?;
+            }
             let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
             // The temporary name starts with TAG_TMP, which the emptiness check above allows,
             // so processes creating one cache at once do not refuse each other's folder.
@@ -138,6 +146,7 @@ impl CacheDir {
                 .and_then(|()| f.commit())
                 .map_err(CacheError::io(&tag))?;
         }
+        check_owner(&root)?;
         let reserve = root.join("reserve");
         fs::create_dir_all(&reserve).map_err(CacheError::io(&reserve))?;
         Ok(Self { root, limit })
@@ -149,6 +158,7 @@ impl CacheDir {
         if !root.join(TAG).is_file() {
             return Err(CacheError::NotACache { path: root });
         }
+        check_owner(&root)?;
         Ok(Self { root, limit: None })
     }
 
@@ -315,7 +325,9 @@ impl CacheDir {
             .flatten()
         {
             let p = e.path();
-            if p.join("source").is_file() && p.join("shards").is_dir() {
+            // A linked folder would lead eviction and `clear` out of the cache: never followed.
+            let real_dir = |p: &Path| fs::symlink_metadata(p).is_ok_and(|m| m.is_dir());
+            if real_dir(&p) && p.join("source").is_file() && real_dir(&p.join("shards")) {
                 out.push(p);
             }
         }
@@ -425,7 +437,13 @@ fn shards_of(dataset: &Path) -> Result<Vec<Held>, CacheError> {
     let mut out = Vec::new();
     for e in fs::read_dir(&dir).map_err(CacheError::io(&dir))?.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Ok(md) = e.metadata() else { continue };
+        // Only files we wrote: a link is neither counted nor followed.
+        let Ok(md) = fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if !md.is_file() {
+            continue;
+        }
         let paths = CacheDir::shard_paths(dataset, &name);
         let used = fs::metadata(&paths.meta)
             .and_then(|m| m.modified())
@@ -485,4 +503,70 @@ pub(crate) fn hash_file(path: &Path) -> Result<Checksum, CacheError> {
 /// Writes a small file atomically (see [`AtomicFile`]); its temporary name starts with a dot.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     AtomicFile::write(path, bytes).map_err(CacheError::io(path))
+}
+
+/// Refuses a cache folder owned by another user: its shards could be swapped under us.
+fn check_owner(root: &Path) -> Result<(), CacheError> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = fs::metadata(root).map_err(CacheError::io(root))?.uid();
+    // `/proc/self` belongs to the process's effective user (no unsafe `geteuid` needed).
+    let Ok(me) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return Ok(());
+    };
+    if owner != me {
+        return Err(CacheError::NotOurs {
+            path: root.to_path_buf(),
+            owner,
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod hardening {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_new_cache_folder_is_private_and_another_users_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("cache");
+        CacheDir::open(&root, None).unwrap();
+        let mode = fs::metadata(&root).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "mode {mode:o}");
+        // Giving it away needs root; where the tests run unprivileged this half cannot be set up.
+        if std::os::unix::fs::chown(&root, Some(4242), None).is_ok() {
+            assert!(matches!(
+                CacheDir::open(&root, None),
+                Err(CacheError::NotOurs { owner: 4242, .. })
+            ));
+            assert!(matches!(
+                CacheDir::existing(&root),
+                Err(CacheError::NotOurs { .. })
+            ));
+        } else {
+            eprintln!("not root: the foreign-owner half of this test was not set up");
+        }
+    }
+
+    #[test]
+    fn clear_never_follows_links_out_of_the_folder() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("precious");
+        fs::create_dir_all(outside.join("shards")).unwrap();
+        fs::write(outside.join("source"), "https://h/d/").unwrap();
+        fs::write(outside.join("shards/a.tar"), b"keep me").unwrap();
+        fs::write(t.path().join("file.tar"), b"keep me too").unwrap();
+        let cache = CacheDir::open(t.path().join("cache"), None).unwrap();
+        // A linked dataset folder, and a link among a real dataset's shards.
+        std::os::unix::fs::symlink(&outside, cache.root().join("linked-0000")).unwrap();
+        let d = cache.dataset_dir("https://h/real/").unwrap();
+        std::os::unix::fs::symlink(t.path().join("file.tar"), d.join("shards/b.tar")).unwrap();
+        fs::write(d.join("shards/own.tar"), b"ours").unwrap();
+        let report = cache.clear(None).unwrap();
+        assert_eq!(report.removed, 1, "only our own shard goes");
+        assert!(!d.join("shards/own.tar").exists());
+        assert_eq!(fs::read(outside.join("shards/a.tar")).unwrap(), b"keep me");
+        assert_eq!(fs::read(t.path().join("file.tar")).unwrap(), b"keep me too");
+    }
 }

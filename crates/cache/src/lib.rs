@@ -33,6 +33,7 @@ pub use remote::FetchPolicy;
 #[cfg(feature = "remote")]
 pub use source::{CacheOptions, FetchFailure, Lease, RemoteDataset, ShardSpec};
 
+use shardtool_core::redact_urls;
 use std::path::PathBuf;
 
 /// Why a cache or remote operation failed.
@@ -40,7 +41,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum CacheError {
     /// The dataset argument cannot be understood.
-    #[error("bad dataset location {location:?}: {message}")]
+    #[error("bad dataset location {:?}: {}", redact_urls(.location), redact_urls(.message))]
     BadLocation {
         /// As given.
         location: String,
@@ -56,7 +57,7 @@ pub enum CacheError {
         cause: std::io::Error,
     },
     /// A remote object could not be fetched after every attempt.
-    #[error("fetching {url} failed after {attempts} attempt(s): {message}")]
+    #[error("fetching {} failed after {attempts} attempt(s): {}", redact_urls(.url), redact_urls(.message))]
     Fetch {
         /// The object.
         url: String,
@@ -66,7 +67,7 @@ pub enum CacheError {
         message: String,
     },
     /// The remote dataset's manifest is missing or invalid.
-    #[error("manifest {url}: {message}")]
+    #[error("manifest {}: {}", redact_urls(.url), redact_urls(.message))]
     Manifest {
         /// Its URL.
         url: String,
@@ -80,6 +81,16 @@ pub enum CacheError {
         limit: u64,
         /// Why, with the bytes needed.
         message: String,
+    },
+    /// The cache directory belongs to another user.
+    #[error(
+        "cache folder {path} belongs to another user (uid {owner}); use a --cache-dir of your own"
+    )]
+    NotOurs {
+        /// The folder.
+        path: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
     },
     /// The cache directory is not one this tool made.
     #[error("{path} is not a shardtool cache directory (no CACHEDIR.TAG from shardtool); refusing to touch it")]

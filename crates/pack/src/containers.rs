@@ -529,12 +529,14 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
             let ci = listing.containers.len() as u32;
             listing.containers.push(Container {
                 path: f.path,
-                source: name.clone(),
+                // URLs may carry credentials; what is shown never does.
+                source: shardtool_core::redact_urls(name).into_owned(),
                 kind: ContainerKind::Tar,
             });
-            let dir = listing
-                .inputs
-                .add_container_dir(format!("{name}:").as_bytes(), Some(ci));
+            let dir = listing.inputs.add_container_dir(
+                format!("{}:", shardtool_core::redact_urls(name)).as_bytes(),
+                Some(ci),
+            );
             for (s, label) in shard.samples.iter().zip(shard.labels) {
                 let source = || format!("{name}:{}", s.key);
                 if !s.members.iter().any(|m| is_image_field(&m.field)) {

@@ -43,10 +43,12 @@ pub struct ErrorRecord {
 impl ErrorRecord {
     /// A line for input `path` that failed with `kind` because of `message`.
     pub(crate) fn new(path: impl Into<String>, kind: &str, message: impl Into<String>) -> Self {
+        // Inputs named by URL may carry credentials: they never reach a report.
+        let (path, message) = (path.into(), message.into());
         Self {
-            path: path.into(),
+            path: shardtool_core::redact_urls(&path).into_owned(),
             kind: kind.to_string(),
-            message: message.into(),
+            message: shardtool_core::redact_urls(&message).into_owned(),
         }
     }
 }

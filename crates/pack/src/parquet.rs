@@ -402,12 +402,14 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
             let ci = listing.containers.len() as u32;
             listing.containers.push(Container {
                 path: tar,
-                source: name.clone(),
+                // URLs may carry credentials; what is shown never does.
+                source: shardtool_core::redact_urls(name).into_owned(),
                 kind: ContainerKind::Parquet,
             });
-            let dir = listing
-                .inputs
-                .add_container_dir(format!("{name}:").as_bytes(), Some(ci));
+            let dir = listing.inputs.add_container_dir(
+                format!("{}:", shardtool_core::redact_urls(name)).as_bytes(),
+                Some(ci),
+            );
             for r in &s.rows {
                 if let Some(l) = r.label {
                     max_label = max_label.max(Some(l));

@@ -1,0 +1,72 @@
+//! Hardening end to end: credentials in URLs or the environment never reach messages, reports
+//! or shards.
+
+use crate::common::*;
+use crate::remote::servers::{Lighttpd, S3};
+
+/// Every file under `dir`, concatenated (shards, manifest, errors.jsonl, plan files).
+fn all_bytes(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.extend(std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+#[test]
+fn credentials_in_urls_and_the_environment_never_reach_messages_reports_or_shards() {
+    let t = tempdir();
+    let input = t.path().join("in");
+    for i in 0..4 {
+        write_file(input.join(format!("c/{i}.jpg")), jpeg(&pattern(40, 30, i)));
+    }
+    // A tar shard of the images, served over HTTP and asked for with user information.
+    let wds = t.path().join("wds");
+    pack(&input, &wds).args(["-q"]).ok();
+    let server = Lighttpd::start(&wds);
+    let url = server
+        .url("shard-000000.tar")
+        .replacen("http://", "http://ann:SECRETPW@", 1);
+    let out = t.path().join("out");
+    let r = pack(&url, &out).args(["--input-format", "wds"]).run();
+    r.assert_ok();
+    assert!(!r.stdout.contains("SECRETPW") && !r.stderr.contains("SECRETPW"));
+    assert!(
+        !contains(&all_bytes(&out), "SECRETPW"),
+        "a secret reached the dataset"
+    );
+    // A URL that cannot be fetched: the error names it, masked.
+    let r = pack("http://ann:SECRETPW@127.0.0.1:9/x.tar", t.path().join("o2")).run();
+    assert_ne!(r.code, Some(0));
+    assert!(!r.stderr.contains("SECRETPW"), "{}", r.stderr);
+    assert!(r.stderr.contains("***@127.0.0.1"), "{}", r.stderr);
+
+    // S3 with a wrong secret key: refused by the server, the key never printed.
+    let s3 = S3::start();
+    std::fs::create_dir_all(s3.root.path().join("bucket/d")).unwrap();
+    std::fs::copy(
+        wds.join("shard-000000.tar"),
+        s3.root.path().join("bucket/d/s.tar"),
+    )
+    .unwrap();
+    let mut cmd = pack("s3://bucket/d/s.tar", t.path().join("o3"));
+    for (k, v) in s3.env() {
+        cmd = cmd.env(k, v);
+    }
+    let r = cmd.env("AWS_SECRET_ACCESS_KEY", "SECRETENVKEY").run();
+    assert_ne!(r.code, Some(0), "a wrong key was accepted");
+    assert!(!r.stderr.contains("SECRETENVKEY"), "{}", r.stderr);
+    assert!(!r.stdout.contains("SECRETENVKEY"));
+}
