@@ -21,6 +21,7 @@ mod read;
 mod remote;
 mod resize;
 mod sharding;
+mod stress;
 mod tidy;
 mod transform;
 mod verify;

@@ -22,7 +22,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 const TAG: &str = "CACHEDIR.TAG";
 /// Prefix of the tag's temporary name while it is being written.
@@ -107,6 +107,9 @@ impl Drop for Reservation {
 }
 
 static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// The longest a download waits for other processes to release room in a full cache.
+pub(crate) const ROOM_WAIT: Duration = Duration::from_secs(120);
 
 impl CacheDir {
     /// Opens (creating if needed) a cache folder. `limit` caps the bytes of shards it holds.
@@ -247,19 +250,62 @@ impl CacheDir {
 
     /// Promises `need` bytes to a download, evicting least-recently-used shards that nobody
     /// holds until the cache fits under its limit. Returns how many shards were evicted.
+    ///
+    /// When the room is taken by shards in use or downloads in flight, which their processes
+    /// release as they move on, it waits for room (polling with backoff) for at most
+    /// [`ROOM_WAIT`]; when nothing will be released, or the wait runs out, it fails with the
+    /// bytes held and in use.
     pub(crate) fn reserve(&self, need: u64) -> Result<(Reservation, u64), CacheError> {
         let Some(limit) = self.limit else {
             return Ok((Reservation(None), 0));
         };
+        let deadline = std::time::Instant::now() + ROOM_WAIT;
+        let mut pause = Duration::from_millis(5);
+        let mut evicted = 0;
+        loop {
+            match self.try_reserve(need, limit, &mut evicted)? {
+                Ok(r) => return Ok((r, evicted)),
+                Err((used, in_use, reserved)) => {
+                    let others_release = in_use > 0 || reserved > 0;
+                    if !others_release || std::time::Instant::now() >= deadline {
+                        return Err(CacheError::TooSmall {
+                            limit,
+                            message: format!(
+                                "a shard of {need} bytes does not fit: {used} bytes are held, {in_use} of them by \
+                                 shards in use and {reserved} by downloads in flight{} (raise --cache-limit, or \
+                                 lower the shards open at once with fewer workers or a smaller interleave)",
+                                if others_release {
+                                    format!(", still after waiting {ROOM_WAIT:?} for room")
+                                } else {
+                                    String::new()
+                                }
+                            ),
+                        });
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+            }
+        }
+    }
+
+    /// One attempt of [`CacheDir::reserve`] under the eviction lock: the reservation, or the
+    /// bytes held, held by shards in use, and promised to downloads in flight.
+    #[allow(clippy::type_complexity)] // Ok(reservation) or Err((held, in use, in flight)), once.
+    fn try_reserve(
+        &self,
+        need: u64,
+        limit: u64,
+        evicted: &mut u64,
+    ) -> Result<Result<Reservation, (u64, u64, u64)>, CacheError> {
         let lock_path = self.root.join("evict.lock");
         let lock = open_lock(&lock_path)?;
         lock.lock().map_err(CacheError::io(&lock_path))?;
-        let mut used = self.reserved_bytes()?;
+        let reserved = self.reserved_bytes()?;
         let mut shards = self.all_shards()?;
-        used += shards.iter().map(|s| s.bytes).sum::<u64>();
+        let mut used = reserved + shards.iter().map(|s| s.bytes).sum::<u64>();
         // Oldest use first.
         shards.sort_by_key(|s| s.used);
-        let mut evicted = 0;
         let mut in_use = 0u64;
         for s in shards {
             if used + need <= limit {
@@ -268,20 +314,14 @@ impl CacheDir {
             match s.remove() {
                 Removed::Yes => {
                     used -= s.bytes;
-                    evicted += 1;
+                    *evicted += 1;
                 }
                 Removed::InUse => in_use += s.bytes,
                 Removed::No => {}
             }
         }
         if used + need > limit {
-            return Err(CacheError::TooSmall {
-                limit,
-                message: format!(
-                    "a shard of {need} bytes does not fit: {used} bytes are held, {in_use} of them by shards in use \
-                     (raise --cache-limit, or lower the shards open at once with fewer workers or a smaller interleave)"
-                ),
-            });
+            return Ok(Err((used, in_use, reserved)));
         }
         let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
         let path = self
@@ -289,7 +329,7 @@ impl CacheDir {
             .join("reserve")
             .join(format!("{}-{n}", std::process::id()));
         write_atomic(&path, need.to_string().as_bytes())?;
-        Ok((Reservation(Some(path)), evicted))
+        Ok(Ok(Reservation(Some(path))))
     }
 
     /// Bytes promised to downloads of live processes; promises of dead ones are dropped.

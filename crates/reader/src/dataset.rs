@@ -82,8 +82,12 @@ enum Slot {
     #[default]
     Closed,
     Open(Arc<ShardView>),
-    /// Failed to open: every later caller gets the same error.
-    Failed(String),
+    /// Failed to open: every later caller gets the same error. `corrupt` tells a shard whose
+    /// bytes are wrong from one that could not be had (I/O, a full cache, a failed fetch).
+    Failed {
+        corrupt: bool,
+        message: String,
+    },
 }
 
 /// An opened dataset.
@@ -181,15 +185,27 @@ impl Dataset {
         if let Slot::Closed = *slot {
             *slot = match self.open_shard(i) {
                 Ok(v) => Slot::Open(Arc::new(v)),
-                Err(e) => Slot::Failed(e.to_string()),
+                Err(ReadError::CorruptShard { message, .. }) => Slot::Failed {
+                    corrupt: true,
+                    message,
+                },
+                Err(e) => Slot::Failed {
+                    corrupt: false,
+                    message: e.to_string(),
+                },
             };
         }
         match &*slot {
             Slot::Open(v) => Ok(v.clone()),
-            Slot::Failed(message) => Err(ReadError::CorruptShard {
-                shard: self.manifest.shards[i].file.clone(),
-                message: message.clone(),
-            }),
+            Slot::Failed { corrupt, message } => {
+                let shard = self.manifest.shards[i].file.clone();
+                let message = message.clone();
+                Err(if *corrupt {
+                    ReadError::CorruptShard { shard, message }
+                } else {
+                    ReadError::Unavailable { shard, message }
+                })
+            }
             Slot::Closed => unreachable!("opened above"),
         }
     }

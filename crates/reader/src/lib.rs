@@ -69,6 +69,14 @@ pub enum ReadError {
         /// Why.
         message: String,
     },
+    /// A shard could not be had: unreadable, not fetched, or no room for it in the cache.
+    #[error("shard {shard} could not be opened: {message}")]
+    Unavailable {
+        /// Shard file.
+        shard: String,
+        /// Why.
+        message: String,
+    },
     /// A record could not be read or decoded.
     #[error("record {key} of shard {shard}: {message}")]
     CorruptRecord {

@@ -198,6 +198,8 @@ pub enum Fault {
     Truncate(usize),
     /// Ignore the Range header and send the whole file with 200.
     IgnoreRange,
+    /// Send the body in 2 KiB pieces with this pause after each (a slow link).
+    Slow(Duration),
 }
 
 /// One request the fault server saw.
@@ -347,6 +349,13 @@ fn serve(
                 w.write_all(&body[..k.min(body.len())])?;
                 w.flush()?;
                 return Ok(());
+            }
+            Fault::Slow(d) => {
+                for piece in body.chunks(2048) {
+                    w.write_all(piece)?;
+                    w.flush()?;
+                    std::thread::sleep(d);
+                }
             }
             _ => w.write_all(body)?,
         }
