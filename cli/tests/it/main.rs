@@ -6,6 +6,7 @@ mod common;
 mod cli;
 mod colour;
 mod determinism;
+mod diskfull;
 mod fields;
 mod formats;
 mod hardening;

@@ -449,7 +449,20 @@ impl Shared {
             .clone_file()
             .map_err(CacheError::io(download.temp_path()))?;
         self.remote
-            .download(&spec.file, spec.bytes, spec.checksum, &mut file)?;
+            .download(&spec.file, spec.bytes, spec.checksum, &mut file)
+            .map_err(|e| match e {
+                // A local write failed: name the file, so a full disk says which one.
+                CacheError::Fetch {
+                    url,
+                    attempts,
+                    message,
+                } if message.starts_with("writing the cache") => CacheError::Fetch {
+                    url,
+                    attempts,
+                    message: format!("{message} ({})", download.temp_path().display()),
+                },
+                e => e,
+            })?;
         drop(file);
         let published = match spec.decompressed {
             None => download,

@@ -97,10 +97,13 @@ impl AtomicFile {
         let Some(buf) = self.file.take() else {
             return Err(io::Error::other("already committed"));
         };
-        let file = buf.into_inner()?;
-        file.sync_all()?;
-        drop(file);
-        fs::rename(&self.tmp, &self.dest)?;
+        // A failure before the rename (a full disk shows up at the last flush or the fsync)
+        // leaves no temporary file behind.
+        let written = buf.into_inner().and_then(|file| file.sync_all());
+        if let Err(e) = written.and_then(|()| fs::rename(&self.tmp, &self.dest)) {
+            let _ = std::fs::remove_file(&self.tmp);
+            return Err(e);
+        }
         let dir = match self.dest.parent() {
             Some(d) if !d.as_os_str().is_empty() => d,
             _ => Path::new("."),
