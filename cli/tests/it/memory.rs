@@ -116,3 +116,73 @@ fn peak_memory_does_not_grow_with_the_dataset() {
         "peak RSS grew from {small} KiB (60 images) to {large} KiB (600 images)"
     );
 }
+
+#[test]
+fn pack_memory_on_a_100000_input_list_is_its_window_plus_the_listing() {
+    // 100,000 list rows over 50 real files: what grows with the rows is the compact listing
+    // (a few bytes plus the name per input) and the order (4 bytes per input), never images.
+    let t = tempdir();
+    let pictures: Vec<Vec<u8>> = (0..50).map(|i| jpeg(&pattern(48, 40, i))).collect();
+    for (i, p) in pictures.iter().enumerate() {
+        write_file(t.path().join(format!("img/{i:02}.jpg")), p);
+    }
+    let list = |rows: u32| {
+        let path = t.path().join(format!("list{rows}.csv"));
+        let mut text = String::from("path,label\n");
+        for r in 0..rows {
+            text.push_str(&format!("img/{:02}.jpg,{}\n", r % 50, r % 7));
+        }
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let run = |rows: u32| {
+        let l = list(rows);
+        let out = t.path().join(format!("out{rows}"));
+        let kib = peak_rss_kib(&[
+            "pack".as_ref(),
+            "--list".as_ref(),
+            l.as_os_str(),
+            out.as_os_str(),
+            "--encode".as_ref(),
+            "keep".as_ref(),
+            "--jobs".as_ref(),
+            "2".as_ref(),
+            "--quiet".as_ref(),
+        ]);
+        assert_eq!(manifest(&out).inputs.packed, u64::from(rows));
+        kib
+    };
+    let (small, big) = (run(10_000), run(100_000));
+    eprintln!("peak RSS: 10,000 inputs {small} KiB, 100,000 inputs {big} KiB");
+    // 90,000 more inputs at well under 100 bytes each, with room for allocator slack.
+    assert!(
+        big < small + 16 * 1024,
+        "peak RSS grew from {small} KiB to {big} KiB for 90,000 more list rows"
+    );
+}
+
+#[test]
+fn reader_memory_stays_flat_over_twenty_epochs() {
+    let t = tempdir();
+    let ds = t.path().join("ds");
+    pack(sample_data(), &ds)
+        .args(["--resize", "shorter:64", "--shard-samples", "8", "-q"])
+        .ok();
+    let peak = |epochs: &str| {
+        peak_rss_kib(&[
+            "bench".as_ref(),
+            ds.as_os_str(),
+            "--decode".as_ref(),
+            "--batch".as_ref(),
+            "8".as_ref(),
+            "--epochs".as_ref(),
+            epochs.as_ref(),
+        ])
+    };
+    let (two, twenty) = (peak("2"), peak("20"));
+    eprintln!("reader peak RSS: 2 epochs {two} KiB, 20 epochs {twenty} KiB");
+    assert!(
+        (twenty as f64) <= two as f64 * 1.05,
+        "peak RSS grew from {two} KiB (2 epochs) to {twenty} KiB (20 epochs)"
+    );
+}
