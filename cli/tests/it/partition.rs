@@ -441,15 +441,29 @@ fn a_killed_pack_resumes_from_its_done_shards_to_the_same_bytes() {
             .run();
         r.assert_code(2);
         assert!(r.stderr.contains("other inputs or options"), "{}", r.stderr);
-        let before = status_json(&out)["done"].as_array().unwrap().len();
-        eprintln!("{before} shard(s) were done when the pack was killed");
+        // Killed before its plan was written or after it was removed, there is no status.
+        let s = Cmd::new(["status", "--json"]).arg(&out).run();
+        eprintln!("killed at: {}{}", s.stdout.trim(), s.stderr.trim());
         pack(&input, &out).args(OPTS).args(["--resume", "-q"]).ok();
     }
     assert_same_dataset(&out, &single);
     assert!(!out.join("_plan").exists());
-    let r = pack(&input, &out).args(OPTS).arg("--resume").run();
+    // Resuming a finished pack packs nothing and changes nothing; other options are refused.
+    pack(&input, &out).args(OPTS).args(["--resume", "-q"]).ok();
+    assert_same_dataset(&out, &single);
+    let r = pack(&input, &out)
+        .args([
+            "--resize",
+            "shorter:41",
+            "--shard-samples",
+            "9",
+            "--seed",
+            "11",
+            "--resume",
+        ])
+        .run();
     r.assert_code(2);
-    assert!(r.stderr.contains("nothing to resume"), "{}", r.stderr);
+    assert!(r.stderr.contains("other inputs or options"), "{}", r.stderr);
 }
 
 #[test]

@@ -108,6 +108,30 @@ impl Drop for Reservation {
 
 static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
 
+/// Shards this process holds (leases with a shared lock), with how many leases each: a full
+/// cache waits for room only when other processes hold what fills it.
+static HELD_HERE: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, usize>>> =
+    std::sync::Mutex::new(None);
+
+/// Records that this process took (`true`) or dropped a lease on `path`.
+pub(crate) fn held_here(path: &Path, taken: bool) {
+    let mut map = HELD_HERE.lock().unwrap_or_else(|p| p.into_inner());
+    let map = map.get_or_insert_with(Default::default);
+    if taken {
+        *map.entry(path.to_path_buf()).or_insert(0) += 1;
+    } else if let Some(n) = map.get_mut(path) {
+        *n -= 1;
+        if *n == 0 {
+            map.remove(path);
+        }
+    }
+}
+
+fn is_held_here(path: &Path) -> bool {
+    let map = HELD_HERE.lock().unwrap_or_else(|p| p.into_inner());
+    map.as_ref().is_some_and(|m| m.contains_key(path))
+}
+
 /// The longest a download waits for other processes to release room in a full cache.
 pub(crate) const ROOM_WAIT: Duration = Duration::from_secs(120);
 
@@ -265,8 +289,9 @@ impl CacheDir {
         loop {
             match self.try_reserve(need, limit, &mut evicted)? {
                 Ok(r) => return Ok((r, evicted)),
-                Err((used, in_use, reserved)) => {
-                    let others_release = in_use > 0 || reserved > 0;
+                Err((used, in_use, reserved, others)) => {
+                    // Only room that other processes hold will be released while we wait.
+                    let others_release = others > 0;
                     if !others_release || std::time::Instant::now() >= deadline {
                         return Err(CacheError::TooSmall {
                             limit,
@@ -290,18 +315,20 @@ impl CacheDir {
     }
 
     /// One attempt of [`CacheDir::reserve`] under the eviction lock: the reservation, or the
-    /// bytes held, held by shards in use, and promised to downloads in flight.
-    #[allow(clippy::type_complexity)] // Ok(reservation) or Err((held, in use, in flight)), once.
+    /// bytes held, held by shards in use, promised to downloads in flight, and the part of the
+    /// last two that other processes hold.
+    #[allow(clippy::type_complexity)] // Ok(reservation) or Err of four byte counts, used once.
     fn try_reserve(
         &self,
         need: u64,
         limit: u64,
         evicted: &mut u64,
-    ) -> Result<Result<Reservation, (u64, u64, u64)>, CacheError> {
+    ) -> Result<Result<Reservation, (u64, u64, u64, u64)>, CacheError> {
         let lock_path = self.root.join("evict.lock");
         let lock = open_lock(&lock_path)?;
         lock.lock().map_err(CacheError::io(&lock_path))?;
-        let reserved = self.reserved_bytes()?;
+        let (reserved, reserved_by_others) = self.reserved_bytes()?;
+        let mut others = reserved_by_others;
         let mut shards = self.all_shards()?;
         let mut used = reserved + shards.iter().map(|s| s.bytes).sum::<u64>();
         // Oldest use first.
@@ -316,12 +343,17 @@ impl CacheDir {
                     used -= s.bytes;
                     *evicted += 1;
                 }
-                Removed::InUse => in_use += s.bytes,
+                Removed::InUse => {
+                    in_use += s.bytes;
+                    if !is_held_here(&s.paths.data) {
+                        others += s.bytes;
+                    }
+                }
                 Removed::No => {}
             }
         }
         if used + need > limit {
-            return Ok(Err((used, in_use, reserved)));
+            return Ok(Err((used, in_use, reserved, others)));
         }
         let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
         let path = self
@@ -332,10 +364,12 @@ impl CacheDir {
         Ok(Ok(Reservation(Some(path))))
     }
 
-    /// Bytes promised to downloads of live processes; promises of dead ones are dropped.
-    fn reserved_bytes(&self) -> Result<u64, CacheError> {
+    /// Bytes promised to downloads of live processes, and the part promised by processes other
+    /// than this one; promises of dead ones are dropped.
+    fn reserved_bytes(&self) -> Result<(u64, u64), CacheError> {
         let dir = self.root.join("reserve");
-        let mut total = 0;
+        let me = std::process::id().to_string();
+        let (mut total, mut others) = (0, 0);
         for e in fs::read_dir(&dir).map_err(CacheError::io(&dir))?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') {
@@ -352,10 +386,14 @@ impl CacheDir {
                 .and_then(|f| f.take(32).read_to_string(&mut text))
                 .is_ok()
             {
-                total += text.trim().parse::<u64>().unwrap_or(0);
+                let n = text.trim().parse::<u64>().unwrap_or(0);
+                total += n;
+                if pid != me {
+                    others += n;
+                }
             }
         }
-        Ok(total)
+        Ok((total, others))
     }
 
     fn datasets(&self) -> Result<Vec<PathBuf>, CacheError> {

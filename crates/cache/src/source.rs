@@ -86,9 +86,25 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// A lease on `path`, holding `lock` (shared) when given.
+    fn new(path: PathBuf, lock: Option<File>) -> Self {
+        if lock.is_some() {
+            crate::dir::held_here(&path, true);
+        }
+        Self { path, _lock: lock }
+    }
+
     /// The whole, checked, decompressed shard file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self._lock.is_some() {
+            crate::dir::held_here(&self.path, false);
+        }
     }
 }
 
@@ -403,10 +419,7 @@ impl Shared {
                 if !fetched {
                     Recorder::add(&self.remote.metrics.hits, 1);
                 }
-                return Ok(Lease {
-                    path: paths.data.clone(),
-                    _lock: hold.then_some(lock),
-                });
+                return Ok(Lease::new(paths.data.clone(), hold.then_some(lock)));
             }
             drop(lock);
             let lock = open_lock(&paths.lock)?;

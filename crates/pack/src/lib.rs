@@ -161,12 +161,6 @@ pub enum PackError {
         /// The output folder.
         path: PathBuf,
     },
-    /// `--resume` on a finished dataset.
-    #[error("{path} holds a finished dataset: nothing to resume")]
-    NothingToResume {
-        /// The output folder.
-        path: PathBuf,
-    },
     /// An object-store output could not be read or written.
     #[error("output {location}: {message}")]
     Store {
@@ -216,7 +210,6 @@ impl PackError {
                 | PackError::PlanExists { .. }
                 | PackError::BadPart { .. }
                 | PackError::ResumeMismatch { .. }
-                | PackError::NothingToResume { .. }
         )
     }
 

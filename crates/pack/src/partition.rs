@@ -602,14 +602,18 @@ pub(crate) fn pack_planned(
         }
     } else {
         if plan.resume && store.size(shardtool_manifest::FILE_NAME)?.is_some() {
-            return Err(PackError::NothingToResume {
-                path: output.clone(),
-            });
+            return finished(plan, &store, start);
         }
         let mut fresh = plan.clone();
         // A resume that finds no plan starts over, clearing what an interrupted plan left.
         fresh.overwrite |= plan.resume;
-        make_plan_in(&fresh, &store)?;
+        make_plan_in(&fresh, &store).map_err(|e| match e {
+            // An interrupted pack left its plan: to `pack`, the output is simply not empty.
+            PackError::PlanExists { .. } => PackError::OutputNotEmpty {
+                path: output.clone(),
+            },
+            e => e,
+        })?;
     }
     drop(store);
     let loaded = load(output, Some(plan.jobs))?;
@@ -632,5 +636,43 @@ pub(crate) fn pack_planned(
         bytes_in: part.bytes_in,
         elapsed: start.elapsed(),
         stages: part.stages,
+    })
+}
+
+/// `--resume` of a pack that had already published its manifest (killed while tidying up, or
+/// run twice): nothing to pack; what is left of the plan goes, and the dataset is reported.
+fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport, PackError> {
+    let output = &plan.output;
+    let bytes = store
+        .read(shardtool_manifest::FILE_NAME, 1 << 30)?
+        .unwrap_or_default();
+    let manifest = Manifest::from_slice(&bytes, 1 << 30).map_err(|e| PackError::BadPlan {
+        path: output.join(shardtool_manifest::FILE_NAME),
+        message: e.to_string(),
+    })?;
+    if manifest.pack != plan.manifest_options() {
+        return Err(PackError::ResumeMismatch {
+            path: output.clone(),
+        });
+    }
+    if !store.is_remote() {
+        let dir = plan_dir(store.local());
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;
+        }
+    }
+    let errors = store
+        .read("errors.jsonl", 1 << 30)?
+        .unwrap_or_default()
+        .split(|&b| b == b'\n')
+        .filter_map(|line| serde_json::from_slice(line).ok())
+        .collect();
+    Ok(PackReport {
+        bytes_out: manifest.totals.bytes,
+        manifest,
+        errors,
+        bytes_in: 0,
+        elapsed: start.elapsed(),
+        stages: Default::default(),
     })
 }
