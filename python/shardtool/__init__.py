@@ -20,6 +20,7 @@ from ._shardtool import (
     __version__,
 )
 from ._loader import Loader
+from ._partition import merge, pack_part, plan, status
 from ._tools import inspect, pack, verify
 
 __all__ = [
@@ -33,6 +34,10 @@ __all__ = [
     "Tensor",
     "__version__",
     "inspect",
+    "merge",
     "pack",
+    "pack_part",
+    "plan",
+    "status",
     "verify",
 ]

@@ -1,9 +1,11 @@
 //! `shardtool._shardtool`, the compiled half of the `shardtool` Python package: the reader
-//! (`Reader`, batches as DLPack `Tensor`s), `pack`, `verify`, `inspect` and the exception types.
+//! (`Reader`, batches as DLPack `Tensor`s), `pack`, `verify`, `inspect`, partitioned packing
+//! (`pack_part`, `merge`, `status`) and the exception types.
 //! The public, documented API is the pure-Python `shardtool` package around it.
 
 mod dlpack;
 mod errors;
+mod partition;
 mod reader;
 mod tools;
 
@@ -20,6 +22,9 @@ fn _shardtool(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tools::inspect, m)?)?;
     m.add_function(wrap_pyfunction!(tools::parse_byte_size, m)?)?;
     m.add_function(wrap_pyfunction!(tools::check_transform, m)?)?;
+    m.add_function(wrap_pyfunction!(partition::pack_part, m)?)?;
+    m.add_function(wrap_pyfunction!(partition::merge, m)?)?;
+    m.add_function(wrap_pyfunction!(partition::status, m)?)?;
     errors::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

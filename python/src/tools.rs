@@ -17,7 +17,7 @@ use std::time::Duration;
 /// Runs `work` on its own thread; returns its result, or the exception a signal handler raised
 /// (Ctrl-C) within 100 ms. An interrupted task finishes in the background: the libraries have
 /// no cancellation point, and stopping a thread mid-write would leave temporary files.
-fn interruptible<T: Send + 'static>(
+pub(crate) fn interruptible<T: Send + 'static>(
     py: Python<'_>,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> PyResult<T> {
@@ -65,7 +65,7 @@ fn json(v: &impl serde::Serialize) -> PyResult<String> {
 #[pyo3(signature = (input, output, *, format="wds", resize="none", upscale=false,
     filter="catmull-rom", encode="jpeg", quality=90, decode_scale="gap:2", compress=None, seed=None, shuffle=true,
     shard_size="256MiB", shard_samples=None, prefix="shard", jobs=None, max_pixels=100_000_000,
-    max_errors=None, overwrite=false))]
+    max_errors=None, overwrite=false, plan_only=false))]
 // One parameter per keyword argument of the Python signature.
 #[allow(clippy::too_many_arguments)]
 pub fn pack(
@@ -89,6 +89,7 @@ pub fn pack(
     max_pixels: u64,
     max_errors: Option<u64>,
     overwrite: bool,
+    plan_only: bool,
 ) -> PyResult<String> {
     if !input.exists() {
         return Err(PyFileNotFoundError::new_err(format!(
@@ -157,6 +158,22 @@ pub fn pack(
     plan.overwrite = overwrite;
     plan.validate()
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    if plan_only {
+        if plan.shard_samples.is_none() {
+            return Err(PyValueError::new_err(
+                "shard_samples is required: a plan fixes what each shard holds by position",
+            ));
+        }
+        let file = interruptible(py, move || shardtool_pack::make_plan(&plan))?
+            .map_err(crate::partition::pack_error)?;
+        return json(&serde_json::json!({
+            "plan": file.hash,
+            "inputs": file.inputs,
+            "shards": file.shards,
+            "shard_samples": file.shard_samples,
+            "failed_listing": file.errors.len(),
+        }));
+    }
     let report = interruptible(py, move || pack_dataset(&plan, &NoProgress))?;
     match report {
         Ok(r) => json(&serde_json::json!({

@@ -1,0 +1,61 @@
+"""Partitioned packing from Python: ``plan`` once, ``pack_part`` anywhere (a Ray task, a Slurm
+job, a notebook), any number of times, then ``merge``. See ``shardtool.ray`` for a Ray driver."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Optional, Union
+
+from . import _shardtool
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: Any) -> Dict[str, Any]:
+    """Lists the inputs once and fixes the options, seed and shard count in ``output/_plan/``.
+
+    Takes the options of :func:`shardtool.pack`; ``shard_samples`` (positions per shard) is
+    required: shard ``j`` holds positions ``[j*K, (j+1)*K)`` of the seeded order, whoever packs it.
+    ``output`` is a folder every part can reach, or an empty ``s3://bucket/prefix/``. Returns
+    ``plan`` (the plan hash), ``inputs``, ``shards`` and ``shard_samples``.
+    """
+    out = os.fspath(output)
+    return json.loads(
+        _shardtool.pack(
+            os.fspath(input), out, shard_samples=shard_samples, plan_only=True, **options
+        )
+    )
+
+
+def pack_part(
+    output: PathLike,
+    index: int,
+    count: int,
+    *,
+    jobs: Optional[int] = None,
+    max_errors: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Packs part ``index`` of ``count`` of the plan in ``output``: shards ``j`` with
+    ``j % count == index``, skipping those already done, each published with a done record.
+
+    Safe to run again after a crash, or twice at once (the same bytes are written). Returns the
+    part's counts (``packed``, ``skipped``, ``samples``, ``failed``, ``seconds`` …). Raises
+    ``FileNotFoundError`` when ``output`` holds no plan, ``ValueError`` for a bad part.
+    """
+    return json.loads(
+        _shardtool.pack_part(os.fspath(output), index, count, jobs=jobs, max_errors=max_errors)
+    )
+
+
+def merge(output: PathLike) -> Dict[str, Any]:
+    """Commits the partitioned pack in ``output``: every shard must be done (``DatasetError``
+    naming the missing ones otherwise); writes ``errors.jsonl``, then ``manifest.json`` last.
+    Returns the ``manifest`` and the failed inputs (``errors``). Running it again is harmless."""
+    return json.loads(_shardtool.merge(os.fspath(output)))
+
+
+def status(output: PathLike) -> Dict[str, Any]:
+    """Where the partitioned pack in ``output`` stands: ``shards``, ``done`` and ``missing``
+    shard indices, ``samples`` and ``failed`` so far, and whether it is ``merged``."""
+    return json.loads(_shardtool.status(os.fspath(output)))

@@ -1,0 +1,98 @@
+"""Pack on a Ray cluster: plan once, one Ray task per part, then merge.
+
+Parts are idempotent (a part skips shards already done, and a repeated shard has the same
+bytes), so Ray's task retries and a rerun of this driver after a crash are both safe. OUTPUT
+must be reachable from every node: a shared file system or an ``s3://`` folder.
+
+Run it as a module::
+
+    python -m shardtool.ray INPUT OUTPUT --parts 8 --shard-samples 5000 --resize shorter:256
+
+or from Python::
+
+    import ray, shardtool.ray
+    ray.init()
+    shardtool.ray.pack(INPUT, OUTPUT, parts=8, shard_samples=5000, resize="shorter:256")
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Dict, List, Optional
+
+from . import _partition
+
+
+def pack(
+    input: str,
+    output: str,
+    *,
+    parts: int,
+    shard_samples: int,
+    cpus_per_part: int = 1,
+    max_retries: int = 3,
+    **options: Any,
+) -> Dict[str, Any]:
+    """Plans (unless ``output`` already holds a plan), runs ``parts`` Ray tasks of
+    ``cpus_per_part`` CPUs each, and merges. Returns the merge result (``manifest``, ``errors``)
+    with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first."""
+    import ray
+
+    try:
+        _partition.status(output)
+    except FileNotFoundError:
+        _partition.plan(input, output, shard_samples=shard_samples, **options)
+
+    @ray.remote(num_cpus=cpus_per_part, max_retries=max_retries)
+    def part(index: int) -> Dict[str, Any]:
+        return _partition.pack_part(output, index, parts, jobs=cpus_per_part)
+
+    reports: List[Dict[str, Any]] = ray.get([part.remote(i) for i in range(parts)])
+    merged = _partition.merge(output)
+    merged["parts"] = reports
+    return merged
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m shardtool.ray",
+        description="Pack INPUT into OUTPUT with one Ray task per part, then merge.",
+    )
+    p.add_argument("input")
+    p.add_argument("output")
+    p.add_argument("--parts", type=int, required=True, help="Ray tasks (parts of the plan)")
+    p.add_argument("--shard-samples", type=int, required=True, help="positions per shard")
+    p.add_argument("--cpus-per-part", type=int, default=1)
+    p.add_argument("--address", default=None, help="Ray cluster address (default: local)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")
+    p.add_argument("--resize", default="none")
+    p.add_argument("--format", default="wds", choices=["wds", "packed"])
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    import ray
+
+    ray.init(address=a.address, num_cpus=a.num_cpus)
+    try:
+        r = pack(
+            a.input,
+            a.output,
+            parts=a.parts,
+            shard_samples=a.shard_samples,
+            cpus_per_part=a.cpus_per_part,
+            resize=a.resize,
+            format=a.format,
+            seed=a.seed,
+        )
+    finally:
+        ray.shutdown()
+    m = r["manifest"]
+    print(
+        f"packed {m['totals']['samples']} samples into {m['totals']['shards']} shard(s) "
+        f"with {a.parts} Ray task(s); {len(r['errors'])} input(s) failed"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+//! Partitioned packing for Python (Ray tasks, notebooks): `pack_part`, `merge` and `status`
+//! over a plan made by `shardtool plan` or `shardtool.plan`. Results come back as JSON text.
+
+use crate::errors::DatasetError;
+use crate::tools::interruptible;
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
+use pyo3::prelude::*;
+use shardtool_pack::{Assignment, NoProgress, PackError};
+use std::path::PathBuf;
+
+/// A pack error as the Python exception a user would catch.
+pub(crate) fn pack_error(e: PackError) -> PyErr {
+    match e {
+        PackError::NoPlan { .. } => PyFileNotFoundError::new_err(e.to_string()),
+        e if e.is_usage() => PyValueError::new_err(e.to_string()),
+        e @ PackError::Io { .. } => PyOSError::new_err(e.to_string()),
+        e => DatasetError::new_err(e.to_string()),
+    }
+}
+
+fn json(v: serde_json::Value) -> String {
+    v.to_string()
+}
+
+/// Packs part `index` of `count` of the plan in `output` (shards `j` with `j % count ==
+/// index`), skipping shards already done; returns the part's report as JSON.
+#[pyfunction]
+#[pyo3(signature = (output, index, count, *, jobs=None, max_errors=None))]
+pub fn pack_part(
+    py: Python<'_>,
+    output: String,
+    index: u64,
+    count: u64,
+    jobs: Option<usize>,
+    max_errors: Option<u64>,
+) -> PyResult<String> {
+    if jobs == Some(0) {
+        return Err(PyValueError::new_err("jobs: at least one worker thread"));
+    }
+    let out = PathBuf::from(output);
+    let which = Assignment::Part { index, count };
+    let r = interruptible(py, move || {
+        shardtool_pack::pack_part(&out, &which, jobs, max_errors, &NoProgress)
+    })?
+    .map_err(pack_error)?;
+    Ok(json(serde_json::json!({
+        "part": index,
+        "parts": count,
+        "assigned": r.assigned,
+        "skipped": r.skipped,
+        "packed": r.packed,
+        "samples": r.samples,
+        "failed": r.failed,
+        "bytes_in": r.bytes_in,
+        "bytes_out": r.bytes_out,
+        "seconds": r.elapsed.as_secs_f64(),
+    })))
+}
+
+/// Commits the partitioned pack in `output`: every shard must be done; writes `errors.jsonl`
+/// and `manifest.json` last; returns the manifest and errors as JSON.
+#[pyfunction]
+pub fn merge(py: Python<'_>, output: String) -> PyResult<String> {
+    let out = PathBuf::from(output);
+    let r = interruptible(py, move || shardtool_pack::merge(&out))?.map_err(pack_error)?;
+    Ok(json(serde_json::json!({
+        "manifest": r.manifest,
+        "errors": r.errors,
+    })))
+}
+
+/// Where the partitioned pack in `output` stands, as JSON.
+#[pyfunction]
+pub fn status(py: Python<'_>, output: String) -> PyResult<String> {
+    let out = PathBuf::from(output);
+    let s = interruptible(py, move || shardtool_pack::status(&out))?.map_err(pack_error)?;
+    Ok(json(serde_json::to_value(s).unwrap_or_default()))
+}
