@@ -2,7 +2,7 @@
 """Writes the inputs of scripts/bench_inputs.sh: the same ImageFolder's JPEGs as WebDataset shards
 and as a Hugging Face-layout Parquet file, once as they are and once repeated ten times.
 
-Usage: bench_inputs_make.py IMAGEFOLDER OUT [REPEAT]   (REPEAT default 10)
+Usage: bench_inputs_make.py IMAGEFOLDER OUT [REPEAT]   (REPEAT default 10; 1 writes x1 only)
 
 * OUT/x1/wds/shard-NNNNNN.tar: `webdataset.ShardWriter` (maxcount 1000), each sample with the
   crop's bytes as `jpg`, its class index as `cls` and a caption as `txt`.
@@ -77,10 +77,9 @@ def main(argv: List[str]) -> int:
     repeat = int(argv[3]) if len(argv) == 4 else 10
     images = sorted(p for p in src.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg"))
     classes = sorted({p.parent.name for p in images})
-    counts = {
-        "x1": write(images, classes, out / "x1", 1),
-        f"x{repeat}": write(images, classes, out / f"x{repeat}", repeat),
-    }
+    counts = {"x1": write(images, classes, out / "x1", 1)}
+    if repeat > 1:
+        counts[f"x{repeat}"] = write(images, classes, out / f"x{repeat}", repeat)
     print(json.dumps(counts))
     return 0
 
