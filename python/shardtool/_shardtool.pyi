@@ -93,7 +93,33 @@ def plan_info(
     cache_limit: Optional[int] = None,
 ) -> Tuple[str, int, int]: ...
 def check_fields(dataset: str, fields: List[str]) -> None: ...
-def pack(input: str, output: str, **options: Any) -> str: ...
+def pack(
+    input: str,
+    output: str,
+    *,
+    input_format: Optional[str] = None,
+    image_column: Optional[str] = None,
+    label_column: Optional[str] = None,
+    text_column: Optional[str] = None,
+    format: str = "wds",
+    resize: str = "none",
+    upscale: bool = False,
+    filter: str = "catmull-rom",
+    encode: str = "jpeg",
+    quality: int = 90,
+    decode_scale: str = "gap:2",
+    compress: Optional[str] = None,
+    seed: Optional[int] = None,
+    shuffle: bool = True,
+    shard_size: str = "256MiB",
+    shard_samples: Optional[int] = None,
+    prefix: str = "shard",
+    jobs: Optional[int] = None,
+    max_pixels: int = 100_000_000,
+    max_errors: Optional[int] = None,
+    overwrite: bool = False,
+    plan_only: bool = False,
+) -> str: ...
 def pack_part(
     output: str, index: int, count: int, *, jobs: Optional[int] = None, max_errors: Optional[int] = None
 ) -> str: ...

@@ -4,31 +4,66 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Union
+from typing import Any, Dict, Optional, Union
 
 from . import _shardtool
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def pack(input: PathLike, output: PathLike, **options: Any) -> Dict[str, Any]:
-    """Packs an image folder (``class/image.jpg``) into shards in ``output``.
+def pack(
+    input: PathLike,
+    output: PathLike,
+    *,
+    input_format: Optional[str] = None,
+    image_column: Optional[str] = None,
+    label_column: Optional[str] = None,
+    text_column: Optional[str] = None,
+    **options: Any,
+) -> Dict[str, Any]:
+    """Packs images into shards in ``output``, as ``shardtool pack INPUT OUTPUT`` does.
 
-    Options are the CLI's flags with underscores: ``format`` (``"wds"`` or ``"packed"``),
-    ``resize`` (``"none"``, ``"256x256"``, ``"short:256"``, …), ``upscale``, ``filter``, ``encode``
-    (``"jpeg"``, ``"png"``, ``"raw"``, ``"keep"``), ``quality``, ``decode_scale`` (``"gap:2"``,
-    the default: JPEGs shrink while decoding only while still twice the target, so the resize
-    filter makes the last step; ``"gap:N"`` for another gap from 1 to 8; ``"fast"`` to shrink as
-    far as the target allows, quicker but blurrier; ``"full"`` for none), ``compress``
-    (``"zstd"``, ``"zstd:LEVEL"``), ``seed``, ``shuffle``, ``shard_size``, ``shard_samples``,
-    ``prefix``, ``jobs``, ``max_pixels``, ``max_errors``, ``overwrite``.
+    ``input`` is what the CLI takes as INPUT (a ``str`` or an ``os.PathLike``): an image folder
+    (``class/image.jpg``), a CSV or JSONL list, WebDataset ``.tar`` shards, Parquet files (or a
+    folder of them, as in the Hugging Face layout), a brace pattern
+    (``"shards/s-{000..009}.tar"``), a glob in the last path component (``"shards/*.tar"``), or
+    URLs (``http(s)://``, ``s3://``, ``file://``) of shards or Parquet files.
+
+    ``input_format`` says what ``input`` holds when its names do not: ``"imagefolder"``,
+    ``"list"``, ``"wds"`` or ``"parquet"`` (a pattern of names without ``.tar`` or ``.parquet``
+    needs it). ``image_column``, ``label_column`` and ``text_column`` name the list or Parquet
+    columns holding the image (for a list, its path), the label (an integer or class name) and
+    the text carried as each sample's ``.txt``; by default ``image`` (list: ``path``), ``label``
+    and ``text`` (Parquet: ``text``, then ``caption``).
+
+    The other options are the CLI's flags with underscores: ``format`` (``"wds"`` or
+    ``"packed"``), ``resize`` (``"none"``, ``"256x256"``, ``"shorter:256"``, …), ``upscale``,
+    ``filter``, ``encode`` (``"jpeg"``, ``"png"``, ``"raw"``, ``"keep"``), ``quality``,
+    ``decode_scale`` (``"gap:2"``, the default: JPEGs shrink while decoding only while still
+    twice the target, so the resize filter makes the last step; ``"gap:N"`` for another gap
+    from 1 to 8; ``"fast"`` to shrink as far as the target allows, quicker but blurrier;
+    ``"full"`` for none), ``compress`` (``"zstd"``, ``"zstd:LEVEL"``), ``seed``, ``shuffle``,
+    ``shard_size``, ``shard_samples``, ``prefix``, ``jobs``, ``max_pixels``, ``max_errors``,
+    ``overwrite``.
 
     Returns a dict with the published ``manifest``, the failed inputs (``errors``), ``bytes_in``,
-    ``bytes_out`` and ``seconds``. Raises ``FileNotFoundError`` for a missing input, ``ValueError``
-    for bad options, ``DatasetError`` when too many inputs fail. The GIL is released while packing;
-    Ctrl-C returns control at once (the pack in flight completes in the background).
+    ``bytes_out`` and ``seconds``. Raises ``FileNotFoundError`` for a missing input (a plain
+    local path at once; the files of a pattern or URL when the pack reaches them),
+    ``ValueError`` for bad options (the message names the argument, e.g. ``input_format``),
+    ``DatasetError`` when too many inputs fail. The GIL is released while packing; Ctrl-C returns
+    control at once (the pack in flight completes in the background).
     """
-    return json.loads(_shardtool.pack(os.fspath(input), os.fspath(output), **options))
+    return json.loads(
+        _shardtool.pack(
+            os.fspath(input),
+            os.fspath(output),
+            input_format=input_format,
+            image_column=image_column,
+            label_column=label_column,
+            text_column=text_column,
+            **options,
+        )
+    )
 
 
 def verify(path: PathLike, decode: bool = False, *, jobs: Union[int, None] = None) -> Dict[str, Any]:

@@ -6,8 +6,8 @@ use crate::errors::{DatasetError, ManifestError};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use shardtool_pack::{
-    pack as pack_dataset, Compression, ListError, NoProgress, PackError, PackPlan,
-    ShardFormatChoice,
+    pack as pack_dataset, resolve_input, Columns, Compression, InputFormat, ListError, NoProgress,
+    PackError, PackPlan, ShardFormatChoice,
 };
 use shardtool_verify::{VerifyError, VerifyOptions};
 use std::path::PathBuf;
@@ -60,9 +60,29 @@ fn json(v: &impl serde::Serialize) -> PyResult<String> {
     serde_json::to_string(v).map_err(|e| PyRuntimeError::new_err(e.to_string()))
 }
 
-/// Packs an image folder into shards; returns the summary as JSON.
+/// Whether `input` names one local path, to be checked for existence up front: no URL scheme
+/// (`http(s)://`, `s3://`, `file://`), and none of the brace (`{a..b}`, `{x,y}`) or glob (`*`,
+/// `?`) characters of a pattern, which `resolve_input` expands.
+fn is_plain_local_path(input: &str) -> bool {
+    !input.contains("://") && !input.contains(['{', '}', '*', '?'])
+}
+
+/// An input that `resolve_input` could not name: `FileNotFoundError` for a missing path (a glob's
+/// folder included), `ValueError` otherwise (a bad pattern, a format it cannot tell).
+fn input_error(e: ListError) -> PyErr {
+    match e {
+        ListError::Io { path, cause } if cause.kind() == std::io::ErrorKind::NotFound => {
+            PyFileNotFoundError::new_err(format!("{}: no such file or directory", path.display()))
+        }
+        e => PyValueError::new_err(e.to_string()),
+    }
+}
+
+/// Packs an image folder, list, WebDataset shards or Parquet files into shards; returns the
+/// summary as JSON.
 #[pyfunction]
-#[pyo3(signature = (input, output, *, format="wds", resize="none", upscale=false,
+#[pyo3(signature = (input, output, *, input_format=None, image_column=None, label_column=None,
+    text_column=None, format="wds", resize="none", upscale=false,
     filter="catmull-rom", encode="jpeg", quality=90, decode_scale="gap:2", compress=None, seed=None, shuffle=true,
     shard_size="256MiB", shard_samples=None, prefix="shard", jobs=None, max_pixels=100_000_000,
     max_errors=None, overwrite=false, plan_only=false))]
@@ -70,8 +90,12 @@ fn json(v: &impl serde::Serialize) -> PyResult<String> {
 #[allow(clippy::too_many_arguments)]
 pub fn pack(
     py: Python<'_>,
-    input: PathBuf,
+    input: &str,
     output: PathBuf,
+    input_format: Option<&str>,
+    image_column: Option<String>,
+    label_column: Option<String>,
+    text_column: Option<String>,
     format: &str,
     resize: &str,
     upscale: bool,
@@ -91,16 +115,23 @@ pub fn pack(
     overwrite: bool,
     plan_only: bool,
 ) -> PyResult<String> {
-    if !input.exists() {
+    let bad = |field: &str, e: String| PyValueError::new_err(format!("{field}: {e}"));
+    let input_format = input_format
+        .map(str::parse::<InputFormat>)
+        .transpose()
+        .map_err(|e| bad("input_format", e))?;
+    if is_plain_local_path(input) && !std::path::Path::new(input).exists() {
         return Err(PyFileNotFoundError::new_err(format!(
-            "{}: no such file or directory",
-            input.display()
+            "{input}: no such file or directory"
         )));
     }
-    let bad = |field: &str, e: String| PyValueError::new_err(format!("{field}: {e}"));
-    let source = shardtool_pack::resolve_input(&input.to_string_lossy(), None, &Default::default())
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let source = resolve_input(input, input_format, &Default::default()).map_err(input_error)?;
     let mut plan = PackPlan::new(source, output);
+    plan.columns = Columns {
+        image: image_column,
+        label: label_column,
+        text: text_column,
+    };
     let t = &mut plan.transform;
     t.resize = resize
         .parse()
