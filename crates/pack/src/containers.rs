@@ -517,66 +517,72 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
         ),
         ..Listing::default()
     };
-    let indexed = parallel_map(shards, options.jobs, |i, name| {
-        index_shard(name, i, options)
-    });
     let mut max_label: Option<u32> = None;
-    for (name, shard) in shards.iter().zip(indexed) {
-        if let Some(f) = shard.fetched {
-            if f.staged {
-                listing.staged.push(f.path.clone());
-            }
-            let ci = listing.containers.len() as u32;
-            listing.containers.push(Container {
-                path: f.path,
-                // URLs may carry credentials; what is shown never does.
-                source: shardtool_core::redact_urls(name).into_owned(),
-                kind: ContainerKind::Tar,
-            });
-            let dir = listing.inputs.add_container_dir(
-                format!("{}:", shardtool_core::redact_urls(name)).as_bytes(),
-                Some(ci),
-            );
-            for (s, label) in shard.samples.iter().zip(shard.labels) {
-                let source = || format!("{name}:{}", s.key);
-                if !s.members.iter().any(|m| is_image_field(&m.field)) {
-                    let fields: Vec<&str> = s.members.iter().map(|m| m.field.as_str()).collect();
-                    listing.errors.push(ErrorRecord::new(
-                        source(),
-                        "no_image",
-                        format!(
-                            "the sample has no image field ({}); it has {}",
-                            IMAGE_FIELDS.join(", "),
-                            fields.join(", ")
-                        ),
-                    ));
-                    continue;
+    // A few shards are indexed at a time, so only their sample indexes are held at once (the
+    // compact input store keeps what lasts), however many shards there are.
+    let chunk = options.jobs.max(1) * 2;
+    for (c, names) in shards.chunks(chunk).enumerate() {
+        let indexed = parallel_map(names, options.jobs, |i, name| {
+            index_shard(name, c * chunk + i, options)
+        });
+        for (name, shard) in names.iter().zip(indexed) {
+            if let Some(f) = shard.fetched {
+                if f.staged {
+                    listing.staged.push(f.path.clone());
                 }
-                let label = match label {
-                    Ok(l) => l,
-                    Err(message) => {
-                        listing
-                            .errors
-                            .push(ErrorRecord::new(source(), "bad_label", message));
+                let ci = listing.containers.len() as u32;
+                listing.containers.push(Container {
+                    path: f.path,
+                    // URLs may carry credentials; what is shown never does.
+                    source: shardtool_core::redact_urls(name).into_owned(),
+                    kind: ContainerKind::Tar,
+                });
+                let dir = listing.inputs.add_container_dir(
+                    format!("{}:", shardtool_core::redact_urls(name)).as_bytes(),
+                    Some(ci),
+                );
+                for (s, label) in shard.samples.iter().zip(shard.labels) {
+                    let source = || format!("{name}:{}", s.key);
+                    if !s.members.iter().any(|m| is_image_field(&m.field)) {
+                        let fields: Vec<&str> =
+                            s.members.iter().map(|m| m.field.as_str()).collect();
+                        listing.errors.push(ErrorRecord::new(
+                            source(),
+                            "no_image",
+                            format!(
+                                "the sample has no image field ({}); it has {}",
+                                IMAGE_FIELDS.join(", "),
+                                fields.join(", ")
+                            ),
+                        ));
                         continue;
                     }
-                };
-                if let Some(l) = label {
-                    max_label = max_label.max(Some(l));
+                    let label = match label {
+                        Ok(l) => l,
+                        Err(message) => {
+                            listing
+                                .errors
+                                .push(ErrorRecord::new(source(), "bad_label", message));
+                            continue;
+                        }
+                    };
+                    if let Some(l) = label {
+                        max_label = max_label.max(Some(l));
+                    }
+                    listing.inputs.push_span(
+                        dir,
+                        s.key.as_bytes(),
+                        label,
+                        Some(&s.key),
+                        (s.start, s.end),
+                    )?;
                 }
-                listing.inputs.push_span(
-                    dir,
-                    s.key.as_bytes(),
-                    label,
-                    Some(&s.key),
-                    (s.start, s.end),
-                )?;
             }
-        }
-        if let Some(message) = shard.error {
-            listing
-                .errors
-                .push(ErrorRecord::new(name.clone(), "bad_shard", message));
+            if let Some(message) = shard.error {
+                listing
+                    .errors
+                    .push(ErrorRecord::new(name.clone(), "bad_shard", message));
+            }
         }
     }
     listing.labelled = max_label.is_some();

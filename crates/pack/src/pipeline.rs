@@ -9,7 +9,7 @@ use shardtool_core::AtomicFile;
 use shardtool_core::{index_key, shuffle, validate_key};
 use shardtool_image::{transform, Encode, Output, Timings, TransformSpec};
 use shardtool_manifest::{self as manifest, InputCounts, Manifest};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::path::Path;
 use std::sync::mpsc;
@@ -165,16 +165,39 @@ impl Ordered {
         // keys are unique by construction, so a set of them would cost memory per input for
         // nothing. Rejected positions are marked in `order` rather than removed.
         if inputs.has_keys() {
-            let explicit: HashSet<&str> = inputs.iter().filter_map(|i| i.key).collect();
-            let mut seen_explicit = HashSet::new();
+            // Inputs with keys of their own, sorted by key (4 bytes each, where sets of borrowed
+            // keys cost tens of bytes per input): equal keys are neighbours, and a generated key
+            // is looked up by binary search.
+            let key_of = |i: u32| inputs.get(i as usize).key.unwrap_or_default();
+            let mut by_key: Vec<u32> = (0..n as u32)
+                .filter(|&i| inputs.get(i as usize).key.is_some())
+                .collect();
+            by_key.sort_unstable_by(|&a, &b| key_of(a).cmp(key_of(b)));
+            // Of inputs sharing a key, the one at the earliest position keeps it.
+            let mut position_of = vec![0u32; n];
+            for (p, &i) in order.iter().enumerate() {
+                position_of[i as usize] = p as u32;
+            }
+            let mut duplicate = vec![false; n];
+            for group in by_key.chunk_by(|&a, &b| key_of(a) == key_of(b)) {
+                if let Some(&first) = group.iter().min_by_key(|&&i| position_of[i as usize]) {
+                    for &i in group.iter().filter(|&&i| i != first) {
+                        duplicate[i as usize] = true;
+                    }
+                }
+            }
+            drop(position_of);
             for (position, slot) in order.iter_mut().enumerate() {
                 let item = inputs.get(*slot as usize);
                 let generated;
                 let (key, clash) = match item.key {
-                    Some(k) => (k, !seen_explicit.insert(k)),
+                    Some(k) => (k, duplicate[*slot as usize]),
                     None => {
                         generated = index_key(position as u64);
-                        (generated.as_str(), explicit.contains(generated.as_str()))
+                        let taken = by_key
+                            .binary_search_by(|&i| key_of(i).cmp(generated.as_str()))
+                            .is_ok();
+                        (generated.as_str(), taken)
                     }
                 };
                 let problem = match validate_key(key) {
