@@ -567,3 +567,45 @@ fn parts_publish_into_an_s3_folder_once_and_merge_there() {
     r.assert_code(1);
     assert!(r.stdout.contains("missing: 0"), "{}", r.stdout);
 }
+
+#[test]
+fn a_plan_of_urls_records_sizes_and_etags_and_parts_read_its_staged_copies() {
+    use crate::remote::servers::S3;
+    let dir = tempdir();
+    let input = inputs(dir.path(), 30);
+    let s3 = S3::start();
+    let bucket = s3.root.path().join("bucket");
+    pack(&input, bucket.join("wds"))
+        .args(["--shard-samples", "10", "-q"])
+        .ok();
+    let with_env = |mut c: Cmd| {
+        for (k, v) in s3.env() {
+            c = c.env(k, v);
+        }
+        c
+    };
+    let url = "s3://bucket/wds/shard-{000000..000002}.tar";
+    let single = dir.path().join("single");
+    with_env(pack(url, &single).args(OPTS).args(["-q"])).ok();
+    let out = dir.path().join("out");
+    with_env(Cmd::new(["plan", url]).arg(&out).args(OPTS)).ok();
+    let plan: Value =
+        serde_json::from_slice(&std::fs::read(out.join("_plan/plan.json")).unwrap()).unwrap();
+    let containers = plan["containers"].as_array().unwrap();
+    assert_eq!(containers.len(), 3);
+    for c in containers {
+        assert_eq!(c["staged"], true, "{c}");
+        assert!(c["size"].as_u64().unwrap() > 0, "{c}");
+        assert!(!c["etag"].as_str().unwrap_or_default().is_empty(), "{c}");
+    }
+    // The store goes away: parts read the copies the plan staged.
+    drop(s3);
+    part(&out, "0/2").ok();
+    part(&out, "1/2").ok();
+    Cmd::new(["merge"]).arg(&out).ok();
+    assert_same_dataset(&out, &single);
+    assert!(
+        !out.join("_plan/staged").exists(),
+        "merge removes the staged copies"
+    );
+}

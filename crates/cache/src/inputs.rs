@@ -60,14 +60,14 @@ impl RemoteFolder {
     }
 
     /// Fetches `name` into `file` (empty), refusing objects over `limit` bytes before reading
-    /// them; returns its size.
+    /// them; returns its size and entity tag (when the server gives one).
     pub fn fetch(
         &self,
         name: &str,
         limit: u64,
         file: &mut std::fs::File,
-    ) -> Result<u64, CacheError> {
-        let size = self.remote.size_of(name)?;
+    ) -> Result<(u64, Option<String>), CacheError> {
+        let (size, etag) = self.remote.head(name)?;
         if size > limit {
             return Err(CacheError::Fetch {
                 url: self.url_of(name),
@@ -76,7 +76,7 @@ impl RemoteFolder {
             });
         }
         self.remote.download_unchecked(name, size, file)?;
-        Ok(size)
+        Ok((size, etag))
     }
 }
 

@@ -516,6 +516,23 @@ impl Remote {
         .map(|((), ())| ())
     }
 
+    /// The size and entity tag (when the server gives one) of object `name`, by one HEAD.
+    pub fn head(&self, name: &str) -> Result<(u64, Option<String>), CacheError> {
+        let path = self.path(name);
+        self.with_retries(name, (), |()| {
+            let path = &path;
+            async move {
+                let r = tokio::time::timeout(self.policy.stall_timeout, self.store.head(path))
+                    .await
+                    .map_err(|_| AttemptError::retry("no response (stalled)"))
+                    .and_then(|r| r.map_err(classify))
+                    .map(|m| (m.size, m.e_tag));
+                ((), r)
+            }
+        })
+        .map(|((), v)| v)
+    }
+
     /// The size of object `name`, or `None` when there is none.
     pub fn size_opt(&self, name: &str) -> Result<Option<u64>, CacheError> {
         let path = self.path(name);

@@ -361,6 +361,8 @@ pub fn resolve_input(
 pub(crate) struct Fetched {
     pub path: PathBuf,
     pub staged: bool,
+    /// The entity tag of a fetched URL, when its server gives one.
+    pub etag: Option<String>,
 }
 
 /// Makes `name` (a local path or a URL) a local file: URLs are fetched into the staging folder
@@ -374,6 +376,7 @@ pub(crate) fn fetch_input(
         return Ok(Fetched {
             path: PathBuf::from(name),
             staged: false,
+            etag: None,
         });
     }
     let (folder, file) = shardtool_cache::RemoteFolder::connect(name, Default::default())
@@ -399,11 +402,17 @@ pub(crate) fn fetch_input(
         .create_new(true)
         .open(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    if let Err(e) = folder.fetch(&file, options.max_input_bytes, &mut out) {
-        let _ = std::fs::remove_file(&path);
-        return Err(e.to_string());
+    match folder.fetch(&file, options.max_input_bytes, &mut out) {
+        Ok((_, etag)) => Ok(Fetched {
+            path,
+            staged: true,
+            etag,
+        }),
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            Err(e.to_string())
+        }
     }
-    Ok(Fetched { path, staged: true })
 }
 
 /// Runs `f` over `items` on `jobs` threads, keeping the results in item order.
@@ -532,6 +541,7 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                 }
                 let ci = listing.containers.len() as u32;
                 listing.containers.push(Container {
+                    etag: f.etag,
                     path: f.path,
                     // URLs may carry credentials; what is shown never does.
                     source: shardtool_core::redact_urls(name).into_owned(),

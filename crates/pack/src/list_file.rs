@@ -138,6 +138,7 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
     // Rows with extra columns are read again, by span, when their input is packed.
     let container = if any_extra {
         listing.containers.push(Container {
+            etag: None,
             path: file.to_path_buf(),
             source: file.display().to_string(),
             kind: match (kind, headers) {

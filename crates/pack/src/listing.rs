@@ -354,6 +354,8 @@ pub struct Container {
     pub source: String,
     /// What its spans hold.
     pub kind: ContainerKind,
+    /// The entity tag of the URL it was fetched from, when the server gives one.
+    pub etag: Option<String>,
 }
 
 /// What the spans of a [`Container`] hold.

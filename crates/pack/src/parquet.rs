@@ -394,13 +394,16 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     let mut max_label: Option<u32> = None;
     let mut names: Option<Vec<String>> = None;
     for (name, s) in files.iter().zip(staged) {
+        let mut etag = None;
         if let Some(f) = s.fetched.filter(|f| f.staged) {
             listing.staged.push(f.path);
+            etag = f.etag;
         }
         if let Some(tar) = s.staged_tar {
             listing.staged.push(tar.clone());
             let ci = listing.containers.len() as u32;
             listing.containers.push(Container {
+                etag,
                 path: tar,
                 // URLs may carry credentials; what is shown never does.
                 source: shardtool_core::redact_urls(name).into_owned(),

@@ -196,6 +196,7 @@ impl Loaded {
             let now = std::fs::metadata(&path).ok().map(|m| m.len());
             changed.push(used && c.size.is_some() && now != c.size);
             containers.push(Container {
+                etag: c.etag.clone(),
                 path,
                 source: c.source.clone(),
                 kind,

@@ -82,6 +82,9 @@ pub struct PlanContainer {
     pub headers: Vec<String>,
     /// Its size when planned.
     pub size: Option<u64>,
+    /// The entity tag of the URL it was fetched from, when the server gave one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etag: Option<String>,
 }
 
 pub(crate) fn plan_dir(output: &Path) -> PathBuf {
@@ -181,6 +184,7 @@ pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, P
             kind: kind.into(),
             headers,
             size: std::fs::metadata(&abs).ok().map(|m| m.len()),
+            etag: c.etag.clone(),
         });
     }
     // Sizes of plain inputs, so a part can tell an input that changed since.
