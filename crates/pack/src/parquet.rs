@@ -1,6 +1,7 @@
-//! Parquet inputs in the Hugging Face `datasets` layout: each file is streamed row by row (memory
-//! bounded by the pages in flight, not the file) into a staged tar of `r<row>.jpg`, `r<row>.txt`
-//! and `r<row>.columns.json` members, whose spans the pack then reads like a WebDataset shard's.
+//! Parquet inputs in the Hugging Face `datasets` layout: each row group is streamed row by row
+//! (memory bounded by the pages in flight, not the file) into a staged tar of `r<row>.jpg`,
+//! `r<row>.txt` and `r<row>.columns.json` members, whose spans the pack then reads like a
+//! WebDataset shard's; row groups are staged in parallel.
 //!
 //! Columns: the image is the `image` column (or `--image-column`), a struct with `bytes` (and
 //! `path`) or a binary column, else the first such column; the label is `label` (or
@@ -33,18 +34,28 @@ struct StagedRow {
     label: Option<u32>,
 }
 
-/// One Parquet file, staged.
-struct Staged {
+/// One Parquet file, opened: where it is, how it is read, and its row groups.
+struct Opened {
     fetched: Option<Fetched>,
-    staged_tar: Option<PathBuf>,
+    chosen: Option<Chosen>,
+    class_names: Option<Vec<String>>,
+    /// Per row group, its first row's number in the file and its row count.
+    groups: Vec<(u64, u64)>,
+    /// A problem with the whole file (unreadable, no image column).
+    failure: Option<String>,
+}
+
+/// One row group, staged as its own tar.
+struct StagedGroup {
+    tar: Option<PathBuf>,
     rows: Vec<StagedRow>,
     errors: Vec<ErrorRecord>,
-    class_names: Option<Vec<String>>,
-    /// A problem with the whole file (no image column, unreadable); rows before it are kept.
+    /// A problem that stopped this row group; its rows before it are kept.
     failure: Option<String>,
 }
 
 /// The columns a file is read with.
+#[derive(Clone)]
 struct Chosen {
     image: String,
     /// Whether the image column is a struct (`bytes`, `path`) rather than binary.
@@ -244,13 +255,13 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
     p
 }
 
-fn stage_file(name: &str, index: usize, options: &ListOptions) -> Staged {
-    let mut out = Staged {
+/// Fetches file `index` (a path or URL) and reads its footer: columns, class names, row groups.
+fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
+    let mut out = Opened {
         fetched: None,
-        staged_tar: None,
-        rows: Vec::new(),
-        errors: Vec::new(),
+        chosen: None,
         class_names: None,
+        groups: Vec::new(),
         failure: None,
     };
     let fetched = match fetch_input(name, index, options) {
@@ -262,64 +273,130 @@ fn stage_file(name: &str, index: usize, options: &ListOptions) -> Staged {
     };
     let path = fetched.path.clone();
     out.fetched = Some(fetched);
-    let tar_path = options
-        .stage_dir
-        .join(format!(".stage-{index:06}-parquet.tar.tmp"));
     // The Parquet reader is not hardened against hostile files: a panic is that file's failure.
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        stage_rows(&path, name, &tar_path, options, &mut out)
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<_, String> {
+        let reader = open_reader(&path)?;
+        let meta = reader.metadata();
+        let schema = meta.file_metadata().schema_descr().root_schema();
+        let chosen = choose(schema.get_fields(), &options.columns)?;
+        let names = chosen
+            .label
+            .as_ref()
+            .and_then(|l| hf_class_names(&reader, l));
+        let mut groups = Vec::with_capacity(meta.num_row_groups());
+        let mut first = 0u64;
+        for g in meta.row_groups() {
+            let n = u64::try_from(g.num_rows()).unwrap_or(0);
+            groups.push((first, n));
+            first = first.saturating_add(n);
+        }
+        Ok((chosen, names, groups))
     }));
     match r {
-        Ok(Ok(())) => {}
+        Ok(Ok((chosen, names, groups))) => {
+            out.chosen = Some(chosen);
+            out.class_names = names;
+            out.groups = groups;
+        }
         Ok(Err(e)) => out.failure = Some(e),
         Err(_) => out.failure = Some("the Parquet reader failed on this file (corrupt?)".into()),
-    }
-    if tar_path.exists() {
-        out.staged_tar = Some(tar_path);
     }
     out
 }
 
+fn open_reader(path: &Path) -> Result<SerializedFileReader<std::fs::File>, String> {
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    SerializedFileReader::new(file).map_err(|e| format!("not a Parquet file: {e}"))
+}
+
+/// Stages row group `group` of file `index` (opened as `opened`) into its own tar.
+fn stage_group(
+    name: &str,
+    index: usize,
+    group: usize,
+    opened: &Opened,
+    options: &ListOptions,
+) -> StagedGroup {
+    let mut out = StagedGroup {
+        tar: None,
+        rows: Vec::new(),
+        errors: Vec::new(),
+        failure: None,
+    };
+    let (Some(fetched), Some(chosen)) = (&opened.fetched, &opened.chosen) else {
+        return out;
+    };
+    let tar_path = options
+        .stage_dir
+        .join(format!(".stage-{index:06}-{group:06}-parquet.tar.tmp"));
+    let first_row = opened.groups[group].0;
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        stage_rows(
+            &fetched.path,
+            name,
+            group,
+            first_row,
+            chosen,
+            &tar_path,
+            options,
+            &mut out,
+        )
+    }));
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => out.failure = Some(e),
+        Err(_) => {
+            out.failure = Some(format!(
+                "the Parquet reader failed on row group {group} (corrupt?)"
+            ))
+        }
+    }
+    if tar_path.exists() {
+        out.tar = Some(tar_path);
+    }
+    out
+}
+
+// One parameter per piece of the row group's context; a struct would be built for one call.
+#[allow(clippy::too_many_arguments)]
 fn stage_rows(
     path: &Path,
     name: &str,
+    group: usize,
+    first_row: u64,
+    chosen: &Chosen,
     tar_path: &Path,
     options: &ListOptions,
-    out: &mut Staged,
+    out: &mut StagedGroup,
 ) -> Result<(), String> {
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
-    let reader = SerializedFileReader::new(file).map_err(|e| format!("not a Parquet file: {e}"))?;
-    let schema = reader
-        .metadata()
-        .file_metadata()
-        .schema_descr()
-        .root_schema();
-    let chosen = choose(schema.get_fields(), &options.columns)?;
-    if let Some(l) = &chosen.label {
-        out.class_names = hf_class_names(&reader, l);
-    }
+    let reader = open_reader(path)?;
+    let row_group = reader
+        .get_row_group(group)
+        .map_err(|e| format!("row group {group}: {e}"))?;
     let file = std::fs::File::options()
         .write(true)
         .create_new(true)
         .open(tar_path)
         .map_err(|e| format!("{}: {e}", tar_path.display()))?;
     let mut tar = TarWriter::new(BufWriter::with_capacity(1 << 20, file));
-    let rows = reader
+    let rows = row_group
         .get_row_iter(None)
         .map_err(|e| format!("cannot read rows: {e}"))?;
     let io = |e: std::io::Error| format!("{}: {e}", tar_path.display());
     let mut result = Ok(());
-    for (i, row) in rows.enumerate() {
-        let i = i as u64;
+    for (k, row) in rows.enumerate() {
+        let i = first_row + k as u64;
         let source = || format!("{name}:{i}");
         let row = match row {
             Ok(r) => r,
             Err(e) => {
-                result = Err(format!("row {i}: {e}; the rows after it are not read"));
+                result = Err(format!(
+                    "row {i}: {e}; the rest of row group {group} is not read"
+                ));
                 break;
             }
         };
-        let p = row_parts(&row, &chosen);
+        let p = row_parts(&row, chosen);
         let Some(image) = p.image.filter(|b| !b.is_empty()) else {
             out.errors.push(ErrorRecord::new(
                 source(),
@@ -390,47 +467,67 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
         ),
         ..Listing::default()
     };
-    let staged = parallel_map(files, options.jobs, |i, name| stage_file(name, i, options));
+    // Files are opened (and fetched) in parallel, then every row group of every file is staged
+    // as its own tar in parallel: one large file uses every core. What a row group holds, and so
+    // the listing, does not depend on the thread count.
+    let opened = parallel_map(files, options.jobs, |i, name| open_file(name, i, options));
+    let units: Vec<(usize, usize)> = opened
+        .iter()
+        .enumerate()
+        .flat_map(|(f, o)| (0..o.groups.len()).map(move |g| (f, g)))
+        .collect();
+    let staged = parallel_map(&units, options.jobs, |_, &(f, g)| {
+        stage_group(&files[f], f, g, &opened[f], options)
+    });
+    let mut staged = staged.into_iter();
     let mut max_label: Option<u32> = None;
     let mut names: Option<Vec<String>> = None;
-    for (name, s) in files.iter().zip(staged) {
+    for (name, o) in files.iter().zip(opened) {
         let mut etag = None;
-        if let Some(f) = s.fetched.filter(|f| f.staged) {
+        if let Some(f) = o.fetched.filter(|f| f.staged) {
             listing.staged.push(f.path);
             etag = f.etag;
         }
-        if let Some(tar) = s.staged_tar {
-            listing.staged.push(tar.clone());
-            let ci = listing.containers.len() as u32;
-            listing.containers.push(Container {
-                etag,
-                path: tar,
-                // URLs may carry credentials; what is shown never does.
-                source: shardtool_core::redact_urls(name).into_owned(),
-                kind: ContainerKind::Parquet,
-            });
-            let dir = listing.inputs.add_container_dir(
-                format!("{}:", shardtool_core::redact_urls(name)).as_bytes(),
-                Some(ci),
-            );
-            for r in &s.rows {
-                if let Some(l) = r.label {
-                    max_label = max_label.max(Some(l));
+        // URLs may carry credentials; what is shown never does.
+        let shown = shardtool_core::redact_urls(name).into_owned();
+        for _ in 0..o.groups.len() {
+            let Some(s) = staged.next() else { break };
+            if let Some(tar) = s.tar {
+                listing.staged.push(tar.clone());
+                let ci = listing.containers.len() as u32;
+                listing.containers.push(Container {
+                    etag: etag.clone(),
+                    path: tar,
+                    source: shown.clone(),
+                    kind: ContainerKind::Parquet,
+                });
+                let dir = listing
+                    .inputs
+                    .add_container_dir(format!("{shown}:").as_bytes(), Some(ci));
+                for r in &s.rows {
+                    if let Some(l) = r.label {
+                        max_label = max_label.max(Some(l));
+                    }
+                    listing.inputs.push_span(
+                        dir,
+                        r.row.to_string().as_bytes(),
+                        r.label,
+                        None,
+                        r.span,
+                    )?;
                 }
-                listing.inputs.push_span(
-                    dir,
-                    r.row.to_string().as_bytes(),
-                    r.label,
-                    None,
-                    r.span,
-                )?;
+            }
+            listing.errors.extend(s.errors);
+            if let Some(message) = s.failure {
+                listing
+                    .errors
+                    .push(ErrorRecord::new(name.clone(), "bad_parquet", message));
             }
         }
         if names.is_none() {
-            names = s.class_names;
+            names = o.class_names;
         }
-        listing.errors.extend(s.errors);
-        if let Some(message) = s.failure {
+        if let Some(message) = o.failure {
             listing
                 .errors
                 .push(ErrorRecord::new(name.clone(), "bad_parquet", message));

@@ -677,3 +677,28 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
         stages: Default::default(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_split_the_shards_round_robin_and_named_shards_are_checked() {
+        let part = |index, count| assigned(&Assignment::Part { index, count }, 7);
+        assert_eq!(part(0, 1).unwrap(), (0..7).collect::<Vec<_>>());
+        assert_eq!(part(1, 3).unwrap(), vec![1, 4]);
+        assert_eq!(part(4, 8).unwrap(), vec![4]);
+        assert_eq!(part(7, 8).unwrap(), Vec::<u64>::new());
+        let mut all: Vec<u64> = (0..3).flat_map(|i| part(i, 3).unwrap()).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..7).collect::<Vec<_>>());
+        assert!(matches!(part(3, 3), Err(PackError::BadPart { .. })));
+        assert!(matches!(part(0, 0), Err(PackError::BadPart { .. })));
+        let named = assigned(&Assignment::Shards(vec![5, 1, 5]), 7).unwrap();
+        assert_eq!(named, vec![1, 5]);
+        assert!(matches!(
+            assigned(&Assignment::Shards(vec![7]), 7),
+            Err(PackError::BadPart { .. })
+        ));
+    }
+}
