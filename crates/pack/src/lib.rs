@@ -12,6 +12,8 @@ mod partition;
 mod pipeline;
 mod plan;
 mod plan_file;
+#[cfg(test)]
+mod robustness;
 mod sink;
 mod store;
 

@@ -1,0 +1,149 @@
+//! Property tests over the parsers of untrusted bytes that pack reads: list files (CSV and
+//! JSONL) and their rows, Parquet files, and a partitioned pack's plan, input list and done
+//! records. Arbitrary and mutated inputs must give errors (or per-input error records), never a
+//! panic. These run in every `cargo test`; the libFuzzer targets in `fuzz/` cover other parsers.
+
+use crate::listing::{Columns, ContainerKind, InputSource, ListOptions};
+use crate::plan_file::{make_plan, read_inputs, read_plan, PLAN_DIR};
+use crate::store::Store;
+use crate::PackPlan;
+use proptest::prelude::*;
+use std::path::Path;
+
+/// A planned output of a few real files, made once per test process.
+fn planned() -> &'static Path {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let t = tempfile::tempdir().unwrap();
+        for (class, name) in [("a", "x.jpg"), ("a", "y.png"), ("b", "z.jpg")] {
+            std::fs::create_dir_all(t.path().join("in").join(class)).unwrap();
+            std::fs::write(t.path().join("in").join(class).join(name), b"bytes").unwrap();
+        }
+        let mut plan = PackPlan::new(
+            InputSource::Folder(t.path().join("in")),
+            t.path().join("out"),
+        );
+        plan.shard_samples = Some(2);
+        make_plan(&plan).unwrap();
+        t
+    })
+    .path()
+}
+
+/// `bytes` with the positions in `flips` xor-ed by their values.
+fn mutate(bytes: &[u8], flips: &[(usize, u8)]) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    if !b.is_empty() {
+        for &(i, x) in flips {
+            let n = b.len();
+            b[i % n] ^= x;
+        }
+    }
+    b
+}
+
+/// A copy of the planned output whose file `name` (under `_plan/`) is `bytes`.
+fn with_plan_file(name: &str, bytes: &[u8]) -> tempfile::TempDir {
+    let t = tempfile::tempdir().unwrap();
+    let src = planned().join("out").join(PLAN_DIR);
+    let dst = t.path().join(PLAN_DIR);
+    std::fs::create_dir_all(dst.join("done")).unwrap();
+    for f in ["plan.json", "inputs.jsonl"] {
+        std::fs::copy(src.join(f), dst.join(f)).unwrap();
+    }
+    std::fs::write(dst.join(name), bytes).unwrap();
+    t
+}
+
+// 256 cases a test by default; PROPTEST_CASES=N for a longer run.
+proptest! {
+    #[test]
+    fn a_damaged_plan_is_an_error_never_a_panic(
+        flips in proptest::collection::vec((any::<usize>(), 1u8..), 1..6),
+        junk in proptest::collection::vec(any::<u8>(), 0..400),
+    ) {
+        let good = std::fs::read(planned().join("out").join(PLAN_DIR).join("plan.json")).unwrap();
+        for bytes in [mutate(&good, &flips), junk] {
+            let t = with_plan_file("plan.json", &bytes);
+            // A changed byte either breaks the JSON or the hash; whitespace may survive both.
+            if let Ok(p) = read_plan(t.path()) {
+                prop_assert_eq!(serde_json::to_vec(&p).ok(), serde_json::to_vec(
+                    &read_plan(&planned().join("out")).unwrap()).ok());
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_input_list_is_an_error_never_a_panic(
+        flips in proptest::collection::vec((any::<usize>(), 1u8..), 1..6),
+        lines in proptest::collection::vec("[\\[\\]0-9a-z\",:{}/ .-]{0,60}", 0..8),
+    ) {
+        let good_dir = planned().join("out");
+        let plan = read_plan(&good_dir).unwrap();
+        let good = std::fs::read(good_dir.join(PLAN_DIR).join("inputs.jsonl")).unwrap();
+        let junk: Vec<u8> = lines.join("\n").into_bytes();
+        for bytes in [mutate(&good, &flips), junk] {
+            let t = with_plan_file("inputs.jsonl", &bytes);
+            let store = Store::open(t.path()).unwrap();
+            if bytes != good {
+                prop_assert!(read_inputs(&store, &plan).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn damaged_done_records_count_as_not_done(
+        junk in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let t = with_plan_file("done/000000.json", &junk);
+        let s = crate::status(t.path()).unwrap();
+        prop_assert!(s.missing.contains(&0));
+    }
+
+    #[test]
+    fn any_list_file_lists_or_fails_cleanly(
+        csv in "(path|label|key|text|x)(,(path|label|key|text|x)){0,3}\n([a-z0-9/._\" ,-]{0,30}\n){0,6}",
+        jsonl in proptest::collection::vec("[\\[\\]{}0-9a-z\",:. -]{0,50}", 0..6),
+    ) {
+        let t = tempfile::tempdir().unwrap();
+        for (name, text) in [("l.csv", csv), ("l.jsonl", jsonl.join("\n"))] {
+            let p = t.path().join(name);
+            std::fs::write(&p, &text).unwrap();
+            let _ = crate::list_file::list_file(&p, &Columns::default());
+            // Rows read back by span, whatever bytes the span holds.
+            let kinds = [
+                ContainerKind::Jsonl,
+                ContainerKind::Csv { headers: vec!["path".into(), "text".into(), "x".into()] },
+            ];
+            for kind in &kinds {
+                let _ = crate::list_file::row_columns(text.as_bytes(), kind, &Columns::default());
+            }
+        }
+    }
+
+    #[test]
+    fn any_parquet_file_is_listed_or_reported_never_a_panic(
+        body in proptest::collection::vec(any::<u8>(), 0..600),
+        footer_len in any::<u32>(),
+    ) {
+        let t = tempfile::tempdir().unwrap();
+        // Parquet's framing around arbitrary bytes: magic, body, footer length, magic.
+        let mut file = b"PAR1".to_vec();
+        file.extend_from_slice(&body);
+        file.extend_from_slice(&footer_len.to_le_bytes());
+        file.extend_from_slice(b"PAR1");
+        let p = t.path().join("f.parquet");
+        std::fs::write(&p, &file).unwrap();
+        let options = ListOptions {
+            stage_dir: t.path().join("stage"),
+            max_input_bytes: 1 << 20,
+            jobs: 1,
+            ..Default::default()
+        };
+        std::fs::create_dir_all(&options.stage_dir).unwrap();
+        let listing = crate::parquet::list_parquet(&[p.to_string_lossy().into_owned()], &options)
+            .unwrap();
+        prop_assert!(listing.inputs.is_empty());
+        prop_assert!(listing.errors.iter().any(|e| e.kind == "bad_parquet"));
+    }
+}
