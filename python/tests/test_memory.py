@@ -1,6 +1,7 @@
 """The loader's memory stays flat across epochs: resident memory after the 20th epoch is within
-5% of what it was after the 2nd, with batches decoded into numpy and torch (a leaked batch
-buffer, a view keeping its pool alive, or a cache of epochs would show as growth)."""
+5% (and 4 MiB) of what it was after the 2nd, for tar and packed datasets, with batches in numpy
+and torch (a leaked batch buffer, a view keeping its pool alive, or a cache of epochs would show
+as growth)."""
 
 from __future__ import annotations
 
@@ -22,8 +23,11 @@ def rss_bytes() -> int:
 
 
 @pytest.mark.parametrize("output", ["numpy", "torch"])
-def test_memory_is_flat_over_twenty_epochs(datasets: Dict[str, Path], output: str) -> None:
-    loader = shardtool.Loader(datasets["tar"], batch_size=8, output=output, workers=2)
+@pytest.mark.parametrize("kind", ["tar", "packed"])
+def test_memory_is_flat_over_twenty_epochs(
+    datasets: Dict[str, Path], kind: str, output: str
+) -> None:
+    loader = shardtool.Loader(datasets[kind], batch_size=8, output=output, workers=2)
     after = {}
     seen = 0
     for epoch in range(20):
@@ -33,4 +37,8 @@ def test_memory_is_flat_over_twenty_epochs(datasets: Dict[str, Path], output: st
             seen += int(batch["image"].sum() > 0)
         after[epoch + 1] = rss_bytes()
     assert seen > 0
-    assert after[20] <= after[2] * 1.05, f"RSS grew from {after[2]} to {after[20]} bytes"
+    print(f"{kind} {output}: RSS after epoch 2 {after[2]}, after epoch 20 {after[20]} bytes")
+    # 5% of the process, and at most 4 MiB: with torch loaded the process is large enough for 5%
+    # alone to hide a leak of many batches.
+    allowed = min(after[2] * 0.05, 4 << 20)
+    assert after[20] - after[2] <= allowed, f"RSS grew from {after[2]} to {after[20]} bytes"
