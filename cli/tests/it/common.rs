@@ -803,3 +803,52 @@ pub fn os(bytes: &[u8]) -> OsString {
     use std::os::unix::ffi::OsStrExt;
     OsStr::from_bytes(bytes).to_os_string()
 }
+
+// ---------------------------------------------------------------------------------------------
+// Killing processes at random moments
+// ---------------------------------------------------------------------------------------------
+
+/// A small seeded generator for kill moments; the seed is printed so a failure can be replayed
+/// with SHARDTOOL_TEST_SEED.
+pub struct KillRng(u64);
+
+impl KillRng {
+    /// Seeded from SHARDTOOL_TEST_SEED, or the clock (printed).
+    pub fn new() -> Self {
+        let seed = std::env::var("SHARDTOOL_TEST_SEED")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .subsec_nanos() as u64
+            });
+        eprintln!("kill schedule seed: SHARDTOOL_TEST_SEED={seed}");
+        Self(seed)
+    }
+    /// A number below `n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) % n
+    }
+}
+
+/// Starts `cmd`, kills it with SIGKILL after `after` (if still running); whether it was killed.
+pub fn kill_after(cmd: Cmd, after: std::time::Duration) -> bool {
+    let mut child = cmd.spawn();
+    let deadline = std::time::Instant::now() + after;
+    while std::time::Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let killed = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    killed
+}

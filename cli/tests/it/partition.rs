@@ -6,7 +6,7 @@ use crate::common::*;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Options shared by the single pack and the plan.
 const OPTS: [&str; 6] = [
@@ -59,49 +59,6 @@ fn assert_same_dataset(got: &Path, want: &Path) {
     for (name, bytes) in &w {
         assert!(g[name] == *bytes, "{name} differs from the single pack's");
     }
-}
-
-/// A small seeded generator for kill moments; the seed is printed so a failure can be replayed
-/// with SHARDTOOL_TEST_SEED.
-struct Rng(u64);
-
-impl Rng {
-    fn new() -> Self {
-        let seed = std::env::var("SHARDTOOL_TEST_SEED")
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap()
-                    .subsec_nanos() as u64
-            });
-        eprintln!("kill schedule seed: SHARDTOOL_TEST_SEED={seed}");
-        Self(seed)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
-}
-
-/// Starts `cmd`, kills it with SIGKILL after `after` (if still running); whether it was killed.
-fn kill_after(cmd: Cmd, after: Duration) -> bool {
-    let mut child = cmd.spawn();
-    let deadline = Instant::now() + after;
-    while Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let killed = child.try_wait().unwrap().is_none();
-    let _ = child.kill();
-    let _ = child.wait();
-    killed
 }
 
 fn part(out: &Path, spec: &str) -> Cmd {
@@ -163,7 +120,7 @@ fn four_parts_one_killed_and_rerun_merge_to_the_bytes_of_a_single_pack() {
 
     let out = dir.path().join("parts");
     Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
-    let mut rng = Rng::new();
+    let mut rng = KillRng::new();
     let victim = rng.below(4);
     let children: Vec<_> = (0..4)
         .filter(|&i| i != victim)
@@ -201,7 +158,7 @@ fn twenty_random_kills_across_parts_and_merge_leave_nothing_torn_lost_or_doubled
     pack(&input, &single).args(OPTS).args(["-q"]).ok();
     let out = dir.path().join("parts");
     Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
-    let mut rng = Rng::new();
+    let mut rng = KillRng::new();
     let (mut kills, mut merge_kills, mut attempts, mut merged) = (0, 0, 0, 0);
     while kills < 20 {
         attempts += 1;
@@ -418,7 +375,7 @@ fn a_killed_pack_resumes_from_its_done_shards_to_the_same_bytes() {
     let single = dir.path().join("single");
     pack(&input, &single).args(OPTS).args(["-q"]).ok();
     let out = dir.path().join("out");
-    let mut rng = Rng::new();
+    let mut rng = KillRng::new();
     let killed = kill_after(
         pack(&input, &out).args(OPTS).args(["-q", "--jobs", "1"]),
         Duration::from_millis(150 + rng.below(400)),
@@ -532,7 +489,7 @@ fn parts_publish_into_an_s3_folder_once_and_merge_there() {
     };
     let url = "s3://bucket/out/";
     with_env(Cmd::new(["plan"]).arg(&input).arg(url).args(OPTS)).ok();
-    let mut rng = Rng::new();
+    let mut rng = KillRng::new();
     kill_after(
         with_env(part(Path::new(url), "0/2")),
         Duration::from_millis(rng.below(300)),

@@ -41,43 +41,6 @@ fn cached_shards_are_whole(cache: &Path, ds: &Path) -> usize {
     n
 }
 
-/// Kills `cmd` with SIGKILL after `after` if it still runs; whether it was killed.
-fn kill_after(cmd: Cmd, after: Duration) -> bool {
-    let mut child = cmd.spawn();
-    let deadline = Instant::now() + after;
-    while Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let killed = child.try_wait().unwrap().is_none();
-    let _ = child.kill();
-    let _ = child.wait();
-    killed
-}
-
-/// A generator for kill moments, seeded from the clock (printed) or SHARDTOOL_TEST_SEED.
-fn rng() -> impl FnMut(u64) -> u64 {
-    let mut s: u64 = std::env::var("SHARDTOOL_TEST_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos() as u64
-        });
-    eprintln!("kill schedule seed: SHARDTOOL_TEST_SEED={s}");
-    move |n| {
-        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = s;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (z ^ (z >> 31)) % n
-    }
-}
-
 fn read_keys(url: &str, cache: &Path, epoch: u32, extra: &[&str]) -> Vec<String> {
     let r = Cmd::new(["read", url, "--keys", "--seed", "5"])
         .args(["--epoch", &epoch.to_string()])
@@ -120,7 +83,8 @@ fn killed_downloads_never_leave_a_partial_shard_or_a_lock_that_blocks() {
     });
     let url = server.url("ds/");
     let cache = t.path().join("cache");
-    let mut below = rng();
+    let mut rng = KillRng::new();
+    let mut below = |n| rng.below(n);
     let mut kills = 0;
     for attempt in 0.. {
         assert!(attempt < 200, "landed only {kills} kills");
@@ -178,7 +142,8 @@ fn four_evicting_readers_killed_at_random_keep_the_cache_consistent() {
             .arg("--cache-dir")
             .arg(&cache)
     };
-    let mut below = rng();
+    let mut rng = KillRng::new();
+    let mut below = |n| rng.below(n);
     let mut kills = 0;
     for round in 0..60 {
         if kills >= 20 {

@@ -237,19 +237,7 @@ impl Remote {
 
     /// The size of object `name`, by one HEAD request (retried like a download).
     pub fn size_of(&self, name: &str) -> Result<u64, CacheError> {
-        let path = self.path(name);
-        self.with_retries(name, (), |()| {
-            let path = &path;
-            async move {
-                let r = tokio::time::timeout(self.policy.stall_timeout, self.store.head(path))
-                    .await
-                    .map_err(|_| AttemptError::retry("no response (stalled)"))
-                    .and_then(|r| r.map_err(classify))
-                    .map(|m| m.size);
-                ((), r)
-            }
-        })
-        .map(|((), size)| size)
+        self.head(name).map(|(size, _)| size)
     }
 
     /// The objects under the folder (recursively): their names relative to it and sizes, sorted
