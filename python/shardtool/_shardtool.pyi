@@ -118,6 +118,7 @@ def pack(
     max_pixels: int = 100_000_000,
     max_errors: Optional[int] = None,
     overwrite: bool = False,
+    resume: bool = False,
     plan_only: bool = False,
 ) -> str: ...
 def pack_part(

@@ -44,7 +44,8 @@ def pack(
     from 1 to 8; ``"fast"`` to shrink as far as the target allows, quicker but blurrier;
     ``"full"`` for none), ``compress`` (``"zstd"``, ``"zstd:LEVEL"``), ``seed``, ``shuffle``,
     ``shard_size``, ``shard_samples``, ``prefix``, ``jobs``, ``max_pixels``, ``max_errors``,
-    ``overwrite``.
+    ``overwrite``, ``resume`` (with ``shard_samples``: continue a pack that was interrupted in
+    ``output``, keeping the shards it published).
 
     Returns a dict with the published ``manifest``, the failed inputs (``errors``), ``bytes_in``,
     ``bytes_out`` and ``seconds``. Raises ``FileNotFoundError`` for a missing input (a plain

@@ -85,7 +85,7 @@ fn input_error(e: ListError) -> PyErr {
     text_column=None, format="wds", resize="none", upscale=false,
     filter="catmull-rom", encode="jpeg", quality=90, decode_scale="gap:2", compress=None, seed=None, shuffle=true,
     shard_size="256MiB", shard_samples=None, prefix="shard", jobs=None, max_pixels=100_000_000,
-    max_errors=None, overwrite=false, plan_only=false))]
+    max_errors=None, overwrite=false, resume=false, plan_only=false))]
 // One parameter per keyword argument of the Python signature.
 #[allow(clippy::too_many_arguments)]
 pub fn pack(
@@ -113,6 +113,7 @@ pub fn pack(
     max_pixels: u64,
     max_errors: Option<u64>,
     overwrite: bool,
+    resume: bool,
     plan_only: bool,
 ) -> PyResult<String> {
     let bad = |field: &str, e: String| PyValueError::new_err(format!("{field}: {e}"));
@@ -187,6 +188,7 @@ pub fn pack(
     }
     plan.max_errors = max_errors;
     plan.overwrite = overwrite;
+    plan.resume = resume;
     plan.validate()
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
     if plan_only {
@@ -223,8 +225,13 @@ pub fn pack(
             )))
         }
         Err(PackError::OutputNotEmpty { path }) => Err(PyValueError::new_err(format!(
-            "output {} is not empty; pass overwrite=True to replace the dataset in it",
-            path.display()
+            "output {} is not empty; pass overwrite=True to replace the dataset in it{}",
+            path.display(),
+            if path.join(shardtool_pack::PLAN_DIR).exists() {
+                ", or resume=True (with the same options) to continue an interrupted pack"
+            } else {
+                ""
+            }
         ))),
         Err(e) if e.is_usage() => Err(PyValueError::new_err(e.to_string())),
         Err(e @ PackError::Io { .. }) => Err(PyOSError::new_err(e.to_string())),

@@ -83,3 +83,16 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     assert r.returncode == 0, r.stderr[-4000:]
     assert "packed 45 samples" in r.stdout
     assert published(out) == published(single)
+
+
+def test_pack_resumes_what_a_plan_and_one_part_left(single: Path, tmp_path: Path) -> None:
+    out = tmp_path / "resumed"
+    shardtool.plan(SAMPLE, out, **OPTIONS)
+    shardtool.pack_part(out, 0, 2)
+    with pytest.raises(ValueError, match="resume=True"):
+        shardtool.pack(SAMPLE, out, **OPTIONS)
+    with pytest.raises(ValueError, match="other inputs or options"):
+        shardtool.pack(SAMPLE, out, resume=True, **dict(OPTIONS, resize="crop:20x20"))
+    shardtool.pack(SAMPLE, out, resume=True, **OPTIONS)
+    assert published(out) == published(single)
+    assert not (out / "_plan").exists()
