@@ -233,9 +233,7 @@ pub fn pack(
                 ""
             }
         ))),
-        Err(e) if e.is_usage() => Err(PyValueError::new_err(e.to_string())),
-        Err(e @ PackError::Io { .. }) => Err(PyOSError::new_err(e.to_string())),
-        Err(e) => Err(DatasetError::new_err(e.to_string())),
+        Err(e) => Err(crate::partition::pack_error(e)),
     }
 }
 

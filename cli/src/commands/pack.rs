@@ -34,11 +34,6 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
             )
         }
     };
-    // A file:// OUTPUT is a local folder.
-    let output = match output.to_str().and_then(|s| s.strip_prefix("file://")) {
-        Some(p) => PathBuf::from(p),
-        None => output,
-    };
     let mut plan = PackPlan::new(source, output);
     plan.columns = Columns {
         image: a.image_column,

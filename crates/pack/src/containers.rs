@@ -103,7 +103,7 @@ pub fn is_remote(s: &str) -> bool {
 }
 
 /// A `file://` URL as a path; anything else unchanged.
-fn local_path(s: &str) -> Result<String, ListError> {
+pub(crate) fn local_path(s: &str) -> Result<String, ListError> {
     if s.get(..7)
         .is_some_and(|p| p.eq_ignore_ascii_case("file://"))
     {

@@ -18,7 +18,7 @@ use crate::plan_file::{
     PLAN_FILE, STAGED_DIR,
 };
 use crate::sink::{split_fields, ShardSink};
-use crate::store::{is_remote, local_path, Store};
+use crate::store::{is_remote, Store};
 use crate::{ErrorRecord, PackError, PackReport, Progress, ProgressSnapshot};
 use serde::{Deserialize, Serialize};
 use shardtool_manifest::{Manifest, ShardEntry};
@@ -328,7 +328,7 @@ fn run_part(
                   counts_before: &mut BTreeMap<String, u64>,
                   report: &mut PartReport|
      -> Result<(), PackError> {
-        sink.start_shard(j as usize)?;
+        // Shard j is the open one, if any of its inputs made it.
         sink.roll()?;
         let name = sink.file_name(j as usize);
         let entry = match sink.entries.last() {
@@ -356,20 +356,19 @@ fn run_part(
             input_json: std::mem::take(&mut sink.input_json),
             errors: errors.into_iter().map(|(_, e)| e).collect(),
         };
-        if let Some(e) = &rec.entry {
-            report.samples += e.samples;
-            report.bytes_out += e.bytes;
-        }
-        report.failed += rec.errors.len() as u64;
-        report.packed += 1;
-        if let Some(e) = &rec.entry {
-            store.publish(&e.file)?;
-        }
+        // A shard made under a plan replaced meanwhile is neither published nor recorded.
         if plan_stamp(store) != loaded.stamp {
             return Err(PackError::PlanChanged {
                 path: plan_dir(store.local()).join(PLAN_FILE),
             });
         }
+        if let Some(e) = &rec.entry {
+            store.publish(&e.file)?;
+            report.samples += e.samples;
+            report.bytes_out += e.bytes;
+        }
+        report.failed += rec.errors.len() as u64;
+        report.packed += 1;
         let bytes = serde_json::to_vec(&rec).map_err(|e| PackError::io(done_name(j), e.into()))?;
         store.write(&done_name(j), &bytes)
     };
@@ -627,7 +626,7 @@ pub(crate) fn pack_planned(
     drop(loaded);
     let merged = merge(output)?;
     if !is_remote(output) {
-        let dir = plan_dir(&local_path(output));
+        let dir = plan_dir(output);
         std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;
     }
     Ok(PackReport {

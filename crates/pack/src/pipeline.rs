@@ -160,10 +160,9 @@ impl Ordered {
             shuffle(&mut order, seed);
         }
         let mut rejected = Vec::new();
-        // Keys given by a list must be valid and unique, and must not take a generated key. Only
-        // lists can give keys, and only their keys are held (borrowed from the store): generated
-        // keys are unique by construction, so a set of them would cost memory per input for
-        // nothing. Rejected positions are marked in `order` rather than removed.
+        // Keys given by the input (a list, a WebDataset shard) must be valid and unique, and must
+        // not take a generated key; generated keys are unique by construction. Rejected positions
+        // are marked in `order` rather than removed.
         if inputs.has_keys() {
             // Inputs with keys of their own, sorted by key (4 bytes each, where sets of borrowed
             // keys cost tens of bytes per input): equal keys are neighbours, and a generated key

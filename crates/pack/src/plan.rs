@@ -102,12 +102,12 @@ pub struct FrozenOptions {
 }
 
 impl PackPlan {
-    /// A plan with the documented defaults.
+    /// A plan with the documented defaults. A `file://` output is the local folder it names.
     pub fn new(source: InputSource, output: PathBuf) -> Self {
         Self {
             source,
             columns: Columns::default(),
-            output,
+            output: crate::store::local_path(&output),
             transform: TransformSpec::default(),
             seed: Some(DEFAULT_SEED),
             format: ShardFormatChoice::Wds,

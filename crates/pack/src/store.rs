@@ -24,12 +24,12 @@ pub(crate) fn is_remote(output: &Path) -> bool {
     output.to_str().is_some_and(|s| s.starts_with("s3://"))
 }
 
-/// `output` without a `file://` scheme.
+/// The folder a `file://` output names (parsed as inputs' URLs are); any other output as it is.
 pub(crate) fn local_path(output: &Path) -> PathBuf {
-    match output.to_str().and_then(|s| s.strip_prefix("file://")) {
-        Some(p) => PathBuf::from(p),
-        None => output.to_path_buf(),
-    }
+    output
+        .to_str()
+        .and_then(|s| crate::containers::local_path(s).ok())
+        .map_or_else(|| output.to_path_buf(), PathBuf::from)
 }
 
 impl Store {
