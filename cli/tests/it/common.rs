@@ -198,6 +198,13 @@ fn mix(mut z: u32) -> u32 {
     z ^ (z >> 16)
 }
 
+/// An ImageFolder of `n` small JPEGs (`root/c/<i>.jpg`, `w`x`h`, each a different picture).
+pub fn jpeg_folder(root: &Path, n: u32, w: u32, h: u32) {
+    for i in 0..n {
+        write_file(root.join(format!("c/{i}.jpg")), jpeg(&pattern(w, h, i)));
+    }
+}
+
 /// A deterministic picture with gradients and 8x8 blocks of pseudo-random colour, different for
 /// every `seed`.
 pub fn pattern(w: u32, h: u32, seed: u32) -> RgbImage {

@@ -152,9 +152,7 @@ fn pack_onto_a_full_disk_fails_naming_the_path_and_publishes_nothing() {
 fn merge_onto_a_full_disk_fails_and_succeeds_once_there_is_room() {
     let t = tempdir();
     let input = t.path().join("in");
-    for i in 0..20 {
-        write_file(input.join(format!("c/{i}.jpg")), jpeg(&pattern(64, 48, i)));
-    }
+    jpeg_folder(&input, 20, 64, 48);
     let Some(fs) = Tmpfs::mount(&t.path().join("small"), "4m") else {
         return;
     };
@@ -227,9 +225,7 @@ fn a_cache_download_onto_a_full_disk_fails_and_leaves_the_cache_usable() {
 fn a_read_only_output_and_unreadable_inputs_are_clear_errors() {
     let t = tempdir();
     let input = t.path().join("in");
-    for i in 0..3 {
-        write_file(input.join(format!("c/{i}.jpg")), jpeg(&pattern(40, 30, i)));
-    }
+    jpeg_folder(&input, 3, 40, 30);
     let Some(fs) = Tmpfs::mount(&t.path().join("ro"), "1m") else {
         return;
     };
@@ -248,9 +244,7 @@ fn a_read_only_output_and_unreadable_inputs_are_clear_errors() {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
     let input = shared.join("in");
-    for i in 0..3 {
-        write_file(input.join(format!("c/{i}.jpg")), jpeg(&pattern(40, 30, i)));
-    }
+    jpeg_folder(&input, 3, 40, 30);
     let secret = input.join("c/1.jpg");
     std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
     let as_nobody = |args: &[&std::ffi::OsStr]| {

@@ -29,9 +29,7 @@ fn contains(hay: &[u8], needle: &str) -> bool {
 fn credentials_in_urls_and_the_environment_never_reach_messages_reports_or_shards() {
     let t = tempdir();
     let input = t.path().join("in");
-    for i in 0..4 {
-        write_file(input.join(format!("c/{i}.jpg")), jpeg(&pattern(40, 30, i)));
-    }
+    jpeg_folder(&input, 4, 40, 30);
     // A tar shard of the images, served over HTTP and asked for with user information.
     let wds = t.path().join("wds");
     pack(&input, &wds).args(["-q"]).ok();
