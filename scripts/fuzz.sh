@@ -3,8 +3,10 @@
 #
 #   scripts/fuzz.sh build            compile and link every target, unoptimised (CI: keeps them from
 #                                    rotting in a few minutes; FUZZ_PROFILE=release for the real build)
-#   scripts/fuzz.sh run SECONDS      build optimised, then fuzz each target for SECONDS from fuzz/seeds
-#   scripts/fuzz.sh replay           build optimised, run every seed and saved regression once
+#   scripts/fuzz.sh run SECONDS [RUNS]  build optimised, then fuzz each target for SECONDS (or RUNS
+#                                    executions, whichever ends first) from the seeds and corpus
+#   scripts/fuzz.sh minimise         merge what runs found into the committed fuzz/corpus/<target>
+#   scripts/fuzz.sh replay           build optimised, run every seed, corpus entry and regression once
 #
 # Works on the stable toolchain: cargo-fuzz passes nightly-only rustc flags (-Zsanitizer, sancov
 # passes), which RUSTC_BOOTSTRAP=1 unlocks. Environment:
@@ -17,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION="0.13.2"
-ALL_TARGETS="packed_open wds_tar manifest image_transform crop"
+ALL_TARGETS="packed_open wds_tar manifest image_transform crop list parquet plan_records options loader_state"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 SANITIZER="${FUZZ_SANITIZER:-address}"
 RSS_MB="${FUZZ_RSS_MB:-2048}"
@@ -49,13 +51,22 @@ ensure_cargo_fuzz() {
   fi
 }
 
+# Runs write new inputs into fuzz/work/<target>/ (git-ignored) and read the committed seeds and
+# minimised corpus beside it; `minimise` folds the work folder into fuzz/corpus/<target>/.
 seed_corpus() {
   local t
   for t in $TARGETS; do
-    mkdir -p "fuzz/corpus/$t"
-    if [ -d "fuzz/seeds/$t" ]; then
-      cp -n "fuzz/seeds/$t"/* "fuzz/corpus/$t"/ 2>/dev/null || true
-    fi
+    mkdir -p "fuzz/work/$t" "fuzz/corpus/$t"
+  done
+}
+
+# The folders a target reads: its work folder first (libFuzzer writes new inputs there), then the
+# committed ones that exist.
+corpus_dirs() {
+  local t="$1" d
+  echo "fuzz/work/$t"
+  for d in "fuzz/corpus/$t" "fuzz/seeds/$t"; do
+    if [ -d "$d" ] && [ -n "$(ls -A "$d")" ]; then echo "$d"; fi
   done
 }
 
@@ -72,13 +83,16 @@ build() {
 }
 
 run() {
-  local seconds="$1" t failed=()
+  local seconds="$1" runs="${2:--1}" t failed=() dirs
+  mkdir -p fuzz/logs
   for t in $TARGETS; do
-    echo "==> fuzzing $t for ${seconds}s" >&2
-    if ! cargo fuzz run "${FLAGS[@]}" "$t" -- \
-        -max_total_time="$seconds" -rss_limit_mb="$RSS_MB" -timeout=30 -print_final_stats=1; then
-      failed+=("$t")
-    fi
+    echo "==> fuzzing $t for ${seconds}s (log: fuzz/logs/$t.log)" >&2
+    mapfile -t dirs < <(corpus_dirs "$t")
+    local rc=0
+    cargo fuzz run "${FLAGS[@]}" "$t" "${dirs[@]}" -- -max_total_time="$seconds" -runs="$runs" \
+      -rss_limit_mb="$RSS_MB" -timeout=30 -print_final_stats=1 >"fuzz/logs/$t.log" 2>&1 || rc=$?
+    [ "$rc" -eq 0 ] || failed+=("$t")
+    grep -E "DONE|stat::number_of_executed_units|SUMMARY" "fuzz/logs/$t.log" >&2 || true
   done
   if [ "${#failed[@]}" -gt 0 ]; then
     echo "==> crashes in: ${failed[*]}" >&2
@@ -88,11 +102,31 @@ run() {
   fi
 }
 
+minimise() {
+  local t dirs new
+  for t in $TARGETS; do
+    mapfile -t dirs < <(corpus_dirs "$t")
+    new="fuzz/work/$t.min"
+    rm -rf "$new" && mkdir -p "$new"
+    echo "==> minimising ${dirs[*]} into fuzz/corpus/$t" >&2
+    # -merge=1 keeps the smallest set of inputs with the same coverage, written into $new.
+    cargo fuzz run "${FLAGS[@]}" "$t" "$new" "${dirs[@]}" -- -merge=1 -rss_limit_mb="$RSS_MB" \
+      -timeout=30 2>&1 | grep -E "MERGE-OUTER: [0-9]+ new files" >&2
+    # Seeds are committed already; keep only what they do not hold.
+    local s
+    for s in "fuzz/seeds/$t"/*; do
+      [ -f "$s" ] && rm -f "$new/$(sha1sum "$s" | cut -d' ' -f1)"
+    done
+    rm -rf "fuzz/corpus/$t" && mv "$new" "fuzz/corpus/$t"
+    echo "    fuzz/corpus/$t: $(ls "fuzz/corpus/$t" | wc -l) inputs, $(du -sh "fuzz/corpus/$t" | cut -f1)" >&2
+  done
+}
+
 replay() {
   local t dirs failed=()
   for t in $TARGETS; do
     dirs=()
-    for d in "fuzz/seeds/$t" "fuzz/regressions/$t"; do
+    for d in "fuzz/seeds/$t" "fuzz/corpus/$t" "fuzz/regressions/$t"; do
       if [ -d "$d" ] && [ -n "$(ls -A "$d")" ]; then dirs+=("$d"); fi
     done
     [ "${#dirs[@]}" -gt 0 ] || continue
@@ -119,7 +153,13 @@ case "${1:-}" in
     ensure_cargo_fuzz
     seed_corpus
     build "${FLAGS[@]}"
-    run "$2"
+    run "$2" "${3:-}"
+    ;;
+  minimise)
+    ensure_cargo_fuzz
+    seed_corpus
+    build "${FLAGS[@]}"
+    minimise
     ;;
   replay)
     ensure_cargo_fuzz

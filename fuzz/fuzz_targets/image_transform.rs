@@ -1,51 +1,5 @@
-//! `shardtool_image::transform` on arbitrary bytes, under a small pixel limit.
-//!
-//! Invariant under test: decoding untrusted images never panics, never exceeds `max_pixels`, and a
-//! successful transform yields an output of the planned size. The input length picks one of three
-//! specs so that the resize, crop and every encoder are reached without a format prefix.
+//! `shardtool_image::transform` on arbitrary bytes, under a small pixel limit: see `shardtool_fuzz_checks::image_transform` for what is checked.
 
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use shardtool_core::Limits;
-use shardtool_image::{transform, Encode, Output, Resize, TransformSpec};
-
-/// Four megapixels: enough for any seed, small enough that a bomb cannot exhaust memory.
-const MAX_PIXELS: u64 = 4_000_000;
-
-fuzz_target!(|data: &[u8]| {
-    let limits = Limits {
-        max_pixels: MAX_PIXELS,
-        ..Limits::default()
-    };
-    let (resize, encode) = match data.len() % 3 {
-        0 => (Resize::Shorter(64), Encode::Jpeg),
-        1 => (Resize::Crop(48, 48), Encode::Raw),
-        _ => (Resize::Fit(64, 64), Encode::Png),
-    };
-    let spec = TransformSpec {
-        resize,
-        encode,
-        quality: 80,
-        limits,
-        ..TransformSpec::default()
-    };
-    let Ok(t) = transform(data, &spec) else {
-        return;
-    };
-    assert!(u64::from(t.orig_width) * u64::from(t.orig_height) <= MAX_PIXELS);
-    assert!(t.width >= 1 && t.height >= 1);
-    if let Resize::Crop(w, h) = resize {
-        assert_eq!((t.width, t.height), (w, h));
-    } else {
-        // No upscaling: the output never exceeds the input.
-        assert!(t.width <= t.orig_width && t.height <= t.orig_height);
-    }
-    match t.output {
-        Output::Pixels(img) => {
-            assert_eq!((img.width, img.height), (t.width, t.height));
-            assert_eq!(img.pixels.len() as u64, img.pixel_count() * 3);
-        }
-        Output::Encoded { bytes, .. } => assert!(!bytes.is_empty()),
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| shardtool_fuzz_checks::image_transform(data));

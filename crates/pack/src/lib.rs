@@ -5,6 +5,8 @@
 //! flags into a plan and prints the report. Nothing here prints.
 
 mod containers;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod list_file;
 mod listing;
 mod parquet;

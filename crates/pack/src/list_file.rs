@@ -59,11 +59,17 @@ enum ListKind {
 }
 
 pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListError> {
+    let text = std::fs::read(file).map_err(ListError::io(file))?;
+    list_text(file, &text, columns)
+}
+
+/// Lists the rows of `text`, the content of the list file `file` (CSV when its name ends in
+/// `.csv`, JSONL otherwise).
+pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<Listing, ListError> {
     let bad = |message: String| ListError::BadList {
         path: file.to_path_buf(),
         message,
     };
-    let text = std::fs::read(file).map_err(ListError::io(file))?;
     let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
     let kind = if file
         .extension()
@@ -97,7 +103,7 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
     let mut any_extra = false;
     let mut max_int: Option<i64> = None;
     let mut names: BTreeMap<String, u32> = BTreeMap::new();
-    let headers = for_each_row(&text, kind, &cols, &mut |row| {
+    let headers = for_each_row(text, kind, &cols, &mut |row| {
         any_extra |= row.extra;
         if let Some(l) = row.label.as_deref() {
             any_label = true;
@@ -151,7 +157,7 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
         None
     };
     let mut dirs = DirInterner::default();
-    for_each_row(&text, kind, &cols, &mut |row| {
+    for_each_row(text, kind, &cols, &mut |row| {
         let where_ = || format!("{}:{}", file.display(), row.line);
         let label = row.label.as_deref();
         let (Some(path), true) = (row.path.as_deref(), label.is_some() || !labelled) else {

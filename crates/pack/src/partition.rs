@@ -245,18 +245,21 @@ fn read_done(store: &Store, hash: &str, shard: u64) -> Result<Option<DoneRecord>
     let Some(bytes) = store.read(&done_name(shard), MAX_DONE_BYTES)? else {
         return Ok(None);
     };
-    let Ok(rec) = serde_json::from_slice::<DoneRecord>(&bytes) else {
+    let Some(rec) = parse_done(&bytes, hash, shard) else {
         return Ok(None);
     };
-    if rec.plan != hash || rec.shard != shard {
-        return Ok(None);
-    }
     if let Some(e) = &rec.entry {
         if store.size(&e.file)? != Some(e.bytes) {
             return Ok(None);
         }
     }
     Ok(Some(rec))
+}
+
+/// A done record's bytes, if they parse and name this plan and shard.
+pub(crate) fn parse_done(bytes: &[u8], hash: &str, shard: u64) -> Option<DoneRecord> {
+    let rec = serde_json::from_slice::<DoneRecord>(bytes).ok()?;
+    (rec.plan == hash && rec.shard == shard).then_some(rec)
 }
 
 fn done_name(shard: u64) -> String {

@@ -108,7 +108,7 @@ pub(crate) fn bad_plan(path: &Path, message: impl Into<String>) -> PackError {
 }
 
 /// The plan hash of `file` (its JSON with `hash` empty).
-fn plan_hash(file: &PlanFile) -> String {
+pub(crate) fn plan_hash(file: &PlanFile) -> String {
     let mut f = file.clone();
     f.hash.clear();
     Checksum::of(&serde_json::to_vec(&f).unwrap_or_default()).to_string()
@@ -283,33 +283,43 @@ pub fn read_plan(output: &Path) -> Result<PlanFile, PackError> {
 
 /// [`read_plan`] from an opened output.
 pub(crate) fn read_plan_in(store: &Store, output: &Path) -> Result<PlanFile, PackError> {
-    let path = plan_dir(output).join(PLAN_FILE);
     let Some(bytes) = store.read(&format!("{PLAN_DIR}/{PLAN_FILE}"), MAX_PLAN_BYTES)? else {
         return Err(PackError::NoPlan {
             path: output.to_path_buf(),
         });
     };
+    parse_plan(&bytes, &plan_dir(output).join(PLAN_FILE))
+}
+
+/// Parses and checks the bytes of a `plan.json` (`path` names it in errors).
+pub(crate) fn parse_plan(bytes: &[u8], path: &Path) -> Result<PlanFile, PackError> {
     let file: PlanFile =
-        serde_json::from_slice(&bytes).map_err(|e| bad_plan(&path, e.to_string()))?;
+        serde_json::from_slice(bytes).map_err(|e| bad_plan(path, e.to_string()))?;
+    check_plan(&file, path)?;
+    Ok(file)
+}
+
+/// The checks of a parsed plan: version, hash, and shard counts that add up.
+pub(crate) fn check_plan(file: &PlanFile, path: &Path) -> Result<(), PackError> {
     if file.version != PLAN_VERSION {
         return Err(bad_plan(
-            &path,
+            path,
             format!(
                 "plan version {} (this shardtool reads {PLAN_VERSION})",
                 file.version
             ),
         ));
     }
-    if plan_hash(&file) != file.hash {
+    if plan_hash(file) != file.hash {
         return Err(bad_plan(
-            &path,
+            path,
             "its hash does not match its content: it was edited or damaged",
         ));
     }
     if file.shard_samples == 0 || file.shards != file.inputs.div_ceil(file.shard_samples) {
-        return Err(bad_plan(&path, "shard counts do not add up"));
+        return Err(bad_plan(path, "shard counts do not add up"));
     }
-    Ok(file)
+    Ok(())
 }
 
 pub(crate) fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
@@ -328,12 +338,22 @@ pub(crate) fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> 
 /// Reads `inputs.jsonl` back into the compact store, checking it against the plan.
 pub(crate) fn read_inputs(store: &Store, file: &PlanFile) -> Result<(Inputs, Vec<u64>), PackError> {
     let path = store.fetch(&format!("{PLAN_DIR}/{INPUTS_FILE}"), u64::MAX)?;
-    let bad = |m: String| bad_plan(&path, m);
     let f = std::fs::File::open(&path).map_err(|e| PackError::io(&path, e))?;
-    let mut reader = std::io::BufReader::with_capacity(1 << 20, f);
+    parse_inputs(std::io::BufReader::with_capacity(1 << 20, f), file, &path)
+}
+
+/// Parses the lines of an `inputs.jsonl` (`path` names it in errors) and checks them against
+/// the plan: count, checksum, and containers it names.
+pub(crate) fn parse_inputs(
+    mut reader: impl BufRead,
+    file: &PlanFile,
+    path: &Path,
+) -> Result<(Inputs, Vec<u64>), PackError> {
+    let bad = |m: String| bad_plan(path, m);
     let mut hasher = shardtool_core::ChecksumHasher::new();
     let mut inputs = Inputs::default();
-    let mut sizes = Vec::with_capacity(usize::try_from(file.inputs).unwrap_or(0).min(1 << 28));
+    // The plan's count is only a hint (the file may lie): reserve at most a million up front.
+    let mut sizes = Vec::with_capacity(usize::try_from(file.inputs).unwrap_or(0).min(1 << 20));
     let mut dirs: HashMap<(Vec<u8>, Option<u32>), u32> = HashMap::new();
     let mut line = Vec::new();
     let mut number = 0u64;
@@ -341,7 +361,7 @@ pub(crate) fn read_inputs(store: &Store, file: &PlanFile) -> Result<(Inputs, Vec
         line.clear();
         let read = std::io::Read::take(&mut reader, MAX_INPUT_LINE + 1)
             .read_until(b'\n', &mut line)
-            .map_err(|e| PackError::io(&path, e))?;
+            .map_err(|e| PackError::io(path, e))?;
         if read == 0 {
             break;
         }

@@ -282,6 +282,7 @@ impl LoaderBuilder {
         let dataset = Arc::new(dataset);
         let fingerprint = dataset_fingerprint(&dataset);
         let mut skip = BTreeSet::new();
+        let mut delivered_prefix = 0;
         let mut partial = None;
         if let Some(s) = self.resume.take() {
             if s.version != 1 || s.dataset != fingerprint {
@@ -300,12 +301,11 @@ impl LoaderBuilder {
             self.rank = s.rank;
             self.world = s.world;
             self.batch_size = s.batch_size;
-            skip.extend(0..s.delivered_prefix);
+            // The prefix is added once the epoch's batch count is known: a saved state is read
+            // from a checkpoint file and may claim any number.
+            delivered_prefix = s.delivered_prefix;
             skip.extend(s.delivered_extra.iter().copied());
             partial = s.partial;
-            if let Some((b, _)) = partial {
-                skip.remove(&b);
-            }
         }
         if let Some((i, n)) = self.split {
             if i >= n {
@@ -341,6 +341,10 @@ impl LoaderBuilder {
             per_rank(total, self.world, self.order.remainder)
         );
         let batches = order.len().div_ceil(self.batch_size) as u64;
+        skip.extend(0..delivered_prefix.min(batches));
+        if let Some((b, _)) = partial {
+            skip.remove(&b);
+        }
         if let Some((i, n)) = self.split {
             // Other consumers' batches are theirs: treated as delivered here.
             skip.extend((0..batches).filter(|b| b % u64::from(n) != u64::from(i)));

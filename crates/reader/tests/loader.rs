@@ -180,6 +180,24 @@ fn resume_refuses_another_dataset() {
 }
 
 #[test]
+fn a_state_claiming_more_batches_than_the_epoch_has_resumes_to_its_end_at_once() {
+    // Found while writing the `loader_state` fuzz target: the claimed prefix was expanded into a
+    // set of batch numbers, so 10^15 hung and exhausted memory.
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[10]);
+    let mut state = Loader::builder(dir.path())
+        .batch_size(3)
+        .build()
+        .unwrap()
+        .state();
+    state.delivered_prefix = 1_000_000_000_000_000;
+    let start = std::time::Instant::now();
+    let loader = Loader::builder(dir.path()).resume(state).build().unwrap();
+    assert_eq!(loader.count(), 0);
+    assert!(start.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[test]
 fn batches_hold_the_record_bytes_in_a_fixed_layout() {
     let dir = tempfile::tempdir().unwrap();
     packed_dataset(dir.path(), &[9, 9]);

@@ -1,8 +1,9 @@
 //! Writes the seed inputs of every fuzz target under `fuzz/seeds/<target>/`.
 //!
-//! Run from the repository root with `cargo run --manifest-path fuzz/Cargo.toml --example
-//! make_seeds`. The output is deterministic; the seeds are committed, so this only needs rerunning
-//! when a format changes.
+//! Run from the repository root with `cargo run -p shardtool-fuzz-checks --example make_seeds`.
+//! The output is deterministic (but for the plan records, which name the temporary folder they
+//! were made in); the seeds are committed, so this only needs rerunning when a format changes.
+//! The Parquet seeds come from pyarrow, the writer users have: `fuzz/make_parquet_seeds.py`.
 
 use std::error::Error;
 use std::fs;
@@ -17,7 +18,7 @@ use shardtool_wds::TarWriter;
 type Result<T> = std::result::Result<T, Box<dyn Error>>;
 
 fn main() -> Result<()> {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("seeds");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds");
     packed(&root.join("packed_open"))?;
     let images = images()?;
     wds(&root.join("wds_tar"), &images)?;
@@ -30,10 +31,123 @@ fn main() -> Result<()> {
     // box, and a corner box with the flip and the unfused path.
     let dir = root.join("crop");
     for (name, bytes) in &images {
-        for (tag, head) in [("centre", [31u8, 0, 50, 50, 100, 100, 0, 0]), ("corner", [7, 3, 0, 150, 60, 60, 9, 1])] {
+        for (tag, head) in [
+            ("centre", [31u8, 0, 50, 50, 100, 100, 0, 0]),
+            ("corner", [7, 3, 0, 150, 60, 60, 9, 1]),
+        ] {
             write(&dir, &format!("{tag}-{name}"), &[&head[..], bytes].concat())?;
         }
     }
+    lists(&root.join("list"))?;
+    options(&root.join("options"))?;
+    planned(&root.join("plan_records"), &root.join("loader_state"))?;
+    Ok(())
+}
+
+/// List files: the first byte picks CSV (even) or JSONL (odd) and the named columns.
+fn lists(dir: &Path) -> Result<()> {
+    let csv = "path,label,key,text,score\na/1.jpg,cat,k1,a cat,0.5\n\"b/2 ,x.png\",dog,,\"two\nlines\",1\n,cat,,,\n";
+    write(dir, "default.csv", &[b"\x00", csv.as_bytes()].concat())?;
+    let named = "img,cls,caption\nx.jpg,3,hello\ny.jpg,-1,\nz.jpg,7,bye\n";
+    write(dir, "named.csv", &[b"\x0e", named.as_bytes()].concat())?;
+    let jsonl = concat!(
+        r#"{"path": "a/1.jpg", "label": 0, "text": "a cat", "meta": {"w": 3}}"#,
+        "\n\n",
+        r#"{"path": "b/2.png", "label": 2, "key": "k2"}"#,
+        "\n",
+        r#"{"label": 1}"#,
+        "\nnot json\n"
+    );
+    write(dir, "default.jsonl", &[b"\x01", jsonl.as_bytes()].concat())
+}
+
+/// Option strings, as Python users pass them.
+fn options(dir: &Path) -> Result<()> {
+    for (name, text) in [
+        (
+            "rrc",
+            "random-resized-crop:224,scale=0.08-1,ratio=0.75-1.3333333333333333",
+        ),
+        ("center", "center-crop:224,ratio=0.875"),
+        ("resize", "shorter:256"),
+        ("fit", "fit:640x480"),
+        ("decode_scale", "gap:2"),
+        ("encode", "jpeg"),
+        ("size", "512MiB"),
+        ("checksum", "xxh3:0123456789abcdef"),
+        ("s3", "s3://bucket/prefix/manifest.json"),
+        ("https", "https://user:secret@example.com/data/"),
+    ] {
+        write(dir, &format!("{name}.txt"), text.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// A planned pack's records (`plan.json`, `inputs.jsonl` and a done record, each behind the byte
+/// that picks it) and a saved loader state over the packed dataset.
+fn planned(dir: &Path, states: &Path) -> Result<()> {
+    let t = std::env::temp_dir().join(format!("shardtool-seeds-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&t);
+    for (class, name, fmt) in [
+        ("a", "x.jpg", ImageFormat::Jpeg),
+        ("a", "y.png", ImageFormat::Png),
+        ("b", "z.jpg", ImageFormat::Jpeg),
+    ] {
+        fs::create_dir_all(t.join("in").join(class))?;
+        RgbImage::from_raw(4, 4, pixels(4, 4, 1))
+            .ok_or("bad raw image")?
+            .save_with_format(t.join("in").join(class).join(name), fmt)?;
+    }
+    let mut plan = shardtool_pack::PackPlan::new(
+        shardtool_pack::InputSource::Folder(t.join("in")),
+        t.join("out"),
+    );
+    plan.shard_samples = Some(2);
+    let hash = shardtool_pack::make_plan(&plan)?.hash;
+    let all = shardtool_pack::Assignment::Part { index: 0, count: 1 };
+    shardtool_pack::pack_part(
+        &t.join("out"),
+        &all,
+        None,
+        None,
+        &shardtool_pack::NoProgress,
+    )?;
+    let p = t.join("out").join(shardtool_pack::PLAN_DIR);
+    write(
+        dir,
+        "plan.json",
+        &[b"\x00", &fs::read(p.join("plan.json"))?[..]].concat(),
+    )?;
+    write(
+        dir,
+        "inputs.jsonl",
+        &[b"\x01", &fs::read(p.join("inputs.jsonl"))?[..]].concat(),
+    )?;
+    // The done target checks records against the plan it makes itself: name that plan's hash.
+    let done = String::from_utf8(fs::read(p.join("done").join("000000.json"))?)?
+        .replace(&hash, shardtool_pack::fuzzing::DONE_PLAN);
+    write(dir, "done.json", &[b"\x02", done.as_bytes()].concat())?;
+    shardtool_pack::merge(&t.join("out"))?;
+    let mut loader = shardtool_reader::Loader::builder(t.join("out"))
+        .batch_size(2)
+        .build()?;
+    let first = loader.next().ok_or("no batch")??;
+    write(
+        states,
+        "after_one_batch.json",
+        serde_json::to_string(&loader.state_within(&first, 1))?.as_bytes(),
+    )?;
+    write(
+        states,
+        "start.json",
+        serde_json::to_string(
+            &shardtool_reader::Loader::builder(t.join("out"))
+                .build()?
+                .state(),
+        )?
+        .as_bytes(),
+    )?;
+    fs::remove_dir_all(&t)?;
     Ok(())
 }
 

@@ -1,0 +1,214 @@
+//! Entry points for the fuzz targets in `fuzz/` (feature `fuzzing`): pack's parsers of untrusted
+//! bytes (list files, Parquet files, a partitioned pack's plan, input list and done records),
+//! each run on arbitrary bytes and checked for what must hold beyond "no panic".
+
+use crate::list_file::{list_text, row_columns};
+use crate::listing::{Columns, ListOptions, Listing};
+use crate::parquet::list_parquet;
+use crate::partition::parse_done;
+use crate::plan_file::{check_plan, make_plan, parse_inputs, parse_plan, plan_hash, PlanContainer};
+use crate::{InputSource, PackPlan, PlanFile};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// A scratch folder for this process (see [`remove_scratch`]).
+fn scratch() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let d = std::env::temp_dir().join(format!("shardtool-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("a scratch folder in the temporary directory");
+        d
+    })
+}
+
+/// Removes this process's scratch folder (a replay calls it when done; a fuzzing process
+/// leaves a few small files behind).
+pub fn remove_scratch() {
+    let _ = std::fs::remove_dir_all(scratch());
+}
+
+/// The checks every listing must pass: labels within the classes (or -1 when unlabelled), spans
+/// inside their container.
+fn check_listing(listing: &Listing, container_len: impl Fn(usize) -> u64) {
+    for item in listing.inputs.iter() {
+        assert!(!item.path_bytes().is_empty(), "an input without a path");
+        if listing.labelled {
+            assert!(
+                item.label == -1 || (item.label as usize) < listing.classes.len(),
+                "label {} with {} classes",
+                item.label,
+                listing.classes.len()
+            );
+        } else {
+            assert_eq!(item.label, -1, "a label in an unlabelled listing");
+        }
+        if let Some((start, end)) = item.span {
+            let c = item.container.expect("a span without a container") as usize;
+            assert!(c < listing.containers.len());
+            assert!(
+                start < end && end <= container_len(c),
+                "span {start}..{end}"
+            );
+        }
+    }
+}
+
+/// A CSV or JSONL list file. `data[0]` picks the kind (bit 0) and which columns are named by
+/// the user (bits 1 to 3); the rest is the file. A listing has at most one input or error per
+/// line, and every row it keeps by span reads back.
+pub fn list(data: &[u8]) {
+    let Some((&head, text)) = data.split_first() else {
+        return;
+    };
+    let name = if head & 1 == 0 { "l.csv" } else { "l.jsonl" };
+    let columns = Columns {
+        image: (head & 2 != 0).then(|| "img".into()),
+        label: (head & 4 != 0).then(|| "cls".into()),
+        text: (head & 8 != 0).then(|| "caption".into()),
+    };
+    let Ok(listing) = list_text(Path::new(name), text, &columns) else {
+        return;
+    };
+    let lines = text.split(|&b| b == b'\n').count();
+    assert!(listing.inputs.len() + listing.errors.len() <= lines);
+    check_listing(&listing, |_| text.len() as u64);
+    for item in listing.inputs.iter() {
+        if let (Some(c), Some((start, end))) = (item.container, item.span) {
+            let kind = &listing.containers[c as usize].kind;
+            let row = &text[start as usize..end as usize];
+            if let Err(e) = row_columns(row, kind, &columns) {
+                panic!("a listed row does not read back by its span: {e}");
+            }
+        }
+    }
+}
+
+/// A Parquet file, listed (and its row groups staged as tars) as `pack` does. Listing a local
+/// file never fails as a whole; a bad file is a `bad_parquet` error line. Every staged tar reads
+/// back as a well-formed tar, and every row's span lies inside it.
+pub fn parquet(data: &[u8]) {
+    let dir = scratch().join("parquet");
+    let stage = dir.join("stage");
+    std::fs::create_dir_all(&stage).expect("scratch folder");
+    let file = dir.join("input.parquet");
+    std::fs::write(&file, data).expect("scratch file");
+    let options = ListOptions {
+        stage_dir: stage.clone(),
+        max_input_bytes: 1 << 24,
+        jobs: 1,
+        ..Default::default()
+    };
+    let listing = list_parquet(&[file.to_string_lossy().into_owned()], &options)
+        .expect("listing a local Parquet file reports a bad one, never fails");
+    let sizes: Vec<u64> = listing
+        .containers
+        .iter()
+        .map(|c| {
+            let bytes = std::fs::read(&c.path).expect("a staged container exists");
+            for member in shardtool_wds::TarReader::new(&bytes) {
+                if let Err(e) = member {
+                    panic!("a staged tar does not read back: {e}");
+                }
+            }
+            bytes.len() as u64
+        })
+        .collect();
+    check_listing(&listing, |c| sizes[c]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A planned output of three inputs, made once per process (its plan is the base that the
+/// input-list target edits).
+fn base_plan() -> &'static PlanFile {
+    static PLAN: OnceLock<PlanFile> = OnceLock::new();
+    PLAN.get_or_init(|| {
+        let root = scratch().join("planned");
+        let _ = std::fs::remove_dir_all(&root);
+        for (class, name) in [("a", "x.jpg"), ("a", "y.png"), ("b", "z.jpg")] {
+            let d = root.join("in").join(class);
+            std::fs::create_dir_all(&d).expect("scratch folder");
+            std::fs::write(d.join(name), b"bytes").expect("scratch file");
+        }
+        let mut plan = PackPlan::new(InputSource::Folder(root.join("in")), root.join("out"));
+        plan.shard_samples = Some(2);
+        make_plan(&plan).expect("a plan of three files")
+    })
+}
+
+/// The plan hash done records are read under (the seed generator writes it into its record).
+pub const DONE_PLAN: &str = "xxh3:0000000000000000";
+
+/// A partitioned pack's records. `data[0] % 3` picks `plan.json` (0), `inputs.jsonl` (1) or a
+/// done record (2); the rest is the file.
+///
+/// - A plan that parses re-parses equal from its own JSON; one that parses as JSON but fails its
+///   hash is checked again under a recomputed hash, so the checks after the hash run too.
+/// - An input list is read against the base plan, with the list's own checksum and either its
+///   line count or a count taken from its first eight bytes (a plan may claim anything): what
+///   reads back has one size per input and names only the plan's containers.
+/// - A done record that names plan [`DONE_PLAN`] and shard 0 re-parses equal from its own JSON.
+pub fn plan_records(data: &[u8]) {
+    let Some((&head, rest)) = data.split_first() else {
+        return;
+    };
+    let path = Path::new("_plan/fuzz");
+    match head % 3 {
+        0 => match parse_plan(rest, path) {
+            Ok(p) => {
+                let again = parse_plan(&serde_json::to_vec(&p).expect("serialises"), path)
+                    .expect("a plan re-parses from its own JSON");
+                assert_eq!(again, p);
+            }
+            Err(_) => {
+                if let Ok(mut p) = serde_json::from_slice::<PlanFile>(rest) {
+                    p.hash = plan_hash(&p);
+                    let _ = check_plan(&p, path);
+                }
+            }
+        },
+        1 => {
+            let mut plan = base_plan().clone();
+            plan.containers = ["tar", "csv"]
+                .iter()
+                .map(|kind| PlanContainer {
+                    path: PathBuf::from(format!("c.{kind}")),
+                    staged: false,
+                    source: format!("c.{kind}"),
+                    kind: (*kind).to_string(),
+                    headers: Vec::new(),
+                    size: None,
+                    etag: None,
+                })
+                .collect();
+            plan.inputs_checksum = shardtool_core::Checksum::of(rest).to_string();
+            plan.inputs = if head & 4 == 0 {
+                rest.iter().filter(|&&b| b == b'\n').count() as u64
+            } else {
+                let mut n = [0u8; 8];
+                let k = rest.len().min(8);
+                n[..k].copy_from_slice(&rest[..k]);
+                u64::from_le_bytes(n)
+            };
+            if let Ok((inputs, sizes)) = parse_inputs(rest, &plan, path) {
+                assert_eq!(inputs.len() as u64, plan.inputs);
+                assert_eq!(sizes.len(), inputs.len());
+                for item in inputs.iter() {
+                    assert!(item
+                        .container
+                        .is_none_or(|c| (c as usize) < plan.containers.len()));
+                }
+            }
+        }
+        _ => {
+            let hash = DONE_PLAN;
+            if let Some(rec) = parse_done(rest, hash, 0) {
+                let json = serde_json::to_vec(&rec).expect("serialises");
+                let again = parse_done(&json, hash, 0).expect("a done record re-parses");
+                assert_eq!(
+                    serde_json::to_value(&again).ok(),
+                    serde_json::to_value(&rec).ok()
+                );
+            }
+        }
+    }
+}
