@@ -82,22 +82,85 @@ pub const MAX_LABEL: u32 = u32::MAX - 1;
 /// The container of a directory whose inputs are plain files.
 const NO_CONTAINER: u32 = u32::MAX;
 
-/// A run of consecutive inputs (in listing order) that share a directory and a label: a folder
-/// listing has one per directory, so directory and label cost nothing per input.
+/// A run of consecutive inputs (in listing order) that share a directory and whether their key
+/// is their name: a folder listing has one per directory, a WebDataset listing one per shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Run {
     first: u32,
     dir: u32,
-    label: u32,
+    /// Every input of the run has its name as its key (a WebDataset sample), stored once.
+    key_is_name: bool,
+}
+
+/// Labels in listing order: runs of equal labels (`(first input, label)`: a folder listing has
+/// one per class), or one per input once runs would cost more (labels that change from input to
+/// input, as in a WebDataset or a list).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Labels {
+    Runs(Vec<(u32, u32)>),
+    Dense(Vec<u32>),
+}
+
+impl Default for Labels {
+    fn default() -> Self {
+        Self::Runs(Vec::new())
+    }
+}
+
+impl Labels {
+    /// Records the label of input `index` (the next one).
+    fn push(&mut self, index: u32, label: u32) {
+        match self {
+            Self::Runs(runs) => {
+                if runs.last().is_some_and(|&(_, l)| l == label) {
+                    return;
+                }
+                runs.push((index, label));
+                // A run costs two words, a dense label one: switch when runs outnumber half
+                // the inputs.
+                if runs.len() > 64 && runs.len() * 2 > index as usize + 1 {
+                    let mut dense = Vec::with_capacity((index as usize + 1).next_power_of_two());
+                    for (k, &(first, l)) in runs.iter().enumerate() {
+                        let end = runs.get(k + 1).map_or(index + 1, |r| r.0);
+                        dense.resize(dense.len() + (end - first) as usize, l);
+                    }
+                    *self = Self::Dense(dense);
+                }
+            }
+            Self::Dense(d) => d.push(label),
+        }
+    }
+
+    fn get(&self, i: usize) -> u32 {
+        match self {
+            Self::Runs(runs) => runs[runs.partition_point(|r| r.0 as usize <= i) - 1].1,
+            Self::Dense(d) => d[i],
+        }
+    }
+
+    fn shrink_to_fit(&mut self) {
+        match self {
+            Self::Runs(r) => r.shrink_to_fit(),
+            Self::Dense(d) => d.shrink_to_fit(),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Self::Runs(r) => r.capacity() * 8,
+            Self::Dense(d) => d.capacity() * 4,
+        }
+    }
 }
 
 /// The inputs of a pack, in listing order.
 ///
 /// A global shuffle holds every input at once, so what one input costs here is what makes peak
 /// memory grow with the dataset. Each directory prefix is stored once; names live back to back in
-/// one byte arena with a `u32` end offset per input; directory and label are run-length coded;
-/// list keys (when there are any) share a second arena. About 4 bytes plus the file name per
-/// input and no heap allocation per input. Offsets are `u32`: at most `u32::MAX - 1` inputs and
+/// one byte arena with a `u32` end offset per input; directory and label are run-length coded
+/// (labels are stored per input when they change too often for runs); keys (when there are any)
+/// share a second arena, and a key equal to its input's name (a WebDataset sample's) is not
+/// stored again. About 4 bytes plus the file name per input and no heap allocation per input. Offsets are `u32`: at most `u32::MAX - 1` inputs and
 /// 4 GiB of names or keys, which [`Inputs::push`] enforces.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Inputs {
@@ -107,6 +170,7 @@ pub struct Inputs {
     /// Per input, its span in its container; empty while no input has one (an empty span is none).
     spans: Vec<(u64, u64)>,
     runs: Vec<Run>,
+    labels: Labels,
     names: Vec<u8>,
     ends: Vec<u32>,
     keys: String,
@@ -127,7 +191,7 @@ impl Inputs {
 
     /// Whether any input has a key of its own.
     pub fn has_keys(&self) -> bool {
-        !self.keys.is_empty()
+        !self.keys.is_empty() || self.runs.iter().any(|r| r.key_is_name)
     }
 
     /// Registers a directory prefix (ending in `/`, or empty) and returns its index for
@@ -188,7 +252,9 @@ impl Inputs {
         if (dir as usize) >= self.dirs.len() {
             return Err(ListError::UnknownDirectory(dir));
         }
-        if let Some(k) = key.filter(|k| !k.is_empty()) {
+        let key = key.filter(|k| !k.is_empty());
+        let key_is_name = key.is_some_and(|k| k.as_bytes() == name);
+        if let Some(k) = key.filter(|_| !key_is_name) {
             let kend = u32::try_from(self.keys.len() + k.len()).map_err(|_| too_many())?;
             self.key_ends.resize(self.len(), self.keys.len() as u32);
             self.keys.push_str(k);
@@ -199,14 +265,15 @@ impl Inputs {
         if self
             .runs
             .last()
-            .is_none_or(|r| (r.dir, r.label) != (dir, label))
+            .is_none_or(|r| (r.dir, r.key_is_name) != (dir, key_is_name))
         {
             self.runs.push(Run {
                 first: index,
                 dir,
-                label,
+                key_is_name,
             });
         }
+        self.labels.push(index, label);
         self.names.extend_from_slice(name);
         self.ends.push(end);
         if !self.spans.is_empty() {
@@ -219,23 +286,30 @@ impl Inputs {
     pub fn get(&self, i: usize) -> InputItem<'_> {
         let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
         let run = self.runs[self.runs.partition_point(|r| r.first as usize <= i) - 1];
-        let key = self.key_ends.get(i).and_then(|&end| {
-            let start = if i == 0 {
-                0
-            } else {
-                self.key_ends[i - 1] as usize
-            };
-            let k = self.keys.get(start..end as usize)?;
-            (!k.is_empty()).then_some(k)
-        });
+        let name = &self.names[start..self.ends[i] as usize];
+        let key = if run.key_is_name {
+            // Pushed from a `&str`, so the name is UTF-8.
+            std::str::from_utf8(name).ok()
+        } else {
+            self.key_ends.get(i).and_then(|&end| {
+                let start = if i == 0 {
+                    0
+                } else {
+                    self.key_ends[i - 1] as usize
+                };
+                let k = self.keys.get(start..end as usize)?;
+                (!k.is_empty()).then_some(k)
+            })
+        };
         let container = self.dir_containers[run.dir as usize];
+        let label = self.labels.get(i);
         InputItem {
             dir: &self.dirs[run.dir as usize],
-            name: &self.names[start..self.ends[i] as usize],
-            label: if run.label == NO_LABEL {
+            name,
+            label: if label == NO_LABEL {
                 -1
             } else {
-                i64::from(run.label)
+                i64::from(label)
             },
             key,
             container: (container != NO_CONTAINER).then_some(container),
@@ -254,6 +328,7 @@ impl Inputs {
         self.dir_containers.shrink_to_fit();
         self.spans.shrink_to_fit();
         self.runs.shrink_to_fit();
+        self.labels.shrink_to_fit();
         self.names.shrink_to_fit();
         self.ends.shrink_to_fit();
         self.keys.shrink_to_fit();
@@ -267,6 +342,7 @@ impl Inputs {
             + self.dir_containers.capacity() * 4
             + self.spans.capacity() * 16
             + self.runs.capacity() * std::mem::size_of::<Run>()
+            + self.labels.heap_bytes()
             + self.names.capacity()
             + self.ends.capacity() * 4
             + self.keys.capacity()
@@ -687,6 +763,55 @@ mod tests {
         );
         assert_eq!(s.get(n - 1).name, b"00019999.jpg");
         assert_eq!(s.get(n - 1).dir, b"some/class/directory/");
+    }
+
+    #[test]
+    fn webdataset_samples_store_their_key_once_and_changing_labels_one_word_each() {
+        // A WebDataset listing: key = name, span per sample, labels that change every sample.
+        let mut s = Inputs::default();
+        let d = s.add_container_dir(b"shard-000000.tar:", Some(0));
+        let n = 20_000u32;
+        let mut name_bytes = 0;
+        let mut want = Vec::new();
+        for i in 0..n {
+            let key = format!("{i:09}");
+            name_bytes += key.len();
+            let label = (i * 7919) % 1000;
+            s.push_span(
+                d,
+                key.as_bytes(),
+                Some(label),
+                Some(&key),
+                (u64::from(i) * 10, u64::from(i) * 10 + 7),
+            )
+            .unwrap();
+            want.push((key, i64::from(label)));
+        }
+        // Name offset 4, span 16, label 4: 24 bytes per input besides the name, no second key.
+        let mut fitted = s.clone();
+        fitted.shrink_to_fit();
+        let per_input = (fitted.heap_bytes() - name_bytes) as f64 / f64::from(n);
+        assert!(
+            per_input < 24.5,
+            "{per_input} bytes per input besides the name"
+        );
+        // A key that differs from the name is still stored and read back.
+        s.push_span(d, b"other", None, Some("k"), (1, 2)).unwrap();
+        let got: Vec<(String, i64)> = s
+            .iter()
+            .take(n as usize)
+            .map(|i| {
+                assert_eq!(i.key.map(str::as_bytes), Some(i.name));
+                (i.key.unwrap().to_string(), i.label)
+            })
+            .collect();
+        assert_eq!(got, want);
+        let last = s.get(n as usize);
+        assert_eq!(
+            (last.name, last.key, last.label),
+            (&b"other"[..], Some("k"), -1)
+        );
+        assert!(s.has_keys());
     }
 
     #[test]
