@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CARGO_FUZZ_VERSION="0.13.2"
-ALL_TARGETS="packed_open wds_tar manifest image_transform crop list parquet plan_records options loader_state"
+ALL_TARGETS="packed_open wds_tar manifest image_transform crop list parquet plan_records options loader_state wds_input dataset"
 TARGETS="${FUZZ_TARGETS:-$ALL_TARGETS}"
 SANITIZER="${FUZZ_SANITIZER:-address}"
 RSS_MB="${FUZZ_RSS_MB:-2048}"

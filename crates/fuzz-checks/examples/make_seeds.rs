@@ -41,6 +41,66 @@ fn main() -> Result<()> {
     lists(&root.join("list"))?;
     options(&root.join("options"))?;
     planned(&root.join("plan_records"), &root.join("loader_state"))?;
+    datasets(&root.join("dataset"), &root.join("wds_input"))?;
+    Ok(())
+}
+
+/// One-shard datasets packed from a JSONL list with captions (tar, tar + zstd, packed), each
+/// as the `dataset` target reads it: flags (bit 0: decode), manifest length, manifest, shard.
+/// The tar shard is also a `wds_input` seed.
+fn datasets(dir: &Path, wds_dir: &Path) -> Result<()> {
+    use shardtool_pack::{Compression, PackPlan, ShardFormatChoice};
+    let t = std::env::temp_dir().join(format!("shardtool-seeds-ds-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&t);
+    fs::create_dir_all(&t)?;
+    let mut rows = String::new();
+    for (i, fmt) in [ImageFormat::Jpeg, ImageFormat::Png, ImageFormat::Jpeg]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!(
+            "{i}.{}",
+            if fmt == ImageFormat::Png {
+                "png"
+            } else {
+                "jpg"
+            }
+        );
+        RgbImage::from_raw(6, 5, pixels(5, 6, i as u8))
+            .ok_or("bad raw image")?
+            .save_with_format(t.join(&name), fmt)?;
+        rows.push_str(&format!("{{\"path\": \"{name}\", \"label\": {}, \"text\": \"caption {i}\", \"score\": {i}.5}}\n", i % 2));
+    }
+    fs::write(t.join("list.jsonl"), rows)?;
+    for (name, format, compression) in [
+        ("tar", ShardFormatChoice::Wds, Compression::None),
+        ("tar_zstd", ShardFormatChoice::Wds, Compression::Zstd(3)),
+        ("packed", ShardFormatChoice::Packed, Compression::None),
+    ] {
+        let out = t.join(name);
+        let mut plan = PackPlan::new(
+            shardtool_pack::InputSource::List(t.join("list.jsonl")),
+            out.clone(),
+        );
+        plan.format = format;
+        plan.compression = compression;
+        shardtool_pack::pack(&plan, &shardtool_pack::NoProgress)?;
+        let manifest = fs::read(out.join("manifest.json"))?;
+        let m = Manifest::from_slice(&manifest, 1 << 20)?;
+        let shard = fs::read(out.join(&m.shards[0].file))?;
+        let len = u16::try_from(manifest.len())?.to_le_bytes();
+        for flags in [0u8, 1] {
+            write(
+                dir,
+                &format!("{name}-{flags}"),
+                &[&[flags][..], &len, &manifest, &shard].concat(),
+            )?;
+        }
+        if name == "tar" {
+            write(wds_dir, "packed.tar", &shard)?;
+        }
+    }
+    fs::remove_dir_all(&t)?;
     Ok(())
 }
 

@@ -4,6 +4,7 @@
 //! corpus entry and regression through them in `cargo test`.
 
 mod crop;
+mod dataset;
 mod image_transform;
 mod loader_state;
 mod manifest;
@@ -12,12 +13,13 @@ mod packed_open;
 mod wds_tar;
 
 pub use crop::crop;
+pub use dataset::{dataset, dataset_passes_verify, remove_dataset_folder};
 pub use image_transform::image_transform;
 pub use loader_state::{loader_state, remove_dataset};
 pub use manifest::manifest;
 pub use options::options;
 pub use packed_open::packed_open;
-pub use shardtool_pack::fuzzing::{list, parquet, plan_records, remove_scratch};
+pub use shardtool_pack::fuzzing::{list, parquet, plan_records, remove_scratch, wds_input};
 pub use wds_tar::wds_tar;
 
 /// A target's check: runs on any bytes, panics on a finding.
@@ -36,4 +38,6 @@ pub const TARGETS: &[(&str, Check)] = &[
     ("plan_records", plan_records),
     ("options", options),
     ("loader_state", loader_state),
+    ("wds_input", wds_input),
+    ("dataset", dataset),
 ];

@@ -47,6 +47,7 @@ fn every_committed_fuzz_input_passes_its_check() {
     }
     shardtool_fuzz_checks::remove_scratch();
     shardtool_fuzz_checks::remove_dataset();
+    shardtool_fuzz_checks::remove_dataset_folder();
     assert!(total > 0);
 }
 
@@ -82,4 +83,27 @@ fn every_libfuzzer_target_is_one_line_over_its_check() {
             "fuzz/fuzz_targets/{t}.rs: no //! line"
         );
     }
+}
+
+/// The `dataset` seeds are datasets `verify` passes, so the fuzzer starts from inputs where the
+/// reader's half of the check runs.
+#[test]
+fn the_dataset_seeds_pass_verify() {
+    let seeds: Vec<PathBuf> = inputs("dataset")
+        .into_iter()
+        .filter(|p| {
+            p.parent().and_then(Path::file_name) == Some("dataset".as_ref())
+                && p.to_string_lossy().contains("/seeds/")
+        })
+        .collect();
+    assert!(seeds.len() >= 6);
+    for s in seeds {
+        let data = std::fs::read(&s).unwrap();
+        assert!(
+            shardtool_fuzz_checks::dataset_passes_verify(&data),
+            "{}",
+            s.display()
+        );
+    }
+    shardtool_fuzz_checks::remove_dataset_folder();
 }

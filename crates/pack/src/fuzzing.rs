@@ -2,6 +2,7 @@
 //! bytes (list files, Parquet files, a partitioned pack's plan, input list and done records),
 //! each run on arbitrary bytes and checked for what must hold beyond "no panic".
 
+use crate::containers::list_wds;
 use crate::list_file::{list_text, row_columns};
 use crate::listing::{Columns, ListOptions, Listing};
 use crate::parquet::list_parquet;
@@ -114,6 +115,36 @@ pub fn parquet(data: &[u8]) {
         })
         .collect();
     check_listing(&listing, |c| sizes[c]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A WebDataset shard given to `pack` as input, listed as `pack` lists it (samples found by
+/// their headers, labels from `.cls`). Listing a local shard never fails as a whole; a damaged
+/// one is an error line, and what was found before the damage is kept. Every sample's span lies
+/// inside the shard and holds whole tar members.
+pub fn wds_input(data: &[u8]) {
+    let dir = scratch().join("wds");
+    std::fs::create_dir_all(&dir).expect("scratch folder");
+    let file = dir.join("input.tar");
+    std::fs::write(&file, data).expect("scratch file");
+    let options = ListOptions {
+        stage_dir: dir.clone(),
+        max_input_bytes: 1 << 24,
+        jobs: 1,
+        ..Default::default()
+    };
+    let listing = list_wds(&[file.to_string_lossy().into_owned()], &options)
+        .expect("listing a local shard reports a bad one, never fails");
+    check_listing(&listing, |_| data.len() as u64);
+    for item in listing.inputs.iter() {
+        let (start, end) = item.span.expect("a WebDataset input has a span");
+        assert!(item.key.is_some(), "a WebDataset input without its key");
+        for member in shardtool_wds::TarReader::new(&data[start as usize..end as usize]) {
+            if let Err(e) = member {
+                panic!("a sample's span does not hold whole members: {e}");
+            }
+        }
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
