@@ -1,6 +1,8 @@
 //! Partitioned packing end to end: plan, parts as separate processes (killed with SIGKILL at
-//! random moments and run again), merge, status, resume, and the Slurm and Kubernetes drivers.
-//! The reference is always a single `pack` of the same inputs and options: byte for byte.
+//! random moments and run again), merge, status, resume, and the Slurm and Kubernetes drivers;
+//! and the crash matrix of packing: twenty landed kills each of a size-rolled pack, a
+//! single-machine planned pack, parts and merge. The reference is always an uninterrupted `pack`
+//! of the same inputs and options: byte for byte.
 
 use crate::common::*;
 use serde_json::Value;
@@ -564,5 +566,193 @@ fn a_plan_of_urls_records_sizes_and_etags_and_parts_read_its_staged_copies() {
     assert!(
         !out.join("_plan/staged").exists(),
         "merge removes the staged copies"
+    );
+}
+
+/// Temporary files (`.NAME.PID.N.tmp`) anywhere under `dir`.
+fn temporaries(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.file_name().unwrap().to_string_lossy().ends_with(".tmp") {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Every shard published in `out` is byte-identical to the same shard of the uninterrupted
+/// pack `single`: a killed pack leaves whole shards or none, never a torn one.
+#[track_caller]
+fn published_shards_are_whole(out: &Path, single: &Path) {
+    let want = published(single);
+    for (name, bytes) in published(out) {
+        if name.starts_with("shard-") {
+            assert!(want.get(&name) == Some(&bytes), "{name} is torn or foreign");
+        }
+    }
+}
+
+/// Milliseconds an uninterrupted `cmd` takes (at least 20), to draw kill times from.
+fn duration_ms(cmd: Cmd) -> u64 {
+    let start = std::time::Instant::now();
+    cmd.ok();
+    (start.elapsed().as_millis() as u64).max(20)
+}
+
+#[test]
+fn twenty_kills_of_a_size_rolled_pack_then_an_overwrite_give_the_uninterrupted_bytes() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 120);
+    let opts = [
+        "--resize",
+        "shorter:40",
+        "--seed",
+        "11",
+        "--shard-size",
+        "48KiB",
+        "-q",
+    ];
+    let single = dir.path().join("single");
+    let ms = duration_ms(pack(&input, &single).args(opts).args(["--jobs", "1"]));
+    assert!(
+        manifest(&single).shards.len() > 3,
+        "several shards to be killed between"
+    );
+    let out = dir.path().join("out");
+    let mut rng = KillRng::new();
+    let (mut kills, mut attempts, mut finished) = (0, 0, 0);
+    while kills < 20 {
+        attempts += 1;
+        assert!(attempts < 200, "landed only {kills} kills");
+        let run = pack(&input, &out)
+            .args(opts)
+            .args(["--jobs", "1", "--overwrite"]);
+        if kill_after(run, Duration::from_millis(rng.below(ms))) {
+            kills += 1;
+            published_shards_are_whole(&out, &single);
+            // The manifest is written last: present only for the whole dataset.
+            if out.join("manifest.json").exists() {
+                assert_same_dataset(&out, &single);
+            }
+            if kills == 1 {
+                // Without --overwrite the leftovers are never taken for a dataset.
+                pack(&input, &out).args(opts).run().assert_code(2);
+            }
+        } else {
+            finished += 1;
+            assert_same_dataset(&out, &single);
+        }
+    }
+    eprintln!("{kills} kills, {finished} runs finished between them");
+    pack(&input, &out).args(opts).arg("--overwrite").ok();
+    assert_same_dataset(&out, &single);
+    assert_eq!(
+        temporaries(&out),
+        Vec::<PathBuf>::new(),
+        "temporary files left"
+    );
+}
+
+#[test]
+fn twenty_kills_of_a_planned_pack_each_resumed_give_the_uninterrupted_bytes() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 120);
+    let single = dir.path().join("single");
+    let ms = duration_ms(pack(&input, &single).args(OPTS).args(["-q", "--jobs", "1"]));
+    let out = dir.path().join("out");
+    let mut rng = KillRng::new();
+    let (mut kills, mut attempts, mut finished) = (0, 0, 0);
+    while kills < 20 {
+        attempts += 1;
+        assert!(attempts < 200, "landed only {kills} kills");
+        let run = pack(&input, &out)
+            .args(OPTS)
+            .args(["-q", "--jobs", "1", "--resume"]);
+        if kill_after(run, Duration::from_millis(rng.below(ms))) {
+            kills += 1;
+            done_shards_are_whole(&out);
+            published_shards_are_whole(&out, &single);
+            if out.join("manifest.json").exists() {
+                assert_same_dataset(&out, &single);
+            }
+        } else {
+            // Finished: the whole dataset; start again from nothing.
+            finished += 1;
+            assert_same_dataset(&out, &single);
+            std::fs::remove_dir_all(&out).unwrap();
+        }
+    }
+    eprintln!("{kills} kills, {finished} packs finished between them");
+    pack(&input, &out).args(OPTS).args(["-q", "--resume"]).ok();
+    assert_same_dataset(&out, &single);
+    assert!(!out.join("_plan").exists());
+    assert_eq!(
+        temporaries(&out),
+        Vec::<PathBuf>::new(),
+        "temporary files left"
+    );
+}
+
+#[test]
+fn twenty_kills_of_merge_leave_no_manifest_or_the_final_one() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 120);
+    let single = dir.path().join("single");
+    pack(&input, &single).args(OPTS).args(["-q"]).ok();
+    // Every part done, nothing merged: the folder each round of kills starts from.
+    let ready = dir.path().join("ready");
+    Cmd::new(["plan", "-q"])
+        .arg(&input)
+        .arg(&ready)
+        .args(OPTS)
+        .ok();
+    part(&ready, "0/1").ok();
+    let out = dir.path().join("out");
+    let fresh = |out: &Path| {
+        let _ = std::fs::remove_dir_all(out);
+        Cmd::new(["plan", "-q"])
+            .arg(&input)
+            .arg(out)
+            .args(OPTS)
+            .ok();
+        part(out, "0/1").ok();
+    };
+    fresh(&out);
+    let ms = duration_ms(Cmd::new(["merge", "-q"]).arg(&ready));
+    let mut rng = KillRng::new();
+    let (mut kills, mut attempts, mut finished) = (0, 0, 0);
+    while kills < 20 {
+        attempts += 1;
+        assert!(attempts < 400, "landed only {kills} kills");
+        if kill_after(
+            Cmd::new(["merge", "-q"]).arg(&out),
+            Duration::from_millis(rng.below(ms)),
+        ) {
+            kills += 1;
+            done_shards_are_whole(&out);
+            if out.join("manifest.json").exists() {
+                assert_same_dataset(&out, &single);
+            }
+        } else {
+            finished += 1;
+            assert_same_dataset(&out, &single);
+            fresh(&out);
+        }
+    }
+    eprintln!(
+        "{kills} kills of merge ({ms} ms uninterrupted), {finished} merges finished between them"
+    );
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    assert_same_dataset(&out, &single);
+    assert_eq!(
+        temporaries(&out),
+        Vec::<PathBuf>::new(),
+        "temporary files left"
     );
 }
