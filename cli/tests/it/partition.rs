@@ -606,6 +606,52 @@ fn duration_ms(cmd: Cmd) -> u64 {
     (start.elapsed().as_millis() as u64).max(20)
 }
 
+/// Runs `cmd()` killed at a random moment within `ms` until twenty kills have landed, calling
+/// `killed(kills so far)` after each kill and `finished()` after each run that ended first.
+/// Returns the number of runs that finished.
+fn twenty_kills(
+    ms: u64,
+    mut cmd: impl FnMut() -> Cmd,
+    mut killed: impl FnMut(u32),
+    mut finished: impl FnMut(),
+) -> u32 {
+    let mut rng = KillRng::new();
+    let (mut kills, mut done) = (0, 0);
+    while kills < 20 {
+        assert!(kills + done < 400, "landed only {kills} kills");
+        if kill_after(cmd(), Duration::from_millis(rng.below(ms))) {
+            kills += 1;
+            killed(kills);
+        } else {
+            done += 1;
+            finished();
+        }
+    }
+    done
+}
+
+/// After each kill: shards whole or absent, and a manifest only as the whole dataset (it is
+/// written last).
+#[track_caller]
+fn nothing_torn(out: &Path, single: &Path) {
+    done_shards_are_whole(out);
+    published_shards_are_whole(out, single);
+    if out.join("manifest.json").exists() {
+        assert_same_dataset(out, single);
+    }
+}
+
+/// At the end: the uninterrupted bytes and no temporary file.
+#[track_caller]
+fn finished_whole(out: &Path, single: &Path) {
+    assert_same_dataset(out, single);
+    assert_eq!(
+        temporaries(out),
+        Vec::<PathBuf>::new(),
+        "temporary files left"
+    );
+}
+
 #[test]
 fn twenty_kills_of_a_size_rolled_pack_then_an_overwrite_give_the_uninterrupted_bytes() {
     let dir = tempdir();
@@ -626,38 +672,25 @@ fn twenty_kills_of_a_size_rolled_pack_then_an_overwrite_give_the_uninterrupted_b
         "several shards to be killed between"
     );
     let out = dir.path().join("out");
-    let mut rng = KillRng::new();
-    let (mut kills, mut attempts, mut finished) = (0, 0, 0);
-    while kills < 20 {
-        attempts += 1;
-        assert!(attempts < 200, "landed only {kills} kills");
-        let run = pack(&input, &out)
-            .args(opts)
-            .args(["--jobs", "1", "--overwrite"]);
-        if kill_after(run, Duration::from_millis(rng.below(ms))) {
-            kills += 1;
-            published_shards_are_whole(&out, &single);
-            // The manifest is written last: present only for the whole dataset.
-            if out.join("manifest.json").exists() {
-                assert_same_dataset(&out, &single);
-            }
+    let finished = twenty_kills(
+        ms,
+        || {
+            pack(&input, &out)
+                .args(opts)
+                .args(["--jobs", "1", "--overwrite"])
+        },
+        |kills| {
+            nothing_torn(&out, &single);
             if kills == 1 {
                 // Without --overwrite the leftovers are never taken for a dataset.
                 pack(&input, &out).args(opts).run().assert_code(2);
             }
-        } else {
-            finished += 1;
-            assert_same_dataset(&out, &single);
-        }
-    }
-    eprintln!("{kills} kills, {finished} runs finished between them");
-    pack(&input, &out).args(opts).arg("--overwrite").ok();
-    assert_same_dataset(&out, &single);
-    assert_eq!(
-        temporaries(&out),
-        Vec::<PathBuf>::new(),
-        "temporary files left"
+        },
+        || assert_same_dataset(&out, &single),
     );
+    eprintln!("20 kills, {finished} runs finished between them");
+    pack(&input, &out).args(opts).arg("--overwrite").ok();
+    finished_whole(&out, &single);
 }
 
 #[test]
@@ -667,37 +700,24 @@ fn twenty_kills_of_a_planned_pack_each_resumed_give_the_uninterrupted_bytes() {
     let single = dir.path().join("single");
     let ms = duration_ms(pack(&input, &single).args(OPTS).args(["-q", "--jobs", "1"]));
     let out = dir.path().join("out");
-    let mut rng = KillRng::new();
-    let (mut kills, mut attempts, mut finished) = (0, 0, 0);
-    while kills < 20 {
-        attempts += 1;
-        assert!(attempts < 200, "landed only {kills} kills");
-        let run = pack(&input, &out)
-            .args(OPTS)
-            .args(["-q", "--jobs", "1", "--resume"]);
-        if kill_after(run, Duration::from_millis(rng.below(ms))) {
-            kills += 1;
-            done_shards_are_whole(&out);
-            published_shards_are_whole(&out, &single);
-            if out.join("manifest.json").exists() {
-                assert_same_dataset(&out, &single);
-            }
-        } else {
-            // Finished: the whole dataset; start again from nothing.
-            finished += 1;
+    let finished = twenty_kills(
+        ms,
+        || {
+            pack(&input, &out)
+                .args(OPTS)
+                .args(["-q", "--jobs", "1", "--resume"])
+        },
+        |_| nothing_torn(&out, &single),
+        || {
+            // The whole dataset; start again from nothing.
             assert_same_dataset(&out, &single);
             std::fs::remove_dir_all(&out).unwrap();
-        }
-    }
-    eprintln!("{kills} kills, {finished} packs finished between them");
-    pack(&input, &out).args(OPTS).args(["-q", "--resume"]).ok();
-    assert_same_dataset(&out, &single);
-    assert!(!out.join("_plan").exists());
-    assert_eq!(
-        temporaries(&out),
-        Vec::<PathBuf>::new(),
-        "temporary files left"
+        },
     );
+    eprintln!("20 kills, {finished} packs finished between them");
+    pack(&input, &out).args(OPTS).args(["-q", "--resume"]).ok();
+    finished_whole(&out, &single);
+    assert!(!out.join("_plan").exists());
 }
 
 #[test]
@@ -706,16 +726,8 @@ fn twenty_kills_of_merge_leave_no_manifest_or_the_final_one() {
     let input = inputs(dir.path(), 120);
     let single = dir.path().join("single");
     pack(&input, &single).args(OPTS).args(["-q"]).ok();
-    // Every part done, nothing merged: the folder each round of kills starts from.
-    let ready = dir.path().join("ready");
-    Cmd::new(["plan", "-q"])
-        .arg(&input)
-        .arg(&ready)
-        .args(OPTS)
-        .ok();
-    part(&ready, "0/1").ok();
-    let out = dir.path().join("out");
-    let fresh = |out: &Path| {
+    // Every part done, nothing merged.
+    let planned = |out: &Path| {
         let _ = std::fs::remove_dir_all(out);
         Cmd::new(["plan", "-q"])
             .arg(&input)
@@ -724,36 +736,21 @@ fn twenty_kills_of_merge_leave_no_manifest_or_the_final_one() {
             .ok();
         part(out, "0/1").ok();
     };
-    fresh(&out);
-    let ms = duration_ms(Cmd::new(["merge", "-q"]).arg(&ready));
-    let mut rng = KillRng::new();
-    let (mut kills, mut attempts, mut finished) = (0, 0, 0);
-    while kills < 20 {
-        attempts += 1;
-        assert!(attempts < 400, "landed only {kills} kills");
-        if kill_after(
-            Cmd::new(["merge", "-q"]).arg(&out),
-            Duration::from_millis(rng.below(ms)),
-        ) {
-            kills += 1;
-            done_shards_are_whole(&out);
-            if out.join("manifest.json").exists() {
-                assert_same_dataset(&out, &single);
-            }
-        } else {
-            finished += 1;
+    let timed = dir.path().join("timed");
+    planned(&timed);
+    let ms = duration_ms(Cmd::new(["merge", "-q"]).arg(&timed));
+    let out = dir.path().join("out");
+    planned(&out);
+    let finished = twenty_kills(
+        ms,
+        || Cmd::new(["merge", "-q"]).arg(&out),
+        |_| nothing_torn(&out, &single),
+        || {
             assert_same_dataset(&out, &single);
-            fresh(&out);
-        }
-    }
-    eprintln!(
-        "{kills} kills of merge ({ms} ms uninterrupted), {finished} merges finished between them"
+            planned(&out);
+        },
     );
+    eprintln!("20 kills of merge ({ms} ms uninterrupted), {finished} merges finished between them");
     Cmd::new(["merge", "-q"]).arg(&out).ok();
-    assert_same_dataset(&out, &single);
-    assert_eq!(
-        temporaries(&out),
-        Vec::<PathBuf>::new(),
-        "temporary files left"
-    );
+    finished_whole(&out, &single);
 }
