@@ -384,6 +384,7 @@ class Loader:
             cache_dir=self._cache_dir,
             cache_limit=self._cache_limit,
             fields=self._fields,
+            pool=self._buffer_pool(),
         )
         self._reader = reader
         self._partition = (rank, world)
@@ -464,10 +465,18 @@ class Loader:
 
     # -- pickling (DataLoader workers started with spawn) ------------------------------------
 
+    def _buffer_pool(self) -> _shardtool.BufferPool:
+        """The batch buffers every epoch's reader shares (made at the first iteration)."""
+        pool = self.__dict__.get("_pool")
+        if pool is None:
+            pool = self._pool = _shardtool.BufferPool()
+        return pool
+
     def __getstate__(self) -> Dict[str, Any]:
         d = dict(self.__dict__)
         d["_reader"] = None
         d["_partition"] = None
+        d.pop("_pool", None)
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:

@@ -48,6 +48,11 @@ class Tensor:
 RawFields = List[Tuple[str, List[Optional[bytes]]]]
 RawBatch = Tuple[int, int, List[str], Tensor, Union[Tensor, List[Tensor]], RawFields]
 
+class BufferPool:
+    """Batch buffers shared by the readers of successive epochs (one per ``Loader``)."""
+
+    def __init__(self) -> None: ...
+
 class Reader:
     """One epoch of one rank (or one share of its batches); iterating yields raw batches."""
 
@@ -75,6 +80,7 @@ class Reader:
         cache_dir: Optional[str] = None,
         cache_limit: Optional[int] = None,
         fields: Optional[List[str]] = None,
+        pool: Optional[BufferPool] = None,
         test_delay: Optional[Tuple[str, float]] = None,
     ) -> None: ...
     def __iter__(self) -> Iterator[RawBatch]: ...

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _shardtool(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::Reader>()?;
+    m.add_class::<reader::BufferPool>()?;
     m.add_class::<dlpack::Tensor>()?;
     m.add_function(wrap_pyfunction!(reader::plan_info, m)?)?;
     m.add_function(wrap_pyfunction!(reader::check_fields, m)?)?;

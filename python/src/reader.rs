@@ -9,8 +9,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
 use shardtool_reader::plan::per_rank;
 use shardtool_reader::{
-    dataset_fingerprint, Batch, CacheOptions, CorruptPolicy, Dataset, Layout, Loader, LoaderState,
-    Location, Next, Remainder, Transform,
+    dataset_fingerprint, Batch, BatchAllocator, CacheOptions, CorruptPolicy, CpuAllocator, Dataset,
+    Layout, Loader, LoaderState, Location, Next, Remainder, Transform,
 };
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, TryLockError};
@@ -90,6 +90,37 @@ pub fn check_fields(py: Python<'_>, dataset: String, fields: Vec<String>) -> PyR
 
 /// The batch a set of tensors views; freed (its buffer back to the pool) with the last view.
 struct Held(Mutex<Batch>);
+
+/// Batch buffers kept from one reader to the next, so every epoch after the first reuses the
+/// previous epoch's buffers: no freeing (tens of megabytes unmapped at each epoch's first batch,
+/// in the iterating thread) and no first-touch page faults in the reader threads.
+#[pyclass(module = "shardtool._shardtool")]
+pub struct BufferPool {
+    allocator: Arc<CpuAllocator>,
+    /// The process the pool belongs to: a forked child starts its own rather than touching a
+    /// lock another thread of the parent may have held at the fork.
+    pid: u32,
+}
+
+#[pymethods]
+impl BufferPool {
+    #[new]
+    fn new() -> Self {
+        Self {
+            allocator: Arc::new(CpuAllocator::default()),
+            pid: std::process::id(),
+        }
+    }
+}
+
+impl BufferPool {
+    fn allocator(&mut self) -> Arc<dyn BatchAllocator> {
+        if self.pid != std::process::id() {
+            *self = Self::new();
+        }
+        self.allocator.clone()
+    }
+}
 
 /// One epoch of one rank (or of one share of a rank's batches) as a Python iterator of raw
 /// batches; `shardtool.Loader` wraps it.
@@ -189,7 +220,7 @@ impl Reader {
     #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
         workers=None, transform="decode", flip=false, remainder="drop", in_order=true, shuffle_buffer=None,
         interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
-        cache_dir=None, cache_limit=None, fields=None, test_delay=None))]
+        cache_dir=None, cache_limit=None, fields=None, pool=None, test_delay=None))]
     // One parameter per keyword argument of the Python signature.
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -215,6 +246,7 @@ impl Reader {
         cache_dir: Option<PathBuf>,
         cache_limit: Option<u64>,
         fields: Option<Vec<String>>,
+        pool: Option<PyRefMut<'_, BufferPool>>,
         test_delay: Option<(String, f64)>,
     ) -> PyResult<Self> {
         let location = Location::parse(&dataset)
@@ -256,6 +288,9 @@ impl Reader {
         }
         if let Some(f) = fields {
             b = b.fields(f);
+        }
+        if let Some(mut p) = pool {
+            b = b.allocator(p.allocator());
         }
         if let Some((key, secs)) = test_delay {
             // Testing aid: reading `key` sleeps, so a test can interrupt a waiting `next`.
