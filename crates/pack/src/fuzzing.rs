@@ -56,7 +56,7 @@ fn check_listing(listing: &Listing, container_len: impl Fn(usize) -> u64) {
 
 /// A CSV or JSONL list file. `data[0]` picks the kind (bit 0) and which columns are named by
 /// the user (bits 1 to 3); the rest is the file. A listing has at most one input or error per
-/// line, and every row it keeps by span reads back.
+/// line (CR or LF), and every row it keeps by span reads back.
 pub fn list(data: &[u8]) {
     let Some((&head, text)) = data.split_first() else {
         return;
@@ -70,7 +70,8 @@ pub fn list(data: &[u8]) {
     let Ok(listing) = list_text(Path::new(name), text, &columns) else {
         return;
     };
-    let lines = text.split(|&b| b == b'\n').count();
+    // CSV records may end in CR alone (classic Mac files), so count CR-separated lines too.
+    let lines = text.split(|&b| b == b'\n' || b == b'\r').count();
     assert!(listing.inputs.len() + listing.errors.len() <= lines);
     check_listing(&listing, |_| text.len() as u64);
     for item in listing.inputs.iter() {
