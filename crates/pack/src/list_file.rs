@@ -121,7 +121,7 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     .map_err(bad)?;
     // A list without a label column (or with no label in any row) is unlabelled.
     let labelled = match &headers {
-        Some(h) => h.iter().any(|c| c == cols.label),
+        Some(h) => h.iter().any(|c| c.eq_ignore_ascii_case(cols.label)),
         None => any_label,
     };
     if cols.label_required && !labelled {

@@ -874,6 +874,20 @@ mod tests {
     }
 
     #[test]
+    fn csv_column_names_match_in_any_case_for_labels_too() {
+        // Found by the `list` fuzz target: `Label` was read as each row's label (names match in
+        // any case) but the list counted as unlabelled (an exact match), so every input got
+        // label 0 and the class names were lost.
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("l.csv");
+        std::fs::write(&list, "Path,Label\na.jpg,dog\nb.jpg,cat\n").unwrap();
+        let l = list_inputs(&InputSource::List(list), &ListOptions::default()).unwrap();
+        assert!(l.labelled);
+        assert_eq!(l.classes, ["cat", "dog"]);
+        assert_eq!(sources(&l), [("a.jpg".to_string(), 1), ("b.jpg".to_string(), 0)]);
+    }
+
+    #[test]
     fn lists_keep_paths_as_listed_and_share_directories() {
         let dir = tempfile::tempdir().unwrap();
         let list = dir.path().join("l.csv");
