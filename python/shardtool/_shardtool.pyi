@@ -52,6 +52,7 @@ class BufferPool:
     """Batch buffers shared by the readers of successive epochs (one per ``Loader``)."""
 
     def __init__(self) -> None: ...
+    def idle(self) -> int: ...
 
 class Reader:
     """One epoch of one rank (or one share of its batches); iterating yields raw batches."""

@@ -111,6 +111,11 @@ impl BufferPool {
             pid: std::process::id(),
         }
     }
+
+    /// Buffers waiting in the pool for the next batch.
+    fn idle(&self) -> usize {
+        self.allocator.idle()
+    }
 }
 
 impl BufferPool {

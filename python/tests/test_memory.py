@@ -42,3 +42,23 @@ def test_memory_is_flat_over_twenty_epochs(
     # alone to hide a leak of many batches.
     allowed = min(after[2] * 0.05, 4 << 20)
     assert after[20] - after[2] <= allowed, f"RSS grew from {after[2]} to {after[20]} bytes"
+
+
+def test_every_epoch_reads_into_the_buffers_of_the_one_before(datasets: Dict[str, Path]) -> None:
+    """One pool for all epochs: the batches of an epoch, once dropped, wait in the pool, and the
+    next epoch takes them rather than allocating (a pool per epoch freed tens of megabytes in
+    the iterating thread at each epoch's first batch, and faulted in fresh ones)."""
+    loader = shardtool.Loader(datasets["tar"], batch_size=8, output="numpy", workers=2)
+    for _ in loader:
+        pass
+    pool = loader._buffer_pool()
+    kept = pool.idle()
+    assert kept > 0, "the first epoch's buffers went back to the shared pool"
+    loader.set_epoch(1)
+    it = iter(loader)
+    first = next(it)
+    assert pool.idle() < kept, "the second epoch took buffers from the same pool"
+    del first
+    for _ in it:
+        pass
+    assert pool.idle() >= kept - 1

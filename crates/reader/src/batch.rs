@@ -91,6 +91,13 @@ impl CpuAllocator {
     }
 }
 
+impl CpuAllocator {
+    /// Idle buffers in the pool now.
+    pub fn idle(&self) -> usize {
+        self.pool.lock().map_or(0, |p| p.len())
+    }
+}
+
 impl Default for CpuAllocator {
     fn default() -> Self {
         Self::new(16)
@@ -139,7 +146,7 @@ mod tests {
         assert_eq!(b.bytes().as_ptr() as usize % CPU_BUFFER_ALIGN, 0);
         b.bytes_mut()[9_999] = 7;
         a.release(b);
-        assert_eq!(a.pool.lock().unwrap().len(), 1);
+        assert_eq!(a.idle(), 1);
         let b = a.allocate(5_000);
         assert_eq!(b.bytes().len(), 5_000);
         assert_eq!(b.bytes().as_ptr() as usize % CPU_BUFFER_ALIGN, 0);
