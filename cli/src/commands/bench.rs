@@ -53,10 +53,13 @@ fn cpu_time() -> Duration {
 fn run_once(a: &LoaderArgs, epochs: u64, name: &str, step: Duration) -> Result<Row, Failure> {
     let (mut samples, mut secs, mut cpu, mut bytes) = (0u64, 0f64, 0f64, 0u64);
     let (mut p50, mut p99) = (Duration::ZERO, Duration::ZERO);
+    // One buffer pool for every epoch, as a training loop's loader keeps (Python's `Loader`).
+    let pool = std::sync::Arc::new(shardtool_reader::CpuAllocator::default());
     for e in 0..epochs {
         let mut loader = a
             .builder()?
             .epoch(a.epoch + e)
+            .allocator(pool.clone())
             .build()
             .map_err(crate::commands::read::build_failure)?;
         let cpu0 = cpu_time();
