@@ -342,8 +342,26 @@ impl LoaderBuilder {
         );
         let batches = order.len().div_ceil(self.batch_size) as u64;
         skip.extend(0..delivered_prefix.min(batches));
-        if let Some((b, _)) = partial {
-            skip.remove(&b);
+        // A saved state may name batches this epoch does not have: those are no work.
+        skip.retain(|&b| b < batches);
+        if let Some((b, used)) = partial {
+            let len = if b < batches {
+                batch_len(order.len(), self.batch_size, b)
+            } else {
+                0
+            };
+            if used > len {
+                return Err(ReadError::BadState(format!(
+                    "the saved state used {used} samples of batch {b}, which has {len} in this epoch"
+                )));
+            }
+            if used == len {
+                // Read to its end: delivered.
+                skip.insert(b);
+                partial = None;
+            } else {
+                skip.remove(&b);
+            }
         }
         if let Some((i, n)) = self.split {
             // Other consumers' batches are theirs: treated as delivered here.
@@ -481,7 +499,7 @@ pub fn dataset_fingerprint(d: &Dataset) -> String {
 }
 
 fn batch_len(total: usize, batch: usize, index: u64) -> usize {
-    let start = index as usize * batch;
+    let start = usize::try_from(index).map_or(usize::MAX, |i| i.saturating_mul(batch));
     total.saturating_sub(start).min(batch)
 }
 

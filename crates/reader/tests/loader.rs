@@ -198,6 +198,47 @@ fn a_state_claiming_more_batches_than_the_epoch_has_resumes_to_its_end_at_once()
 }
 
 #[test]
+fn a_saved_state_naming_batches_the_epoch_lacks_is_refused_or_ignored_never_a_panic() {
+    // Found by the `loader_state` fuzz target: a partly read batch past the epoch's end made the
+    // count of samples still to come underflow (a panic with overflow checks, a wrong count
+    // without them).
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[11]);
+    let base = Loader::builder(dir.path())
+        .batch_size(6)
+        .build()
+        .unwrap()
+        .state();
+    let all: Vec<String> = Loader::builder(dir.path())
+        .batch_size(6)
+        .build()
+        .unwrap()
+        .flat_map(|b| b.unwrap().keys.clone())
+        .collect();
+    // Two batches (6 and 5 samples): batch 2 does not exist.
+    let mut s = base.clone();
+    s.delivered_prefix = 2;
+    s.partial = Some((2, 1));
+    let err = Loader::builder(dir.path()).resume(s).build().err().unwrap();
+    assert!(matches!(err, ReadError::BadState(_)), "{err}");
+    // More samples used than the batch has.
+    let mut s = base.clone();
+    s.partial = Some((1, 6));
+    assert!(Loader::builder(dir.path()).resume(s).build().is_err());
+    // A batch read to its end counts as delivered; batches past the end are no work.
+    let mut s = base.clone();
+    s.partial = Some((1, 5));
+    s.delivered_extra = vec![7, u64::MAX];
+    let got: Vec<String> = Loader::builder(dir.path())
+        .resume(s)
+        .build()
+        .unwrap()
+        .flat_map(|b| b.unwrap().keys.clone())
+        .collect();
+    assert_eq!(got, all[..6]);
+}
+
+#[test]
 fn batches_hold_the_record_bytes_in_a_fixed_layout() {
     let dir = tempfile::tempdir().unwrap();
     packed_dataset(dir.path(), &[9, 9]);
