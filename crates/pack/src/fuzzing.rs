@@ -89,6 +89,12 @@ pub fn list(data: &[u8]) {
 /// file never fails as a whole; a bad file is a `bad_parquet` error line. Every staged tar reads
 /// back as a well-formed tar, and every row's span lies inside it.
 pub fn parquet(data: &[u8]) {
+    // pack contains a panic of the Parquet reader (a third-party parser; parquet 57.3.2 unwraps
+    // a missing field of some damaged footers) with `catch_unwind` and reports the file as
+    // `bad_parquet`. libFuzzer's panic hook would abort on such a contained panic: keep the
+    // default hook here. A panic that escapes still fails the target.
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| drop(std::panic::take_hook()));
     let dir = scratch().join("parquet");
     let stage = dir.join("stage");
     std::fs::create_dir_all(&stage).expect("scratch folder");

@@ -147,3 +147,28 @@ proptest! {
         prop_assert!(listing.errors.iter().any(|e| e.kind == "bad_parquet"));
     }
 }
+
+/// A footer that panics the Parquet reader (found by the `parquet` fuzz target): the panic is
+/// contained, and the file is one `bad_parquet` line.
+#[test]
+fn a_file_that_panics_the_parquet_reader_is_a_bad_parquet_line() {
+    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/regressions/parquet/footer-panics-the-parquet-reader");
+    let t = tempfile::tempdir().unwrap();
+    let options = ListOptions {
+        stage_dir: t.path().to_path_buf(),
+        max_input_bytes: 1 << 20,
+        jobs: 1,
+        ..Default::default()
+    };
+    let listing =
+        crate::parquet::list_parquet(&[input.to_string_lossy().into_owned()], &options).unwrap();
+    assert!(listing.inputs.is_empty());
+    assert_eq!(listing.errors.len(), 1, "{:?}", listing.errors);
+    assert_eq!(listing.errors[0].kind, "bad_parquet");
+    assert!(
+        listing.errors[0].message.contains("Parquet reader failed"),
+        "{}",
+        listing.errors[0].message
+    );
+}
