@@ -170,7 +170,8 @@ fn buffer_shuffle(
     let mut rng = SplitMix64::new(seed);
     let mut out = Vec::with_capacity(total);
     let mut buf: Vec<SampleRef> = Vec::with_capacity(cap.min(total));
-    let mut active: Vec<Piece> = Vec::with_capacity(k);
+    // `k` and `cap` come from options (or a saved state): reserve no more than there is.
+    let mut active: Vec<Piece> = Vec::with_capacity(k.min(pieces.len()));
     let mut next_piece = 0;
     let mut push = |s: SampleRef, buf: &mut Vec<SampleRef>, out: &mut Vec<SampleRef>| {
         if buf.len() == cap {

@@ -239,6 +239,24 @@ fn a_saved_state_naming_batches_the_epoch_lacks_is_refused_or_ignored_never_a_pa
 }
 
 #[test]
+fn a_huge_interleave_reserves_only_what_the_dataset_has() {
+    // Found by the `loader_state` fuzz target: a saved state (or the option) asking to interleave
+    // 3*10^10 shard pieces reserved room for all of them (224 GB) before reading any.
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[5, 6]);
+    let mut s = Loader::builder(dir.path()).build().unwrap().state();
+    s.order.interleave = 30_000_000_052;
+    let n: usize = Loader::builder(dir.path())
+        .resume(s)
+        .batch_size(1)
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap().len())
+        .sum();
+    assert_eq!(n, 11);
+}
+
+#[test]
 fn batches_hold_the_record_bytes_in_a_fixed_layout() {
     let dir = tempfile::tempdir().unwrap();
     packed_dataset(dir.path(), &[9, 9]);
