@@ -7,6 +7,7 @@
 mod containers;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod labels;
 mod list_file;
 mod listing;
 mod parquet;

@@ -1,6 +1,7 @@
 //! Finding the inputs: an ImageFolder tree or a CSV/JSONL list, in a sorted, deterministic order,
 //! held in a compact [`Inputs`] store (a global shuffle keeps every input in memory at once).
 
+use crate::labels::Labels;
 use crate::ErrorRecord;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -90,67 +91,6 @@ struct Run {
     dir: u32,
     /// Every input of the run has its name as its key (a WebDataset sample), stored once.
     key_is_name: bool,
-}
-
-/// Labels in listing order: runs of equal labels (`(first input, label)`: a folder listing has
-/// one per class), or one per input once runs would cost more (labels that change from input to
-/// input, as in a WebDataset or a list).
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Labels {
-    Runs(Vec<(u32, u32)>),
-    Dense(Vec<u32>),
-}
-
-impl Default for Labels {
-    fn default() -> Self {
-        Self::Runs(Vec::new())
-    }
-}
-
-impl Labels {
-    /// Records the label of input `index` (the next one).
-    fn push(&mut self, index: u32, label: u32) {
-        match self {
-            Self::Runs(runs) => {
-                if runs.last().is_some_and(|&(_, l)| l == label) {
-                    return;
-                }
-                runs.push((index, label));
-                // A run costs two words, a dense label one: switch when runs outnumber half
-                // the inputs.
-                if runs.len() > 64 && runs.len() * 2 > index as usize + 1 {
-                    let mut dense = Vec::with_capacity((index as usize + 1).next_power_of_two());
-                    for (k, &(first, l)) in runs.iter().enumerate() {
-                        let end = runs.get(k + 1).map_or(index + 1, |r| r.0);
-                        dense.resize(dense.len() + (end - first) as usize, l);
-                    }
-                    *self = Self::Dense(dense);
-                }
-            }
-            Self::Dense(d) => d.push(label),
-        }
-    }
-
-    fn get(&self, i: usize) -> u32 {
-        match self {
-            Self::Runs(runs) => runs[runs.partition_point(|r| r.0 as usize <= i) - 1].1,
-            Self::Dense(d) => d[i],
-        }
-    }
-
-    fn shrink_to_fit(&mut self) {
-        match self {
-            Self::Runs(r) => r.shrink_to_fit(),
-            Self::Dense(d) => d.shrink_to_fit(),
-        }
-    }
-
-    fn heap_bytes(&self) -> usize {
-        match self {
-            Self::Runs(r) => r.capacity() * 8,
-            Self::Dense(d) => d.capacity() * 4,
-        }
-    }
 }
 
 /// The inputs of a pack, in listing order.
@@ -884,7 +824,10 @@ mod tests {
         let l = list_inputs(&InputSource::List(list), &ListOptions::default()).unwrap();
         assert!(l.labelled);
         assert_eq!(l.classes, ["cat", "dog"]);
-        assert_eq!(sources(&l), [("a.jpg".to_string(), 1), ("b.jpg".to_string(), 0)]);
+        assert_eq!(
+            sources(&l),
+            [("a.jpg".to_string(), 1), ("b.jpg".to_string(), 0)]
+        );
     }
 
     #[test]
