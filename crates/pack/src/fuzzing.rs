@@ -95,29 +95,15 @@ pub fn parquet(data: &[u8]) {
     // default hook here. A panic that escapes still fails the target.
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| drop(std::panic::take_hook()));
-    let dir = scratch().join("parquet");
-    let stage = dir.join("stage");
-    std::fs::create_dir_all(&stage).expect("scratch folder");
-    let file = dir.join("input.parquet");
-    std::fs::write(&file, data).expect("scratch file");
-    let options = ListOptions {
-        stage_dir: stage.clone(),
-        max_input_bytes: 1 << 24,
-        jobs: 1,
-        ..Default::default()
-    };
-    let listing = list_parquet(&[file.to_string_lossy().into_owned()], &options)
+    let (dir, file, options) = scratch_input("parquet", "input.parquet", data);
+    let listing = list_parquet(&[file], &options)
         .expect("listing a local Parquet file reports a bad one, never fails");
     let sizes: Vec<u64> = listing
         .containers
         .iter()
         .map(|c| {
             let bytes = std::fs::read(&c.path).expect("a staged container exists");
-            for member in shardtool_wds::TarReader::new(&bytes) {
-                if let Err(e) = member {
-                    panic!("a staged tar does not read back: {e}");
-                }
-            }
+            whole_tar(&bytes, "a staged tar");
             bytes.len() as u64
         })
         .collect();
@@ -125,14 +111,12 @@ pub fn parquet(data: &[u8]) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A WebDataset shard given to `pack` as input, listed as `pack` lists it (samples found by
-/// their headers, labels from `.cls`). Listing a local shard never fails as a whole; a damaged
-/// one is an error line, and what was found before the damage is kept. Every sample's span lies
-/// inside the shard and holds whole tar members.
-pub fn wds_input(data: &[u8]) {
-    let dir = scratch().join("wds");
+/// `data` written as `name` in a fresh scratch folder `folder`, and the listing options that
+/// stage into it: the folder, the file as a listed input, the options.
+fn scratch_input(folder: &str, name: &str, data: &[u8]) -> (PathBuf, String, ListOptions) {
+    let dir = scratch().join(folder);
     std::fs::create_dir_all(&dir).expect("scratch folder");
-    let file = dir.join("input.tar");
+    let file = dir.join(name);
     std::fs::write(&file, data).expect("scratch file");
     let options = ListOptions {
         stage_dir: dir.clone(),
@@ -140,17 +124,31 @@ pub fn wds_input(data: &[u8]) {
         jobs: 1,
         ..Default::default()
     };
-    let listing = list_wds(&[file.to_string_lossy().into_owned()], &options)
-        .expect("listing a local shard reports a bad one, never fails");
+    (dir, file.to_string_lossy().into_owned(), options)
+}
+
+/// Panics unless `bytes` read as a tar to their end without an error.
+fn whole_tar(bytes: &[u8], what: &str) {
+    for member in shardtool_wds::TarReader::new(bytes) {
+        if let Err(e) = member {
+            panic!("{what} does not hold whole tar members: {e}");
+        }
+    }
+}
+
+/// A WebDataset shard given to `pack` as input, listed as `pack` lists it (samples found by
+/// their headers, labels from `.cls`). Listing a local shard never fails as a whole; a damaged
+/// one is an error line, and what was found before the damage is kept. Every sample's span lies
+/// inside the shard and holds whole tar members.
+pub fn wds_input(data: &[u8]) {
+    let (dir, file, options) = scratch_input("wds", "input.tar", data);
+    let listing =
+        list_wds(&[file], &options).expect("listing a local shard reports a bad one, never fails");
     check_listing(&listing, |_| data.len() as u64);
     for item in listing.inputs.iter() {
         let (start, end) = item.span.expect("a WebDataset input has a span");
         assert!(item.key.is_some(), "a WebDataset input without its key");
-        for member in shardtool_wds::TarReader::new(&data[start as usize..end as usize]) {
-            if let Err(e) = member {
-                panic!("a sample's span does not hold whole members: {e}");
-            }
-        }
+        whole_tar(&data[start as usize..end as usize], "a sample's span");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
