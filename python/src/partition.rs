@@ -43,18 +43,10 @@ pub fn pack_part(
         shardtool_pack::pack_part(&out, &which, jobs, max_errors, &NoProgress)
     })?
     .map_err(pack_error)?;
-    Ok(json(serde_json::json!({
-        "part": index,
-        "parts": count,
-        "assigned": r.assigned,
-        "skipped": r.skipped,
-        "packed": r.packed,
-        "samples": r.samples,
-        "failed": r.failed,
-        "bytes_in": r.bytes_in,
-        "bytes_out": r.bytes_out,
-        "seconds": r.elapsed.as_secs_f64(),
-    })))
+    let mut summary = r.summary();
+    summary.insert("part".into(), index.into());
+    summary.insert("parts".into(), count.into());
+    Ok(json(serde_json::Value::Object(summary)))
 }
 
 /// Commits the partitioned pack in `output`: every shard must be done; writes `errors.jsonl`

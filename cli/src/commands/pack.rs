@@ -198,21 +198,13 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
         Assignment::Shards(s) => format!("shards {s:?}"),
     };
     if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "part": what,
-                "assigned": r.assigned,
-                "skipped": r.skipped,
-                "packed": r.packed,
-                "samples": r.samples,
-                "failed": r.failed,
-                "bytes_in": r.bytes_in,
-                "bytes_out": r.bytes_out,
-                "seconds": r.elapsed.as_secs_f64(),
-                "images_per_s": r.samples as f64 / r.elapsed.as_secs_f64().max(1e-9),
-            })
+        let mut summary = r.summary();
+        summary.insert("part".into(), what.into());
+        summary.insert(
+            "images_per_s".into(),
+            (r.samples as f64 / r.elapsed.as_secs_f64().max(1e-9)).into(),
         );
+        println!("{}", serde_json::Value::Object(summary));
     } else if !a.quiet {
         println!(
             "{what} of {}: {} shard(s) packed, {} already done; {} samples, {} failed, {:.1} MB in {:.2} s",

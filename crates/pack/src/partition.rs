@@ -84,6 +84,26 @@ pub struct PartReport {
     pub stages: crate::StageTimes,
 }
 
+impl PartReport {
+    /// The figures of the run as JSON (`assigned`, `skipped`, `packed`, `samples`, `failed`,
+    /// `bytes_in`, `bytes_out`, `seconds`), for the CLI's and Python's reports.
+    pub fn summary(&self) -> serde_json::Map<String, serde_json::Value> {
+        let serde_json::Value::Object(m) = serde_json::json!({
+            "assigned": self.assigned,
+            "skipped": self.skipped,
+            "packed": self.packed,
+            "samples": self.samples,
+            "failed": self.failed,
+            "bytes_in": self.bytes_in,
+            "bytes_out": self.bytes_out,
+            "seconds": self.elapsed.as_secs_f64(),
+        }) else {
+            unreachable!("a JSON object literal")
+        };
+        m
+    }
+}
+
 /// Where a partitioned pack stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PlanStatus {
