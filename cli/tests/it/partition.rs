@@ -634,6 +634,10 @@ fn twenty_kills(
 /// written last).
 #[track_caller]
 fn nothing_torn(out: &Path, single: &Path) {
+    // Killed before it made the output folder: nothing was written.
+    if !out.exists() {
+        return;
+    }
     done_shards_are_whole(out);
     published_shards_are_whole(out, single);
     if out.join("manifest.json").exists() {
