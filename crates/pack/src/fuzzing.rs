@@ -89,8 +89,8 @@ pub fn list(data: &[u8]) {
 /// file never fails as a whole; a bad file is a `bad_parquet` error line. Every staged tar reads
 /// back as a well-formed tar, and every row's span lies inside it.
 pub fn parquet(data: &[u8]) {
-    // pack contains a panic of the Parquet reader (a third-party parser; parquet 57.3.2 unwraps
-    // a missing field of some damaged footers) with `catch_unwind` and reports the file as
+    // pack contains a panic of the Parquet reader (a third-party parser; 57.3.2 unwrapped a
+    // missing field of some damaged footers) with `catch_unwind` and reports the file as
     // `bad_parquet`. libFuzzer's panic hook would abort on such a contained panic: keep the
     // default hook here. A panic that escapes still fails the target.
     static HOOK: std::sync::Once = std::sync::Once::new();
