@@ -264,7 +264,7 @@ pub fn inspect(py: Python<'_>, path: PathBuf, jobs: Option<usize>) -> PyResult<S
     if let Some(j) = jobs {
         opts.jobs = j;
     }
-    let r = interruptible(py, move || shardtool_verify::inspect(&path, &opts))?;
+    let r = interruptible(py, move || shardtool_inspect::inspect(&path, &opts))?;
     json(&r.map_err(verify_error)?)
 }
 

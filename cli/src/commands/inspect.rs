@@ -5,7 +5,8 @@ use crate::args::InspectArgs;
 use crate::commands::verify::opened;
 use crate::Failure;
 use anyhow::anyhow;
-use shardtool_verify::{inspect, InspectReport, VerifyOptions};
+use shardtool_inspect::{inspect, InspectReport};
+use shardtool_verify::VerifyOptions;
 
 /// Runs `shardtool inspect`.
 pub fn run(a: InspectArgs) -> Result<(), Failure> {

@@ -5,7 +5,7 @@ use crate::commands::verify::opened;
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_core::AtomicFile;
-use shardtool_verify::{encode_png, preview, PreviewOptions};
+use shardtool_inspect::{encode_png, preview, PreviewOptions};
 
 /// Runs `shardtool preview`.
 pub fn run(a: PreviewArgs) -> Result<(), Failure> {

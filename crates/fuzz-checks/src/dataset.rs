@@ -2,9 +2,10 @@
 //! tar or packed, plain or zstd) through `verify`, `inspect` and the reader.
 
 use shardtool_core::Checksum;
+use shardtool_inspect::inspect;
 use shardtool_manifest::{Compression, Manifest, ShardFormat};
 use shardtool_reader::{Loader, Transform};
-use shardtool_verify::{inspect, verify, NoProgress, VerifyOptions};
+use shardtool_verify::{verify, NoProgress, VerifyOptions};
 use std::path::PathBuf;
 use std::sync::OnceLock;
 

@@ -16,11 +16,8 @@ use crate::sample::{check_label_range, check_meta, txt_problem};
 use rayon::prelude::*;
 use serde_json::Value;
 use shardtool_core::validate_key;
-use shardtool_packed::{Error, FieldValue, PackedShard};
+use shardtool_packed::{Error, FieldValue, PackedShard, RECORD_FIELDS as PACKED_FIELDS};
 use std::collections::HashSet;
-
-/// The fields every packed record carries.
-pub(crate) const PACKED_FIELDS: [&str; 3] = ["key", "label", "pixels"];
 
 /// Whether and how to recompute record checksums.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,7 +3,7 @@
 
 use crate::report::{Problem, ProblemKind};
 use crate::VerifyError;
-use shardtool_core::{Checksum, Limits};
+use shardtool_core::Limits;
 use shardtool_manifest::{self as manifest, Manifest};
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -13,16 +13,23 @@ pub use shardtool_manifest::{ShardKind, SHARD_SUFFIXES};
 
 /// An opened dataset: its directory, manifest, and the manifest rules it breaks.
 #[derive(Debug, Clone)]
-pub(crate) struct Dataset {
+pub struct Dataset {
+    /// The dataset's directory.
     pub dir: PathBuf,
+    /// Its `manifest.json`.
     pub manifest_path: PathBuf,
+    /// The manifest, parsed.
     pub manifest: Manifest,
+    /// The manifest's rules it breaks (an empty list for a sound manifest).
     pub problems: Vec<Problem>,
 }
 
 /// What a path names.
-pub(crate) enum Target {
+#[derive(Debug)]
+pub enum Target {
+    /// A dataset directory or its manifest.
     Dataset(Box<Dataset>),
+    /// A file that is not a manifest (with `allow_shard`): a shard to look at on its own.
     Shard(PathBuf),
 }
 
@@ -34,8 +41,10 @@ pub(crate) fn open_dataset(target: &Path, limits: &Limits) -> Result<Dataset, Ve
     }
 }
 
-/// Resolves a dataset directory, a manifest, or (with `allow_shard`) a shard file.
-pub(crate) fn open_target(
+/// Resolves a dataset directory, a manifest, or (with `allow_shard`) a shard file. Only a
+/// target that cannot be opened at all is an error; a manifest's broken rules are
+/// [`Dataset::problems`].
+pub fn open_target(
     target: &Path,
     limits: &Limits,
     allow_shard: bool,
@@ -122,128 +131,14 @@ pub(crate) fn parse_manifest(
     Ok((m, problems))
 }
 
-/// Every rule of the manifest format that `m` breaks, one problem each.
+/// Every rule of the manifest format that `m` breaks, one problem each (the rules are stated
+/// once, by [`Manifest::broken_rules`]).
 pub(crate) fn manifest_problems(m: &Manifest) -> Vec<Problem> {
-    let mut out = Vec::new();
-    let mut bad = |shard: Option<&str>, message: String| {
-        out.push(match shard {
-            Some(s) => Problem::shard(s, ProblemKind::ManifestInvalid, message),
-            None => Problem::dataset(ProblemKind::ManifestInvalid, message),
-        });
+    let problem = |b: manifest::BrokenRule| match &b.shard {
+        Some(s) => Problem::shard(s, ProblemKind::ManifestInvalid, b.message),
+        None => Problem::dataset(ProblemKind::ManifestInvalid, b.message),
     };
-    let mut names = BTreeSet::new();
-    for s in &m.shards {
-        if !manifest::is_safe_file_name(&s.file) {
-            bad(
-                Some(&s.file),
-                format!(
-                    "shard file name {:?} is not a plain file name; it is not read",
-                    s.file
-                ),
-            );
-            continue;
-        }
-        if !names.insert(s.file.as_str()) {
-            bad(Some(&s.file), "listed twice in the manifest".into());
-        }
-        if Checksum::parse(&s.checksum).is_none() {
-            bad(
-                Some(&s.file),
-                format!("checksum {:?} is not xxh3:<16 hex digits>", s.checksum),
-            );
-        }
-        match (
-            s.compression,
-            s.uncompressed_bytes,
-            &s.uncompressed_checksum,
-        ) {
-            (None, None, None) => {}
-            (Some(_), Some(_), Some(c)) => {
-                if Checksum::parse(c).is_none() {
-                    bad(
-                        Some(&s.file),
-                        format!("uncompressed_checksum {c:?} is not xxh3:<16 hex digits>"),
-                    );
-                }
-            }
-            _ => bad(
-                Some(&s.file),
-                "uncompressed_bytes and uncompressed_checksum must be given exactly when \
-                 compression is"
-                    .into(),
-            ),
-        }
-        if let Some(kind) = ShardKind::from_name(&s.file) {
-            if kind.format != s.format || kind.compression != s.compression {
-                bad(
-                    Some(&s.file),
-                    format!(
-                        "the name's ending does not match format {:?}, compression {:?}",
-                        s.format, s.compression
-                    ),
-                );
-            }
-        }
-    }
-    // Untrusted numbers: sums saturate instead of overflowing.
-    let samples = m
-        .shards
-        .iter()
-        .fold(0u64, |a, s| a.saturating_add(s.samples));
-    let bytes = m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes));
-    if m.totals.samples != samples {
-        bad(
-            None,
-            format!(
-                "totals.samples is {}, but the shard entries add up to {samples}",
-                m.totals.samples
-            ),
-        );
-    }
-    if m.totals.shards != m.shards.len() as u64 {
-        bad(
-            None,
-            format!(
-                "totals.shards is {}, but {} shards are listed",
-                m.totals.shards,
-                m.shards.len()
-            ),
-        );
-    }
-    if m.totals.bytes != bytes {
-        bad(
-            None,
-            format!(
-                "totals.bytes is {}, but the shard entries add up to {bytes}",
-                m.totals.bytes
-            ),
-        );
-    }
-    if m.inputs.packed != samples {
-        bad(
-            None,
-            format!(
-                "inputs.packed is {}, but the shards hold {samples} samples",
-                m.inputs.packed
-            ),
-        );
-    }
-    let mut classes = BTreeSet::new();
-    for c in &m.classes {
-        if !classes.insert(c) {
-            bad(None, format!("class {c:?} is listed twice"));
-        }
-    }
-    // A rule added to the format crate later still gets reported.
-    if out.is_empty() {
-        if let Err(e) = m.validate() {
-            out.push(Problem::dataset(
-                ProblemKind::ManifestInvalid,
-                e.to_string(),
-            ));
-        }
-    }
-    out
+    m.broken_rules().into_iter().map(problem).collect()
 }
 
 /// Files in `dir` that look like shards but are not in `listed`, sorted by name.
@@ -293,6 +188,12 @@ mod tests {
         let mut m = manifest();
         m.shards[0].file = "../x.tar".into();
         assert_eq!(manifest_problems(&m).len(), 1);
+        // Class names are labels' display names, and real ones repeat (ImageNet-1k's label
+        // metadata names two classes "crane"): not a broken rule.
+        let mut m = manifest();
+        m.classes = vec!["crane".into(), "crane".into()];
+        assert!(manifest_problems(&m).is_empty());
+        m.validate().unwrap();
     }
 
     #[test]

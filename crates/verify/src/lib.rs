@@ -1,6 +1,6 @@
-//! Whole-dataset checks and views: [`verify`] (manifest ⇄ files ⇄ checksums ⇄ structure ⇄
-//! decodability), [`inspect`] (counts, class histogram, image sizes) and [`preview`] (a contact
-//! sheet of sampled images with their class names).
+//! Whole-dataset checks: [`verify`] (manifest ⇄ files ⇄ checksums ⇄ structure ⇄ decodability),
+//! and [`open_target`], the one way a dataset directory, manifest or lone shard path is resolved
+//! (`shardtool-inspect` opens its targets with it too).
 //!
 //! Every function here returns a typed value and prints nothing; the CLI formats it. Each shard
 //! file is read once, front to back: `verify` streams a plain tar shard through a reused 128 KiB
@@ -20,18 +20,13 @@ mod check_packed;
 mod check_tar;
 mod dataset;
 mod error_report;
-mod font;
-mod inspect;
 mod loader;
-mod preview;
 mod report;
 mod run;
 mod sample;
 mod shard;
 
-pub use dataset::{ShardKind, SHARD_SUFFIXES};
-pub use inspect::{inspect, ClassCount, FieldStats, InspectReport, SizeCount, SizeStats, Spread};
-pub use preview::{encode_png, preview, PreviewItem, PreviewOptions, PreviewSheet};
+pub use dataset::{open_target, Dataset, ShardKind, Target, SHARD_SUFFIXES};
 pub use report::{Problem, ProblemKind, Report};
 pub use run::{verify, NoProgress, Progress, VerifyOptions};
 

@@ -329,23 +329,6 @@ pub(crate) fn load(
     }
 }
 
-/// Reads any shard file for inspect/preview: decompresses when it starts with the zstd magic.
-pub(crate) fn load_any(
-    path: &Path,
-    limit: u64,
-    mmap: bool,
-    pool: &BufferPool,
-) -> io::Result<Loaded> {
-    let mut magic = [0u8; 4];
-    let mut f = File::open(path)?;
-    let n = f.read(&mut magic)?;
-    drop(f);
-    load(path, n == 4 && magic == ZSTD_MAGIC, None, limit, mmap, pool)
-}
-
-/// The first four bytes of a zstd frame.
-pub(crate) const ZSTD_MAGIC: [u8; 4] = [0x28, 0xB5, 0x2F, 0xFD];
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -404,8 +387,6 @@ mod tests {
         // No declared size: the limit caps it.
         let l = load_zstd(&p, None, 4096, &pool).unwrap();
         assert_eq!(l.incomplete, Some(Incomplete::TooLarge { limit: 4096 }));
-        let any = load_any(&p, u64::MAX, true, &pool).unwrap();
-        assert_eq!(&any.data[..], &d[..]);
     }
 
     #[test]

@@ -249,81 +249,149 @@ impl Manifest {
         out
     }
 
-    /// Checks every rule a reader relies on.
+    /// Checks every rule a reader relies on: the first broken one is the error.
     pub fn validate(&self) -> Result<(), ManifestError> {
-        let bad = |m: String| Err(ManifestError::Invalid(m));
+        match self.broken_rules().into_iter().next() {
+            Some(b) => Err(ManifestError::Invalid(b.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Every rule of the format this manifest breaks, one entry each, in a stable order (format
+    /// and version first): the one statement of the rules, which [`validate`](Self::validate)
+    /// and verify both use.
+    pub fn broken_rules(&self) -> Vec<BrokenRule> {
+        let mut out = Vec::new();
+        let mut bad = |shard: Option<&str>, message: String| {
+            out.push(BrokenRule {
+                shard: shard.map(str::to_owned),
+                message,
+            });
+        };
         if self.format != FORMAT {
-            return bad(format!("format is {:?}, expected {FORMAT:?}", self.format));
+            bad(
+                None,
+                format!("format is {:?}, expected {FORMAT:?}", self.format),
+            );
         }
         if self.version != VERSION {
-            return bad(format!(
-                "version {} is not supported (this build reads version {VERSION})",
-                self.version
-            ));
+            bad(
+                None,
+                format!(
+                    "version {} is not supported (this build reads version {VERSION})",
+                    self.version
+                ),
+            );
         }
-        check_field_list("fields", &self.fields)?;
-        check_field_list("optional_fields", &self.optional_fields)?;
-        if let Some(f) = self
-            .optional_fields
-            .iter()
-            .find(|f| self.fields.binary_search(f).is_ok())
+        for (what, list) in [
+            ("fields", &self.fields),
+            ("optional_fields", &self.optional_fields),
+        ] {
+            if let Some(m) = field_list_problem(what, list) {
+                bad(None, m);
+            }
+        }
+        if let Some(f) =
+            (self.optional_fields.iter()).find(|f| self.fields.binary_search(f).is_ok())
         {
-            return bad(format!(
-                "field {f:?} is listed both in fields and in optional_fields"
-            ));
+            bad(
+                None,
+                format!("field {f:?} is listed both in fields and in optional_fields"),
+            );
         }
         let mut names = BTreeSet::new();
         for s in &self.shards {
+            let shard = Some(s.file.as_str());
             if !is_safe_file_name(&s.file) {
-                return bad(format!(
-                    "shard file name {:?} is not a plain file name",
-                    s.file
-                ));
+                bad(
+                    shard,
+                    format!("shard file name {:?} is not a plain file name", s.file),
+                );
+                continue;
             }
             if !names.insert(s.file.as_str()) {
-                return bad(format!("shard {:?} is listed twice", s.file));
+                bad(shard, "listed twice in the manifest".into());
             }
             if !is_checksum(&s.checksum) {
-                return bad(format!("shard {:?} has a malformed checksum", s.file));
+                bad(
+                    shard,
+                    format!("checksum {:?} is not xxh3:<16 hex digits>", s.checksum),
+                );
             }
-            match (s.compression, &s.uncompressed_bytes, &s.uncompressed_checksum) {
+            match (
+                s.compression,
+                &s.uncompressed_bytes,
+                &s.uncompressed_checksum,
+            ) {
                 (None, None, None) => {}
-                (Some(_), Some(_), Some(c)) if is_checksum(c) => {}
-                _ => {
-                    return bad(format!(
-                        "shard {:?}: uncompressed size and checksum must be given exactly when compressed",
-                        s.file
-                    ))
+                (Some(_), Some(_), Some(c)) => {
+                    if !is_checksum(c) {
+                        bad(
+                            shard,
+                            format!("uncompressed_checksum {c:?} is not xxh3:<16 hex digits>"),
+                        );
+                    }
                 }
+                _ => bad(
+                    shard,
+                    "uncompressed_bytes and uncompressed_checksum must be given exactly when \
+                     compression is"
+                        .into(),
+                ),
+            }
+            if ShardKind::from_name(&s.file)
+                .is_some_and(|k| k.format != s.format || k.compression != s.compression)
+            {
+                bad(
+                    shard,
+                    format!(
+                        "the name's ending does not match format {:?}, compression {:?}",
+                        s.format, s.compression
+                    ),
+                );
             }
         }
-        // Untrusted counts: an overflowing sum is an invalid manifest, not a panic or a wrap.
+        // Untrusted counts: an overflowing sum is a broken rule, not a panic or a wrap.
         let sum = |f: fn(&ShardEntry) -> u64| {
-            self.shards
-                .iter()
-                .try_fold(0u64, |a, s| a.checked_add(f(s)))
-                .ok_or_else(|| ManifestError::Invalid("shard counts or sizes overflow".into()))
+            (self.shards.iter()).try_fold(0u64, |a, s| a.checked_add(f(s)))
         };
-        let samples = sum(|s| s.samples)?;
-        let bytes = sum(|s| s.bytes)?;
-        let expected = Totals {
-            samples,
-            shards: self.shards.len() as u64,
-            bytes,
+        let (Some(samples), Some(bytes)) = (sum(|s| s.samples), sum(|s| s.bytes)) else {
+            bad(None, "shard counts or sizes overflow".into());
+            return out;
         };
-        if self.totals != expected {
-            return bad(format!(
-                "totals {:?} do not match the shard list {:?}",
-                self.totals, expected
-            ));
+        let shards = self.shards.len() as u64;
+        for (what, stated, counted) in [
+            ("totals.samples", self.totals.samples, samples),
+            ("totals.shards", self.totals.shards, shards),
+            ("totals.bytes", self.totals.bytes, bytes),
+            ("inputs.packed", self.inputs.packed, samples),
+        ] {
+            if stated != counted {
+                bad(
+                    None,
+                    format!("{what} is {stated}, but the shard entries add up to {counted}"),
+                );
+            }
         }
-        if self.inputs.packed != samples {
-            return bad(format!(
-                "inputs.packed is {} but the shards hold {samples} samples",
-                self.inputs.packed
-            ));
+        out
+    }
+}
+
+/// A rule of the format that a manifest breaks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokenRule {
+    /// The shard entry it concerns, if one.
+    pub shard: Option<String>,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for BrokenRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.shard {
+            Some(s) => write!(f, "shard {s:?}: {}", self.message),
+            None => f.write_str(&self.message),
         }
-        Ok(())
     }
 }
 
@@ -353,20 +421,18 @@ pub fn is_field_name(name: &str) -> bool {
 }
 
 /// `list` holds valid field names, each once, sorted.
-fn check_field_list(what: &str, list: &[String]) -> Result<(), ManifestError> {
+fn field_list_problem(what: &str, list: &[String]) -> Option<String> {
     if let Some(f) = list.iter().find(|f| !is_field_name(f)) {
-        return Err(ManifestError::Invalid(format!(
+        return Some(format!(
             "{what} holds {f:?}, which is not a field name (1 to {MAX_FIELD_NAME} bytes of a-z, \
              0-9, _, - and ., not starting or ending with .)"
-        )));
+        ));
     }
-    if let Some(w) = list.windows(2).find(|w| w[0] >= w[1]) {
-        return Err(ManifestError::Invalid(format!(
-            "{what} must be sorted and without repeats, but {:?} comes before {:?}",
-            w[0], w[1]
-        )));
-    }
-    Ok(())
+    let w = list.windows(2).find(|w| w[0] >= w[1])?;
+    Some(format!(
+        "{what} must be sorted and without repeats, but {:?} comes before {:?}",
+        w[0], w[1]
+    ))
 }
 
 fn is_checksum(s: &str) -> bool {
@@ -450,6 +516,38 @@ mod tests {
         let m = sample();
         let back = Manifest::from_slice(&m.to_json(), 1 << 20).unwrap();
         assert_eq!(back, m);
+    }
+
+    #[test]
+    fn every_broken_rule_is_listed_and_the_first_is_the_error() {
+        let mut m = sample();
+        m.shards[0].format = ShardFormat::Packed;
+        m.shards.push(m.shards[0].clone());
+        m.shards[1].samples = u64::MAX;
+        m.fields = vec!["jpg".into(), "cls".into()];
+        let rules = m.broken_rules();
+        let shard = Some("shard-000000.tar".to_string());
+        let messages: Vec<(&Option<String>, &str)> = rules
+            .iter()
+            .map(|b| (&b.shard, b.message.as_str()))
+            .collect();
+        assert!(
+            messages[0].1.starts_with("fields must be sorted"),
+            "{rules:?}"
+        );
+        assert!(
+            messages.contains(&(&shard, "listed twice in the manifest")),
+            "{rules:?}"
+        );
+        assert!(
+            messages
+                .iter()
+                .any(|(s, m)| **s == shard && m.contains("name's ending")),
+            "{rules:?}"
+        );
+        assert_eq!(messages.last().unwrap().1, "shard counts or sizes overflow");
+        let err = m.validate().unwrap_err().to_string();
+        assert!(err.contains(&rules[0].message), "{err}");
     }
 
     #[test]

@@ -21,6 +21,10 @@ pub const RECORD_ALIGN: u64 = 64;
 /// reject them.
 pub const MAX_HEADER_LEN: u64 = 100_000_000;
 
+/// The fields every packed record has, as a dataset's manifest names them (carried fields come
+/// on top, in each sample's `fields` member).
+pub const RECORD_FIELDS: [&str; 3] = ["key", "label", "pixels"];
+
 /// Metadata key holding the format name.
 pub(crate) const META_FORMAT: &str = "format";
 /// Metadata key holding the format version.

@@ -58,6 +58,7 @@ pub use error::Error;
 pub use fields::{field_value, FieldValue, SAMPLE_FIELDS};
 pub use format::{
     checksum, ShardMode, DATA_ALIGN, FORMAT_NAME, FORMAT_VERSION, MAX_HEADER_LEN, RECORD_ALIGN,
+    RECORD_FIELDS,
 };
 pub use reader::{Limits, PackedShard, RecordView};
 pub use writer::{Mode, PackedWriter, WriteSummary};

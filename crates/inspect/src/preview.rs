@@ -3,11 +3,8 @@
 //! (`shardtool_core::shuffle`), only the shards holding them are read, and the sheet is drawn with
 //! the built-in bitmap font (no system fonts).
 
-use crate::dataset::{open_target, ShardKind, Target};
 use crate::font::{draw_text, fill_rect, fit_text, GLYPH_H};
-use crate::inspect::sniff;
-use crate::loader::{load, load_any, BufferPool};
-use crate::VerifyError;
+use crate::{read_shard, sniff};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -15,8 +12,9 @@ use shardtool_core::{shuffle, Limits, Rgb8Image, SplitMix64};
 use shardtool_image::{
     encode_png_rgb8, plan_size, resize_rgb8, transform, Encode, Filter, Resize, TransformSpec,
 };
-use shardtool_manifest::{Compression, ShardFormat};
+use shardtool_manifest::{ShardFormat, ShardKind};
 use shardtool_packed::PackedShard;
+use shardtool_verify::{open_target, Target, VerifyError};
 use shardtool_wds::group_samples;
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -64,7 +62,7 @@ impl Default for PreviewOptions {
             columns: None,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             limits: Limits::default(),
-            max_shard_bytes: crate::DEFAULT_MAX_SHARD_BYTES,
+            max_shard_bytes: shardtool_verify::DEFAULT_MAX_SHARD_BYTES,
         }
     }
 }
@@ -136,7 +134,6 @@ pub fn preview(target: &Path, opts: &PreviewOptions) -> Result<PreviewSheet, Ver
         .num_threads(opts.jobs)
         .build()
         .map_err(|e| VerifyError::Usage(format!("cannot start {} threads: {e}", opts.jobs)))?;
-    let buffers = BufferPool::default();
     let (title, classes, wants, available, lone) = match open_target(target, &opts.limits, true)? {
         Target::Dataset(ds) => {
             let m = &ds.manifest;
@@ -200,7 +197,7 @@ pub fn preview(target: &Path, opts: &PreviewOptions) -> Result<PreviewSheet, Ver
         wants
             .par_iter()
             .with_max_len(1)
-            .map(|w| read_picks(w, lone, &classes, opts, &buffers))
+            .map(|w| read_picks(w, lone, &classes, opts))
             .collect()
     });
     let mut picked = Vec::new();
@@ -267,25 +264,10 @@ fn read_picks(
     lone: bool,
     classes: &[String],
     opts: &PreviewOptions,
-    buffers: &BufferPool,
 ) -> Result<(Vec<Picked>, u64), String> {
-    let limit = opts.max_shard_bytes;
-    let loaded = match w.kind {
-        Some(k) => load(
-            &w.path,
-            k.compression == Some(Compression::Zstd),
-            w.declared,
-            limit,
-            false,
-            buffers,
-        ),
-        None => load_any(&w.path, limit, false, buffers),
-    }
-    .map_err(|e| format!("cannot read: {e}"))?;
-    if let Some(why) = &loaded.incomplete {
-        return Err(format!("content not read: {why}"));
-    }
-    let data = &loaded.data[..];
+    let read = read_shard(&w.path, w.kind, w.declared, opts.max_shard_bytes, false)
+        .map_err(|(_, message)| message)?;
+    let data = &read.data[..];
     let format = w
         .kind
         .map(|k| k.format)
@@ -413,7 +395,6 @@ fn read_picks(
             (out, n)
         }
     };
-    buffers.give(loaded.data);
     Ok(result)
 }
 

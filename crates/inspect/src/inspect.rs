@@ -3,17 +3,14 @@
 //! included), the fields the manifest declares, and the pack options — computed from the shards
 //! themselves (each read once, in parallel).
 
-use crate::check_packed::PACKED_FIELDS;
-use crate::dataset::{open_target, ShardKind, Target};
-use crate::loader::{load, load_any, BufferPool};
-use crate::report::{Problem, ProblemKind};
-use crate::{VerifyError, VerifyOptions};
+use crate::{read_shard, sniff};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use shardtool_manifest::{Compression, ShardFormat};
-use shardtool_packed::PackedShard;
-use shardtool_wds::{group_samples, TarReader};
+use shardtool_manifest::{ShardFormat, ShardKind};
+use shardtool_packed::{PackedShard, RECORD_FIELDS};
+use shardtool_verify::{open_target, Problem, ProblemKind, Target, VerifyError, VerifyOptions};
+use shardtool_wds::group_samples;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
@@ -172,7 +169,6 @@ pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, Ver
         .num_threads(jobs)
         .build()
         .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
-    let buffers = BufferPool::default();
     match open_target(target, &opts.limits, true)? {
         Target::Dataset(ds) => {
             let m = &ds.manifest;
@@ -194,7 +190,6 @@ pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, Ver
                             Some(kind),
                             e.uncompressed_bytes,
                             opts,
-                            &buffers,
                         )
                     })
                     .collect()
@@ -221,7 +216,7 @@ pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, Ver
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let kind = ShardKind::from_name(&name);
-            let stats = pool.install(|| shard_stats(&path, &name, kind, None, opts, &buffers));
+            let stats = pool.install(|| shard_stats(&path, &name, kind, None, opts));
             if stats.shards == 0 && stats.problems.is_empty() {
                 return Err(VerifyError::UnknownFile { path });
             }
@@ -329,76 +324,33 @@ fn size_stats(sizes: &HashMap<(u32, u32), u64>) -> SizeStats {
     }
 }
 
-/// Detects the format of shard bytes from their content.
-pub(crate) fn sniff(bytes: &[u8]) -> Option<ShardFormat> {
-    if bytes.len() > 9 && bytes[8] == b'{' {
-        return Some(ShardFormat::Packed);
-    }
-    match TarReader::new(bytes).next() {
-        Some(Ok(_)) => Some(ShardFormat::Wds),
-        _ => None,
-    }
-}
-
 fn shard_stats(
     path: &Path,
     name: &str,
     kind: Option<ShardKind>,
     declared: Option<u64>,
     opts: &VerifyOptions,
-    buffers: &BufferPool,
 ) -> Stats {
     let mut s = Stats::default();
-    let limit = opts.max_shard_bytes;
-    let loaded = match kind {
-        Some(k) => load(
-            path,
-            k.compression == Some(Compression::Zstd),
-            declared,
-            limit,
-            opts.mmap,
-            buffers,
-        ),
-        None => load_any(path, limit, opts.mmap, buffers),
-    };
-    let problem = |kind, message: String| Problem::shard(name, kind, message);
-    let loaded = match loaded {
-        Ok(l) => l,
-        Err(e) => {
-            let kind = if e.kind() == std::io::ErrorKind::NotFound {
-                ProblemKind::MissingShard
-            } else {
-                ProblemKind::Unreadable
-            };
-            s.problems.push(problem(kind, format!("cannot read: {e}")));
+    let read = match read_shard(path, kind, declared, opts.max_shard_bytes, opts.mmap) {
+        Ok(r) => r,
+        Err((kind, message)) => {
+            s.problems.push(Problem::shard(name, kind, message));
             return s;
         }
     };
-    if let Some(why) = &loaded.incomplete {
-        s.problems.push(problem(
-            ProblemKind::Unreadable,
-            format!("content not read: {why}"),
-        ));
-        buffers.give(loaded.data);
+    let data = &read.data[..];
+    let Some(format) = kind.map(|k| k.format).or_else(|| sniff(data)) else {
         return s;
-    }
-    let data = &loaded.data;
-    let compressed = loaded.uncompressed.is_some();
-    let format = match kind.map(|k| k.format).or_else(|| sniff(data)) {
-        Some(f) => f,
-        None => {
-            buffers.give(loaded.data);
-            return s;
-        }
     };
     s.shards = 1;
-    s.stored = loaded.stored_len;
+    s.stored = read.stored;
     s.uncompressed = data.len() as u64;
     let fname = match format {
         ShardFormat::Wds => "wds",
         ShardFormat::Packed => "packed",
     };
-    let fname = if compressed {
+    let fname = if read.compressed {
         format!("{fname}+zstd")
     } else {
         fname.to_string()
@@ -408,7 +360,6 @@ fn shard_stats(
         ShardFormat::Wds => wds_stats(data, name, &mut s),
         ShardFormat::Packed => packed_stats(data, name, &mut s),
     }
-    buffers.give(loaded.data);
     s
 }
 
@@ -455,17 +406,12 @@ fn wds_stats(data: &[u8], name: &str, s: &mut Stats) {
                 .fields
                 .iter()
                 .find(|(f, _)| shardtool_wds::is_image_field(f))?;
-            image_dimensions(image.1)
+            shardtool_image::probe_size(image.1)
         });
         if let Some(wh) = size {
             *s.sizes.entry(wh).or_default() += 1;
         }
     }
-}
-
-/// The size an encoded image declares in its header, without decoding it.
-pub(crate) fn image_dimensions(bytes: &[u8]) -> Option<(u32, u32)> {
-    shardtool_image::probe_size(bytes)
 }
 
 fn packed_stats(data: &[u8], name: &str, s: &mut Stats) {
@@ -482,7 +428,7 @@ fn packed_stats(data: &[u8], name: &str, s: &mut Stats) {
     };
     for (i, rec) in shard.records().enumerate() {
         s.samples += 1;
-        for f in PACKED_FIELDS {
+        for f in RECORD_FIELDS {
             let bytes = match f {
                 "pixels" => rec.pixels.len() as u64,
                 "label" => 8,
