@@ -18,6 +18,9 @@ use std::sync::Mutex;
 /// for the hash that follows.
 const CHUNK: u64 = 1 << 20;
 
+/// Bytes read per step where nothing read is kept: `cat`'s size, so the hash finds them in cache.
+const STREAM_CHUNK: usize = 128 << 10;
+
 /// The page size read buffers are aligned to.
 const PAGE: usize = 4096;
 
@@ -227,6 +230,77 @@ pub(crate) fn load_plain(path: &Path, limit: u64, pool: &BufferPool) -> io::Resu
     })
 }
 
+/// Reads a plain packed shard for the checks that do not read pixels (keys, labels, metadata, the
+/// file checksum): the header and the small tensors after the pixels are stored at their file
+/// offsets in a zeroed buffer of the file's length, and the pixels are only hashed, through a
+/// small buffer, so the shard costs the page cache's copy and the hash, like `cat`. The pixels'
+/// pages of the buffer are never written (a fresh zeroed allocation, which the system backs only
+/// where written). `None` when the file is over `limit`, or not laid out as pack writes it (pixels
+/// first, right after the header), or changed size while read: the caller reads it whole.
+pub(crate) fn load_packed_checks(path: &Path, limit: u64) -> io::Result<Option<Loaded>> {
+    let mut file = File::open(path)?;
+    let len = file.metadata()?.len();
+    if len > limit || len < 8 {
+        return Ok(None);
+    }
+    let mut prefix = [0u8; 8];
+    if !fill(&mut file, &mut prefix)? {
+        return Ok(None);
+    }
+    let head = u64::from_le_bytes(prefix).saturating_add(8);
+    if head > len {
+        return Ok(None);
+    }
+    // `len` is within `limit` (4 GiB by default), the bound of every whole read.
+    let mut data = vec![0u8; len as usize];
+    data[..8].copy_from_slice(&prefix);
+    if !fill(&mut file, &mut data[8..head as usize])? {
+        return Ok(None);
+    }
+    let span = shardtool_packed::pixel_span(&data[..head as usize]);
+    let Some(span) = span.filter(|s| s.start == head && s.start <= s.end && s.end <= len) else {
+        return Ok(None);
+    };
+    let mut hasher = ChecksumHasher::new();
+    hasher.update(&data[..head as usize]);
+    let mut chunk = vec![0u8; STREAM_CHUNK + PAGE];
+    let at = chunk.as_ptr().align_offset(PAGE).min(PAGE);
+    let chunk = &mut chunk[at..at + STREAM_CHUNK];
+    let mut left = span.end - span.start;
+    while left > 0 {
+        let n = file.read(&mut chunk[..left.min(STREAM_CHUNK as u64) as usize])?;
+        if n == 0 {
+            return Ok(None);
+        }
+        hasher.update(&chunk[..n]);
+        left -= n as u64;
+    }
+    let tail = &mut data[span.end as usize..];
+    if !fill(&mut file, tail)? {
+        return Ok(None);
+    }
+    hasher.update(tail);
+    if file.read(&mut chunk[..1])? != 0 {
+        return Ok(None);
+    }
+    Ok(Some(Loaded {
+        data: ShardBytes::owned(data),
+        stored_len: len,
+        stored_sum: hasher.checksum(),
+        uncompressed: None,
+        incomplete: None,
+    }))
+}
+
+/// Fills `buf` from `file`; `false` when the file ends first (it shrank while read).
+fn fill(file: &mut File, buf: &mut [u8]) -> io::Result<bool> {
+    match file.read_exact(buf) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Reads a zstd-compressed shard. `declared` is the manifest's uncompressed size, if known: at
 /// most `min(declared, limit) + 1` bytes are decompressed, and the rest of the file is still
 /// hashed so that the stored checksum covers every byte.
@@ -361,6 +435,49 @@ mod tests {
         std::fs::write(&p, b"").unwrap();
         assert!(load_mapped(&p).unwrap().data.is_empty());
         assert_eq!(l.incomplete, Some(Incomplete::TooLarge { limit: 100 }));
+    }
+
+    #[test]
+    fn packed_shards_are_read_for_their_checks_without_keeping_pixels() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.safetensors");
+        let mut w = shardtool_packed::PackedWriter::new(shardtool_packed::Mode::Auto);
+        for (i, (h, wd)) in [(300u32, 200u32), (150, 401)].into_iter().enumerate() {
+            let px = data((h * wd * 3) as usize);
+            w.add(
+                &format!("k{i}"),
+                i as i64,
+                h,
+                wd,
+                &px,
+                serde_json::Value::Null,
+            )
+            .unwrap();
+        }
+        let mut bytes = Vec::new();
+        w.finish(&mut bytes).unwrap();
+        std::fs::write(&p, &bytes).unwrap();
+        let l = load_packed_checks(&p, u64::MAX).unwrap().unwrap();
+        assert_eq!(l.stored_sum, Checksum::of(&bytes), "every byte hashed");
+        assert_eq!(l.stored_len, bytes.len() as u64);
+        let span = shardtool_packed::pixel_span(&bytes).unwrap();
+        let (b, e) = (span.start as usize, span.end as usize);
+        assert!(e - b > 2 * STREAM_CHUNK, "the pixels take several reads");
+        assert_eq!(&l.data[..b], &bytes[..b]);
+        assert_eq!(&l.data[e..], &bytes[e..]);
+        assert!(l.data[b..e].iter().all(|&x| x == 0), "pixels not kept");
+        let shard = shardtool_packed::PackedShard::open(&l.data[..]).unwrap();
+        assert_eq!((shard.len(), shard.record(1).key), (2, "k1"));
+        // Over the limit, not a packed file, or cut inside the pixels: the caller reads it
+        // whole. (A file cut after them is read and hashed: its checksum then differs.)
+        assert!(load_packed_checks(&p, 100).unwrap().is_none());
+        std::fs::write(&p, &bytes[..b + 10]).unwrap();
+        assert!(load_packed_checks(&p, u64::MAX).unwrap().is_none());
+        std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
+        let cut = load_packed_checks(&p, u64::MAX).unwrap().unwrap();
+        assert_eq!(cut.stored_sum, Checksum::of(&bytes[..bytes.len() - 1]));
+        std::fs::write(&p, data(10_000)).unwrap();
+        assert!(load_packed_checks(&p, u64::MAX).unwrap().is_none());
     }
 
     fn zst(d: &[u8]) -> Vec<u8> {

@@ -4,7 +4,7 @@
 
 use crate::check_packed::{check_packed, Records};
 use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan, STREAM_BUFFER};
-use crate::loader::{load, BufferPool, Incomplete, Loaded, ShardBytes};
+use crate::loader::{load, load_packed_checks, BufferPool, Incomplete, Loaded, ShardBytes};
 use crate::report::{Problem, ProblemKind};
 use crate::VerifyOptions;
 use rayon::prelude::*;
@@ -80,14 +80,26 @@ pub(crate) fn verify_shard(entry: &ShardEntry, sh: &Shared<'_>) -> ShardOutcome 
         stream_shard(&path, entry, sh, &mut out);
         return out;
     }
-    let loaded = load(
-        &path,
-        compressed,
-        entry.uncompressed_bytes,
-        opts.max_shard_bytes,
-        opts.mmap,
-        &sh.buffers,
-    );
+    // A plain packed shard whose checksum matches needs no pixels (see below): read it keeping
+    // everything else; one that does not match is read again, whole, to name its records.
+    let light = (entry.format == ShardFormat::Packed && !compressed && !opts.decode && !opts.mmap)
+        .then(|| load_packed_checks(&path, opts.max_shard_bytes))
+        .and_then(|l| l.transpose())
+        .filter(|l| {
+            !l.as_ref()
+                .is_ok_and(|l| !matches_manifest(entry, l.stored_sum, None))
+        });
+    let pooled = light.is_none();
+    let loaded = light.unwrap_or_else(|| {
+        load(
+            &path,
+            compressed,
+            entry.uncompressed_bytes,
+            opts.max_shard_bytes,
+            opts.mmap,
+            &sh.buffers,
+        )
+    });
     let loaded = match loaded {
         Ok(l) => l,
         Err(e) => {
@@ -115,7 +127,9 @@ pub(crate) fn verify_shard(entry: &ShardEntry, sh: &Shared<'_>) -> ShardOutcome 
     }
     compare_with_manifest(entry, &loaded, &mut out.problems);
     out.problems.extend(content);
-    sh.buffers.give(loaded.data);
+    if pooled {
+        sh.buffers.give(loaded.data);
+    }
     out
 }
 

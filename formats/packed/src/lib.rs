@@ -60,5 +60,5 @@ pub use format::{
     checksum, ShardMode, DATA_ALIGN, FORMAT_NAME, FORMAT_VERSION, MAX_HEADER_LEN, RECORD_ALIGN,
     RECORD_FIELDS,
 };
-pub use reader::{Limits, PackedShard, RecordView};
+pub use reader::{pixel_span, Limits, PackedShard, RecordView};
 pub use writer::{Mode, PackedWriter, WriteSummary};

@@ -134,6 +134,29 @@ struct RawTensor {
     data_offsets: (u64, u64),
 }
 
+/// Where the pixels (the `pixels` or `images` tensor) lie in a packed file whose first bytes are
+/// `head`: `[begin, end)` as file offsets. `head` must hold the 8-byte prefix and the header;
+/// `None` when it does not, or when the header names no such tensor. Nothing is validated:
+/// [`PackedShard::open`] does that. A reader whose checks need every tensor but the pixels (keys,
+/// labels, metadata) can hash this range through a small buffer instead of keeping it.
+pub fn pixel_span(head: &[u8]) -> Option<std::ops::Range<u64>> {
+    #[derive(Deserialize)]
+    struct Offsets {
+        data_offsets: (u64, u64),
+    }
+    #[derive(Deserialize)]
+    struct Bulk {
+        pixels: Option<Offsets>,
+        images: Option<Offsets>,
+    }
+    let header_len = usize::try_from(le_u64(head.get(..8)?)).ok()?;
+    let data_start = header_len.checked_add(8)?;
+    let bulk: Bulk = serde_json::from_slice(head.get(8..data_start)?).ok()?;
+    let (begin, end) = bulk.pixels.or(bulk.images)?.data_offsets;
+    let base = data_start as u64;
+    Some(base.checked_add(begin)?..base.checked_add(end)?)
+}
+
 /// What a mode expects of one tensor.
 struct Spec {
     name: &'static str,

@@ -310,3 +310,33 @@ fn the_writer_refuses_malformed_carried_fields() {
     }
     assert!(w.is_empty());
 }
+
+#[test]
+fn pixel_span_is_the_bulk_tensor_and_a_shard_opens_without_its_bytes() {
+    for (mode, shapes) in [
+        (Mode::Auto, vec![(2, 3), (2, 3), (2, 3)]),
+        (Mode::Auto, vec![(2, 3), (5, 1), (4, 4)]),
+    ] {
+        let records = recs(&shapes);
+        let bytes = write(mode, &records);
+        let shard = PackedShard::open(&bytes[..]).unwrap();
+        let data = shard.data_offset() as usize;
+        let span = shardtool_packed::pixel_span(&bytes[..data]).unwrap();
+        let name = match shard.mode() {
+            ShardMode::Fixed => "images",
+            ShardMode::Variable => "pixels",
+        };
+        let (b, e) = Parts::split(&bytes).range(name);
+        assert_eq!(span, (data + b) as u64..(data + e) as u64, "{name}");
+        // Every check but the pixels' holds with the pixels zeroed.
+        let mut blank = bytes.clone();
+        blank[span.start as usize..span.end as usize].fill(0);
+        let opened = PackedShard::open(&blank[..]).unwrap();
+        assert_eq!(opened.len(), records.len());
+        assert_eq!(opened.record(1).key, records[1].key);
+        assert_eq!(opened.record(2).label, records[2].label);
+        // Too short a head, or no header: no span.
+        assert_eq!(shardtool_packed::pixel_span(&bytes[..data - 1]), None);
+        assert_eq!(shardtool_packed::pixel_span(b"\x02\0\0\0\0\0\0\0{}"), None);
+    }
+}
