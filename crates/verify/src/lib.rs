@@ -3,8 +3,10 @@
 //! (`shardtool-inspect` opens its targets with it too).
 //!
 //! Every function here returns a typed value and prints nothing; the CLI formats it. Each shard
-//! file is read once, front to back: `verify` streams a plain tar shard through a reused 128 KiB
-//! buffer unless it decodes images; any other shard is read into a reused buffer (or mapped, with
+//! file is read once, front to back (a packed one whose checksum fails, twice: the second read
+//! names its damaged records): `verify` streams a plain tar shard through a reused 128 KiB
+//! buffer unless it decodes images, and a plain packed shard is read without its pixels (hashed
+//! through a small buffer); any other shard is read into a reused buffer (or mapped, with
 //! [`VerifyOptions::mmap`]), a `.zst` one decompressed as a stream into a buffer capped at the
 //! size the manifest declares, both sides hashed on the way. Shards are processed in parallel on
 //! `jobs` threads, so memory use is about `jobs` × the largest shard read whole.
