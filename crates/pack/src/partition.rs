@@ -567,11 +567,8 @@ pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
     }
     store.write(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
     if !store.is_remote() {
-        // Staged inputs were only for the parts. With the manifest there, no temporary file of
-        // this plan is needed: sweep again (the merge kill test once found a killed merge's
-        // temporary manifest beside a finished merge's manifest; cause not found).
+        // Staged inputs were only for the parts.
         let _ = std::fs::remove_dir_all(plan_dir(store.local()).join(STAGED_DIR));
-        remove_leftovers(store.local(), &plan.prefix);
     }
     Ok(MergeReport { manifest, errors })
 }
