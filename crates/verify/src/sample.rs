@@ -175,6 +175,27 @@ pub(crate) fn txt_problem(len: u64, bytes: &[u8]) -> Option<String> {
     })
 }
 
+/// The members of a sample's `.json` that the rules below read; the others are skipped without
+/// being built. A member present as `null` is `Some(Value::Null)`, so it is reported as the wrong
+/// type rather than taken as absent.
+#[derive(serde::Deserialize)]
+struct Meta {
+    #[serde(default, deserialize_with = "present")]
+    key: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    label: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    class: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    width: Option<Value>,
+    #[serde(default, deserialize_with = "present")]
+    height: Option<Value>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    <Value as serde::Deserialize>::deserialize(d).map(Some)
+}
+
 /// Checks a sample's `.json` (at most [`MAX_META_BYTES`]); returns the `(width, height)` it
 /// states, if any. The rules, all optional fields of one JSON object (other fields are free):
 /// `key` is the sample's key; `label` is an integer, equal to the `.cls` label when there is one
@@ -191,8 +212,9 @@ pub(crate) fn check_meta(
     scan: &mut Scan,
     member: &str,
 ) -> Option<(u64, u64)> {
-    let meta = match serde_json::from_slice::<Value>(json) {
-        Ok(Value::Object(meta)) => meta,
+    let object = json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let meta = match serde_json::from_slice::<Meta>(json) {
+        Ok(meta) if object => meta,
         Ok(_) => {
             scan.member(
                 ctx,
@@ -212,7 +234,7 @@ pub(crate) fn check_meta(
             return None;
         }
     };
-    if let Some(k) = meta.get("key") {
+    if let Some(k) = &meta.key {
         if k.as_str() != Some(key) {
             scan.member(
                 ctx,
@@ -226,7 +248,7 @@ pub(crate) fn check_meta(
         return None;
     }
     let mut label = cls_label;
-    match meta.get("label") {
+    match &meta.label {
         None => {}
         Some(v) => match v.as_i64() {
             None => scan.member(
@@ -250,7 +272,7 @@ pub(crate) fn check_meta(
             },
         },
     }
-    if let (Some(Value::String(class)), Some(l)) = (meta.get("class"), label) {
+    if let (Some(Value::String(class)), Some(l)) = (&meta.class, label) {
         let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
         if let Some(named) = named {
             if named != class {
@@ -263,10 +285,10 @@ pub(crate) fn check_meta(
             }
         }
     }
-    let dim = |k: &str| meta.get(k).and_then(Value::as_u64);
-    match (meta.get("width"), meta.get("height")) {
+    let dim = |v: &Option<Value>| v.as_ref().and_then(Value::as_u64);
+    match (&meta.width, &meta.height) {
         (None, None) => None,
-        _ => match (dim("width"), dim("height")) {
+        _ => match (dim(&meta.width), dim(&meta.height)) {
             (Some(w), Some(h)) => Some((w, h)),
             _ => {
                 scan.member(
@@ -448,6 +470,27 @@ mod tests {
         assert_eq!(
             problems(&input),
             [
+                (ProblemKind::BadMetadata, "b.json"),
+                (ProblemKind::BadMetadata, "c.json")
+            ]
+        );
+    }
+
+    #[test]
+    fn null_members_are_the_wrong_type_not_absent() {
+        let classes = vec!["a".to_string()];
+        let members: [(&str, &[u8]); 6] = [
+            ("a.json", br#"{"key":"a","label":null,"src":{"x":[1,2]}}"#),
+            ("a.png", b"x"),
+            ("b.json", br#"{"key":"b","width":null,"height":3}"#),
+            ("b.png", b"x"),
+            ("c.json", br#"["c",0,"a",1,2]"#),
+            ("c.png", b"x"),
+        ];
+        assert_eq!(
+            problems(&scan(&members, false, &classes)),
+            [
+                (ProblemKind::BadLabel, "a.json"),
                 (ProblemKind::BadMetadata, "b.json"),
                 (ProblemKind::BadMetadata, "c.json")
             ]
