@@ -1,12 +1,15 @@
 //! The `packed_open` fuzz target's check.
 
-use shardtool_packed::{Limits, PackedShard};
+use shardtool_packed::{pixel_span, Limits, PackedShard};
 
 /// `PackedShard::open` on arbitrary bytes, then every accessor on every record.
 ///
 /// Invariant under test: opening never panics and never allocates without a bound; once a shard
 /// opened, record access is infallible slicing (no panic) and every view is self-consistent.
+/// `pixel_span` never panics, and for a shard that opens it covers every record's pixels (verify
+/// reads such a shard without that span when the checksum matches).
 pub fn packed_open(data: &[u8]) {
+    let span = pixel_span(data);
     // A tight header limit exercises the `HeaderTooLarge` path on most inputs as well.
     let small = Limits::default().with_max_header_len(1 << 16);
     let _ = PackedShard::open_with_limits(data, &small);
@@ -18,8 +21,18 @@ pub fn packed_open(data: &[u8]) {
     assert!(shard.data_offset() <= data.len() as u64);
     let _ = shard.mode();
     let _ = shard.metadata();
+    let span = span.expect("a shard that opens has a pixel span");
+    assert!(
+        span.start <= span.end && span.end <= data.len() as u64,
+        "{span:?}"
+    );
     let mut total = 0u64;
     for (i, rec) in shard.records().enumerate() {
+        let at = rec.pixels.as_ptr() as u64 - data.as_ptr() as u64;
+        assert!(
+            span.start <= at && at + rec.pixels.len() as u64 <= span.end,
+            "record {i}: pixels outside {span:?}"
+        );
         let [h, w, c] = rec.shape;
         assert_eq!(c, 3, "record {i}: channels");
         assert!(h >= 1 && w >= 1, "record {i}: empty shape");
