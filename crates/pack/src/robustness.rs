@@ -151,7 +151,8 @@ proptest! {
 /// Damaged files found by the `parquet` fuzz target: one footer panicked the Parquet reader
 /// (57.3.2), one cost its thrift skip about 2 s (16 s under ASan), and a page header whose size
 /// lies past the end of the file kept the reader calling `read` at the end for 85 s (60.1.0,
-/// bounded by `Bounded`). Each is reported as `bad_parquet` lines only, and found within a
+/// bounded by `Bounded`), and a row group on which 60.1.0 panics (an assertion in its metadata
+/// code), which pack contains. Each is reported as `bad_parquet` lines only, and found within a
 /// second (far above the milliseconds each takes now, far below the old cost).
 #[test]
 fn damaged_parquet_files_are_bad_parquet_lines_found_at_once() {
@@ -159,6 +160,7 @@ fn damaged_parquet_files_are_bad_parquet_lines_found_at_once() {
         "footer-panics-the-parquet-reader",
         "slow-footer-skip",
         "reads-past-the-end",
+        "row-group-panics-the-parquet-reader",
     ] {
         let input = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../fuzz/regressions/parquet")
@@ -183,5 +185,12 @@ fn damaged_parquet_files_are_bad_parquet_lines_found_at_once() {
             listing.errors
         );
         assert!(took.as_secs_f64() < 1.0, "{name}: listing took {took:?}");
+        if name == "row-group-panics-the-parquet-reader" {
+            assert!(
+                listing.errors.iter().any(|e| e.message.contains("Parquet reader failed")),
+                "the panic is contained and reported: {:?}",
+                listing.errors
+            );
+        }
     }
 }
