@@ -187,7 +187,10 @@ fn damaged_parquet_files_are_bad_parquet_lines_found_at_once() {
         assert!(took.as_secs_f64() < 1.0, "{name}: listing took {took:?}");
         if name == "row-group-panics-the-parquet-reader" {
             assert!(
-                listing.errors.iter().any(|e| e.message.contains("Parquet reader failed")),
+                listing
+                    .errors
+                    .iter()
+                    .any(|e| e.message.contains("Parquet reader failed")),
                 "the panic is contained and reported: {:?}",
                 listing.errors
             );
