@@ -140,19 +140,14 @@ struct RawTensor {
 /// [`PackedShard::open`] does that. A reader whose checks need every tensor but the pixels (keys,
 /// labels, metadata) can hash this range through a small buffer instead of keeping it.
 pub fn pixel_span(head: &[u8]) -> Option<std::ops::Range<u64>> {
-    #[derive(Deserialize)]
-    struct Offsets {
-        data_offsets: (u64, u64),
-    }
-    #[derive(Deserialize)]
-    struct Bulk {
-        pixels: Option<Offsets>,
-        images: Option<Offsets>,
-    }
     let header_len = usize::try_from(le_u64(head.get(..8)?)).ok()?;
     let data_start = header_len.checked_add(8)?;
-    let bulk: Bulk = serde_json::from_slice(head.get(8..data_start)?).ok()?;
-    let (begin, end) = bulk.pixels.or(bulk.images)?.data_offsets;
+    // Parsed as `open` parses it (a name given twice: the last one), so the two agree.
+    let header: serde_json::Map<String, Value> =
+        serde_json::from_slice(head.get(8..data_start)?).ok()?;
+    let bulk = header.get(T_PIXELS).or_else(|| header.get(T_IMAGES))?;
+    let (begin, end): (u64, u64) =
+        serde_json::from_value(bulk.get("data_offsets")?.clone()).ok()?;
     let base = data_start as u64;
     Some(base.checked_add(begin)?..base.checked_add(end)?)
 }
