@@ -3,7 +3,7 @@
 //! own checks are in `sample`), the end-of-archive marker. Images to decode are handed back, by
 //! position, for the caller to decode in parallel.
 
-use crate::loader::HashingReader;
+use crate::loader::{HashingReader, STREAM_BUFFER};
 use crate::report::{Problem, ProblemKind};
 use crate::sample::finish_sample;
 use shardtool_core::Checksum;
@@ -21,10 +21,6 @@ pub(crate) type KeySet = HashSet<String, foldhash::fast::RandomState>;
 
 /// Largest `.json`, `.cls` or `.txt` member read; anything larger is reported rather than parsed.
 pub(crate) const MAX_META_BYTES: usize = 1 << 20;
-
-/// Bytes read per step: `cat`'s read size, small enough that the hash and the header checks that
-/// follow each read find the bytes in cache.
-pub(crate) const STREAM_BUFFER: usize = 128 << 10;
 
 /// What the checks of one shard need to know about the dataset.
 #[derive(Clone, Copy)]

@@ -18,8 +18,10 @@ use std::sync::Mutex;
 /// for the hash that follows.
 const CHUNK: u64 = 1 << 20;
 
-/// Bytes read per step where nothing read is kept: `cat`'s size, so the hash finds them in cache.
-const STREAM_CHUNK: usize = 128 << 10;
+/// Bytes read per step when a shard is streamed (tar checked without decoding, packed pixels):
+/// `cat`'s read size, small enough that the hash and the checks that follow each read find the
+/// bytes in cache.
+pub(crate) const STREAM_BUFFER: usize = 128 << 10;
 
 /// The page size read buffers are aligned to.
 const PAGE: usize = 4096;
@@ -263,12 +265,12 @@ pub(crate) fn load_packed_checks(path: &Path, limit: u64) -> io::Result<Option<L
     };
     let mut hasher = ChecksumHasher::new();
     hasher.update(&data[..head as usize]);
-    let mut chunk = vec![0u8; STREAM_CHUNK + PAGE];
+    let mut chunk = vec![0u8; STREAM_BUFFER + PAGE];
     let at = chunk.as_ptr().align_offset(PAGE).min(PAGE);
-    let chunk = &mut chunk[at..at + STREAM_CHUNK];
+    let chunk = &mut chunk[at..at + STREAM_BUFFER];
     let mut left = span.end - span.start;
     while left > 0 {
-        let n = file.read(&mut chunk[..left.min(STREAM_CHUNK as u64) as usize])?;
+        let n = file.read(&mut chunk[..left.min(STREAM_BUFFER as u64) as usize])?;
         if n == 0 {
             return Ok(None);
         }
@@ -462,7 +464,7 @@ mod tests {
         assert_eq!(l.stored_len, bytes.len() as u64);
         let span = shardtool_packed::pixel_span(&bytes).unwrap();
         let (b, e) = (span.start as usize, span.end as usize);
-        assert!(e - b > 2 * STREAM_CHUNK, "the pixels take several reads");
+        assert!(e - b > 2 * STREAM_BUFFER, "the pixels take several reads");
         assert_eq!(&l.data[..b], &bytes[..b]);
         assert_eq!(&l.data[e..], &bytes[e..]);
         assert!(l.data[b..e].iter().all(|&x| x == 0), "pixels not kept");

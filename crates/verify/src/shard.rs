@@ -3,8 +3,10 @@
 //! checks of its format.
 
 use crate::check_packed::{check_packed, Records};
-use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan, STREAM_BUFFER};
-use crate::loader::{load, load_packed_checks, BufferPool, Incomplete, Loaded, ShardBytes};
+use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan};
+use crate::loader::{
+    load, load_packed_checks, BufferPool, Incomplete, Loaded, ShardBytes, STREAM_BUFFER,
+};
 use crate::report::{Problem, ProblemKind};
 use crate::VerifyOptions;
 use rayon::prelude::*;
@@ -82,13 +84,15 @@ pub(crate) fn verify_shard(entry: &ShardEntry, sh: &Shared<'_>) -> ShardOutcome 
     }
     // A plain packed shard whose checksum matches needs no pixels (see below): read it keeping
     // everything else; one that does not match is read again, whole, to name its records.
-    let light = (entry.format == ShardFormat::Packed && !compressed && !opts.decode && !opts.mmap)
-        .then(|| load_packed_checks(&path, opts.max_shard_bytes))
-        .and_then(|l| l.transpose())
-        .filter(|l| {
-            !l.as_ref()
-                .is_ok_and(|l| !matches_manifest(entry, l.stored_sum, None))
-        });
+    let light = if entry.format == ShardFormat::Packed && !compressed && !opts.decode && !opts.mmap
+    {
+        match load_packed_checks(&path, opts.max_shard_bytes).transpose() {
+            Some(Ok(l)) if !matches_manifest(entry, l.stored_sum, None) => None,
+            light => light,
+        }
+    } else {
+        None
+    };
     let pooled = light.is_none();
     let loaded = light.unwrap_or_else(|| {
         load(
