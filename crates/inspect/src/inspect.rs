@@ -3,7 +3,7 @@
 //! included), the fields the manifest declares, and the pack options — computed from the shards
 //! themselves (each read once, in parallel).
 
-use crate::{read_shard, sniff};
+use crate::{read_shard, sniff, tar_meta_and_label};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -379,14 +379,7 @@ fn wds_stats(data: &[u8], name: &str, s: &mut Stats) {
             e.0 += 1;
             e.1 += d.len() as u64;
         }
-        let meta: Option<serde_json::Map<String, Value>> = sample
-            .get("json")
-            .filter(|j| j.len() <= 1 << 20)
-            .and_then(|j| serde_json::from_slice(j).ok());
-        let label = sample
-            .get(shardtool_wds::LABEL_FIELD)
-            .and_then(shardtool_wds::parse_cls)
-            .or_else(|| meta.as_ref()?.get("label")?.as_i64());
+        let (meta, label) = tar_meta_and_label(sample);
         match label {
             Some(l) if l >= 0 => {
                 *s.labels.entry(l).or_default() += 1;

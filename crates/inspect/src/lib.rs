@@ -15,10 +15,11 @@ mod preview;
 pub use inspect::{inspect, ClassCount, FieldStats, InspectReport, SizeCount, SizeStats, Spread};
 pub use preview::{encode_png, preview, PreviewItem, PreviewOptions, PreviewSheet};
 
+use serde_json::{Map, Value};
 use shardtool_core::{open_shard, OpenShard, OpenShardError, ShardBytes};
 use shardtool_manifest::{Compression, ShardFormat, ShardKind};
 use shardtool_verify::ProblemKind;
-use shardtool_wds::TarReader;
+use shardtool_wds::{Sample, TarReader};
 use std::io::Read;
 use std::path::Path;
 
@@ -70,7 +71,7 @@ fn read_shard(
     let how = OpenShard {
         zstd,
         max_bytes,
-        map: map && !zstd && stored > 0,
+        map: map && !zstd,
     };
     match open_shard(path, how) {
         Ok(data) => Ok(ViewBytes {
@@ -85,6 +86,20 @@ fn read_shard(
         )),
         Err(e) => Err((ProblemKind::Unreadable, format!("cannot read: {e}"))),
     }
+}
+
+/// What a tar sample says of itself: its `.json` (at most 1 MiB, when it is a JSON object) and
+/// its label (`.cls` first, else the json's `label`).
+fn tar_meta_and_label(sample: &Sample<'_>) -> (Option<Map<String, Value>>, Option<i64>) {
+    let meta: Option<Map<String, Value>> = sample
+        .get("json")
+        .filter(|j| j.len() <= 1 << 20)
+        .and_then(|j| serde_json::from_slice(j).ok());
+    let label = sample
+        .get(shardtool_wds::LABEL_FIELD)
+        .and_then(shardtool_wds::parse_cls)
+        .or_else(|| meta.as_ref()?.get("label")?.as_i64());
+    (meta, label)
 }
 
 /// Detects the format of shard bytes from their content.
@@ -114,10 +129,16 @@ mod tests {
         let n = data.len() as u64;
         let tar = Some(ShardKind::new(ShardFormat::Wds, None));
         let tar_zst = Some(ShardKind::new(ShardFormat::Wds, Some(Compression::Zstd)));
+        let empty = dir.path().join("e.tar");
+        std::fs::write(&empty, b"").unwrap();
         for map in [false, true] {
             let r = read_shard(&plain, tar, None, n, map).unwrap();
             assert_eq!((&r.data[..], r.stored, r.compressed), (&data[..], n, false));
             assert_eq!(matches!(r.data, ShardBytes::Mapped(_)), map);
+            assert!(read_shard(&empty, tar, None, n, map)
+                .unwrap()
+                .data
+                .is_empty());
         }
         // A lone shard is decompressed by its magic; a listed one as the manifest says.
         for kind in [None, tar_zst] {

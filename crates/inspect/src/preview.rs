@@ -4,7 +4,7 @@
 //! the built-in bitmap font (no system fonts).
 
 use crate::font::{draw_text, fill_rect, fit_text, GLYPH_H};
-use crate::{read_shard, sniff};
+use crate::{read_shard, sniff, tar_meta_and_label};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -304,14 +304,7 @@ fn read_picks(
                 .par_iter()
                 .filter_map(|&(i, order)| {
                     let s = samples.get(usize::try_from(i).ok()?)?;
-                    let meta: Option<serde_json::Map<String, Value>> = s
-                        .get("json")
-                        .filter(|j| j.len() <= 1 << 20)
-                        .and_then(|j| serde_json::from_slice(j).ok());
-                    let label = s
-                        .get(shardtool_wds::LABEL_FIELD)
-                        .and_then(shardtool_wds::parse_cls)
-                        .or_else(|| meta.as_ref()?.get("label")?.as_i64());
+                    let (meta, label) = tar_meta_and_label(s);
                     let meta_class = meta
                         .as_ref()
                         .and_then(|m| m.get("class")?.as_str().map(String::from));
