@@ -146,8 +146,7 @@ pub fn pixel_span(head: &[u8]) -> Option<std::ops::Range<u64>> {
     let header: serde_json::Map<String, Value> =
         serde_json::from_slice(head.get(8..data_start)?).ok()?;
     let bulk = header.get(T_PIXELS).or_else(|| header.get(T_IMAGES))?;
-    let (begin, end): (u64, u64) =
-        serde_json::from_value(bulk.get("data_offsets")?.clone()).ok()?;
+    let (begin, end) = RawTensor::deserialize(bulk).ok()?.data_offsets;
     let base = data_start as u64;
     Some(base.checked_add(begin)?..base.checked_add(end)?)
 }
