@@ -89,9 +89,7 @@ impl CpuAllocator {
             max_pooled,
         }
     }
-}
 
-impl CpuAllocator {
     /// Idle buffers in the pool now.
     pub fn idle(&self) -> usize {
         self.pool.lock().map_or(0, |p| p.len())
