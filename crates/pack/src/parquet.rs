@@ -307,10 +307,9 @@ fn open_reader(path: &Path) -> Result<SerializedFileReader<Bounded>, String> {
     SerializedFileReader::new(Bounded(file)).map_err(|e| format!("not a Parquet file: {e}"))
 }
 
-/// The Parquet file as the `parquet` crate reads it, refusing what lies past its end: a damaged
-/// page header's size is read as is, and the crate then reserved that many bytes (`get_bytes`)
-/// or read on at the end of the file for minutes (a fuzzed 3 KB file took 85 s of `read`
-/// calls returning nothing). Here both fail at once.
+/// The Parquet file as the `parquet` crate reads it, refusing what lies past its end: the crate
+/// takes a damaged page header's size as is, then reserves that many bytes (`get_bytes`) or keeps
+/// calling `read` at the end of the file. Here both fail at once.
 struct Bounded(std::fs::File);
 
 /// A reader of the file from some offset on, for which the file's end is an error.
@@ -351,8 +350,7 @@ impl parquet::file::reader::ChunkReader for Bounded {
 
 /// Refuses a row group whose dictionary pages declare more values than their bytes could hold
 /// (every dictionary value takes at least one byte): the `parquet` crate reserves room for the
-/// declared count before it reads a value, and a fuzzed 3 KB file asked for gigabytes. Data pages
-/// are skipped by their headers, not read.
+/// declared count before it reads a value. Data pages are skipped by their headers, not read.
 fn check_dictionaries(row_group: &dyn RowGroupReader) -> Result<(), String> {
     for i in 0..row_group.num_columns() {
         let mut pages = row_group
