@@ -3,21 +3,15 @@
 # the same page-cached shards (target: verify at >= 80% of cat's speed), and `verify --decode`
 # with --jobs 1 against --jobs 2 (target: decode scales with cores).
 #
-# Packs bench-data/crops (1000 real-photo 400x350 crops) three ways, 4 shards each, and a fourth
-# dataset ten times larger:
-#   wds     tar shards of the original JPEGs (--encode keep), about 25 MB
-#   wds10   the same crops ten times over (symbolic links; 10,000 samples, 12 shards of 1000),
-#           about 250 MB: the first dataset's checksum comparison is short enough (2-3 ms) for
-#           process start and exit to weigh on it; this one measures throughput
-#   wdspng  tar shards of lossless PNGs (--encode png), about 155 MB
-#   packed  safetensors shards of RGB8 pixels, about 420 MB (the file checksum covers every record;
-#           per-record checksums are recomputed only when it fails, or with --decode)
-# Each comparison runs the two commands alternately, in random order, RUNS times (a small VM's
-# speed drifts by tens of per cent within minutes; running all of one command, then all of the
-# other, as hyperfine does, measures the drift as much as the commands). Prints the medians, the
-# ratio of the medians and the median of the per-round ratios. `cat` runs without a shell in front
-# of it (its output discarded), so its time is the copy and the process start alone.
-#
+# Packs bench-data/crops (2,000 real-photo 400x350 crops, repeated through symbolic links where a
+# set must reach 1 GB, the scale of the target) three ways:
+#   wds      tar shards of the original JPEGs (--encode keep), the crops 20 times over: 40,000
+#            samples, 40 shards, about 1 GB
+#   wdspng   tar shards of lossless PNGs (--encode png), the crops 4 times over: about 1.3 GB
+#   packed   safetensors shards of RGB8 pixels, the crops twice over: about 1.7 GB (the file
+#            checksum covers every record; per-record checksums are recomputed only when it fails,
+#            or with --decode)
+# and, for the decode comparison, the 2,000 JPEGs once (about 50 MB).
 # Usage: scripts/bench_verify.sh [RUNS]   (default 30; needs bench-data/crops: scripts/make_bench_data.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,17 +23,22 @@ BIN=$PWD/target/release/shardtool
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
-$BIN pack "$CROPS" "$TMP/wds" --encode keep --shard-samples 250 -q
-$BIN pack "$CROPS" "$TMP/wdspng" --encode png --shard-samples 250 -q
-$BIN pack "$CROPS" "$TMP/packed" --format packed --shard-samples 250 -q
-for class in "$CROPS"/*/; do
-  c=$(basename "$class")
-  mkdir -p "$TMP/crops10/$c"
-  for copy in 0 1 2 3 4 5 6 7 8 9; do
-    for f in "$class"*; do ln -s "$PWD/$f" "$TMP/crops10/$c/${copy}_$(basename "$f")"; done
+# copies N: a folder of symbolic links holding the crops N times over, under new names.
+copies() {
+  local dir="$TMP/crops$1"
+  for class in "$CROPS"/*/; do
+    c=$(basename "$class")
+    mkdir -p "$dir/$c"
+    for copy in $(seq 1 "$1"); do
+      for f in "$class"*; do ln -s "$PWD/$f" "$dir/$c/${copy}_$(basename "$f")"; done
+    done
   done
-done
-$BIN pack "$TMP/crops10" "$TMP/wds10" --encode keep --shard-samples 1000 -q
+  echo "$dir"
+}
+$BIN pack "$CROPS" "$TMP/small" --encode keep --shard-samples 250 -q
+$BIN pack "$(copies 20)" "$TMP/wds" --encode keep --shard-samples 1000 -q
+$BIN pack "$(copies 4)" "$TMP/wdspng" --encode png --shard-samples 500 -q
+$BIN pack "$(copies 2)" "$TMP/packed" --format packed --shard-samples 250 -q
 
 # compare CMD_A CMD_B: RUNS rounds, each running both commands once in random order (after
 # three warm-up runs each), so that both see the same drift of a noisy machine; prints the median
@@ -80,7 +79,7 @@ PY
 echo "load:    $(cut -d' ' -f1-3 /proc/loadavg) (1, 5, 15 min)"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "tools:   $($BIN --version); $RUNS interleaved rounds per comparison"
-for ds in wds wds10 wdspng packed; do
+for ds in wds wdspng packed; do
   shards=$(ls "$TMP/$ds"/shard-* | tr '\n' ' ')
   bytes=$(cat $shards | wc -c)
   cat $shards >/dev/null # warm the page cache
@@ -96,6 +95,6 @@ for ds in wds wds10 wdspng packed; do
 done
 
 echo
-read -r one two r <<<"$(compare "$BIN verify $TMP/wds -q --decode --jobs 1" "$BIN verify $TMP/wds -q --decode --jobs 2")"
-report "verify --decode (wds, 1000 JPEGs 400x350)" "--decode --jobs 1" "$one" "--decode --jobs 2" "$two" "$r"
-python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(f'  images/s: jobs 1 {1000/a*1e3:.0f}, jobs 2 {1000/b*1e3:.0f}; scaling {a/b:.2f}x on 2 jobs')" "$one" "$two"
+read -r one two r <<<"$(compare "$BIN verify $TMP/small -q --decode --jobs 1" "$BIN verify $TMP/small -q --decode --jobs 2")"
+report "verify --decode (2,000 JPEGs 400x350)" "--decode --jobs 1" "$one" "--decode --jobs 2" "$two" "$r"
+python3 -c "import sys; a,b=map(float,sys.argv[1:]); print(f'  images/s: jobs 1 {2000/a*1e3:.0f}, jobs 2 {2000/b*1e3:.0f}; scaling {a/b:.2f}x on 2 jobs')" "$one" "$two"

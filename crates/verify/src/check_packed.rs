@@ -11,13 +11,13 @@
 //! and with `--decode` (the deep check, which also proves the writer's records consistent).
 
 use crate::check_tar::{Ctx, Scan};
+use crate::keys::Keys;
 use crate::report::{Problem, ProblemKind};
 use crate::sample::{check_label_range, check_meta, txt_problem};
 use rayon::prelude::*;
 use serde_json::Value;
 use shardtool_core::validate_key;
 use shardtool_packed::{Error, FieldValue, PackedShard, RECORD_FIELDS as PACKED_FIELDS};
-use std::collections::HashSet;
 
 /// Whether and how to recompute record checksums.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,15 +82,13 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
             ),
         ));
     }
-    let mut seen = HashSet::with_capacity(shard.len());
+    scan.keys = Keys::with_capacity(shard.len());
     for (i, rec) in shard.records().enumerate() {
         let key = rec.key;
         if let Err(e) = validate_key(key) {
             scan.member(ctx, key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
         }
-        if seen.insert(key) {
-            scan.keys.push(key.to_string());
-        } else {
+        if !scan.keys.insert(key) {
             scan.member(
                 ctx,
                 key,
@@ -194,7 +192,7 @@ fn check_carried(
                     json_input: true,
                     ..*ctx
                 };
-                check_meta(v.bytes(), key, None, &input, scan, &member(name));
+                check_meta(v.bytes(), key, None, &input, scan, || member(name));
             }
             _ => {}
         }

@@ -3,21 +3,20 @@
 //! own checks are in `sample`), the end-of-archive marker. Images to decode are handed back, by
 //! position, for the caller to decode in parallel.
 
+use crate::keys::Keys;
 use crate::loader::{HashingReader, STREAM_BUFFER};
 use crate::report::{Problem, ProblemKind};
 use crate::sample::finish_sample;
 use shardtool_core::Checksum;
 use shardtool_wds::{split_name, EntryKind, ReadError, StreamError, Tail, TarStream, BLOCK};
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::BTreeSet;
 use std::io::Read;
+use std::ops::Range;
 
 /// No fields (for a test context without optional fields).
 #[cfg(test)]
 pub(crate) static NO_FIELDS: BTreeSet<String> = BTreeSet::new();
-
-/// Keys seen in one shard (foldhash: seeded per process, and fast on short keys).
-pub(crate) type KeySet = HashSet<String, foldhash::fast::RandomState>;
 
 /// Largest `.json`, `.cls` or `.txt` member read; anything larger is reported rather than parsed.
 pub(crate) const MAX_META_BYTES: usize = 1 << 20;
@@ -58,7 +57,7 @@ pub(crate) struct ImageJob {
 pub(crate) struct Scan {
     pub problems: Vec<Problem>,
     /// Keys in shard order, each once (repeats inside the shard are reported here).
-    pub keys: Vec<String>,
+    pub keys: Keys,
     pub samples: u64,
     pub images: Vec<ImageJob>,
 }
@@ -76,13 +75,14 @@ impl Scan {
     }
 }
 
-/// A field of a sample: where its data lies, and the data itself for the fields the checks read
-/// (`.cls`, `.json` and `.txt` up to [`MAX_META_BYTES`]; empty for the others).
+/// A field of a sample: where its data lies in the shard, and where in the sample's kept bytes
+/// lies the data of the fields the checks read (`.cls`, `.json` and `.txt` up to
+/// [`MAX_META_BYTES`]; an empty range for the others).
 #[derive(Clone, Default)]
 pub(crate) struct FieldData {
-    pub bytes: Vec<u8>,
     pub at: u64,
     pub len: u64,
+    pub kept: Range<usize>,
 }
 
 /// Whether the data of `field` (as lowercased) of `len` bytes is kept: the checks read only these.
@@ -128,8 +128,11 @@ pub(crate) fn stream_tar<R: Read>(
 ) -> (Result<Streamed, std::io::Error>, Vec<u8>) {
     let mut scan = Scan::default();
     let mut stream = TarStream::new(HashingReader::new(src), len, buf);
-    let mut g = Gather::new(ctx);
-    scan.keys.reserve(g.seen.capacity());
+    // Sized for the manifest's count, capped, since the count is untrusted (the set still grows
+    // past it).
+    scan.keys =
+        Keys::with_capacity(usize::try_from(ctx.expected_samples).map_or(0, |n| n.min(1 << 16)));
+    let mut g = Gather::default();
     let mut broken = false;
     let mut io_error = None;
     if len == 0 {
@@ -150,23 +153,25 @@ pub(crate) fn stream_tar<R: Read>(
                 break;
             }
         };
-        let mut data = FieldData {
-            bytes: Vec::new(),
-            at: h.header_offset + BLOCK as u64,
-            len: h.size,
-        };
+        let (at, len) = (h.header_offset + BLOCK as u64, h.size);
         let Some(field) = g.member(ctx, &mut scan, &h.name, h.kind) else {
             continue;
         };
-        if keeps(field, data.len) {
+        let keep = keeps(field, len);
+        let start = g.kept.len();
+        if keep {
             // At most MAX_META_BYTES.
-            data.bytes.reserve(data.len as usize);
-            if let Err(e) = stream.read_data(data.len, &mut data.bytes) {
+            g.kept.reserve(len as usize);
+            if let Err(e) = stream.read_data(len, &mut g.kept) {
                 io_error = Some(e);
                 break;
             }
         }
-        g.set_data(data);
+        g.set_data(FieldData {
+            at,
+            len,
+            kept: start..g.kept.len(),
+        });
     }
     let tail = stream.tail();
     let (reader, buf) = stream.into_parts();
@@ -203,29 +208,18 @@ fn read_problem(ctx: &Ctx<'_>, err: &ReadError) -> Problem {
 
 /// Groups members into samples, checking each member's type and name on the way and each sample
 /// when it is complete.
+#[derive(Default)]
 struct Gather<'a> {
-    /// Keys of finished samples.
-    seen: KeySet,
-    /// The sample being gathered: its key and its fields in archive order (names borrowed from
-    /// the declared fields where they are one; the vector is reused from sample to sample).
-    current: Option<String>,
+    /// The sample being gathered (when `open`): its key, its fields in archive order (names
+    /// borrowed from the declared fields where they are one) and the data kept of them. All three
+    /// are reused from sample to sample.
+    open: bool,
+    key: String,
     fields: Vec<(Cow<'a, str>, FieldData)>,
+    kept: Vec<u8>,
 }
 
 impl<'a> Gather<'a> {
-    fn new(ctx: &Ctx<'_>) -> Self {
-        // Sized for the manifest's count, capped, since the count is untrusted (the set still
-        // grows past it).
-        let keys = usize::try_from(ctx.expected_samples)
-            .unwrap_or(0)
-            .min(1 << 16);
-        Self {
-            seen: KeySet::with_capacity_and_hasher(keys, Default::default()),
-            current: None,
-            fields: Vec::new(),
-        }
-    }
-
     /// Checks one member; when it joins a sample, adds it as a field (without data: see
     /// [`set_data`](Self::set_data)) and returns the field's (lowercased) name.
     fn member(
@@ -317,12 +311,13 @@ impl<'a> Gather<'a> {
                 None => Cow::Owned(field.to_owned()),
             }
         };
-        if self.current.as_deref() != Some(key) {
-            if let Some(done) = self.current.take() {
-                finish_sample(done, &self.fields, ctx, scan, &mut self.seen);
-            }
+        if !self.open || self.key != key {
+            self.finish(ctx, scan, false);
             self.fields.clear();
-            self.current = Some(key.to_owned());
+            self.kept.clear();
+            self.key.clear();
+            self.key.push_str(key);
+            self.open = true;
         }
         self.fields.push((field, FieldData::default()));
         self.fields.last().map(|(f, _)| &**f)
@@ -338,9 +333,9 @@ impl<'a> Gather<'a> {
     /// Finishes the last sample. After a read error it may have lost members to the damage: it
     /// is then not counted or checked, so the error is reported once rather than as missing
     /// fields.
-    fn finish(mut self, ctx: &Ctx<'_>, scan: &mut Scan, broken: bool) {
-        if let Some(done) = self.current.take().filter(|_| !broken) {
-            finish_sample(done, &self.fields, ctx, scan, &mut self.seen);
+    fn finish(&mut self, ctx: &Ctx<'_>, scan: &mut Scan, broken: bool) {
+        if std::mem::take(&mut self.open) && !broken {
+            finish_sample(&self.key, &self.fields, &self.kept, ctx, scan);
         }
     }
 }
@@ -463,7 +458,10 @@ mod tests {
             let streamed = streamed.expect("reading a slice cannot fail");
             assert_eq!(streamed.scan.problems, whole.problems, "buffer {buf}");
             assert_eq!(streamed.scan.samples, whole.samples, "buffer {buf}");
-            assert_eq!(streamed.scan.keys, whole.keys, "buffer {buf}");
+            assert!(
+                streamed.scan.keys.iter().eq(whole.keys.iter()),
+                "buffer {buf}"
+            );
             assert_eq!(streamed.len, bytes.len() as u64);
             assert_eq!(streamed.sum, Checksum::of(bytes));
             assert!(streamed.scan.images.is_empty());

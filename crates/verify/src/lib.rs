@@ -22,6 +22,7 @@ mod check_packed;
 mod check_tar;
 mod dataset;
 mod error_report;
+mod keys;
 mod loader;
 mod report;
 mod run;

@@ -7,6 +7,7 @@ use crate::loader::BufferPool;
 use crate::report::{Problem, ProblemKind, Report};
 use crate::shard::{verify_shard, Shared};
 use crate::{VerifyError, DEFAULT_MAX_SHARD_BYTES};
+use foldhash::fast::RandomState as FoldHash;
 use rayon::prelude::*;
 use shardtool_core::Limits;
 use std::collections::{BTreeSet, HashMap};
@@ -122,7 +123,7 @@ pub fn verify(
         .thread_name(|i| format!("verify-{i}"))
         .build()
         .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
-    let outcomes: Vec<_> = pool.install(|| {
+    let mut outcomes: Vec<_> = pool.install(|| {
         m.shards
             .par_iter()
             .with_max_len(1)
@@ -135,13 +136,15 @@ pub fn verify(
     });
 
     // Merged in shard order: a key repeated across shards is reported with the later shard.
-    let mut first: HashMap<String, usize> = HashMap::new();
+    let capacity = usize::try_from(m.totals.samples).map_or(0, |n| n.min(1 << 24));
+    let mut first: HashMap<&str, usize, _> =
+        HashMap::with_capacity_and_hasher(capacity, FoldHash::default());
     let mut samples = 0u64;
     let mut all_parsed = true;
     let mut shards_read = 0u64;
     let (mut bytes_read, mut decoded) = (0u64, 0u64);
-    for (i, (o, entry)) in outcomes.into_iter().zip(&m.shards).enumerate() {
-        problems.extend(o.problems);
+    for (i, (o, entry)) in outcomes.iter_mut().zip(&m.shards).enumerate() {
+        problems.append(&mut o.problems);
         bytes_read += o.bytes_read;
         decoded += o.decoded;
         match o.samples {
@@ -151,11 +154,11 @@ pub fn verify(
             }
             None => all_parsed = false,
         }
-        for key in o.keys {
-            if let Some(&j) = first.get(&key) {
+        for key in o.keys.iter() {
+            if let Some(&j) = first.get(key) {
                 problems.push(Problem::member(
                     &entry.file,
-                    key.as_str(),
+                    key,
                     ProblemKind::DuplicateKey,
                     format!(
                         "key {key:?} is also used in shard {}; keys must be unique in a dataset",

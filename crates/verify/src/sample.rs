@@ -2,32 +2,29 @@
 //! manifest's fields, the `.cls` label and the `.json` metadata (the one place that states the
 //! metadata rules), and the images to decode.
 
-use crate::check_tar::{Ctx, FieldData, ImageJob, KeySet, Scan, MAX_META_BYTES};
+use crate::check_tar::{Ctx, FieldData, ImageJob, Scan, MAX_META_BYTES};
 use crate::report::ProblemKind;
-use serde_json::Value;
+use serde_json::value::RawValue;
 use shardtool_core::validate_key;
 use std::borrow::Cow;
 
-/// Checks a finished sample: its key (`seen` holds the shard's keys so far), its fields, label
-/// and metadata; with `decode`, hands its images to `scan`.
+/// Checks a finished sample: its key (against the shard's keys so far, in `scan`), its fields
+/// (whose kept data lies in `kept`), label and metadata; with `decode`, hands its images to `scan`.
 pub(crate) fn finish_sample(
-    key: String,
+    key: &str,
     fields: &[(Cow<'_, str>, FieldData)],
+    kept: &[u8],
     ctx: &Ctx<'_>,
     scan: &mut Scan,
-    seen: &mut KeySet,
 ) {
     scan.samples += 1;
-    if let Err(e) = validate_key(&key) {
-        scan.member(ctx, &key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
+    if let Err(e) = validate_key(key) {
+        scan.member(ctx, key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
     }
-    let new_key = !seen.contains(&key);
-    if new_key {
-        scan.keys.push(key.clone());
-    } else {
+    if !scan.keys.insert(key) {
         scan.member(
             ctx,
-            &key,
+            key,
             ProblemKind::DuplicateKey,
             format!("key {key:?} appears again, apart from its first sample, in this shard"),
         );
@@ -83,6 +80,7 @@ pub(crate) fn finish_sample(
         }
     }
     let get = |f: &str| fields.iter().find(|(n, _)| n == f).map(|(_, d)| d);
+    let data = |d: &FieldData| kept.get(d.kept.clone()).unwrap_or_default();
 
     // Labels: `.cls` must be an integer index of the class list.
     let mut label = None;
@@ -99,7 +97,7 @@ pub(crate) fn finish_sample(
                 ),
             );
         } else {
-            let cls = &cls.bytes[..];
+            let cls = data(cls);
             match shardtool_wds::parse_cls(cls) {
                 None => scan.member(
                     ctx,
@@ -117,7 +115,7 @@ pub(crate) fn finish_sample(
 
     // Text: `.txt` must be UTF-8.
     if let Some(txt) = get("txt") {
-        if let Some(why) = txt_problem(txt.len, &txt.bytes) {
+        if let Some(why) = txt_problem(txt.len, data(txt)) {
             scan.member(ctx, &format!("{key}.txt"), ProblemKind::BadField, why);
         }
     }
@@ -137,7 +135,7 @@ pub(crate) fn finish_sample(
                 ),
             );
         } else {
-            expect = check_meta(&json.bytes, &key, label, ctx, scan, &member());
+            expect = check_meta(data(json), key, label, ctx, scan, member);
         }
     }
 
@@ -152,9 +150,6 @@ pub(crate) fn finish_sample(
                 });
             }
         }
-    }
-    if new_key {
-        seen.insert(key);
     }
 }
 
@@ -175,50 +170,62 @@ pub(crate) fn txt_problem(len: u64, bytes: &[u8]) -> Option<String> {
     })
 }
 
-/// The members of a sample's `.json` that the rules below read; the others are skipped without
-/// being built. A member present as `null` is `Some(Value::Null)`, so it is reported as the wrong
-/// type rather than taken as absent.
+/// The members of a sample's `.json` that the rules below read, as their JSON text (borrowed, not
+/// built); the others are skipped. A member present as `null` is `Some`, so it is reported as the
+/// wrong type rather than taken as absent.
 #[derive(serde::Deserialize)]
-struct Meta {
-    #[serde(default, deserialize_with = "present")]
-    key: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    label: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    class: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    width: Option<Value>,
-    #[serde(default, deserialize_with = "present")]
-    height: Option<Value>,
+struct Meta<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    key: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    label: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    class: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    width: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    height: Option<&'a RawValue>,
 }
 
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    <Value as serde::Deserialize>::deserialize(d).map(Some)
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// The value of a member's JSON text as `T`, if it is one (`i64` and `u64`: integers only).
+fn value<'a, T: serde::Deserialize<'a>>(raw: &'a RawValue) -> Option<T> {
+    serde_json::from_str(raw.get()).ok()
+}
+
+/// The string a member's JSON text holds, if it is a string (borrowed unless it has escapes).
+fn string(raw: &RawValue) -> Option<Cow<'_, str>> {
+    value::<&str>(raw)
+        .map(Cow::Borrowed)
+        .or_else(|| value::<String>(raw).map(Cow::Owned))
 }
 
 /// Checks a sample's `.json` (at most [`MAX_META_BYTES`]); returns the `(width, height)` it
-/// states, if any. The rules, all optional fields of one JSON object (other fields are free):
-/// `key` is the sample's key; `label` is an integer, equal to the `.cls` label when there is one
-/// and otherwise a class index; `class` is the name of the label's class; `width` and `height`
-/// come together, as non-negative integers. When the dataset's json may be its input's own
-/// (`ctx.json_input`), only the first rule holds: such a json is the input's metadata (an
-/// img2dataset json's `width` and `height` are the original download's), so nothing else in it
-/// is shardtool's to check.
+/// states, if any; `member` names it in problems (built only for one). The rules, all optional
+/// fields of one JSON object (other fields are free): `key` is the sample's key; `label` is an
+/// integer, equal to the `.cls` label when there is one and otherwise a class index; `class` is
+/// the name of the label's class; `width` and `height` come together, as non-negative integers.
+/// When the dataset's json may be its input's own (`ctx.json_input`), only the first rule holds:
+/// such a json is the input's metadata (an img2dataset json's `width` and `height` are the
+/// original download's), so nothing else in it is shardtool's to check.
 pub(crate) fn check_meta(
     json: &[u8],
     key: &str,
     cls_label: Option<i64>,
     ctx: &Ctx<'_>,
     scan: &mut Scan,
-    member: &str,
+    member: impl Fn() -> String,
 ) -> Option<(u64, u64)> {
     let object = json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    let meta = match serde_json::from_slice::<Meta>(json) {
+    let meta = match serde_json::from_slice::<Meta<'_>>(json) {
         Ok(meta) if object => meta,
         Ok(_) => {
             scan.member(
                 ctx,
-                member,
+                &member(),
                 ProblemKind::BadMetadata,
                 "is JSON but not an object".into(),
             );
@@ -227,18 +234,18 @@ pub(crate) fn check_meta(
         Err(e) => {
             scan.member(
                 ctx,
-                member,
+                &member(),
                 ProblemKind::BadMetadata,
                 format!("is not valid JSON: {e}"),
             );
             return None;
         }
     };
-    if let Some(k) = &meta.key {
-        if k.as_str() != Some(key) {
+    if let Some(k) = meta.key {
+        if string(k).as_deref() != Some(key) {
             scan.member(
                 ctx,
-                member,
+                &member(),
                 ProblemKind::BadMetadata,
                 format!("states key {k}, but the sample's key is {key:?}"),
             );
@@ -248,52 +255,50 @@ pub(crate) fn check_meta(
         return None;
     }
     let mut label = cls_label;
-    match &meta.label {
-        None => {}
-        Some(v) => match v.as_i64() {
+    if let Some(v) = meta.label {
+        match value::<i64>(v) {
             None => scan.member(
                 ctx,
-                member,
+                &member(),
                 ProblemKind::BadLabel,
                 format!("label {v} is not an integer"),
             ),
             Some(l) => match cls_label {
                 Some(c) if c != l => scan.member(
                     ctx,
-                    member,
+                    &member(),
                     ProblemKind::LabelMismatch,
                     format!("states label {l}, but {key}.cls holds {c}"),
                 ),
                 Some(_) => {}
                 None => {
-                    check_label_range(l, ctx, scan, || member.to_string());
+                    check_label_range(l, ctx, scan, &member);
                     label = Some(l);
                 }
             },
-        },
+        }
     }
-    if let (Some(Value::String(class)), Some(l)) = (&meta.class, label) {
+    if let (Some(class), Some(l)) = (meta.class.and_then(string), label) {
         let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
         if let Some(named) = named {
-            if named != class {
+            if *named != class {
                 scan.member(
                     ctx,
-                    member,
+                    &member(),
                     ProblemKind::LabelMismatch,
                     format!("states class {class:?}, but label {l} is class {named:?}"),
                 );
             }
         }
     }
-    let dim = |v: &Option<Value>| v.as_ref().and_then(Value::as_u64);
-    match (&meta.width, &meta.height) {
+    match (meta.width, meta.height) {
         (None, None) => None,
-        _ => match (dim(&meta.width), dim(&meta.height)) {
+        (w, h) => match (w.and_then(value::<u64>), h.and_then(value::<u64>)) {
             (Some(w), Some(h)) => Some((w, h)),
             _ => {
                 scan.member(
                     ctx,
-                    member,
+                    &member(),
                     ProblemKind::BadMetadata,
                     "width and height must both be non-negative integers".into(),
                 );

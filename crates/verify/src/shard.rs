@@ -4,6 +4,7 @@
 
 use crate::check_packed::{check_packed, Records};
 use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan};
+use crate::keys::Keys;
 use crate::loader::{
     load, load_packed_checks, BufferPool, Incomplete, Loaded, ShardBytes, STREAM_BUFFER,
 };
@@ -37,7 +38,7 @@ pub(crate) struct ShardOutcome {
     /// Samples found, when the shard could be parsed to its end.
     pub samples: Option<u64>,
     /// Its keys in shard order, each once.
-    pub keys: Vec<String>,
+    pub keys: Keys,
     pub bytes_read: u64,
     pub decoded: u64,
 }
