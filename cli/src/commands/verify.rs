@@ -6,6 +6,7 @@ use crate::Failure;
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
 use shardtool_cache::{Location, RemoteDataset, RemoteUrl};
+use shardtool_manifest::{ERRORS_FILE, FILE_NAME as MANIFEST_FILE};
 use shardtool_verify::{verify, Progress, Report, VerifyError, VerifyOptions};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -249,12 +250,12 @@ fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result
         }
     }
     manifest.totals.bytes = manifest.shards.iter().map(|s| s.bytes).sum();
-    std::fs::write(view.path().join("manifest.json"), manifest.to_json()).map_err(Failure::run)?;
+    std::fs::write(view.path().join(MANIFEST_FILE), manifest.to_json()).map_err(Failure::run)?;
     if let Some(errors) = ds
-        .fetch_small("errors.jsonl", MAX_ERRORS_FILE)
+        .fetch_small(ERRORS_FILE, MAX_ERRORS_FILE)
         .map_err(Failure::run)?
     {
-        std::fs::write(view.path().join("errors.jsonl"), errors).map_err(Failure::run)?;
+        std::fs::write(view.path().join(ERRORS_FILE), errors).map_err(Failure::run)?;
     }
     let bar = Bar::new(!a.quiet && !a.json);
     let result = verify(view.path(), opts, &bar);

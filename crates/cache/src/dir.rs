@@ -16,7 +16,7 @@
 
 use crate::CacheError;
 use serde::{Deserialize, Serialize};
-use shardtool_core::{AtomicFile, Checksum, ChecksumHasher};
+use shardtool_core::{AtomicFile, Checksum};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -565,17 +565,9 @@ pub(crate) fn open_lock(path: &Path) -> Result<File, CacheError> {
 
 /// Hashes a whole file, streaming.
 pub(crate) fn hash_file(path: &Path) -> Result<Checksum, CacheError> {
-    let mut f = File::open(path).map_err(CacheError::io(path))?;
-    let mut h = ChecksumHasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf).map_err(CacheError::io(path))?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-    }
-    Ok(h.checksum())
+    let file = File::open(path).map_err(CacheError::io(path))?;
+    let (_, sum) = Checksum::of_reader(file).map_err(CacheError::io(path))?;
+    Ok(sum)
 }
 
 /// Writes a small file atomically (see [`AtomicFile`]); its temporary name starts with a dot.

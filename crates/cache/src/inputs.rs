@@ -175,15 +175,5 @@ impl RemoteFolder {
 }
 
 fn file_checksum(path: &std::path::Path) -> std::io::Result<shardtool_core::Checksum> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let mut h = shardtool_core::ChecksumHasher::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = f.read(&mut buf)?;
-        if n == 0 {
-            return Ok(h.checksum());
-        }
-        h.update(&buf[..n]);
-    }
+    Ok(shardtool_core::Checksum::of_reader(std::fs::File::open(path)?)?.1)
 }

@@ -15,7 +15,7 @@ pub mod size;
 
 pub use atomic::AtomicFile;
 pub use block_writer::{BlockWriter, WRITE_BLOCK};
-pub use checksum::{Checksum, ChecksumHasher, HashingWriter};
+pub use checksum::{Checksum, ChecksumHasher, HashingReader, HashingWriter};
 pub use key::{index_key, validate_key, KeyError};
 pub use limits::Limits;
 pub use redact::redact_urls;

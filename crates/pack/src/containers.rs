@@ -2,8 +2,8 @@
 //! which format a path holds), fetching remote ones into the staging folder, and listing the
 //! samples of WebDataset shards by their headers.
 
+use crate::failure;
 use crate::listing::{Container, ContainerKind, ListError, ListOptions, Listing, MAX_INT_LABEL};
-use crate::ErrorRecord;
 use shardtool_wds::{index_samples, is_image_field, parse_cls, SampleSpan, IMAGE_FIELDS};
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
@@ -556,7 +556,7 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                     if !s.members.iter().any(|m| is_image_field(&m.field)) {
                         let fields: Vec<&str> =
                             s.members.iter().map(|m| m.field.as_str()).collect();
-                        listing.errors.push(ErrorRecord::new(
+                        listing.errors.push(failure(
                             source(),
                             "no_image",
                             format!(
@@ -570,9 +570,7 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                     let label = match label {
                         Ok(l) => l,
                         Err(message) => {
-                            listing
-                                .errors
-                                .push(ErrorRecord::new(source(), "bad_label", message));
+                            listing.errors.push(failure(source(), "bad_label", message));
                             continue;
                         }
                     };
@@ -591,7 +589,7 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
             if let Some(message) = shard.error {
                 listing
                     .errors
-                    .push(ErrorRecord::new(name.clone(), "bad_shard", message));
+                    .push(failure(name.clone(), "bad_shard", message));
             }
         }
     }

@@ -34,27 +34,20 @@ pub use plan_file::{make_plan, read_plan, PlanContainer, PlanFile, PLAN_DIR};
 
 use std::path::PathBuf;
 
-/// One input that did not make it into a shard: a line of `errors.jsonl`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ErrorRecord {
-    /// The input path (relative to the input folder, or as listed).
-    pub path: String,
-    /// The failure class (`unreadable`, `decode`, `too_many_pixels`, …).
-    pub kind: String,
-    /// A human-readable reason.
-    pub message: String,
-}
+pub use shardtool_manifest::ErrorRecord;
 
-impl ErrorRecord {
-    /// A line for input `path` that failed with `kind` because of `message`.
-    pub(crate) fn new(path: impl Into<String>, kind: &str, message: impl Into<String>) -> Self {
-        // Inputs named by URL may carry credentials: they never reach a report.
-        let (path, message) = (path.into(), message.into());
-        Self {
-            path: shardtool_core::redact_urls(&path).into_owned(),
-            kind: kind.to_string(),
-            message: shardtool_core::redact_urls(&message).into_owned(),
-        }
+/// The `errors.jsonl` line for input `path` that failed with `kind` because of `message`.
+pub(crate) fn failure(
+    path: impl Into<String>,
+    kind: &str,
+    message: impl Into<String>,
+) -> ErrorRecord {
+    // Inputs named by URL may carry credentials: they never reach a report.
+    let (path, message) = (path.into(), message.into());
+    ErrorRecord {
+        path: shardtool_core::redact_urls(&path).into_owned(),
+        kind: kind.to_string(),
+        message: shardtool_core::redact_urls(&message).into_owned(),
     }
 }
 

@@ -1,10 +1,10 @@
 //! List inputs: a CSV (with header) or JSONL file naming one image per row, with an optional
 //! label and key and any other columns, which are read again by span when their input is packed.
 
+use crate::failure;
 use crate::listing::{
     Columns, Container, ContainerKind, DirInterner, ListError, Listing, Origin, MAX_INT_LABEL,
 };
-use crate::ErrorRecord;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -161,7 +161,7 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
         let where_ = || format!("{}:{}", file.display(), row.line);
         let label = row.label.as_deref();
         let (Some(path), true) = (row.path.as_deref(), label.is_some() || !labelled) else {
-            listing.errors.push(ErrorRecord::new(
+            listing.errors.push(failure(
                 where_(),
                 "bad_list_row",
                 if labelled {
@@ -178,7 +178,7 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
                 // In 0..=MAX_INT_LABEL, so it fits.
                 Some(v) => Some(v as u32),
                 None => {
-                    listing.errors.push(ErrorRecord::new(
+                    listing.errors.push(failure(
                         where_(),
                         "bad_label",
                         format!("integer label {label} is outside 0..={MAX_INT_LABEL}"),

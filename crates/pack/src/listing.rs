@@ -2,7 +2,7 @@
 //! held in a compact [`Inputs`] store (a global shuffle keeps every input in memory at once).
 
 use crate::labels::Labels;
-use crate::ErrorRecord;
+use crate::{failure, ErrorRecord};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
@@ -622,7 +622,7 @@ fn walk(
             }
             Err(e) if has_image_extension(dir) => {
                 let path = [&prefix[..], &os_bytes(name)].concat();
-                out.errors.push(ErrorRecord::new(
+                out.errors.push(failure(
                     String::from_utf8_lossy(&path).into_owned(),
                     "unreadable",
                     format!("cannot open: {e}"),

@@ -12,7 +12,7 @@
 use crate::containers::{fetch_input, parallel_map, Fetched};
 use crate::listing::{Columns, Container, ContainerKind, ListError, ListOptions, Listing};
 use crate::listing::{MAX_INT_LABEL, MAX_LABEL};
-use crate::ErrorRecord;
+use crate::{failure, ErrorRecord};
 use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
 use parquet::column::page::Page;
 use parquet::file::reader::{FileReader, RowGroupReader, SerializedFileReader};
@@ -467,7 +467,7 @@ fn stage_rows(
         };
         let p = row_parts(&row, chosen);
         let Some(image) = p.image.filter(|b| !b.is_empty()) else {
-            out.errors.push(ErrorRecord::new(
+            out.errors.push(failure(
                 source(),
                 "no_image",
                 format!("column {:?} holds no image bytes in this row", chosen.image),
@@ -475,7 +475,7 @@ fn stage_rows(
             continue;
         };
         if image.len() as u64 > options.max_input_bytes {
-            out.errors.push(ErrorRecord::new(
+            out.errors.push(failure(
                 source(),
                 "too_large",
                 format!(
@@ -491,7 +491,7 @@ fn stage_rows(
             Some(l) if l < 0 => None,
             Some(l) if l <= i64::from(MAX_LABEL).min(MAX_INT_LABEL) => Some(l as u32),
             Some(l) => {
-                out.errors.push(ErrorRecord::new(
+                out.errors.push(failure(
                     source(),
                     "bad_label",
                     format!("label {l} is outside 0..={MAX_INT_LABEL}"),
@@ -590,7 +590,7 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
             if let Some(message) = s.failure {
                 listing
                     .errors
-                    .push(ErrorRecord::new(name.clone(), "bad_parquet", message));
+                    .push(failure(name.clone(), "bad_parquet", message));
             }
         }
         if names.is_none() {
@@ -599,7 +599,7 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
         if let Some(message) = o.failure {
             listing
                 .errors
-                .push(ErrorRecord::new(name.clone(), "bad_parquet", message));
+                .push(failure(name.clone(), "bad_parquet", message));
         }
     }
     listing.labelled = max_label.is_some() || names.is_some();

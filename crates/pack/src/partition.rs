@@ -9,8 +9,8 @@
 
 use crate::listing::{Container, ContainerKind, Listing, Origin};
 use crate::pipeline::{
-    build_manifest, effective_spec, errors_jsonl, transform_in_order, write_sample, ManifestParts,
-    Ordered, Shared, Tally,
+    build_manifest, effective_spec, transform_in_order, write_sample, ManifestParts, Ordered,
+    Shared, Tally,
 };
 use crate::plan::PackPlan;
 use crate::plan_file::{
@@ -21,7 +21,7 @@ use crate::sink::{split_fields, ShardSink};
 use crate::store::{is_remote, Store};
 use crate::{ErrorRecord, PackError, PackReport, Progress, ProgressSnapshot};
 use serde::{Deserialize, Serialize};
-use shardtool_manifest::{Manifest, ShardEntry};
+use shardtool_manifest::{errors, Manifest, ShardEntry, ERRORS_FILE};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
@@ -534,8 +534,8 @@ pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
         input_json |= r.input_json;
     }
     let samples: u64 = entries.iter().map(|e| e.samples).sum();
-    let errors_path = output.join("errors.jsonl");
-    store.write("errors.jsonl", &errors_jsonl(&errors))?;
+    let errors_path = output.join(ERRORS_FILE);
+    store.write(ERRORS_FILE, &errors::to_jsonl(&errors))?;
     if samples == 0 {
         return Err(PackError::NoImages {
             looked_for: file.looked_for,
@@ -684,12 +684,11 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
             std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;
         }
     }
-    let errors = store
-        .read("errors.jsonl", 1 << 30)?
-        .unwrap_or_default()
-        .split(|&b| b == b'\n')
-        .filter_map(|line| serde_json::from_slice(line).ok())
-        .collect();
+    let mut errors = Vec::new();
+    let report = store.read(ERRORS_FILE, 1 << 30)?.unwrap_or_default();
+    // The merged report was written by the run that committed; a line it cannot read is skipped.
+    errors::read_jsonl(&report[..], |line| errors.extend(line.ok()))
+        .map_err(|e| PackError::io(output.join(ERRORS_FILE), e))?;
     Ok(PackReport {
         bytes_out: manifest.totals.bytes,
         manifest,

@@ -4,11 +4,11 @@ use crate::list_file::row_columns;
 use crate::listing::{list_inputs, Columns, Container, ContainerKind, ListOptions};
 use crate::plan::{PackPlan, ShardFormatChoice};
 use crate::sink::{Payload, ShardSink};
-use crate::{ErrorRecord, PackError};
+use crate::{failure, ErrorRecord, PackError};
 use shardtool_core::AtomicFile;
 use shardtool_core::{index_key, shuffle, validate_key};
 use shardtool_image::{transform, Encode, Output, Timings, TransformSpec};
-use shardtool_manifest::{self as manifest, InputCounts, Manifest};
+use shardtool_manifest::{self as manifest, errors, InputCounts, Manifest, ERRORS_FILE};
 use std::collections::{HashMap, VecDeque};
 use std::io::Read;
 use std::path::Path;
@@ -208,10 +208,7 @@ impl Ordered {
                     Ok(()) => None,
                 };
                 if let Some((kind, message)) = problem {
-                    rejected.push((
-                        position,
-                        ErrorRecord::new(origin.source(&item), kind, message),
-                    ));
+                    rejected.push((position, failure(origin.source(&item), kind, message)));
                     *slot = REJECTED;
                 }
             }
@@ -338,11 +335,7 @@ pub(crate) fn transform_in_order(
             pool.spawn(move || {
                 let r = std::panic::catch_unwind(|| process(&job, &class, &spec, &shared))
                     .unwrap_or_else(|_| {
-                        Err(ErrorRecord::new(
-                            &job.source,
-                            "internal",
-                            "the image stage panicked",
-                        ))
+                        Err(failure(&job.source, "internal", "the image stage panicked"))
                     });
                 let _ = tx.send((position, r));
             });
@@ -416,7 +409,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,
             failed: 0,
-            report: plan.output.join("errors.jsonl"),
+            report: plan.output.join(ERRORS_FILE),
         });
     }
     let spec = effective_spec(plan);
@@ -440,7 +433,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         ..Default::default()
     };
     progress.update(&tally.snapshot);
-    let errors_path = plan.output.join("errors.jsonl");
+    let errors_path = plan.output.join(ERRORS_FILE);
     let check_max = |failed: u64| -> Result<(), PackError> {
         match plan.max_errors {
             Some(max) if failed > max => Err(PackError::TooManyErrors {
@@ -607,7 +600,7 @@ fn process(
     shared: &Shared,
 ) -> Result<Done, ErrorRecord> {
     let src = &job.source;
-    let fail = |kind: &str, m: String| ErrorRecord::new(src, kind, m);
+    let fail = |kind: &str, m: String| failure(src, kind, m);
     let t = Instant::now();
     let mut carried: Vec<(String, Vec<u8>)> = Vec::new();
     let mut columns = serde_json::Map::new();
@@ -803,18 +796,7 @@ fn read_bounded(
 }
 
 pub(crate) fn write_errors(path: &Path, errors: &[ErrorRecord]) -> Result<(), PackError> {
-    AtomicFile::write(path, &errors_jsonl(errors)).map_err(|e| PackError::io(path, e))
-}
-
-/// `errors.jsonl`: one JSON object per line.
-pub(crate) fn errors_jsonl(errors: &[ErrorRecord]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for e in errors {
-        if serde_json::to_writer(&mut out, e).is_ok() {
-            out.push(b'\n');
-        }
-    }
-    out
+    AtomicFile::write(path, &errors::to_jsonl(errors)).map_err(|e| PackError::io(path, e))
 }
 
 /// Makes sure `output` exists and holds no dataset, clearing an old one with `--overwrite`.
@@ -850,7 +832,7 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
                 std::fs::remove_dir_all(e.path()).map_err(io)?;
                 continue;
             }
-            let ours = name == "errors.jsonl"
+            let ours = name == ERRORS_FILE
                 || (name.starts_with('.') && name.ends_with(".tmp"))
                 || manifest::ShardKind::from_name(&name).is_some();
             if ours && e.path().is_file() {

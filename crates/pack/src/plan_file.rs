@@ -10,6 +10,7 @@ use crate::{ErrorRecord, PackError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use shardtool_core::{AtomicFile, Checksum, HashingWriter};
+use shardtool_manifest::ERRORS_FILE;
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -157,7 +158,7 @@ pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, P
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,
             failed: 0,
-            report: output.join("errors.jsonl"),
+            report: output.join(ERRORS_FILE),
         });
     }
     std::fs::create_dir_all(dir.join(DONE_DIR)).map_err(|e| PackError::io(&dir, e))?;

@@ -16,7 +16,6 @@ use crate::report::{Problem, ProblemKind};
 use crate::sample::{check_label_range, check_meta, txt_problem};
 use rayon::prelude::*;
 use serde_json::Value;
-use shardtool_core::validate_key;
 use shardtool_packed::{Error, FieldValue, PackedShard, RECORD_FIELDS as PACKED_FIELDS};
 
 /// Whether and how to recompute record checksums.
@@ -85,17 +84,9 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
     scan.keys = Keys::with_capacity(shard.len());
     for (i, rec) in shard.records().enumerate() {
         let key = rec.key;
-        if let Err(e) = validate_key(key) {
-            scan.member(ctx, key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
-        }
-        if !scan.keys.insert(key) {
-            scan.member(
-                ctx,
-                key,
-                ProblemKind::DuplicateKey,
-                format!("key {key:?} is used by an earlier record of this shard (record {i})"),
-            );
-        }
+        scan.key(ctx, key, || {
+            format!("is used by an earlier record of this shard (record {i})")
+        });
         check_label_range(rec.label, ctx, &mut scan, || key.to_string());
         let meta = shard.sample_meta(i);
         let [h, w, _] = rec.shape;

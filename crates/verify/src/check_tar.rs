@@ -4,10 +4,10 @@
 //! position, for the caller to decode in parallel.
 
 use crate::keys::Keys;
-use crate::loader::{HashingReader, STREAM_BUFFER};
+use crate::loader::STREAM_BUFFER;
 use crate::report::{Problem, ProblemKind};
 use crate::sample::finish_sample;
-use shardtool_core::Checksum;
+use shardtool_core::{validate_key, Checksum, HashingReader};
 use shardtool_wds::{split_name, EntryKind, ReadError, StreamError, Tail, TarStream, BLOCK};
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -63,6 +63,18 @@ pub(crate) struct Scan {
 }
 
 impl Scan {
+    /// Checks a sample's key and adds it to the shard's keys; `again` says, for a key the shard
+    /// has used already, where.
+    pub(crate) fn key(&mut self, ctx: &Ctx<'_>, key: &str, again: impl FnOnce() -> String) {
+        if let Err(e) = validate_key(key) {
+            self.member(ctx, key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
+        }
+        if !self.keys.insert(key) {
+            let message = format!("key {key:?} {}", again());
+            self.member(ctx, key, ProblemKind::DuplicateKey, message);
+        }
+    }
+
     pub(crate) fn member(
         &mut self,
         ctx: &Ctx<'_>,

@@ -1,39 +1,15 @@
-//! `errors.jsonl`, the report pack writes beside the shards: one JSON object per failed input
-//! (`path`, `kind`, `message`), as many lines as the manifest's `inputs.failed`. Pack always
-//! writes it (empty when nothing failed), so a missing file is only a problem when the manifest
-//! counts failures.
-//!
-//! The file is untrusted: it is read as a stream, line by line, each line capped at
-//! [`MAX_LINE_BYTES`], so neither a huge file nor one endless line can make us allocate without
-//! bound; only the first [`MAX_REPORTED`] bad lines are reported one by one.
+//! The check of `errors.jsonl` (its format: `shardtool_manifest::errors`) against the manifest's
+//! count of failed inputs. Pack always writes it (empty when nothing failed), so a missing file
+//! is only a problem when the manifest counts failures. The file is read as a stream with every
+//! line capped; only the first [`MAX_REPORTED`] bad lines are reported one by one.
 
 use crate::report::{Problem, ProblemKind};
-use serde::Deserialize;
-use std::io::{BufRead, BufReader, Read};
+use shardtool_manifest::errors::{read_jsonl, ERRORS_FILE as FILE_NAME};
+use std::io::BufReader;
 use std::path::Path;
-
-/// The report's file name in a dataset directory.
-pub(crate) const FILE_NAME: &str = "errors.jsonl";
-
-/// Longest line parsed: far above a line pack writes (a path and an error message).
-pub(crate) const MAX_LINE_BYTES: usize = 64 << 10;
 
 /// Bad lines reported one by one; the rest are counted in one problem.
 pub(crate) const MAX_REPORTED: usize = 10;
-
-/// The shape of one line.
-#[derive(Deserialize)]
-struct Line<'a> {
-    #[serde(borrow)]
-    #[allow(dead_code)] // Parsed to check its type only.
-    path: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    #[allow(dead_code)]
-    kind: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    #[allow(dead_code)]
-    message: std::borrow::Cow<'a, str>,
-}
 
 /// Checks `dir/errors.jsonl` against the manifest's count of failed inputs.
 pub(crate) fn check_error_report(dir: &Path, failed: u64) -> Vec<Problem> {
@@ -100,58 +76,19 @@ impl ReportScan {
     }
 }
 
-/// Reads the report line by line (each line capped at [`MAX_LINE_BYTES`]).
-pub(crate) fn scan(mut r: impl BufRead) -> std::io::Result<ReportScan> {
+/// Reads the report (see [`read_jsonl`]), keeping the count and the first bad lines.
+pub(crate) fn scan(r: impl std::io::BufRead) -> std::io::Result<ReportScan> {
     let mut s = ReportScan::default();
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let n = (&mut r)
-            .take(MAX_LINE_BYTES as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if n == 0 {
-            return Ok(s);
-        }
+    read_jsonl(r, |line| {
         s.lines += 1;
-        let why = if line.last() != Some(&b'\n') && line.len() > MAX_LINE_BYTES {
-            // Skip the rest of the overlong line without keeping it.
-            skip_line(&mut r)?;
-            Some(format!("longer than {MAX_LINE_BYTES} bytes"))
-        } else {
-            let text = line.strip_suffix(b"\n").unwrap_or(&line);
-            match serde_json::from_slice::<Line<'_>>(text) {
-                Ok(_) => None,
-                Err(e) => Some(format!(
-                    "not a JSON object with string fields path, kind and message: {e}"
-                )),
-            }
-        };
-        if let Some(why) = why {
+        if let Err(why) = line {
             s.bad_total += 1;
             if s.bad.len() < MAX_REPORTED {
                 s.bad.push((s.lines, why));
             }
         }
-    }
-}
-
-fn skip_line(r: &mut impl BufRead) -> std::io::Result<()> {
-    loop {
-        let buf = r.fill_buf()?;
-        if buf.is_empty() {
-            return Ok(());
-        }
-        match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => {
-                r.consume(i + 1);
-                return Ok(());
-            }
-            None => {
-                let n = buf.len();
-                r.consume(n);
-            }
-        }
-    }
+    })?;
+    Ok(s)
 }
 
 #[cfg(test)]
@@ -193,15 +130,5 @@ mod tests {
         let p = s.problems(24);
         assert_eq!(p.len(), MAX_REPORTED + 1, "named lines, then one summary");
         assert!(p.iter().all(|p| p.kind == ProblemKind::ErrorReport));
-    }
-
-    #[test]
-    fn an_endless_line_is_skipped_without_holding_it() {
-        let mut text = vec![b'x'; 5 * MAX_LINE_BYTES];
-        text.push(b'\n');
-        text.extend_from_slice(GOOD.as_bytes());
-        let s = scan_of(&text);
-        assert_eq!((s.lines, s.bad_total), (2, 1));
-        assert!(s.bad[0].1.contains("longer than"));
     }
 }

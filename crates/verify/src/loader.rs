@@ -8,7 +8,7 @@
 //!   bomb cannot make us allocate without bound.
 
 use memmap2::Mmap;
-use shardtool_core::{Checksum, ChecksumHasher};
+use shardtool_core::{Checksum, ChecksumHasher, HashingReader};
 use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::path::Path;
@@ -127,37 +127,6 @@ pub(crate) struct Loaded {
     pub uncompressed: Option<(u64, Checksum)>,
     /// Why `data` is not the whole shard, if it is not.
     pub incomplete: Option<Incomplete>,
-}
-
-/// A reader that hashes and counts what passes through it.
-pub(crate) struct HashingReader<R> {
-    inner: R,
-    hasher: ChecksumHasher,
-    count: u64,
-}
-
-impl<R> HashingReader<R> {
-    pub(crate) fn new(inner: R) -> Self {
-        Self {
-            inner,
-            hasher: ChecksumHasher::new(),
-            count: 0,
-        }
-    }
-
-    /// Bytes read, and their checksum.
-    pub(crate) fn finish(self) -> (u64, Checksum) {
-        (self.count, self.hasher.checksum())
-    }
-}
-
-impl<R: Read> Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.count += n as u64;
-        Ok(n)
-    }
 }
 
 /// Appends what `reader` yields to `buf`, hashing it chunk by chunk, until EOF or until `cap`
@@ -335,7 +304,7 @@ pub(crate) fn load_zstd(
     // Hash whatever the decoder did not consume, so the stored checksum covers the whole file.
     let mut rest = decoder.finish();
     io::copy(&mut rest, &mut io::sink())?;
-    let counted = rest.into_inner();
+    let (stored_len, stored_sum) = rest.into_inner().finish();
     let incomplete = match outcome {
         Ok((n, _)) if n > cap => Some(if declared.is_some_and(|d| d <= limit) {
             Incomplete::OverCap { cap }
@@ -359,27 +328,22 @@ pub(crate) fn load_zstd(
     }
     Ok(Loaded {
         data: ShardBytes::owned(data),
-        stored_len: counted.count,
-        stored_sum: counted.hasher.checksum(),
+        stored_len,
+        stored_sum,
         uncompressed,
         incomplete,
     })
 }
 
-/// Maps a plain shard and hashes it. Empty files are not mapped (a zero-length mapping is an
-/// error on some systems).
+/// Maps a plain shard and hashes it.
 pub(crate) fn load_mapped(path: &Path) -> io::Result<Loaded> {
     let file = File::open(path)?;
-    let data = if file.metadata()?.len() == 0 {
-        ShardBytes::owned(Vec::new())
-    } else {
-        // SAFETY: `--mmap` is opt-in for datasets nobody modifies while they are checked;
-        // shards are published write-once (see `shardtool_core::map_readonly`).
-        #[allow(unsafe_code)]
-        let map = unsafe { shardtool_core::map_readonly(&file) }?;
-        let _ = map.advise(memmap2::Advice::Sequential);
-        ShardBytes::Mapped(map)
-    };
+    // SAFETY: `--mmap` is opt-in for datasets nobody modifies while they are checked; shards are
+    // published write-once (see `shardtool_core::map_readonly`).
+    #[allow(unsafe_code)]
+    let map = unsafe { shardtool_core::map_readonly(&file) }?;
+    let _ = map.advise(memmap2::Advice::Sequential);
+    let data = ShardBytes::Mapped(map);
     Ok(Loaded {
         stored_len: data.len() as u64,
         stored_sum: Checksum::of(&data),

@@ -5,7 +5,6 @@
 use crate::check_tar::{Ctx, FieldData, ImageJob, Scan, MAX_META_BYTES};
 use crate::report::ProblemKind;
 use serde_json::value::RawValue;
-use shardtool_core::validate_key;
 use std::borrow::Cow;
 
 /// Checks a finished sample: its key (against the shard's keys so far, in `scan`), its fields
@@ -18,17 +17,9 @@ pub(crate) fn finish_sample(
     scan: &mut Scan,
 ) {
     scan.samples += 1;
-    if let Err(e) = validate_key(key) {
-        scan.member(ctx, key, ProblemKind::BadKey, format!("key {key:?}: {e}"));
-    }
-    if !scan.keys.insert(key) {
-        scan.member(
-            ctx,
-            key,
-            ProblemKind::DuplicateKey,
-            format!("key {key:?} appears again, apart from its first sample, in this shard"),
-        );
-    }
+    scan.key(ctx, key, || {
+        "appears again, apart from its first sample, in this shard".into()
+    });
     // A sample has a handful of fields: linear scans beat building a set for each sample.
     for (i, (field, _)) in fields.iter().enumerate() {
         if fields[..i].iter().any(|(f, _)| f == field) {

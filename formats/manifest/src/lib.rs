@@ -7,6 +7,9 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+pub mod errors;
+pub use errors::{ErrorRecord, ERRORS_FILE};
+
 /// The value of the `format` field.
 pub const FORMAT: &str = "shardtool.manifest";
 /// The manifest version this crate writes and reads.
