@@ -31,6 +31,21 @@ pub(crate) struct Shared<'a> {
     pub buffers: BufferPool,
 }
 
+impl Shared<'_> {
+    /// The checks' context for the shard of `entry`.
+    fn ctx<'e>(&'e self, entry: &'e ShardEntry, decode: bool) -> Ctx<'e> {
+        Ctx {
+            shard: &entry.file,
+            fields: self.fields,
+            optional: self.optional,
+            json_input: self.json_input,
+            classes: self.classes,
+            decode,
+            expected_samples: entry.samples,
+        }
+    }
+}
+
 /// What one shard contributed.
 #[derive(Default)]
 pub(crate) struct ShardOutcome {
@@ -157,15 +172,7 @@ fn stream_shard(path: &Path, entry: &ShardEntry, sh: &Shared<'_>, out: &mut Shar
             return;
         }
     };
-    let ctx = Ctx {
-        shard: name,
-        fields: sh.fields,
-        optional: sh.optional,
-        json_input: sh.json_input,
-        classes: sh.classes,
-        decode: false,
-        expected_samples: entry.samples,
-    };
+    let ctx = sh.ctx(entry, false);
     let mut buf = sh.buffers.take();
     if buf.len() < STREAM_BUFFER {
         buf.resize(STREAM_BUFFER, 0);
@@ -284,15 +291,7 @@ fn check_content(
     problems: &mut Vec<Problem>,
 ) {
     let opts = sh.opts;
-    let ctx = Ctx {
-        shard: &entry.file,
-        fields: sh.fields,
-        optional: sh.optional,
-        json_input: sh.json_input,
-        classes: sh.classes,
-        decode: opts.decode,
-        expected_samples: entry.samples,
-    };
+    let ctx = sh.ctx(entry, opts.decode);
     let mut scan = match entry.format {
         ShardFormat::Wds => check_tar(data, &ctx),
         ShardFormat::Packed => check_packed(data, &ctx, records),
