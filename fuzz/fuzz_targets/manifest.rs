@@ -1,4 +1,4 @@
-//! `Manifest::from_slice` on arbitrary bytes: see `shardtool_fuzz_checks::manifest` for what is checked.
+//! `Manifest::from_slice` and the `errors.jsonl` reader on arbitrary bytes: see `shardtool_fuzz_checks::manifest` for what is checked.
 
 #![no_main]
 
