@@ -222,12 +222,32 @@ fn damaged_inputs_give_per_sample_errors_and_keep_what_is_whole() {
     }
     std::fs::write(pq.join("b.parquet"), &broken).unwrap();
     std::fs::write(pq.join("c.parquet"), b"PAR1 not really").unwrap();
+    // A file on which the Parquet reader panics (found by fuzzing): its failure, said once, in
+    // errors.jsonl with the reader's message, and no panic report on stderr.
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../fuzz/regressions/parquet/row-group-panics-the-parquet-reader"),
+        pq.join("d.parquet"),
+    )
+    .unwrap();
     let ds = t.path().join("ds-pq");
-    pack(&pq, &ds).args(["--resize", "shorter:32"]).ok();
+    let run = pack(&pq, &ds).args(["--resize", "shorter:32"]).ok();
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     let errs = check_accounting(&ds, &[]);
     assert!(
         errs.values()
             .any(|e| e.kind == "bad_parquet" && e.path.ends_with("c.parquet")),
+        "{errs:?}"
+    );
+    let panicked: Vec<_> = errs
+        .values()
+        .filter(|e| e.path.ends_with("d.parquet"))
+        .collect();
+    assert!(
+        !panicked.is_empty()
+            && panicked.iter().all(|e| e.kind == "bad_parquet"
+                && e.message.starts_with("the Parquet reader failed on")
+                && !e.message.ends_with(": ")),
         "{errs:?}"
     );
     assert!(

@@ -272,7 +272,7 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
     let path = fetched.path.clone();
     out.fetched = Some(fetched);
     // The Parquet reader is not hardened against hostile files: a panic is that file's failure.
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<_, String> {
+    let r = contain(|| -> Result<_, String> {
         let reader = open_reader(&path)?;
         let meta = reader.metadata();
         let schema = meta.file_metadata().schema_descr().root_schema();
@@ -289,7 +289,7 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
             first = first.saturating_add(n);
         }
         Ok((chosen, names, groups))
-    }));
+    });
     match r {
         Ok(Ok((chosen, names, groups))) => {
             out.chosen = Some(chosen);
@@ -297,7 +297,9 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
             out.groups = groups;
         }
         Ok(Err(e)) => out.failure = Some(e),
-        Err(_) => out.failure = Some("the Parquet reader failed on this file (corrupt?)".into()),
+        Err(panic) => {
+            out.failure = Some(format!("the Parquet reader failed on this file: {panic}"))
+        }
     }
     out
 }
@@ -398,7 +400,7 @@ fn stage_group(
         .stage_dir
         .join(format!(".stage-{index:06}-{group:06}-parquet.tar.tmp"));
     let first_row = opened.groups[group].0;
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let r = contain(|| {
         stage_rows(
             &fetched.path,
             name,
@@ -409,13 +411,13 @@ fn stage_group(
             options,
             &mut out,
         )
-    }));
+    });
     match r {
         Ok(Ok(())) => {}
         Ok(Err(e)) => out.failure = Some(e),
-        Err(_) => {
+        Err(panic) => {
             out.failure = Some(format!(
-                "the Parquet reader failed on row group {group} (corrupt?)"
+                "the Parquet reader failed on row group {group}: {panic}"
             ))
         }
     }
@@ -610,4 +612,34 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
             .collect(),
     };
     Ok(listing)
+}
+
+thread_local! {
+    /// Set while [`contain`] runs: a panic then is that file's failure, not a bug to print.
+    static CONTAINED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, which calls the Parquet reader, and returns its panic, if any, as the panic's
+/// message. Such a panic is not printed: it is reported as the file's failure. The panic hook
+/// this installs once passes every other panic to the hook it replaced.
+fn contain<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CONTAINED.get() {
+                previous(info);
+            }
+        }));
+    });
+    let was = CONTAINED.replace(true);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    CONTAINED.set(was);
+    r.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic without a message".into())
+    })
 }
