@@ -13,7 +13,7 @@
 use crate::check_tar::{Ctx, Scan};
 use crate::keys::Keys;
 use crate::report::{Problem, ProblemKind};
-use crate::sample::{check_label_range, check_meta, txt_problem};
+use crate::sample::{check_class_and_size, check_label_range, check_meta, txt_problem};
 use rayon::prelude::*;
 use serde_json::Value;
 use shardtool_packed::{Error, FieldValue, PackedShard, RECORD_FIELDS as PACKED_FIELDS};
@@ -90,45 +90,24 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
         check_label_range(rec.label, ctx, &mut scan, || key.to_string());
         let meta = shard.sample_meta(i);
         let [h, w, _] = rec.shape;
-        let dim = |k: &str| meta.get(k).map(|v| v.as_u64());
-        match (dim("width"), dim("height")) {
-            (None, None) => {}
-            (Some(Some(mw)), Some(Some(mh))) => {
-                if (mw, mh) != (u64::from(w), u64::from(h)) {
-                    scan.member(
-                        ctx,
-                        key,
-                        ProblemKind::ImageSizeMismatch,
-                        format!("record is {w}x{h}, but its metadata says {mw}x{mh}"),
-                    );
-                }
-            }
-            _ => scan.member(
+        let class = meta.get("class").and_then(Value::as_str);
+        let size = |k: &str| meta.get(k).map(Value::as_u64);
+        let stated = check_class_and_size(
+            (class, Some(rec.label)),
+            (size("width"), size("height")),
+            ctx,
+            &mut scan,
+            || key.to_string(),
+        );
+        if let Some((mw, mh)) = stated.filter(|&s| s != (u64::from(w), u64::from(h))) {
+            scan.member(
                 ctx,
                 key,
-                ProblemKind::BadMetadata,
-                "width and height must both be non-negative integers".into(),
-            ),
+                ProblemKind::ImageSizeMismatch,
+                format!("record is {w}x{h}, but its metadata says {mw}x{mh}"),
+            );
         }
         check_carried(&shard, i, key, &required, ctx, &mut scan);
-        if let Some(Value::String(class)) = meta.get("class") {
-            let named = usize::try_from(rec.label)
-                .ok()
-                .and_then(|l| ctx.classes.get(l));
-            if let Some(named) = named {
-                if named != class {
-                    scan.member(
-                        ctx,
-                        key,
-                        ProblemKind::LabelMismatch,
-                        format!(
-                            "metadata states class {class:?}, but label {} is class {named:?}",
-                            rec.label
-                        ),
-                    );
-                }
-            }
-        }
     }
     scan.samples = shard.len() as u64;
     scan

@@ -269,33 +269,50 @@ pub(crate) fn check_meta(
             },
         }
     }
-    if let (Some(class), Some(l)) = (meta.class.and_then(string), label) {
+    let size = |v: Option<&RawValue>| v.map(value::<u64>);
+    let class = meta.class.and_then(string);
+    check_class_and_size(
+        (class.as_deref(), label),
+        (size(meta.width), size(meta.height)),
+        ctx,
+        scan,
+        member,
+    )
+}
+
+/// The rules of a sample's metadata that `.json` members and packed records' metadata share: a
+/// stated `class` names the label's class; `width` and `height` (each `None` when absent,
+/// `Some(None)` when not a non-negative integer) come together. Returns the size stated.
+pub(crate) fn check_class_and_size(
+    (class, label): (Option<&str>, Option<i64>),
+    (width, height): (Option<Option<u64>>, Option<Option<u64>>),
+    ctx: &Ctx<'_>,
+    scan: &mut Scan,
+    member: impl Fn() -> String,
+) -> Option<(u64, u64)> {
+    if let (Some(class), Some(l)) = (class, label) {
         let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
-        if let Some(named) = named {
-            if *named != class {
-                scan.member(
-                    ctx,
-                    &member(),
-                    ProblemKind::LabelMismatch,
-                    format!("states class {class:?}, but label {l} is class {named:?}"),
-                );
-            }
+        if let Some(named) = named.filter(|named| *named != class) {
+            scan.member(
+                ctx,
+                &member(),
+                ProblemKind::LabelMismatch,
+                format!("states class {class:?}, but label {l} is class {named:?}"),
+            );
         }
     }
-    match (meta.width, meta.height) {
+    match (width, height) {
         (None, None) => None,
-        (w, h) => match (w.and_then(value::<u64>), h.and_then(value::<u64>)) {
-            (Some(w), Some(h)) => Some((w, h)),
-            _ => {
-                scan.member(
-                    ctx,
-                    &member(),
-                    ProblemKind::BadMetadata,
-                    "width and height must both be non-negative integers".into(),
-                );
-                None
-            }
-        },
+        (Some(Some(w)), Some(Some(h))) => Some((w, h)),
+        _ => {
+            scan.member(
+                ctx,
+                &member(),
+                ProblemKind::BadMetadata,
+                "width and height must both be non-negative integers".into(),
+            );
+            None
+        }
     }
 }
 
