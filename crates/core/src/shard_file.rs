@@ -1,7 +1,7 @@
-//! Opening a published shard file for reading, the one way the reader, verify, inspect and
-//! preview get a shard's bytes: plain files mapped read-only (or read, where mapping is not
-//! wanted), `.zst` files decompressed into memory under a size cap. This module holds the
-//! workspace's one file mapping.
+//! Opening a published shard file for reading, the one way the reader, inspect and preview get a
+//! shard's bytes: plain files mapped read-only (or read, where mapping is not wanted), `.zst`
+//! files decompressed into memory under a size cap. This module holds the workspace's one file
+//! mapping, which verify's loader (it hashes every read while in cache) maps through too.
 
 use memmap2::Mmap;
 use std::fs::File;

@@ -71,20 +71,6 @@ pub(crate) enum Incomplete {
     Decompress(String),
 }
 
-impl std::fmt::Display for Incomplete {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Incomplete::TooLarge { limit } => {
-                write!(f, "over the {limit}-byte in-memory limit for a shard")
-            }
-            Incomplete::OverCap { cap } => {
-                write!(f, "decompresses to more than the declared {cap} bytes")
-            }
-            Incomplete::Decompress(e) => write!(f, "not a valid zstd stream: {e}"),
-        }
-    }
-}
-
 /// The bytes of a shard: read into memory, or mapped.
 pub(crate) enum ShardBytes {
     /// Read (and possibly decompressed) into `buf`, from `start` on.
