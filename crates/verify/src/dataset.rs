@@ -101,44 +101,26 @@ fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, VerifyError> {
 }
 
 /// Parses a manifest. Invalid JSON, a foreign `format` or an unknown `version` are errors (the
-/// rest of the file cannot be trusted to mean anything); every other broken rule is a
-/// [`ProblemKind::ManifestInvalid`] problem, so verification can go on and report the shards too.
+/// rest of the file cannot be trusted to mean anything); every other broken rule (stated once, by
+/// [`Manifest::broken_rules`]) is a [`ProblemKind::ManifestInvalid`] problem, so verification can
+/// go on and report the shards too.
 pub(crate) fn parse_manifest(
     path: &Path,
     bytes: &[u8],
 ) -> Result<(Manifest, Vec<Problem>), VerifyError> {
-    let err = |message: String| VerifyError::Manifest {
-        path: path.to_path_buf(),
-        message,
-    };
-    let m: Manifest = serde_json::from_slice(bytes)
-        .map_err(|e| err(format!("not a valid shardtool manifest: {e}")))?;
-    if m.format != manifest::FORMAT {
-        return Err(err(format!(
-            "format is {:?}, expected {:?}",
-            m.format,
-            manifest::FORMAT
-        )));
-    }
-    if m.version != manifest::VERSION {
-        return Err(err(format!(
-            "manifest version {} is not supported (this build reads version {})",
-            m.version,
-            manifest::VERSION
-        )));
-    }
-    let problems = manifest_problems(&m);
-    Ok((m, problems))
+    let (m, broken) =
+        Manifest::from_slice_reporting(bytes, u64::MAX).map_err(|e| VerifyError::Manifest {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+    Ok((m, broken.into_iter().map(problem).collect()))
 }
 
-/// Every rule of the manifest format that `m` breaks, one problem each (the rules are stated
-/// once, by [`Manifest::broken_rules`]).
-pub(crate) fn manifest_problems(m: &Manifest) -> Vec<Problem> {
-    let problem = |b: manifest::BrokenRule| match &b.shard {
+fn problem(b: manifest::BrokenRule) -> Problem {
+    match &b.shard {
         Some(s) => Problem::shard(s, ProblemKind::ManifestInvalid, b.message),
         None => Problem::dataset(ProblemKind::ManifestInvalid, b.message),
-    };
-    m.broken_rules().into_iter().map(problem).collect()
+    }
 }
 
 /// Files in `dir` that look like shards but are not in `listed`, sorted by name.
@@ -175,24 +157,28 @@ mod tests {
         serde_json::from_str(json).unwrap()
     }
 
+    fn problems(m: &Manifest) -> Vec<Problem> {
+        m.broken_rules().into_iter().map(problem).collect()
+    }
+
     #[test]
     fn every_broken_rule_is_reported() {
-        assert!(manifest_problems(&manifest()).is_empty());
+        assert!(problems(&manifest()).is_empty());
         let mut m = manifest();
         m.totals.samples = 3;
         m.inputs.packed = 5;
         m.shards[0].checksum = "md5:x".into();
-        let p = manifest_problems(&m);
+        let p = problems(&m);
         assert_eq!(p.len(), 3, "{p:?}");
         assert!(p.iter().all(|p| p.kind == ProblemKind::ManifestInvalid));
         let mut m = manifest();
         m.shards[0].file = "../x.tar".into();
-        assert_eq!(manifest_problems(&m).len(), 1);
+        assert_eq!(problems(&m).len(), 1);
         // Class names are labels' display names, and real ones repeat (ImageNet-1k's label
         // metadata names two classes "crane"): not a broken rule.
         let mut m = manifest();
         m.classes = vec!["crane".into(), "crane".into()];
-        assert!(manifest_problems(&m).is_empty());
+        assert!(problems(&m).is_empty());
         m.validate().unwrap();
     }
 

@@ -234,6 +234,21 @@ impl Manifest {
 
     /// Parses and validates a manifest of at most `limit` bytes.
     pub fn from_slice(bytes: &[u8], limit: u64) -> Result<Self, ManifestError> {
+        let (m, broken) = Self::from_slice_reporting(bytes, limit)?;
+        match broken.into_iter().next() {
+            Some(b) => Err(ManifestError::Invalid(b.to_string())),
+            None => Ok(m),
+        }
+    }
+
+    /// Parses a manifest of at most `limit` bytes for a checker that reports every broken rule:
+    /// bytes that are not a manifest, a foreign `format` or an unknown `version` are the error
+    /// (nothing else in such a file can be trusted to mean anything); the other rules it breaks
+    /// are returned with it.
+    pub fn from_slice_reporting(
+        bytes: &[u8],
+        limit: u64,
+    ) -> Result<(Self, Vec<BrokenRule>), ManifestError> {
         if bytes.len() as u64 > limit {
             return Err(ManifestError::TooLarge {
                 size: bytes.len() as u64,
@@ -241,8 +256,11 @@ impl Manifest {
             });
         }
         let m: Manifest = serde_json::from_slice(bytes).map_err(ManifestError::Json)?;
-        m.validate()?;
-        Ok(m)
+        let mut broken = m.broken_rules();
+        if broken.first().is_some_and(|b| b.foreign) {
+            return Err(ManifestError::Invalid(broken.swap_remove(0).to_string()));
+        }
+        Ok((m, broken))
     }
 
     /// Serialises as pretty JSON with a trailing newline (stable field order).
@@ -265,27 +283,30 @@ impl Manifest {
     /// and verify both use.
     pub fn broken_rules(&self) -> Vec<BrokenRule> {
         let mut out = Vec::new();
+        let foreign = |message: String| BrokenRule {
+            shard: None,
+            message,
+            foreign: true,
+        };
+        if self.format != FORMAT {
+            out.push(foreign(format!(
+                "format is {:?}, expected {FORMAT:?}",
+                self.format
+            )));
+        }
+        if self.version != VERSION {
+            out.push(foreign(format!(
+                "version {} is not supported (this build reads version {VERSION})",
+                self.version
+            )));
+        }
         let mut bad = |shard: Option<&str>, message: String| {
             out.push(BrokenRule {
                 shard: shard.map(str::to_owned),
                 message,
+                foreign: false,
             });
         };
-        if self.format != FORMAT {
-            bad(
-                None,
-                format!("format is {:?}, expected {FORMAT:?}", self.format),
-            );
-        }
-        if self.version != VERSION {
-            bad(
-                None,
-                format!(
-                    "version {} is not supported (this build reads version {VERSION})",
-                    self.version
-                ),
-            );
-        }
         for (what, list) in [
             ("fields", &self.fields),
             ("optional_fields", &self.optional_fields),
@@ -387,6 +408,8 @@ pub struct BrokenRule {
     pub shard: Option<String>,
     /// What is wrong.
     pub message: String,
+    /// A foreign `format` or an unknown `version`: the file is not a manifest this build reads.
+    pub foreign: bool,
 }
 
 impl std::fmt::Display for BrokenRule {
@@ -551,6 +574,16 @@ mod tests {
         assert_eq!(messages.last().unwrap().1, "shard counts or sizes overflow");
         let err = m.validate().unwrap_err().to_string();
         assert!(err.contains(&rules[0].message), "{err}");
+        // A checker gets them all with the manifest; only a foreign file is the error.
+        let (back, reported) = Manifest::from_slice_reporting(&m.to_json(), 1 << 20).unwrap();
+        assert_eq!((back, reported), (m.clone(), rules));
+        m.version = 2;
+        let err = Manifest::from_slice_reporting(&m.to_json(), 1 << 20).unwrap_err();
+        assert!(
+            err.to_string().contains("version 2 is not supported"),
+            "{err}"
+        );
+        assert!(m.broken_rules()[0].foreign);
     }
 
     #[test]
