@@ -56,12 +56,12 @@ pub enum VerifyError {
         dir: PathBuf,
     },
     /// Reading a file or directory failed.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Io {
         /// The path.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (part of the message, not a separate source, so it is printed once).
+        cause: std::io::Error,
     },
     /// The manifest is not valid JSON of the manifest's shape, or is of an unknown format or
     /// version.
@@ -84,13 +84,13 @@ pub enum VerifyError {
 }
 
 impl VerifyError {
-    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        if source.kind() == std::io::ErrorKind::NotFound {
+    pub(crate) fn io(path: impl Into<PathBuf>, cause: std::io::Error) -> Self {
+        if cause.kind() == std::io::ErrorKind::NotFound {
             VerifyError::NotFound { path: path.into() }
         } else {
             VerifyError::Io {
                 path: path.into(),
-                source,
+                cause,
             }
         }
     }

@@ -365,6 +365,14 @@ mod tests {
             verify(dir.path(), &o, &NoProgress),
             Err(VerifyError::NoManifest { .. })
         ));
+        // A manifest that cannot be read: the cause is in the message, and only there (so a
+        // chain printed cause by cause shows it once).
+        std::fs::create_dir(dir.path().join("manifest.json")).unwrap();
+        let err = verify(dir.path(), &o, &NoProgress).unwrap_err();
+        assert!(matches!(err, VerifyError::Io { .. }), "{err:?}");
+        assert!(err.to_string().contains("directory"), "{err}");
+        assert!(std::error::Error::source(&err).is_none());
+        std::fs::remove_dir(dir.path().join("manifest.json")).unwrap();
         std::fs::write(dir.path().join("manifest.json"), "[]").unwrap();
         assert!(matches!(
             verify(dir.path(), &o, &NoProgress),
