@@ -159,29 +159,9 @@ fn rewrite_tar(bytes: &[u8], mut f: impl FnMut(&str, &[u8]) -> Vec<(String, Vec<
     w.finish().unwrap()
 }
 
-fn octal(field: &mut [u8], value: u64) {
-    let digits = field.len() - 1;
-    let text = format!("{value:0digits$o}");
-    field[..digits].copy_from_slice(text.as_bytes());
-}
-
 /// A raw USTAR header: `typeflag` b'0' file, b'1' hard link, b'2' symlink.
 fn ustar_header(name: &str, size: u64, typeflag: u8, linkname: &str) -> [u8; 512] {
-    let mut h = [0u8; 512];
-    h[..name.len()].copy_from_slice(name.as_bytes());
-    octal(&mut h[100..108], 0o644);
-    octal(&mut h[108..116], 0);
-    octal(&mut h[116..124], 0);
-    octal(&mut h[124..136], size);
-    octal(&mut h[136..148], 946_684_800);
-    h[156] = typeflag;
-    h[157..157 + linkname.len()].copy_from_slice(linkname.as_bytes());
-    h[257..263].copy_from_slice(b"ustar\0");
-    h[263..265].copy_from_slice(b"00");
-    h[148..156].fill(b' ');
-    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
-    h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
-    h
+    shardtool_wds::ustar_header(name, size, typeflag, linkname).unwrap()
 }
 
 /// Appends raw members before the end-of-archive marker of a shardtool tar.

@@ -515,16 +515,7 @@ mod tests {
             ("../k5.cls", b'0'),
             ("__k__.x", b'0'),
         ] {
-            let mut h = [0u8; 512];
-            h[..name.len()].copy_from_slice(name.as_bytes());
-            h[100..107].copy_from_slice(b"0000644");
-            h[124..135].copy_from_slice(b"00000000001");
-            h[156] = kind;
-            h[257..263].copy_from_slice(b"ustar\0");
-            h[148..156].copy_from_slice(b"        ");
-            let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
-            h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
-            odd.extend_from_slice(&h);
+            odd.extend_from_slice(&shardtool_wds::ustar_header(name, 1, kind, "").unwrap());
             if kind == b'0' {
                 let mut d = [0u8; 512];
                 d[0] = b'0';

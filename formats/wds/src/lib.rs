@@ -14,7 +14,7 @@ pub use fields::{image_field, is_image_field, parse_cls, IMAGE_FIELDS, LABEL_FIE
 pub use index::{index_samples, IndexError, MemberSpan, SampleSpan};
 pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
 pub use stream::{StreamError, StreamHeader, Tail, TarStream};
-pub use writer::{TarWriter, FIXED_MTIME};
+pub use writer::{ustar_header, TarWriter, FIXED_MTIME};
 
 /// Size of a tar block.
 pub const BLOCK: usize = 512;

@@ -32,7 +32,7 @@ impl<W: Write> TarWriter<W> {
     /// Appends a regular file `name` holding `data`. `name` must fit the 100-byte USTAR name
     /// field (sample keys are capped so that it always does).
     pub fn append(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
-        let header = header(name, data.len() as u64)?;
+        let header = ustar_header(name, data.len() as u64, b'0', "")?;
         self.inner.write_all(&header)?;
         self.inner.write_all(data)?;
         let pad = (BLOCK - data.len() % BLOCK) % BLOCK;
@@ -49,10 +49,21 @@ impl<W: Write> TarWriter<W> {
     }
 }
 
-fn header(name: &str, size: u64) -> io::Result<[u8; BLOCK]> {
+/// A USTAR header for a member `name` of `size` bytes, of type `typeflag` (b'0' a regular file,
+/// the only type [`TarWriter`] writes; tests build links and devices with the others) pointing at
+/// `linkname` (empty but for links).
+pub fn ustar_header(
+    name: &str,
+    size: u64,
+    typeflag: u8,
+    linkname: &str,
+) -> io::Result<[u8; BLOCK]> {
     let bad = |msg: &str| io::Error::new(io::ErrorKind::InvalidInput, format!("{msg}: {name:?}"));
     if name.is_empty() || name.len() > 100 || name.contains('\0') {
         return Err(bad("tar member name must be 1..=100 bytes without NUL"));
+    }
+    if linkname.len() > 100 || linkname.contains('\0') {
+        return Err(bad("tar link name must be at most 100 bytes without NUL"));
     }
     // 11 octal digits hold sizes below 8 GiB, far above any shard member.
     if size >= 1 << 33 {
@@ -65,7 +76,8 @@ fn header(name: &str, size: u64) -> io::Result<[u8; BLOCK]> {
     octal(&mut h[116..124], 0);
     octal(&mut h[124..136], size);
     octal(&mut h[136..148], FIXED_MTIME);
-    h[156] = b'0';
+    h[156] = typeflag;
+    h[157..157 + linkname.len()].copy_from_slice(linkname.as_bytes());
     h[257..263].copy_from_slice(b"ustar\0");
     h[263..265].copy_from_slice(b"00");
     // The checksum is computed with its own field filled with spaces.
