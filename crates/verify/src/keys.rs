@@ -65,6 +65,7 @@ fn span(ends: &[usize], i: usize) -> Range<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn keeps_each_key_once_in_order() {
@@ -86,5 +87,24 @@ mod tests {
         }
         assert!((0..1000).all(|i| !k.insert(&i.to_string())));
         assert_eq!(k.len(), 1004);
+    }
+
+    #[test]
+    fn agrees_with_a_hash_set_on_random_keys() {
+        let mut rng = shardtool_core::SplitMix64::new(7);
+        let (mut keys, mut set, mut order) = (Keys::with_capacity(4), HashSet::new(), Vec::new());
+        for _ in 0..20_000 {
+            // Short keys from a small alphabet, so that many repeat.
+            let len = rng.below(4) as usize;
+            let key: String = (0..len)
+                .map(|_| char::from(b'a' + rng.below(6) as u8))
+                .collect();
+            let new = set.insert(key.clone());
+            assert_eq!(keys.insert(&key), new, "{key:?}");
+            if new {
+                order.push(key);
+            }
+        }
+        assert!(keys.iter().eq(order.iter().map(String::as_str)));
     }
 }
