@@ -21,6 +21,11 @@ pub(crate) static NO_FIELDS: BTreeSet<String> = BTreeSet::new();
 /// Largest `.json`, `.cls` or `.txt` member read; anything larger is reported rather than parsed.
 pub(crate) const MAX_META_BYTES: usize = 1 << 20;
 
+/// Most members of one sample that are checked: a sample has a handful, and a shard of millions
+/// of members under one key must not cost memory or time in proportion (the field checks are
+/// quadratic in a sample's members). The rest are reported once and only hashed.
+pub(crate) const MAX_SAMPLE_MEMBERS: usize = 4096;
+
 /// What the checks of one shard need to know about the dataset.
 #[derive(Clone, Copy)]
 pub(crate) struct Ctx<'a> {
@@ -169,7 +174,9 @@ pub(crate) fn stream_tar<R: Read>(
         let Some(field) = g.member(ctx, &mut scan, &h.name, h.kind) else {
             continue;
         };
-        let keep = keeps(field, len);
+        // Only a field's first member is read (a repeat is a problem of its own), so a sample
+        // keeps at most one of each of the three, each at most MAX_META_BYTES.
+        let keep = keeps(field, len) && g.first_of_its_name();
         let start = g.kept.len();
         if keep {
             // At most MAX_META_BYTES.
@@ -229,6 +236,8 @@ struct Gather<'a> {
     key: String,
     fields: Vec<(Cow<'a, str>, FieldData)>,
     kept: Vec<u8>,
+    /// Members of the sample past [`MAX_SAMPLE_MEMBERS`], skipped.
+    skipped: u64,
 }
 
 impl<'a> Gather<'a> {
@@ -330,9 +339,33 @@ impl<'a> Gather<'a> {
             self.key.clear();
             self.key.push_str(key);
             self.open = true;
+            self.skipped = 0;
+        }
+        if self.fields.len() == MAX_SAMPLE_MEMBERS {
+            self.skipped += 1;
+            if self.skipped == 1 {
+                scan.member(
+                    ctx,
+                    key,
+                    ProblemKind::UnexpectedMember,
+                    format!(
+                        "sample {key} has more than {MAX_SAMPLE_MEMBERS} members; the rest are \
+                         not checked"
+                    ),
+                );
+            }
+            return None;
         }
         self.fields.push((field, FieldData::default()));
         self.fields.last().map(|(f, _)| &**f)
+    }
+
+    /// Whether the field added last is the first of its name in the sample.
+    fn first_of_its_name(&self) -> bool {
+        match self.fields.split_last() {
+            Some(((name, _), before)) => before.iter().all(|(f, _)| f != name),
+            None => false,
+        }
     }
 
     /// Sets the data of the field added last.
@@ -645,6 +678,42 @@ mod tests {
         assert!(p.contains(&ProblemKind::DuplicateKey), "{p:?}");
         assert!(p.contains(&ProblemKind::BadKey), "{p:?}");
         assert!(p.contains(&ProblemKind::BadMemberName), "{p:?}");
+    }
+
+    #[test]
+    fn a_sample_of_countless_members_is_checked_up_to_the_bound() {
+        // One key, many repeats of each field: reported as a duplicate field and as an overlong
+        // sample, once each, and only the first .json is read (the later ones would be bad).
+        let mut m = good()[..3].to_vec();
+        for i in 0..2 * MAX_SAMPLE_MEMBERS {
+            m.push((format!("k1.x{}", i % 7), Vec::new()));
+            m.push(("k1.json".into(), b"not json".to_vec()));
+        }
+        let (f, c) = (fields(), classes());
+        let one = tar_of(&m);
+        let s = check_tar(&one, &ctx(&f, &c, false));
+        assert_eq!(s.samples, 1);
+        let count = |k| s.problems.iter().filter(|p| p.kind == k).count();
+        assert_eq!(count(ProblemKind::UnexpectedMember), 1, "{:?}", s.problems);
+        assert_eq!(count(ProblemKind::BadMetadata), 0, "{:?}", s.problems);
+        // Each checked member but the first of each of its 10 names (cls, jpg, json, x0 to x6).
+        assert_eq!(count(ProblemKind::DuplicateField), MAX_SAMPLE_MEMBERS - 10);
+        // A shard of many such samples takes time in proportion to its size.
+        let sample_bytes = one.len();
+        let many: Vec<(String, Vec<u8>)> = (0..50)
+            .flat_map(|k| {
+                m.iter()
+                    .map(move |(n, d)| (n.replacen("k1", &format!("k{k}"), 1), d.clone()))
+            })
+            .collect();
+        let start = std::time::Instant::now();
+        let s = check_tar(&tar_of(&many), &ctx(&f, &c, false));
+        assert_eq!(s.samples, 50);
+        assert!(
+            start.elapsed().as_secs() < 5,
+            "50 samples of {sample_bytes} bytes took {:?}",
+            start.elapsed()
+        );
     }
 
     #[test]

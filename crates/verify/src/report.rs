@@ -41,7 +41,8 @@ pub enum ProblemKind {
     /// A tar member that could write outside an extraction directory: an absolute path, a `..`
     /// component, a hard or symbolic link, a device or a FIFO.
     UnsafeMember,
-    /// A tar member that is not a regular file (directory, pax/GNU header) or a `__*__` member.
+    /// A tar member that is not a regular file (directory, pax/GNU header), a `__*__` member, or
+    /// a sample's members past the 4,096th.
     UnexpectedMember,
     /// A sample key breaks the WebDataset key rules (`[A-Za-z0-9_-]`, 1–80 bytes, no `__` start).
     BadKey,

@@ -6,6 +6,7 @@ use crate::check_tar::{Ctx, FieldData, ImageJob, Scan, MAX_META_BYTES};
 use crate::report::ProblemKind;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
+use std::collections::HashSet;
 
 /// Checks a finished sample: its key (against the shard's keys so far, in `scan`), its fields
 /// (whose kept data lies in `kept`), label and metadata; with `decode`, hands its images to `scan`.
@@ -20,9 +21,15 @@ pub(crate) fn finish_sample(
     scan.key(ctx, key, || {
         "appears again, apart from its first sample, in this shard".into()
     });
-    // A sample has a handful of fields: linear scans beat building a set for each sample.
+    // A sample has a handful of fields: linear scans beat building a set for each sample, up to
+    // a few; a set past that (a hostile sample has up to MAX_SAMPLE_MEMBERS).
+    let mut seen = HashSet::new();
     for (i, (field, _)) in fields.iter().enumerate() {
-        if fields[..i].iter().any(|(f, _)| f == field) {
+        let repeated = match fields.len() {
+            0..=8 => fields[..i].iter().any(|(f, _)| f == field),
+            _ => !seen.insert(&**field),
+        };
+        if repeated {
             scan.member(
                 ctx,
                 &format!("{key}.{field}"),
