@@ -71,15 +71,15 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
     };
     for i in bad {
         let rec = shard.record(i);
-        scan.problems.push(Problem::member(
-            ctx.shard,
+        scan.member(
+            ctx,
             rec.key,
             ProblemKind::RecordChecksum,
             format!(
                 "the pixels of record {i} do not match their stored checksum {:016x}",
                 rec.checksum
             ),
-        ));
+        );
     }
     scan.keys = Keys::with_capacity(shard.len());
     for (i, rec) in shard.records().enumerate() {

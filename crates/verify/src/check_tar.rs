@@ -21,6 +21,9 @@ pub(crate) static NO_FIELDS: BTreeSet<String> = BTreeSet::new();
 /// Largest `.json`, `.cls` or `.txt` member read; anything larger is reported rather than parsed.
 pub(crate) const MAX_META_BYTES: usize = 1 << 20;
 
+/// Most problems listed for one shard; the rest are counted (see [`ProblemKind::MoreProblems`]).
+pub(crate) const MAX_SHARD_PROBLEMS: usize = 1000;
+
 /// Most members of one sample that are checked: a sample has a handful, and a shard of millions
 /// of members under one key must not cost memory or time in proportion (the field checks are
 /// quadratic in a sample's members). The rest are reported once and only hashed.
@@ -60,7 +63,9 @@ pub(crate) struct ImageJob {
 /// The outcome of scanning one shard.
 #[derive(Default)]
 pub(crate) struct Scan {
+    /// The first [`MAX_SHARD_PROBLEMS`] problems, and how many more were found.
     pub problems: Vec<Problem>,
+    pub unlisted: u64,
     /// Keys in shard order, each once (repeats inside the shard are reported here).
     pub keys: Keys,
     pub samples: u64,
@@ -87,8 +92,12 @@ impl Scan {
         kind: ProblemKind,
         message: String,
     ) {
-        self.problems
-            .push(Problem::member(ctx.shard, member, kind, message));
+        if self.problems.len() < MAX_SHARD_PROBLEMS {
+            self.problems
+                .push(Problem::member(ctx.shard, member, kind, message));
+        } else {
+            self.unlisted += 1;
+        }
     }
 }
 
@@ -696,8 +705,14 @@ mod tests {
         let count = |k| s.problems.iter().filter(|p| p.kind == k).count();
         assert_eq!(count(ProblemKind::UnexpectedMember), 1, "{:?}", s.problems);
         assert_eq!(count(ProblemKind::BadMetadata), 0, "{:?}", s.problems);
-        // Each checked member but the first of each of its 10 names (cls, jpg, json, x0 to x6).
-        assert_eq!(count(ProblemKind::DuplicateField), MAX_SAMPLE_MEMBERS - 10);
+        // Found: the overlong sample; each checked member but the first of each of its 10 names
+        // (cls, jpg, json, x0 to x6); the 7 undeclared fields x0 to x6. Listed up to
+        // MAX_SHARD_PROBLEMS, counted past it.
+        assert_eq!(s.problems.len(), MAX_SHARD_PROBLEMS);
+        assert_eq!(
+            s.problems.len() as u64 + s.unlisted,
+            1 + (MAX_SAMPLE_MEMBERS - 10) as u64 + 7
+        );
         // A shard of many such samples takes time in proportion to its size.
         let sample_bytes = one.len();
         let many: Vec<(String, Vec<u8>)> = (0..50)

@@ -73,6 +73,9 @@ pub enum ProblemKind {
     /// `errors.jsonl` is missing although inputs failed, has a line that is not a pack error
     /// record, or has a different number of lines than the manifest's `inputs.failed`.
     ErrorReport,
+    /// A shard has more problems than are listed for one shard (the first 1,000); this one
+    /// counts the rest, so that a shard of a million damaged members stays a bounded report.
+    MoreProblems,
 }
 
 impl ProblemKind {
@@ -109,6 +112,7 @@ impl ProblemKind {
             ProblemKind::Decode => "decode",
             ProblemKind::ImageSizeMismatch => "image_size_mismatch",
             ProblemKind::ErrorReport => "error_report",
+            ProblemKind::MoreProblems => "more_problems",
         }
     }
 }
@@ -245,6 +249,7 @@ mod tests {
             ProblemKind::Decode,
             ProblemKind::ErrorReport,
             ProblemKind::BadField,
+            ProblemKind::MoreProblems,
         ] {
             let json = serde_json::to_value(k).unwrap();
             assert_eq!(json, serde_json::Value::String(k.as_str().into()));

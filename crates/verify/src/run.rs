@@ -338,6 +338,21 @@ mod tests {
     }
 
     #[test]
+    fn a_shard_lists_its_first_thousand_problems_and_counts_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        // 1,200 samples whose keys break the key rules: one problem each.
+        let keys: Vec<String> = (0..1200).map(|i| format!("bad key {i}")).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        dataset(dir.path(), &[&keys]);
+        let r = verify(dir.path(), &VerifyOptions::default(), &NoProgress).unwrap();
+        assert_eq!(r.problem_counts[&ProblemKind::BadKey], 1000);
+        assert_eq!(r.problem_counts[&ProblemKind::MoreProblems], 1);
+        let last = r.problems.last().unwrap();
+        assert_eq!(last.kind, ProblemKind::MoreProblems);
+        assert!(last.message.starts_with("200 more problems"), "{last}");
+    }
+
+    #[test]
     fn missing_and_unlisted_shards() {
         let dir = tempfile::tempdir().unwrap();
         dataset(dir.path(), &[&["a"], &["b"]]);

@@ -3,7 +3,7 @@
 //! checks of its format.
 
 use crate::check_packed::{check_packed, Records};
-use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan};
+use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan, MAX_SHARD_PROBLEMS};
 use crate::keys::Keys;
 use crate::loader::{
     load, load_packed_checks, BufferPool, Incomplete, Loaded, ShardBytes, STREAM_BUFFER,
@@ -322,6 +322,16 @@ fn take_scan(
     problems: &mut Vec<Problem>,
 ) {
     problems.append(&mut scan.problems);
+    if scan.unlisted > 0 {
+        problems.push(Problem::shard(
+            &entry.file,
+            ProblemKind::MoreProblems,
+            format!(
+                "{} more problems in this shard are not listed (the first {MAX_SHARD_PROBLEMS} are)",
+                scan.unlisted
+            ),
+        ));
+    }
     let samples = scan.samples;
     if samples != entry.samples {
         problems.push(Problem::shard(
