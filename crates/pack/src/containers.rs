@@ -554,13 +554,22 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                 for (s, label) in shard.samples.iter().zip(shard.labels) {
                     let source = || format!("{name}:{}", s.key);
                     if !s.members.iter().any(|m| is_image_field(&m.field)) {
-                        let fields: Vec<&str> =
-                            s.members.iter().map(|m| m.field.as_str()).collect();
+                        // The first few of its fields: a hostile sample may have millions.
+                        let fields: Vec<&str> = s
+                            .members
+                            .iter()
+                            .take(16)
+                            .map(|m| m.field.as_str())
+                            .collect();
+                        let more = match s.members.len() {
+                            n @ 17.. => format!(" and {} more", n - 16),
+                            _ => String::new(),
+                        };
                         listing.errors.push(failure(
                             source(),
                             "no_image",
                             format!(
-                                "the sample has no image field ({}); it has {}",
+                                "the sample has no image field ({}); it has {}{more}",
                                 IMAGE_FIELDS.join(", "),
                                 fields.join(", ")
                             ),

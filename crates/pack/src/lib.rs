@@ -36,6 +36,13 @@ use std::path::PathBuf;
 
 pub use shardtool_manifest::ErrorRecord;
 
+/// Longest path or message an `errors.jsonl` line keeps, in bytes before JSON escaping: the line
+/// then stays below what verify and merge read back (`errors::MAX_LINE_BYTES`) even when every
+/// byte needs a six-byte escape.
+pub(crate) const MAX_REPORTED_TEXT: usize = 4096;
+const _: () =
+    assert!(2 * 6 * (MAX_REPORTED_TEXT + 64) + 1024 < shardtool_manifest::errors::MAX_LINE_BYTES);
+
 /// The `errors.jsonl` line for input `path` that failed with `kind` because of `message`.
 pub(crate) fn failure(
     path: impl Into<String>,
@@ -45,10 +52,23 @@ pub(crate) fn failure(
     // Inputs named by URL may carry credentials: they never reach a report.
     let (path, message) = (path.into(), message.into());
     ErrorRecord {
-        path: shardtool_core::redact_urls(&path).into_owned(),
+        path: bounded(&shardtool_core::redact_urls(&path)),
         kind: kind.to_string(),
-        message: shardtool_core::redact_urls(&message).into_owned(),
+        message: bounded(&shardtool_core::redact_urls(&message)),
     }
+}
+
+/// `text`, cut at [`MAX_REPORTED_TEXT`] bytes (at a character boundary) with a note of its
+/// length when longer.
+fn bounded(text: &str) -> String {
+    if text.len() <= MAX_REPORTED_TEXT {
+        return text.to_string();
+    }
+    let end = (0..=MAX_REPORTED_TEXT)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}… ({} bytes in all)", &text[..end], text.len())
 }
 
 /// Why a pack could not run or finish. Per-input failures are not errors: they go to

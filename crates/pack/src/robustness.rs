@@ -201,3 +201,28 @@ fn damaged_parquet_files_are_bad_parquet_lines_found_at_once() {
         );
     }
 }
+
+/// An input with an endless name or message still makes an `errors.jsonl` line that verify and
+/// merge read back (the line cap is `errors::MAX_LINE_BYTES`), even when every byte needs an
+/// escape, and the cut is said.
+#[test]
+fn error_lines_stay_readable_whatever_the_input_says() {
+    use shardtool_manifest::errors::{read_jsonl, to_jsonl, MAX_LINE_BYTES};
+    let controls: String = (0..200_000)
+        .map(|i| char::from(1 + (i % 30) as u8))
+        .collect();
+    let wide: String = "é".repeat(100_000);
+    for (path, message) in [(&controls, &wide), (&wide, &controls)] {
+        let record = crate::failure(path.as_str(), "decode", message.as_str());
+        assert!(
+            record.message.ends_with(" bytes in all)"),
+            "{}",
+            &record.message[..40]
+        );
+        let line = to_jsonl(std::slice::from_ref(&record));
+        assert!(line.len() < MAX_LINE_BYTES, "{} bytes", line.len());
+        let mut back = Vec::new();
+        read_jsonl(&line[..], |l| back.push(l.unwrap())).unwrap();
+        assert_eq!(back, [record]);
+    }
+}
