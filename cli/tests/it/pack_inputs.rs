@@ -292,6 +292,49 @@ fn lists_carry_their_extra_columns_and_may_have_no_labels() {
     verify_ok(&ds);
 }
 
+/// A WebDataset input whose carried fields break the rules verify checks them by (a Latin-1
+/// caption, a json array, a json stating another key, an oversized json): each such sample is an
+/// error line saying why, never a dataset that fails verify.
+#[test]
+fn carried_fields_that_would_not_verify_are_refused_with_their_reason() {
+    let t = tempdir();
+    let image = std::fs::read(&shard_images()[0]).unwrap();
+    let huge = format!("{{\"k\":\"{}\"}}", "y".repeat(2 << 20));
+    let samples: [(&str, &str, &[u8]); 5] = [
+        ("latin", "txt", b"caf\xe9"),
+        ("array", "json", b"[1, 2]"),
+        ("otherkey", "json", br#"{"key": "someone-else"}"#),
+        ("huge", "json", huge.as_bytes()),
+        ("fine", "txt", "café".as_bytes()),
+    ];
+    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    for (key, field, data) in samples {
+        w.append(&format!("{key}.jpg"), &image).unwrap();
+        w.append(&format!("{key}.{field}"), data).unwrap();
+    }
+    let input = t.path().join("in");
+    write_file(input.join("shard-000000.tar"), w.finish().unwrap());
+    let ds = t.path().join("ds");
+    pack(&input, &ds).args(["--resize", "shorter:32"]).ok();
+    let errs = check_accounting(&ds, &[]);
+    let huge_says = format!("its json is {} bytes, over the", huge.len());
+    for (key, says) in [
+        ("latin", "its txt is not UTF-8 text"),
+        ("array", "its json is JSON but not an object"),
+        ("otherkey", "its json states key \"someone-else\""),
+        ("huge", huge_says.as_str()),
+    ] {
+        let e = errs
+            .values()
+            .find(|e| e.path.ends_with(&format!(":{key}")))
+            .unwrap_or_else(|| panic!("no error line for {key}: {errs:?}"));
+        assert_eq!(e.kind, "bad_field", "{e:?}");
+        assert!(e.message.starts_with(says), "{key}: {e:?}");
+    }
+    assert_eq!(manifest(&ds).inputs.packed, 1);
+    verify_ok(&ds);
+}
+
 fn shard_images() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(sample_data().join("flower"))
         .unwrap()

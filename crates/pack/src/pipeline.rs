@@ -695,6 +695,12 @@ fn process(
         }
     };
     carried.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(why) = carried
+        .iter()
+        .find_map(|(field, data)| carried_problem(field, data, &job.key))
+    {
+        return Err(fail("bad_field", why));
+    }
     let read = t.elapsed();
     let out =
         transform(&bytes[image.clone()], spec).map_err(|e| fail(e.kind.as_str(), e.message))?;
@@ -732,6 +738,33 @@ fn process(
         read,
         timings: out.timings,
     })
+}
+
+/// Why a carried field breaks the rules verify checks it by, if it does: a `txt` is UTF-8 of
+/// at most 1 MiB, a `json` (the input's own) one JSON object of at most 1 MiB whose `key`, if it
+/// states one, is the sample's. A dataset pack writes then always verifies.
+fn carried_problem(field: &str, data: &[u8], key: &str) -> Option<String> {
+    match field {
+        "txt" => {
+            shardtool_wds::txt_problem(data.len() as u64, data).map(|why| format!("its txt {why}"))
+        }
+        "json" if data.len() > shardtool_wds::MAX_TEXT_BYTES => Some(format!(
+            "its json is {} bytes, over the {}-byte limit for metadata",
+            data.len(),
+            shardtool_wds::MAX_TEXT_BYTES
+        )),
+        "json" => match serde_json::from_slice::<serde_json::Value>(data) {
+            Ok(serde_json::Value::Object(m)) => match m.get("key") {
+                Some(k) if k.as_str() != Some(key) => Some(format!(
+                    "its json states key {k}, but the sample's key is {key:?}"
+                )),
+                _ => None,
+            },
+            Ok(_) => Some("its json is JSON but not an object".into()),
+            Err(e) => Some(format!("its json is not valid JSON: {e}")),
+        },
+        _ => None,
+    }
 }
 
 /// Bytes a sample may carry besides its image (captions, metadata, other fields).

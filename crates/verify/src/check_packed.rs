@@ -13,10 +13,11 @@
 use crate::check_tar::{Ctx, Scan};
 use crate::keys::Keys;
 use crate::report::{Problem, ProblemKind};
-use crate::sample::{check_class_and_size, check_label_range, check_meta, txt_problem};
+use crate::sample::{check_class_and_size, check_label_range, check_meta};
 use rayon::prelude::*;
 use serde_json::Value;
 use shardtool_packed::{Error, FieldValue, PackedShard, RECORD_FIELDS as PACKED_FIELDS};
+use shardtool_wds::txt_problem;
 
 /// Whether and how to recompute record checksums.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

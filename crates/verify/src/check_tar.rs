@@ -19,7 +19,7 @@ use std::ops::Range;
 pub(crate) static NO_FIELDS: BTreeSet<String> = BTreeSet::new();
 
 /// Largest `.json`, `.cls` or `.txt` member read; anything larger is reported rather than parsed.
-pub(crate) const MAX_META_BYTES: usize = 1 << 20;
+pub(crate) const MAX_META_BYTES: usize = shardtool_wds::MAX_TEXT_BYTES;
 
 /// Most problems listed for one shard; the rest are counted (see [`ProblemKind::MoreProblems`]).
 pub(crate) const MAX_SHARD_PROBLEMS: usize = 1000;

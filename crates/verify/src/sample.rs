@@ -101,7 +101,7 @@ pub(crate) fn finish_sample(
                     ctx,
                     &member(),
                     ProblemKind::BadLabel,
-                    format!("holds {}, not an integer label", quote(cls)),
+                    format!("holds {}, not an integer label", shardtool_wds::quote(cls)),
                 ),
                 Some(l) => {
                     check_label_range(l, ctx, scan, member);
@@ -113,7 +113,7 @@ pub(crate) fn finish_sample(
 
     // Text: `.txt` must be UTF-8.
     if let Some(txt) = get("txt") {
-        if let Some(why) = txt_problem(txt.len, data(txt)) {
+        if let Some(why) = shardtool_wds::txt_problem(txt.len, data(txt)) {
             scan.member(ctx, &format!("{key}.txt"), ProblemKind::BadField, why);
         }
     }
@@ -149,23 +149,6 @@ pub(crate) fn finish_sample(
             }
         }
     }
-}
-
-/// Why a `.txt` of `len` bytes whose data (when kept, up to [`MAX_META_BYTES`]) is `bytes` breaks
-/// the text rule: valid UTF-8, at most [`MAX_META_BYTES`].
-pub(crate) fn txt_problem(len: u64, bytes: &[u8]) -> Option<String> {
-    if len > MAX_META_BYTES as u64 {
-        return Some(format!(
-            "is {len} bytes, over the {MAX_META_BYTES}-byte limit for text"
-        ));
-    }
-    std::str::from_utf8(bytes).err().map(|e| {
-        format!(
-            "is not UTF-8 text (invalid byte at {}): {}",
-            e.valid_up_to(),
-            quote(bytes)
-        )
-    })
 }
 
 /// The members of a sample's `.json` that the rules below read, as their JSON text (borrowed, not
@@ -349,17 +332,6 @@ pub(crate) fn check_label_range(
             n - 1
         ),
     );
-}
-
-/// A short, printable rendering of untrusted bytes.
-fn quote(bytes: &[u8]) -> String {
-    let head = &bytes[..bytes.len().min(24)];
-    let s = format!("{:?}", String::from_utf8_lossy(head));
-    if bytes.len() > head.len() {
-        format!("{s}…")
-    } else {
-        s
-    }
 }
 
 #[cfg(test)]

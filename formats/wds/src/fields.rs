@@ -1,5 +1,5 @@
-//! The WebDataset field conventions every shardtool tool shares: which fields hold an image, and
-//! how a `.cls` label is written.
+//! The WebDataset field conventions every shardtool tool shares: which fields hold an image, how
+//! a `.cls` label is written, and what a `.txt` must be.
 
 /// Field names (file extensions) that hold an encoded image, in the order a sample's image is
 /// chosen when it has several. webdataset lowercases extensions, so they are matched without
@@ -36,9 +36,51 @@ pub fn parse_cls(bytes: &[u8]) -> Option<i64> {
     std::str::from_utf8(bytes.trim_ascii()).ok()?.parse().ok()
 }
 
+/// Largest `.txt` (and largest `.cls` or `.json` a checker reads): 1 MiB.
+pub const MAX_TEXT_BYTES: usize = 1 << 20;
+
+/// Why a `.txt` member of `len` bytes whose data is `bytes` (its first [`MAX_TEXT_BYTES`] at
+/// most) breaks the text rule: UTF-8, at most [`MAX_TEXT_BYTES`]. Pack refuses such a sample,
+/// verify reports it.
+pub fn txt_problem(len: u64, bytes: &[u8]) -> Option<String> {
+    if len > MAX_TEXT_BYTES as u64 {
+        return Some(format!(
+            "is {len} bytes, over the {MAX_TEXT_BYTES}-byte limit for text"
+        ));
+    }
+    std::str::from_utf8(bytes).err().map(|e| {
+        format!(
+            "is not UTF-8 text (invalid byte at {}): {}",
+            e.valid_up_to(),
+            quote(bytes)
+        )
+    })
+}
+
+/// The start of `bytes` as quoted text, for a message (invalid UTF-8 shown as U+FFFD).
+pub fn quote(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(24)];
+    let s = format!("{:?}", String::from_utf8_lossy(head));
+    if bytes.len() > head.len() {
+        format!("{s}…")
+    } else {
+        s
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_is_utf8_and_bounded() {
+        assert_eq!(txt_problem(5, b"caf\xc3\xa9"), None);
+        let latin1 = txt_problem(4, b"caf\xe9").unwrap();
+        assert!(latin1.contains("invalid byte at 3"), "{latin1}");
+        let long = txt_problem(MAX_TEXT_BYTES as u64 + 1, b"").unwrap();
+        assert!(long.contains("over the"), "{long}");
+        assert_eq!(quote(&[b'a'; 30]), format!("{:?}…", "a".repeat(24)));
+    }
 
     #[test]
     fn labels_as_writers_leave_them() {

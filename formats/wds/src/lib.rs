@@ -10,7 +10,10 @@ mod reader;
 mod stream;
 mod writer;
 
-pub use fields::{image_field, is_image_field, parse_cls, IMAGE_FIELDS, LABEL_FIELD};
+pub use fields::{
+    image_field, is_image_field, parse_cls, quote, txt_problem, IMAGE_FIELDS, LABEL_FIELD,
+    MAX_TEXT_BYTES,
+};
 pub use index::{index_samples, IndexError, MemberSpan, SampleSpan};
 pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
 pub use stream::{StreamError, StreamHeader, Tail, TarStream};
