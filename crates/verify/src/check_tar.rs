@@ -111,10 +111,8 @@ pub(crate) struct FieldData {
     pub kept: Range<usize>,
 }
 
-/// Whether the data of `field` (as lowercased) of `len` bytes is kept: the checks read only these.
-fn keeps(field: &str, len: u64) -> bool {
-    matches!(field, "cls" | "json" | "txt") && len <= MAX_META_BYTES as u64
-}
+/// The fields whose data the checks read (up to [`MAX_META_BYTES`] each).
+const READ_FIELDS: [&str; 3] = ["cls", "json", "txt"];
 
 /// Checks a whole tar shard held in memory (see [`stream_tar`]).
 pub(crate) fn check_tar(bytes: &[u8], ctx: &Ctx<'_>) -> Scan {
@@ -185,7 +183,8 @@ pub(crate) fn stream_tar<R: Read>(
         };
         // Only a field's first member is read (a repeat is a problem of its own), so a sample
         // keeps at most one of each of the three, each at most MAX_META_BYTES.
-        let keep = keeps(field, len) && g.first_of_its_name();
+        let read = READ_FIELDS.iter().position(|f| *f == field);
+        let keep = g.first_read(read) && len <= MAX_META_BYTES as u64;
         let start = g.kept.len();
         if keep {
             // At most MAX_META_BYTES.
@@ -238,15 +237,16 @@ fn read_problem(ctx: &Ctx<'_>, err: &ReadError) -> Problem {
 /// when it is complete.
 #[derive(Default)]
 struct Gather<'a> {
-    /// The sample being gathered (when `open`): its key, its fields in archive order (names
-    /// borrowed from the declared fields where they are one) and the data kept of them. All three
-    /// are reused from sample to sample.
-    open: bool,
+    /// The sample being gathered (none when `fields` is empty): its key, its fields in archive
+    /// order (names borrowed from the declared fields where they are one) and the data kept of
+    /// them. All three are reused from sample to sample.
     key: String,
     fields: Vec<(Cow<'a, str>, FieldData)>,
     kept: Vec<u8>,
-    /// Members of the sample past [`MAX_SAMPLE_MEMBERS`], skipped.
-    skipped: u64,
+    /// Which of [`READ_FIELDS`] the sample has had a member of.
+    read_seen: [bool; 3],
+    /// The sample has had members past [`MAX_SAMPLE_MEMBERS`] (reported once).
+    overflowed: bool,
 }
 
 impl<'a> Gather<'a> {
@@ -341,18 +341,13 @@ impl<'a> Gather<'a> {
                 None => Cow::Owned(field.to_owned()),
             }
         };
-        if !self.open || self.key != key {
+        if self.fields.is_empty() || self.key != key {
             self.finish(ctx, scan, false);
-            self.fields.clear();
-            self.kept.clear();
             self.key.clear();
             self.key.push_str(key);
-            self.open = true;
-            self.skipped = 0;
         }
         if self.fields.len() == MAX_SAMPLE_MEMBERS {
-            self.skipped += 1;
-            if self.skipped == 1 {
+            if !std::mem::replace(&mut self.overflowed, true) {
                 scan.member(
                     ctx,
                     key,
@@ -369,12 +364,10 @@ impl<'a> Gather<'a> {
         self.fields.last().map(|(f, _)| &**f)
     }
 
-    /// Whether the field added last is the first of its name in the sample.
-    fn first_of_its_name(&self) -> bool {
-        match self.fields.split_last() {
-            Some(((name, _), before)) => before.iter().all(|(f, _)| f != name),
-            None => false,
-        }
+    /// Whether the field added last, the `read`-th of [`READ_FIELDS`] (`None`: none of them), is
+    /// the sample's first member of that field.
+    fn first_read(&mut self, read: Option<usize>) -> bool {
+        read.is_some_and(|i| !std::mem::replace(&mut self.read_seen[i], true))
     }
 
     /// Sets the data of the field added last.
@@ -388,9 +381,13 @@ impl<'a> Gather<'a> {
     /// is then not counted or checked, so the error is reported once rather than as missing
     /// fields.
     fn finish(&mut self, ctx: &Ctx<'_>, scan: &mut Scan, broken: bool) {
-        if std::mem::take(&mut self.open) && !broken {
+        if !self.fields.is_empty() && !broken {
             finish_sample(&self.key, &self.fields, &self.kept, ctx, scan);
         }
+        self.fields.clear();
+        self.kept.clear();
+        self.read_seen = [false; 3];
+        self.overflowed = false;
     }
 }
 
