@@ -17,7 +17,7 @@ pub use atomic::AtomicFile;
 pub use block_writer::{BlockWriter, WRITE_BLOCK};
 pub use checksum::{Checksum, ChecksumHasher, HashingReader, HashingWriter};
 pub use key::{index_key, validate_key, KeyError};
-pub use limits::Limits;
+pub use limits::{read_within, Limits};
 pub use redact::redact_urls;
 pub use rng::{shuffle, SplitMix64};
 pub use shard_file::{map_readonly, open_shard, OpenShard, OpenShardError, ShardBytes};

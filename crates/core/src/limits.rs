@@ -20,6 +20,25 @@ impl Limits {
     pub const DEFAULT_MAX_HEADER_BYTES: u64 = 256 << 20;
 }
 
+/// Reads a whole file of at most `limit` bytes, holding no more than `limit + 1` of a larger
+/// one, which is an [`ErrorKind::FileTooLarge`](std::io::ErrorKind::FileTooLarge) error.
+pub fn read_within(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    // Sized from the file system (within the limit), so a file is read in one or two calls
+    // rather than in doubling steps.
+    let hint = file.metadata().map_or(0, |m| m.len()).min(limit);
+    let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0).saturating_add(1));
+    file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("over the {limit}-byte limit"),
+        ));
+    }
+    Ok(bytes)
+}
+
 impl Default for Limits {
     fn default() -> Self {
         Self {
@@ -27,5 +46,19 @@ impl Default for Limits {
             max_input_bytes: Self::DEFAULT_MAX_INPUT_BYTES,
             max_header_bytes: Self::DEFAULT_MAX_HEADER_BYTES,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_file_over_the_limit_is_refused_and_one_within_it_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f");
+        std::fs::write(&path, b"12345").unwrap();
+        assert_eq!(super::read_within(&path, 5).unwrap(), b"12345");
+        let e = super::read_within(&path, 4).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::FileTooLarge);
+        assert_eq!(e.to_string(), "over the 4-byte limit");
     }
 }

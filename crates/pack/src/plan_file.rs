@@ -323,19 +323,6 @@ pub(crate) fn check_plan(file: &PlanFile, path: &Path) -> Result<(), PackError> 
     Ok(())
 }
 
-pub(crate) fn read_limited(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let file = std::fs::File::open(path)?;
-    let mut bytes = Vec::new();
-    file.take(limit + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit {
-        return Err(std::io::Error::other(format!(
-            "over the {limit}-byte limit"
-        )));
-    }
-    Ok(bytes)
-}
-
 /// Reads `inputs.jsonl` back into the compact store, checking it against the plan.
 pub(crate) fn read_inputs(store: &Store, file: &PlanFile) -> Result<(Inputs, Vec<u64>), PackError> {
     let path = store.fetch(&format!("{PLAN_DIR}/{INPUTS_FILE}"), u64::MAX)?;

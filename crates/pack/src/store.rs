@@ -90,7 +90,7 @@ impl Store {
         match self {
             Store::Local(root) => {
                 let path = root.join(name);
-                match crate::plan_file::read_limited(&path, limit) {
+                match shardtool_core::read_within(&path, limit) {
                     Ok(b) => Ok(Some(b)),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                     Err(e) => Err(PackError::io(path, e)),

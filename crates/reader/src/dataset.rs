@@ -146,10 +146,19 @@ impl Dataset {
                 path.to_path_buf(),
             )
         };
-        let bytes = std::fs::read(&manifest_path).map_err(|e| ReadError::Io {
-            path: manifest_path.clone(),
-            cause: e,
-        })?;
+        let bytes =
+            shardtool_core::read_within(&manifest_path, MAX_MANIFEST).map_err(|e| {
+                match e.kind() {
+                    std::io::ErrorKind::FileTooLarge => ReadError::Manifest {
+                        path: manifest_path.clone(),
+                        message: format!("the file is {e} for a manifest"),
+                    },
+                    _ => ReadError::Io {
+                        path: manifest_path.clone(),
+                        cause: e,
+                    },
+                }
+            })?;
         let manifest =
             Manifest::from_slice(&bytes, MAX_MANIFEST).map_err(|e| ReadError::Manifest {
                 path: manifest_path,

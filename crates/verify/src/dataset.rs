@@ -3,10 +3,9 @@
 
 use crate::report::{Problem, ProblemKind};
 use crate::VerifyError;
-use shardtool_core::Limits;
+use shardtool_core::{read_within, Limits};
 use shardtool_manifest::{self as manifest, Manifest};
 use std::collections::BTreeSet;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub use shardtool_manifest::{ShardKind, SHARD_SUFFIXES};
@@ -72,7 +71,14 @@ pub fn open_target(
         };
         (dir, target.to_path_buf())
     };
-    let bytes = read_bounded(&manifest_path, limits.max_header_bytes)?;
+    let limit = limits.max_header_bytes;
+    let bytes = read_within(&manifest_path, limit).map_err(|e| match e.kind() {
+        std::io::ErrorKind::FileTooLarge => VerifyError::Manifest {
+            path: manifest_path.clone(),
+            message: format!("larger than the {limit}-byte limit for a manifest"),
+        },
+        _ => VerifyError::io(&manifest_path, e),
+    })?;
     let (manifest, problems) = parse_manifest(&manifest_path, &bytes)?;
     Ok(Target::Dataset(Box::new(Dataset {
         dir,
@@ -80,24 +86,6 @@ pub fn open_target(
         manifest,
         problems,
     })))
-}
-
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, VerifyError> {
-    let file = std::fs::File::open(path).map_err(|e| VerifyError::io(path, e))?;
-    // Sized from the file system (within the limit) so that a manifest is read in one or two
-    // calls rather than in doubling steps from 32 bytes.
-    let hint = file.metadata().map_or(0, |m| m.len()).min(limit);
-    let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0).saturating_add(1));
-    file.take(limit.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| VerifyError::io(path, e))?;
-    if bytes.len() as u64 > limit {
-        return Err(VerifyError::Manifest {
-            path: path.to_path_buf(),
-            message: format!("larger than the {limit}-byte limit for a manifest"),
-        });
-    }
-    Ok(bytes)
 }
 
 /// Parses a manifest. Invalid JSON, a foreign `format` or an unknown `version` are errors (the
