@@ -4,117 +4,95 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
 
-/// What kind of problem was found. Serialised in `snake_case` (`missing_shard`, …), which is the
-/// stable name scripts match on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum ProblemKind {
-    /// The manifest parses but breaks a rule of its format (totals, names, checksum syntax …).
-    ManifestInvalid,
-    /// A shard listed in the manifest is not in the directory.
-    MissingShard,
-    /// A file that looks like a shard (`*.tar`, `*.safetensors`, `.zst` of either) is not listed.
-    UnexpectedShard,
-    /// A shard exists but could not be read (permissions, I/O error, not a regular file).
-    Unreadable,
-    /// A shard is larger than this run may hold in memory; only its checksum was checked.
-    TooLarge,
-    /// The stored size differs from the manifest's `bytes`.
-    SizeMismatch,
-    /// The stored checksum differs from the manifest's `checksum`.
-    ChecksumMismatch,
-    /// The decompressed size differs from the manifest's `uncompressed_bytes`.
-    UncompressedSizeMismatch,
-    /// The decompressed checksum differs from the manifest's `uncompressed_checksum`.
-    UncompressedChecksumMismatch,
-    /// A compressed shard is not a valid zstd stream.
-    Decompress,
-    /// A shard holds a different number of samples than the manifest says (or the dataset does).
-    CountMismatch,
-    /// A shard ends early: inside a header or record, or without the tar end-of-archive marker.
-    Truncated,
-    /// A shard's bytes break its format (bad tar header, invalid packed-shard layout).
-    Malformed,
-    /// Non-zero bytes follow the tar end-of-archive marker.
-    TrailingData,
-    /// A tar member that could write outside an extraction directory: an absolute path, a `..`
-    /// component, a hard or symbolic link, a device or a FIFO.
-    UnsafeMember,
-    /// A tar member that is not a regular file (directory, pax/GNU header), a `__*__` member, or
-    /// a sample's members past the 4,096th.
-    UnexpectedMember,
-    /// A sample key breaks the WebDataset key rules (`[A-Za-z0-9_-]`, 1–80 bytes, no `__` start).
-    BadKey,
-    /// A member name has no field (no `.`) or a field that is not lowercase.
-    BadMemberName,
-    /// A sample lacks a field the manifest declares.
-    MissingField,
-    /// A sample holds the same field twice.
-    DuplicateField,
-    /// A sample holds a field the manifest does not declare.
-    UnexpectedField,
-    /// A carried field breaks its rule: a `.txt` that is not UTF-8 (or over the size limit).
-    BadField,
-    /// A key appears twice (in one shard, or in two).
-    DuplicateKey,
-    /// A packed record's pixels do not match its stored checksum.
-    RecordChecksum,
-    /// A label is not an integer, or not an index of the class list.
-    BadLabel,
-    /// Two statements of a sample's label or class disagree (`.cls` against `.json`).
-    LabelMismatch,
-    /// A sample's metadata (`.json`, packed sample object) is missing, unparsable or inconsistent.
-    BadMetadata,
-    /// An image does not decode (`--decode`).
-    Decode,
-    /// An image's size differs from its metadata's `width`/`height`.
-    ImageSizeMismatch,
-    /// `errors.jsonl` is missing although inputs failed, has a line that is not a pack error
-    /// record, or has a different number of lines than the manifest's `inputs.failed`.
-    ErrorReport,
-    /// A shard has more problems than are listed for one shard (the first 1,000); this one
-    /// counts the rest, so that a shard of a million damaged members stays a bounded report.
-    MoreProblems,
+/// Declares [`ProblemKind`] with each kind's stable name stated once, for serde and `as_str`.
+macro_rules! problem_kinds {
+    ($($(#[$doc:meta])* $kind:ident = $name:literal,)*) => {
+        /// What kind of problem was found. Serialised as its `snake_case` name (`missing_shard`,
+        /// …), which is the stable name scripts match on.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[non_exhaustive]
+        pub enum ProblemKind {
+            $($(#[$doc])* #[serde(rename = $name)] $kind,)*
+        }
+
+        impl ProblemKind {
+            /// The stable `snake_case` name (the same string as in JSON output).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(ProblemKind::$kind => $name,)*
+                }
+            }
+        }
+    };
 }
 
-impl ProblemKind {
-    /// The stable `snake_case` name (the same string as in JSON output).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProblemKind::ManifestInvalid => "manifest_invalid",
-            ProblemKind::MissingShard => "missing_shard",
-            ProblemKind::UnexpectedShard => "unexpected_shard",
-            ProblemKind::Unreadable => "unreadable",
-            ProblemKind::TooLarge => "too_large",
-            ProblemKind::SizeMismatch => "size_mismatch",
-            ProblemKind::ChecksumMismatch => "checksum_mismatch",
-            ProblemKind::UncompressedSizeMismatch => "uncompressed_size_mismatch",
-            ProblemKind::UncompressedChecksumMismatch => "uncompressed_checksum_mismatch",
-            ProblemKind::Decompress => "decompress",
-            ProblemKind::CountMismatch => "count_mismatch",
-            ProblemKind::Truncated => "truncated",
-            ProblemKind::Malformed => "malformed",
-            ProblemKind::TrailingData => "trailing_data",
-            ProblemKind::UnsafeMember => "unsafe_member",
-            ProblemKind::UnexpectedMember => "unexpected_member",
-            ProblemKind::BadKey => "bad_key",
-            ProblemKind::BadMemberName => "bad_member_name",
-            ProblemKind::MissingField => "missing_field",
-            ProblemKind::DuplicateField => "duplicate_field",
-            ProblemKind::UnexpectedField => "unexpected_field",
-            ProblemKind::BadField => "bad_field",
-            ProblemKind::DuplicateKey => "duplicate_key",
-            ProblemKind::RecordChecksum => "record_checksum",
-            ProblemKind::BadLabel => "bad_label",
-            ProblemKind::LabelMismatch => "label_mismatch",
-            ProblemKind::BadMetadata => "bad_metadata",
-            ProblemKind::Decode => "decode",
-            ProblemKind::ImageSizeMismatch => "image_size_mismatch",
-            ProblemKind::ErrorReport => "error_report",
-            ProblemKind::MoreProblems => "more_problems",
-        }
-    }
+problem_kinds! {
+    /// The manifest parses but breaks a rule of its format (totals, names, checksum syntax …).
+    ManifestInvalid = "manifest_invalid",
+    /// A shard listed in the manifest is not in the directory.
+    MissingShard = "missing_shard",
+    /// A file that looks like a shard (`*.tar`, `*.safetensors`, `.zst` of either) is not listed.
+    UnexpectedShard = "unexpected_shard",
+    /// A shard exists but could not be read (permissions, I/O error, not a regular file).
+    Unreadable = "unreadable",
+    /// A shard is larger than this run may hold in memory; only its checksum was checked.
+    TooLarge = "too_large",
+    /// The stored size differs from the manifest's `bytes`.
+    SizeMismatch = "size_mismatch",
+    /// The stored checksum differs from the manifest's `checksum`.
+    ChecksumMismatch = "checksum_mismatch",
+    /// The decompressed size differs from the manifest's `uncompressed_bytes`.
+    UncompressedSizeMismatch = "uncompressed_size_mismatch",
+    /// The decompressed checksum differs from the manifest's `uncompressed_checksum`.
+    UncompressedChecksumMismatch = "uncompressed_checksum_mismatch",
+    /// A compressed shard is not a valid zstd stream.
+    Decompress = "decompress",
+    /// A shard holds a different number of samples than the manifest says (or the dataset does).
+    CountMismatch = "count_mismatch",
+    /// A shard ends early: inside a header or record, or without the tar end-of-archive marker.
+    Truncated = "truncated",
+    /// A shard's bytes break its format (bad tar header, invalid packed-shard layout).
+    Malformed = "malformed",
+    /// Non-zero bytes follow the tar end-of-archive marker.
+    TrailingData = "trailing_data",
+    /// A tar member that could write outside an extraction directory: an absolute path, a `..`
+    /// component, a hard or symbolic link, a device or a FIFO.
+    UnsafeMember = "unsafe_member",
+    /// A tar member that is not a regular file (directory, pax/GNU header), a `__*__` member, or
+    /// a sample's members past the 4,096th.
+    UnexpectedMember = "unexpected_member",
+    /// A sample key breaks the WebDataset key rules (`[A-Za-z0-9_-]`, 1–80 bytes, no `__` start).
+    BadKey = "bad_key",
+    /// A member name has no field (no `.`) or a field that is not lowercase.
+    BadMemberName = "bad_member_name",
+    /// A sample lacks a field the manifest declares.
+    MissingField = "missing_field",
+    /// A sample holds the same field twice.
+    DuplicateField = "duplicate_field",
+    /// A sample holds a field the manifest does not declare.
+    UnexpectedField = "unexpected_field",
+    /// A carried field breaks its rule: a `.txt` that is not UTF-8 (or over the size limit).
+    BadField = "bad_field",
+    /// A key appears twice (in one shard, or in two).
+    DuplicateKey = "duplicate_key",
+    /// A packed record's pixels do not match its stored checksum.
+    RecordChecksum = "record_checksum",
+    /// A label is not an integer, or not an index of the class list.
+    BadLabel = "bad_label",
+    /// Two statements of a sample's label or class disagree (`.cls` against `.json`).
+    LabelMismatch = "label_mismatch",
+    /// A sample's metadata (`.json`, packed sample object) is missing, unparsable or inconsistent.
+    BadMetadata = "bad_metadata",
+    /// An image does not decode (`--decode`).
+    Decode = "decode",
+    /// An image's size differs from its metadata's `width`/`height`.
+    ImageSizeMismatch = "image_size_mismatch",
+    /// `errors.jsonl` is missing although inputs failed, has a line that is not a pack error
+    /// record, or has a different number of lines than the manifest's `inputs.failed`.
+    ErrorReport = "error_report",
+    /// A shard has more problems than are listed for one shard (the first 1,000); this one
+    /// counts the rest, so that a shard of a million damaged members stays a bounded report.
+    MoreProblems = "more_problems",
 }
 
 impl fmt::Display for ProblemKind {
