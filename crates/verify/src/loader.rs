@@ -339,22 +339,6 @@ pub(crate) fn load_mapped(path: &Path) -> io::Result<Loaded> {
     })
 }
 
-/// Reads a shard as `compression` says: mapped or read when plain, decompressed when zstd.
-pub(crate) fn load(
-    path: &Path,
-    compressed: bool,
-    declared: Option<u64>,
-    limit: u64,
-    mmap: bool,
-    pool: &BufferPool,
-) -> io::Result<Loaded> {
-    match (compressed, mmap) {
-        (true, _) => load_zstd(path, declared, limit, pool),
-        (false, true) => load_mapped(path),
-        (false, false) => load_plain(path, limit, pool),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,7 +6,8 @@ use crate::check_packed::{check_packed, Records};
 use crate::check_tar::{check_tar, stream_tar, Ctx, ImageJob, Scan, MAX_SHARD_PROBLEMS};
 use crate::keys::Keys;
 use crate::loader::{
-    load, load_packed_checks, BufferPool, Incomplete, Loaded, ShardBytes, STREAM_BUFFER,
+    load_mapped, load_packed_checks, load_plain, load_zstd, BufferPool, Incomplete, Loaded,
+    ShardBytes, STREAM_BUFFER,
 };
 use crate::report::{Problem, ProblemKind};
 use crate::VerifyOptions;
@@ -100,9 +101,10 @@ pub(crate) fn verify_shard(entry: &ShardEntry, sh: &Shared<'_>) -> ShardOutcome 
     }
     // A plain packed shard whose checksum matches needs no pixels (see below): read it keeping
     // everything else; one that does not match is read again, whole, to name its records.
+    let limit = opts.max_shard_bytes;
     let light = if entry.format == ShardFormat::Packed && !compressed && !opts.decode && !opts.mmap
     {
-        match load_packed_checks(&path, opts.max_shard_bytes).transpose() {
+        match load_packed_checks(&path, limit).transpose() {
             Some(Ok(l)) if !matches_manifest(entry, l.stored_sum, None) => None,
             light => light,
         }
@@ -110,15 +112,10 @@ pub(crate) fn verify_shard(entry: &ShardEntry, sh: &Shared<'_>) -> ShardOutcome 
         None
     };
     let pooled = light.is_none();
-    let loaded = light.unwrap_or_else(|| {
-        load(
-            &path,
-            compressed,
-            entry.uncompressed_bytes,
-            opts.max_shard_bytes,
-            opts.mmap,
-            &sh.buffers,
-        )
+    let loaded = light.unwrap_or_else(|| match (compressed, opts.mmap) {
+        (true, _) => load_zstd(&path, entry.uncompressed_bytes, limit, &sh.buffers),
+        (false, true) => load_mapped(&path),
+        (false, false) => load_plain(&path, limit, &sh.buffers),
     });
     let loaded = match loaded {
         Ok(l) => l,
