@@ -748,21 +748,11 @@ fn carried_problem(field: &str, data: &[u8], key: &str) -> Option<String> {
         "txt" => {
             shardtool_wds::txt_problem(data.len() as u64, data).map(|why| format!("its txt {why}"))
         }
-        "json" if data.len() > shardtool_wds::MAX_TEXT_BYTES => Some(format!(
-            "its json is {} bytes, over the {}-byte limit for metadata",
-            data.len(),
-            shardtool_wds::MAX_TEXT_BYTES
-        )),
-        "json" => match serde_json::from_slice::<serde_json::Value>(data) {
-            Ok(serde_json::Value::Object(m)) => match m.get("key") {
-                Some(k) if k.as_str() != Some(key) => Some(format!(
-                    "its json states key {k}, but the sample's key is {key:?}"
-                )),
-                _ => None,
-            },
-            Ok(_) => Some("its json is JSON but not an object".into()),
-            Err(e) => Some(format!("its json is not valid JSON: {e}")),
-        },
+        "json" => match shardtool_wds::SampleMeta::parse(data.len() as u64, data) {
+            Ok(meta) => meta.key_problem(key),
+            Err(why) => Some(why),
+        }
+        .map(|why| format!("its json {why}")),
         _ => None,
     }
 }

@@ -10,7 +10,7 @@
 //! recomputed when the file checksum fails or cannot be compared (to name the damaged records),
 //! and with `--decode` (the deep check, which also proves the writer's records consistent).
 
-use crate::check_tar::{Ctx, Scan};
+use crate::check_tar::{empty_shard, Ctx, Scan};
 use crate::keys::Keys;
 use crate::report::{Problem, ProblemKind};
 use crate::sample::{check_class_and_size, check_label_range, check_meta};
@@ -32,11 +32,7 @@ pub(crate) enum Records {
 pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Scan {
     let mut scan = Scan::default();
     if bytes.is_empty() {
-        scan.problems.push(Problem::shard(
-            ctx.shard,
-            ProblemKind::Truncated,
-            "the shard is empty (0 bytes)",
-        ));
+        scan.problems.push(empty_shard(ctx));
         return scan;
     }
     let shard = match PackedShard::open(bytes) {
@@ -146,24 +142,21 @@ fn check_carried(
                 format!("record {key} carries {name}, which the manifest does not declare"),
             );
         }
-        match (name, &value) {
-            ("txt", FieldValue::Binary(b)) => {
-                if let Some(why) = txt_problem(b.len() as u64, b) {
+        let bytes = value.bytes();
+        let len = bytes.len() as u64;
+        match name {
+            "txt" => {
+                if let Some(why) = txt_problem(len, bytes) {
                     scan.member(ctx, &member(name), ProblemKind::BadField, why);
                 }
             }
-            ("txt", FieldValue::Text(t)) => {
-                if let Some(why) = txt_problem(t.len() as u64, t.as_bytes()) {
-                    scan.member(ctx, &member(name), ProblemKind::BadField, why);
-                }
-            }
-            ("json", v) => {
+            "json" => {
                 // A carried json is the input's: its width and height are not the record's.
                 let input = Ctx {
                     json_input: true,
                     ..*ctx
                 };
-                check_meta(v.bytes(), key, None, &input, scan, || member(name));
+                check_meta(len, bytes, key, None, &input, scan, || member(name));
             }
             _ => {}
         }

@@ -217,7 +217,7 @@ pub(crate) fn stream_tar<R: Read>(
     (Ok(Streamed { scan, len, sum }), buf)
 }
 
-fn empty_shard(ctx: &Ctx<'_>) -> Problem {
+pub(crate) fn empty_shard(ctx: &Ctx<'_>) -> Problem {
     Problem::shard(
         ctx.shard,
         ProblemKind::Truncated,
@@ -231,6 +231,38 @@ fn read_problem(ctx: &Ctx<'_>, err: &ReadError) -> Problem {
         _ => ProblemKind::Malformed,
     };
     Problem::shard(ctx.shard, kind, err.to_string())
+}
+
+/// Why a member cannot join a sample: its type or its path is unsafe, or it is not a member
+/// shardtool writes.
+fn member_problem(name: &str, kind: EntryKind) -> Option<(ProblemKind, String)> {
+    use ProblemKind::{UnexpectedMember as Unexpected, UnsafeMember as Unsafe};
+    let (kind, message) = match kind {
+        EntryKind::Regular if name.starts_with('/') => (Unsafe, "has an absolute path"),
+        EntryKind::Regular if name.split(['/', '\\']).any(|c| c == "..") => {
+            (Unsafe, "path has a '..' component")
+        }
+        EntryKind::Regular if shardtool_wds::is_metadata_member(name) => (
+            Unexpected,
+            "is a WebDataset metadata member (__*__), which shardtool never writes",
+        ),
+        EntryKind::Regular => return None,
+        EntryKind::Link => (
+            Unsafe,
+            "is a hard or symbolic link, which can point outside an extraction directory",
+        ),
+        EntryKind::Device => (Unsafe, "is a device or FIFO, not a regular file"),
+        EntryKind::Directory => (Unexpected, "is a directory; shards hold regular files only"),
+        EntryKind::Extension => (
+            Unexpected,
+            "is a pax or GNU extension header, which shardtool never writes",
+        ),
+        EntryKind::Other(t) => {
+            let t = char::from(t);
+            return Some((Unexpected, format!("member has unknown tar type {t:?}")));
+        }
+    };
+    Some((kind, format!("member {message}")))
 }
 
 /// Groups members into samples, checking each member's type and name on the way and each sample
@@ -259,64 +291,11 @@ impl<'a> Gather<'a> {
         name: &str,
         kind: EntryKind,
     ) -> Option<&str> {
-        let unsafe_or_unexpected = match kind {
-            EntryKind::Regular => None,
-            EntryKind::Link => Some((
-                ProblemKind::UnsafeMember,
-                "is a hard or symbolic link, which can point outside an extraction directory"
-                    .to_string(),
-            )),
-            EntryKind::Device => Some((
-                ProblemKind::UnsafeMember,
-                "is a device or FIFO, not a regular file".to_string(),
-            )),
-            EntryKind::Directory => Some((
-                ProblemKind::UnexpectedMember,
-                "is a directory; shards hold regular files only".to_string(),
-            )),
-            EntryKind::Extension => Some((
-                ProblemKind::UnexpectedMember,
-                "is a pax or GNU extension header, which shardtool never writes".to_string(),
-            )),
-            EntryKind::Other(t) => Some((
-                ProblemKind::UnexpectedMember,
-                format!("has unknown tar type {:?}", char::from(t)),
-            )),
-        };
-        if let Some((kind, message)) = unsafe_or_unexpected {
-            scan.member(ctx, name, kind, format!("member {message}"));
-            return None;
-        }
-        if name.starts_with('/') {
-            scan.member(
-                ctx,
-                name,
-                ProblemKind::UnsafeMember,
-                "member has an absolute path".into(),
-            );
-            return None;
-        }
-        if name.split(['/', '\\']).any(|c| c == "..") {
-            scan.member(
-                ctx,
-                name,
-                ProblemKind::UnsafeMember,
-                "member path has a '..' component".into(),
-            );
+        if let Some((kind, message)) = member_problem(name, kind) {
+            scan.member(ctx, name, kind, message);
             return None;
         }
         let (key, field) = split_name(name);
-        let base = &name[name.rfind('/').map_or(0, |i| i + 1)..];
-        if base.starts_with("__") && base.ends_with("__") {
-            scan.member(
-                ctx,
-                name,
-                ProblemKind::UnexpectedMember,
-                "member is a WebDataset metadata member (__*__), which shardtool never writes"
-                    .into(),
-            );
-            return None;
-        }
         if field.is_empty() {
             // Without a field, the key is the whole member name.
             scan.member(
@@ -418,7 +397,7 @@ fn check_end(tail: &Tail, ctx: &Ctx<'_>, scan: &mut Scan) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use shardtool_wds::TarWriter;
+    use shardtool_wds::tar_bytes;
 
     fn fields() -> BTreeSet<String> {
         ["cls", "jpg", "json"]
@@ -444,12 +423,8 @@ mod tests {
         }
     }
 
-    fn tar(members: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut w = TarWriter::new(Vec::new());
-        for (n, d) in members {
-            w.append(n, d).unwrap();
-        }
-        w.finish().unwrap()
+    fn tar<N: AsRef<str>, D: AsRef<[u8]>>(members: &[(N, D)]) -> Vec<u8> {
+        tar_bytes(members.iter().map(|(n, d)| (n, d))).unwrap()
     }
 
     fn good() -> Vec<(String, Vec<u8>)> {
@@ -469,17 +444,8 @@ mod tests {
         v
     }
 
-    /// A tar of owned members.
-    fn tar_of(members: &[(String, Vec<u8>)]) -> Vec<u8> {
-        let refs: Vec<(&str, &[u8])> = members
-            .iter()
-            .map(|(n, d)| (n.as_str(), d.as_slice()))
-            .collect();
-        tar(&refs)
-    }
-
     fn scan_of(members: &[(String, Vec<u8>)], decode: bool) -> (Vec<ProblemKind>, u64, usize) {
-        let bytes = tar_of(members);
+        let bytes = tar(members);
         let (f, c) = (fields(), classes());
         let ctx = ctx(&f, &c, decode);
         let s = check_tar(&bytes, &ctx);
@@ -523,7 +489,7 @@ mod tests {
     fn every_buffer_size_finds_the_same_in_damaged_shards() {
         let (f, c) = (fields(), classes());
         let ctx = ctx(&f, &c, false);
-        let whole = tar_of(&good());
+        let whole = tar(&good());
         let mut cases: Vec<Vec<u8>> = Vec::new();
         // Cut everywhere a block starts, and inside blocks.
         for cut in (0..whole.len()).step_by(256) {
@@ -604,7 +570,7 @@ mod tests {
                 Ok(n)
             }
         }
-        let bytes = tar_of(&good());
+        let bytes = tar(&good());
         let (f, c) = (fields(), classes());
         for ok in [0, 700, 2048, bytes.len() - 100] {
             let src = Failing { bytes: &bytes, ok };
@@ -696,7 +662,7 @@ mod tests {
             m.push(("k1.json".into(), b"not json".to_vec()));
         }
         let (f, c) = (fields(), classes());
-        let one = tar_of(&m);
+        let one = tar(&m);
         let s = check_tar(&one, &ctx(&f, &c, false));
         assert_eq!(s.samples, 1);
         let count = |k| s.problems.iter().filter(|p| p.kind == k).count();
@@ -719,7 +685,7 @@ mod tests {
             })
             .collect();
         let start = std::time::Instant::now();
-        let s = check_tar(&tar_of(&many), &ctx(&f, &c, false));
+        let s = check_tar(&tar(&many), &ctx(&f, &c, false));
         assert_eq!(s.samples, 50);
         assert!(
             start.elapsed().as_secs() < 5,
@@ -752,9 +718,7 @@ mod tests {
 
     #[test]
     fn truncation_and_trailing_bytes() {
-        let m = good();
-        let refs: Vec<(&str, &[u8])> = m.iter().map(|(n, d)| (n.as_str(), d.as_slice())).collect();
-        let bytes = tar(&refs);
+        let bytes = tar(&good());
         let (f, c) = (fields(), classes());
         let ctx = ctx(&f, &c, false);
         for cut in [0, 100, 512, bytes.len() - 1024, bytes.len() - 1] {

@@ -5,6 +5,7 @@
 use crate::check_tar::{Ctx, FieldData, ImageJob, Scan, MAX_META_BYTES};
 use crate::report::ProblemKind;
 use serde_json::value::RawValue;
+use shardtool_wds::{json_string, json_value, SampleMeta};
 use std::borrow::Cow;
 use std::collections::HashSet;
 
@@ -122,19 +123,7 @@ pub(crate) fn finish_sample(
     let mut expect = None;
     if let Some(json) = get("json") {
         let member = || format!("{key}.json");
-        if json.len > MAX_META_BYTES as u64 {
-            scan.member(
-                ctx,
-                &member(),
-                ProblemKind::BadMetadata,
-                format!(
-                    "is {} bytes, over the {MAX_META_BYTES}-byte limit for metadata",
-                    json.len
-                ),
-            );
-        } else {
-            expect = check_meta(data(json), key, label, ctx, scan, member);
-        }
+        expect = check_meta(json.len, data(json), key, label, ctx, scan, member);
     }
 
     if ctx.decode {
@@ -151,48 +140,17 @@ pub(crate) fn finish_sample(
     }
 }
 
-/// The members of a sample's `.json` that the rules below read, as their JSON text (borrowed, not
-/// built); the others are skipped. A member present as `null` is `Some`, so it is reported as the
-/// wrong type rather than taken as absent.
-#[derive(serde::Deserialize)]
-struct Meta<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
-    key: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    label: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    class: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    width: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
-    height: Option<&'a RawValue>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
-}
-
-/// The value of a member's JSON text as `T`, if it is one (`i64` and `u64`: integers only).
-fn value<'a, T: serde::Deserialize<'a>>(raw: &'a RawValue) -> Option<T> {
-    serde_json::from_str(raw.get()).ok()
-}
-
-/// The string a member's JSON text holds, if it is a string (borrowed unless it has escapes).
-fn string(raw: &RawValue) -> Option<Cow<'_, str>> {
-    value::<&str>(raw)
-        .map(Cow::Borrowed)
-        .or_else(|| value::<String>(raw).map(Cow::Owned))
-}
-
-/// Checks a sample's `.json` (at most [`MAX_META_BYTES`]); returns the `(width, height)` it
-/// states, if any; `member` names it in problems (built only for one). The rules, all optional
-/// fields of one JSON object (other fields are free): `key` is the sample's key; `label` is an
+/// Checks a sample's `.json` member of `len` bytes whose data is `json` (empty when not read, over
+/// [`MAX_META_BYTES`]); returns the `(width, height)` it states, if any; `member` names it in
+/// problems (built only for one). The rules (the first two read by [`SampleMeta`], which pack
+/// shares), all optional fields of one JSON object (other fields are free): `key` is the sample's key; `label` is an
 /// integer, equal to the `.cls` label when there is one and otherwise a class index; `class` is
 /// the name of the label's class; `width` and `height` come together, as non-negative integers.
 /// When the dataset's json may be its input's own (`ctx.json_input`), only the first rule holds:
 /// such a json is the input's metadata (an img2dataset json's `width` and `height` are the
 /// original download's), so nothing else in it is shardtool's to check.
 pub(crate) fn check_meta(
+    len: u64,
     json: &[u8],
     key: &str,
     cls_label: Option<i64>,
@@ -200,44 +158,22 @@ pub(crate) fn check_meta(
     scan: &mut Scan,
     member: impl Fn() -> String,
 ) -> Option<(u64, u64)> {
-    let object = json.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-    let meta = match serde_json::from_slice::<Meta<'_>>(json) {
-        Ok(meta) if object => meta,
-        Ok(_) => {
-            scan.member(
-                ctx,
-                &member(),
-                ProblemKind::BadMetadata,
-                "is JSON but not an object".into(),
-            );
-            return None;
-        }
-        Err(e) => {
-            scan.member(
-                ctx,
-                &member(),
-                ProblemKind::BadMetadata,
-                format!("is not valid JSON: {e}"),
-            );
+    let meta = match SampleMeta::parse(len, json) {
+        Ok(meta) => meta,
+        Err(why) => {
+            scan.member(ctx, &member(), ProblemKind::BadMetadata, why);
             return None;
         }
     };
-    if let Some(k) = meta.key {
-        if string(k).as_deref() != Some(key) {
-            scan.member(
-                ctx,
-                &member(),
-                ProblemKind::BadMetadata,
-                format!("states key {k}, but the sample's key is {key:?}"),
-            );
-        }
+    if let Some(why) = meta.key_problem(key) {
+        scan.member(ctx, &member(), ProblemKind::BadMetadata, why);
     }
     if ctx.json_input {
         return None;
     }
     let mut label = cls_label;
     if let Some(v) = meta.label {
-        match value::<i64>(v) {
+        match json_value::<i64>(v) {
             None => scan.member(
                 ctx,
                 &member(),
@@ -259,8 +195,8 @@ pub(crate) fn check_meta(
             },
         }
     }
-    let size = |v: Option<&RawValue>| v.map(value::<u64>);
-    let class = meta.class.and_then(string);
+    let size = |v: Option<&RawValue>| v.map(json_value::<u64>);
+    let class = meta.class.and_then(json_string);
     check_class_and_size(
         (class.as_deref(), label),
         (size(meta.width), size(meta.height)),
@@ -338,7 +274,7 @@ pub(crate) fn check_label_range(
 mod tests {
     use crate::check_tar::{check_tar, Ctx, Scan, MAX_META_BYTES};
     use crate::report::ProblemKind;
-    use shardtool_wds::TarWriter;
+    use shardtool_wds::tar_bytes;
     use std::collections::BTreeSet;
 
     fn set(names: &[&str]) -> BTreeSet<String> {
@@ -347,11 +283,7 @@ mod tests {
 
     /// Scans a tar of `members` against fields `json`, `png` and optional `cls`, `txt`.
     fn scan(members: &[(&str, &[u8])], json_input: bool, classes: &[String]) -> Scan {
-        let mut w = TarWriter::new(Vec::new());
-        for (n, d) in members {
-            w.append(n, d).unwrap();
-        }
-        let bytes = w.finish().unwrap();
+        let bytes = tar_bytes(members.iter().copied()).unwrap();
         let (fields, optional) = (set(&["json", "png"]), set(&["cls", "txt"]));
         let ctx = Ctx {
             shard: "s.tar",

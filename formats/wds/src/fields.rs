@@ -30,6 +30,13 @@ where
     best.map(|(_, f)| f)
 }
 
+/// Whether a member is a WebDataset metadata member (`__key__`, `__url__`, … as its last path
+/// component), which is no sample's field: readers skip it.
+pub fn is_metadata_member(name: &str) -> bool {
+    let base = name.rsplit('/').next().unwrap_or(name);
+    base.starts_with("__") && base.ends_with("__")
+}
+
 /// Reads a `.cls` member: a decimal integer, optionally signed, with surrounding ASCII
 /// whitespace (writers often end it with a newline). `None` for anything else.
 pub fn parse_cls(bytes: &[u8]) -> Option<i64> {

@@ -82,31 +82,28 @@ pub fn index_samples(
                 return Err(e.into());
             }
         };
-        if h.kind == EntryKind::Regular {
-            let base = h.name.rsplit('/').next().unwrap_or("");
-            if !(base.starts_with("__") && base.ends_with("__")) {
-                let (key, field) = split_name(&h.name);
-                let member = MemberSpan {
-                    field: field.to_ascii_lowercase(),
-                    data_offset: offset + BLOCK as u64,
-                    size: h.size,
-                };
-                match current.as_mut() {
-                    Some(s) if s.key == key => {
-                        s.end = end;
-                        s.members.push(member);
+        if h.kind == EntryKind::Regular && !crate::is_metadata_member(&h.name) {
+            let (key, field) = split_name(&h.name);
+            let member = MemberSpan {
+                field: field.to_ascii_lowercase(),
+                data_offset: offset + BLOCK as u64,
+                size: h.size,
+            };
+            match current.as_mut() {
+                Some(s) if s.key == key => {
+                    s.end = end;
+                    s.members.push(member);
+                }
+                _ => {
+                    if let Some(done) = current.take() {
+                        on_sample(done);
                     }
-                    _ => {
-                        if let Some(done) = current.take() {
-                            on_sample(done);
-                        }
-                        current = Some(SampleSpan {
-                            key: key.to_string(),
-                            start: offset,
-                            end,
-                            members: vec![member],
-                        });
-                    }
+                    current = Some(SampleSpan {
+                        key: key.to_string(),
+                        start: offset,
+                        end,
+                        members: vec![member],
+                    });
                 }
             }
         }
@@ -121,14 +118,10 @@ pub fn index_samples(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{group_samples, TarWriter};
+    use crate::group_samples;
 
     fn archive(members: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut w = TarWriter::new(Vec::new());
-        for (n, d) in members {
-            w.append(n, d).unwrap();
-        }
-        w.finish().unwrap()
+        crate::tar_bytes(members.iter().copied()).unwrap()
     }
 
     fn index(bytes: &[u8]) -> (Vec<SampleSpan>, Option<String>) {

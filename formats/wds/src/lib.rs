@@ -6,18 +6,20 @@
 
 mod fields;
 mod index;
+mod meta;
 mod reader;
 mod stream;
 mod writer;
 
 pub use fields::{
-    image_field, is_image_field, parse_cls, quote, txt_problem, IMAGE_FIELDS, LABEL_FIELD,
-    MAX_TEXT_BYTES,
+    image_field, is_image_field, is_metadata_member, parse_cls, quote, txt_problem, IMAGE_FIELDS,
+    LABEL_FIELD, MAX_TEXT_BYTES,
 };
 pub use index::{index_samples, IndexError, MemberSpan, SampleSpan};
+pub use meta::{json_string, json_value, SampleMeta};
 pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
 pub use stream::{StreamError, StreamHeader, Tail, TarStream};
-pub use writer::{ustar_header, TarWriter, FIXED_MTIME};
+pub use writer::{tar_bytes, ustar_header, TarWriter, FIXED_MTIME};
 
 /// Size of a tar block.
 pub const BLOCK: usize = 512;

@@ -304,8 +304,7 @@ pub fn group_samples(bytes: &[u8]) -> (Vec<Sample<'_>>, Option<ReadError>) {
         if entry.kind != EntryKind::Regular {
             continue;
         }
-        let base = entry.name.rsplit('/').next().unwrap_or("");
-        if base.starts_with("__") && base.ends_with("__") {
+        if crate::is_metadata_member(&entry.name) {
             continue;
         }
         let (key, field) = split_name(&entry.name);

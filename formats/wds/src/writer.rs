@@ -49,6 +49,18 @@ impl<W: Write> TarWriter<W> {
     }
 }
 
+/// A whole archive in memory of the `members`, `(name, data)` in order (see
+/// [`TarWriter::append`] for the names it accepts).
+pub fn tar_bytes<N: AsRef<str>, D: AsRef<[u8]>>(
+    members: impl IntoIterator<Item = (N, D)>,
+) -> io::Result<Vec<u8>> {
+    let mut w = TarWriter::new(Vec::new());
+    for (name, data) in members {
+        w.append(name.as_ref(), data.as_ref())?;
+    }
+    w.finish()
+}
+
 /// A USTAR header for a member `name` of `size` bytes, of type `typeflag` (b'0' a regular file,
 /// the only type [`TarWriter`] writes; tests build links and devices with the others) pointing at
 /// `linkname` (empty but for links).

@@ -1,14 +1,12 @@
 //! Writer ⇄ reader round trips and hostile-input checks for the tar format.
 
 use proptest::prelude::*;
-use shardtool_wds::{group_samples, split_name, EntryKind, ReadError, TarReader, TarWriter, BLOCK};
+use shardtool_wds::{
+    group_samples, split_name, tar_bytes, EntryKind, ReadError, TarReader, TarWriter, BLOCK,
+};
 
 fn archive(members: &[(&str, Vec<u8>)]) -> Vec<u8> {
-    let mut w = TarWriter::new(Vec::new());
-    for (name, data) in members {
-        w.append(name, data).unwrap();
-    }
-    w.finish().unwrap()
+    tar_bytes(members.iter().map(|(n, d)| (n, d))).unwrap()
 }
 
 #[test]
