@@ -260,6 +260,14 @@ pub struct PackArgs {
     #[arg(long, value_name = "zstd[:LEVEL]")]
     pub compress: Option<String>,
 
+    /// Sample keys: input keeps an input's own key (a WebDataset sample's, a list's `key`
+    /// column), refusing one that breaks the key rules ([A-Za-z0-9_-], 1 to 80, as `bad_key`);
+    /// index numbers every sample by its position (000000000, ...), as for inputs without keys,
+    /// the input's key staying in the sample's `source` (for shards made with plain `tar` of
+    /// folders, whose keys hold '/').
+    #[arg(long, value_name = "input|index", default_value = "input")]
+    pub keys: String,
+
     /// Shuffle seed: the order depends only on the inputs and this seed.
     #[arg(long, default_value_t = shardtool_pack::DEFAULT_SEED)]
     pub seed: u64,
@@ -287,7 +295,7 @@ pub struct PackArgs {
     /// options come from the plan.
     #[arg(long, value_name = "OUTPUT", conflicts_with_all = [
         "list", "input_format", "image_column", "label_column", "text_column", "resize",
-        "upscale", "filter", "encode", "quality", "decode_scale", "format", "compress", "seed",
+        "upscale", "filter", "encode", "quality", "decode_scale", "format", "compress", "keys", "seed",
         "no_shuffle", "shard_size", "shard_samples", "prefix", "max_pixels", "overwrite", "resume"])]
     pub plan: Option<PathBuf>,
 

@@ -116,6 +116,7 @@ def pack(
     quality: int = 90,
     decode_scale: str = "gap:2",
     compress: Optional[str] = None,
+    keys: str = "input",
     seed: Optional[int] = None,
     shuffle: bool = True,
     shard_size: str = "256MiB",

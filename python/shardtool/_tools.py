@@ -42,7 +42,10 @@ def pack(
     ``decode_scale`` (``"gap:2"``, the default: JPEGs shrink while decoding only while still
     twice the target, so the resize filter makes the last step; ``"gap:N"`` for another gap
     from 1 to 8; ``"fast"`` to shrink as far as the target allows, quicker but blurrier;
-    ``"full"`` for none), ``compress`` (``"zstd"``, ``"zstd:LEVEL"``), ``seed``, ``shuffle``,
+    ``"full"`` for none), ``compress`` (``"zstd"``, ``"zstd:LEVEL"``), ``keys`` (``"input"``,
+    the default: an input's own key, a WebDataset sample's or a list's ``key`` column, refused
+    when it breaks the key rules; ``"index"``: every sample numbered by its position, the input's
+    key kept in its ``source``), ``seed``, ``shuffle``,
     ``shard_size``, ``shard_samples``, ``prefix``, ``jobs``, ``max_pixels``, ``max_errors``,
     ``overwrite``, ``resume`` (with ``shard_samples``: continue a pack that was interrupted in
     ``output``, keeping the shards it published).

@@ -83,7 +83,7 @@ fn input_error(e: ListError) -> PyErr {
 #[pyfunction]
 #[pyo3(signature = (input, output, *, input_format=None, image_column=None, label_column=None,
     text_column=None, format="wds", resize="none", upscale=false,
-    filter="catmull-rom", encode="jpeg", quality=90, decode_scale="gap:2", compress=None, seed=None, shuffle=true,
+    filter="catmull-rom", encode="jpeg", quality=90, decode_scale="gap:2", compress=None, keys="input", seed=None, shuffle=true,
     shard_size="256MiB", shard_samples=None, prefix="shard", jobs=None, max_pixels=100_000_000,
     max_errors=None, overwrite=false, resume=false, plan_only=false))]
 // One parameter per keyword argument of the Python signature.
@@ -104,6 +104,7 @@ pub fn pack(
     quality: u8,
     decode_scale: &str,
     compress: Option<&str>,
+    keys: &str,
     seed: Option<u64>,
     shuffle: bool,
     shard_size: &str,
@@ -172,6 +173,7 @@ pub fn pack(
             }
         },
     };
+    plan.keys = keys.parse().map_err(PyValueError::new_err)?;
     if shuffle {
         if let Some(s) = seed {
             plan.seed = Some(s);

@@ -66,6 +66,22 @@ def test_pack_webdataset_through_a_brace_pattern_carries_captions(
     assert again["manifest"]["shards"] == m["shards"]
 
 
+def test_pack_numbers_samples_by_position_with_keys_index(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    root, expect = inputs
+    shards = str(root / "wds" / "shard-*.tar")
+    summary = shardtool.pack(shards, tmp_path / "ds", resize="shorter:32", keys="index")
+    m = summary["manifest"]
+    assert m["pack"]["keys"] == "index"
+    assert m["inputs"]["packed"] == len(expect["wds"])
+    members = _members(tmp_path / "ds")
+    assert sorted(members) == [f"{i:09d}" for i in range(len(expect["wds"]))]
+    assert shardtool.verify(tmp_path / "ds")["ok"]
+    with pytest.raises(ValueError, match="expected input or index"):
+        shardtool.pack(shards, tmp_path / "o", keys="names")
+
+
 def _members(dataset: Path) -> Dict[str, Dict[str, bytes]]:
     """Every sample of a tar dataset: key → field → bytes, read with tarfile."""
     out: Dict[str, Dict[str, bytes]] = {}

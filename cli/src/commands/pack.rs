@@ -76,6 +76,7 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
             }
         },
     };
+    plan.keys = a.keys.parse().map_err(|e| format!("--{e}"))?;
     plan.seed = (!a.no_shuffle).then_some(a.seed);
     if let Some(size) = &a.shard_size {
         plan.shard_bytes =

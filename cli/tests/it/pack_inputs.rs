@@ -337,6 +337,71 @@ fn carried_fields_that_would_not_verify_are_refused_with_their_reason() {
     verify_ok(&ds);
 }
 
+#[test]
+fn keys_that_break_the_rules_are_refused_or_numbered_with_keys_index() {
+    let t = tempdir();
+    let image = std::fs::read(&shard_images()[0]).unwrap();
+    // As plain `tar` of class folders writes them: keys holding '/'. One carries an input json
+    // stating that key, one has a key that follows the rules.
+    let members: [(&str, &[u8]); 6] = [
+        ("n01/a.cls", b"0"),
+        ("n01/a.jpg", &image),
+        ("n02/b.jpg", &image),
+        (
+            "n02/b.json",
+            br#"{"key": "n02/b", "url": "http://x/b.jpg"}"#,
+        ),
+        ("plain.cls", b"1"),
+        ("plain.jpg", &image),
+    ];
+    let input = t.path().join("in");
+    write_file(
+        input.join("shard-000000.tar"),
+        shardtool_wds::tar_bytes(members).unwrap(),
+    );
+    let args = ["--resize", "shorter:32", "--no-shuffle"];
+
+    let kept = t.path().join("kept");
+    pack(&input, &kept).args(args).ok();
+    let errs = check_accounting(&kept, &[]);
+    for key in ["n01/a", "n02/b"] {
+        let e = errs
+            .values()
+            .find(|e| e.path.ends_with(&format!(":{key}")))
+            .unwrap_or_else(|| panic!("no error line for {key}: {errs:?}"));
+        assert_eq!(e.kind, "bad_key", "{e:?}");
+    }
+    assert_eq!(manifest(&kept).inputs.packed, 1);
+    assert!(manifest(&kept).pack.get("keys").is_none());
+    verify_ok(&kept);
+
+    let numbered = t.path().join("numbered");
+    pack(&input, &numbered)
+        .args(args)
+        .args(["--keys", "index"])
+        .ok();
+    let m = manifest(&numbered);
+    assert_eq!((m.inputs.packed, m.inputs.failed), (3, 0));
+    assert_eq!(m.pack["keys"], "index");
+    let samples = tar_fields(&numbered);
+    let keys: Vec<&str> = samples.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["000000000", "000000001", "000000002"]);
+    // Listing order (no shuffle): n01/a, n02/b, plain. Our own json names the input's key in its
+    // source; an input json is carried byte for byte.
+    let json = |k: &str| -> Value { serde_json::from_slice(&samples[k]["json"]).unwrap() };
+    assert!(json("000000000")["source"]
+        .as_str()
+        .unwrap()
+        .ends_with(":n01/a"));
+    assert_eq!(samples["000000000"]["cls"], b"0");
+    assert_eq!(samples["000000001"]["json"], members[3].1);
+    assert!(json("000000002")["source"]
+        .as_str()
+        .unwrap()
+        .ends_with(":plain"));
+    verify_ok(&numbered);
+}
+
 fn shard_images() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(sample_data().join("flower"))
         .unwrap()

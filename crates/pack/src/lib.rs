@@ -29,7 +29,9 @@ pub use partition::{
     merge, pack_part, status, Assignment, DoneRecord, MergeReport, PartReport, PlanStatus,
 };
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
-pub use plan::{Compression, FrozenOptions, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED};
+pub use plan::{
+    Compression, FrozenOptions, KeyChoice, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED,
+};
 pub use plan_file::{make_plan, read_plan, PlanContainer, PlanFile, PLAN_DIR};
 
 use std::path::PathBuf;

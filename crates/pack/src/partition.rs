@@ -161,6 +161,7 @@ fn load(output: &Path, jobs: Option<usize>) -> Result<Loaded, PackError> {
             root: file.root.clone(),
         },
         plan.seed,
+        plan.keys,
     )?;
     Ok(Loaded {
         store,
@@ -225,6 +226,7 @@ impl Loaded {
         Ok(Shared {
             containers,
             columns: self.plan.columns.clone(),
+            renumbered: self.plan.keys == crate::KeyChoice::Index,
             changed,
             planned_sizes: self.planned_sizes.clone(),
         })

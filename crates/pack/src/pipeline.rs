@@ -2,7 +2,7 @@
 
 use crate::list_file::row_columns;
 use crate::listing::{list_inputs, Columns, Container, ContainerKind, ListOptions};
-use crate::plan::{PackPlan, ShardFormatChoice};
+use crate::plan::{KeyChoice, PackPlan, ShardFormatChoice};
 use crate::sink::{Payload, ShardSink};
 use crate::{failure, ErrorRecord, PackError};
 use shardtool_core::AtomicFile;
@@ -106,6 +106,9 @@ pub(crate) struct Done {
 pub(crate) struct Shared {
     pub(crate) containers: Vec<Container>,
     pub(crate) columns: Columns,
+    /// Samples are numbered by position (`KeyChoice::Index`): a carried input `.json` states the
+    /// input's key, not the sample's.
+    pub(crate) renumbered: bool,
     /// Per container, whether it changed since the plan was made (its inputs then fail).
     pub(crate) changed: Vec<bool>,
     /// Per input (listing order), its size when the plan was made; empty when there is no plan.
@@ -133,17 +136,20 @@ pub(crate) struct Ordered {
     pub(crate) inputs: crate::Inputs,
     pub(crate) origin: crate::Origin,
     pub(crate) order: Vec<u32>,
+    /// Every sample keyed by its position, whatever its input's key.
+    pub(crate) renumbered: bool,
     /// Inputs refused for their key, by position (ascending).
     pub(crate) rejected: Vec<(usize, ErrorRecord)>,
 }
 
 impl Ordered {
-    /// Shuffles `inputs` with `seed` (none keeps the listing order) and refuses bad or
-    /// clashing keys.
+    /// Shuffles `inputs` with `seed` (none keeps the listing order) and, unless `keys` numbers
+    /// every sample, refuses bad or clashing input keys.
     pub(crate) fn new(
         inputs: crate::Inputs,
         origin: crate::Origin,
         seed: Option<u64>,
+        keys: KeyChoice,
     ) -> Result<Self, PackError> {
         let n = inputs.len();
         if n >= REJECTED as usize {
@@ -163,7 +169,8 @@ impl Ordered {
         // Keys given by the input (a list, a WebDataset shard) must be valid and unique, and must
         // not take a generated key; generated keys are unique by construction. Rejected positions
         // are marked in `order` rather than removed.
-        if inputs.has_keys() {
+        let renumbered = keys == KeyChoice::Index;
+        if inputs.has_keys() && !renumbered {
             // Inputs with keys of their own, sorted by key (4 bytes each, where sets of borrowed
             // keys cost tens of bytes per input): equal keys are neighbours, and a generated key
             // is looked up by binary search.
@@ -217,6 +224,7 @@ impl Ordered {
             inputs,
             origin,
             order,
+            renumbered,
             rejected,
         })
     }
@@ -228,10 +236,11 @@ impl Ordered {
 
     /// The key of the input at `position`.
     fn key(&self, position: usize) -> String {
-        self.inputs
-            .get(self.order[position] as usize)
-            .key
-            .map_or_else(|| index_key(position as u64), str::to_string)
+        let own = self.inputs.get(self.order[position] as usize).key;
+        match own.filter(|_| !self.renumbered) {
+            Some(k) => k.to_string(),
+            None => index_key(position as u64),
+        }
     }
 
     /// The label of the input at `position` (not a rejected one).
@@ -417,6 +426,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         std::mem::take(&mut listing.inputs),
         listing.origin.clone(),
         plan.seed,
+        plan.keys,
     )?;
     let n = ordered.len();
     let found = n as u64 + listing.errors.len() as u64;
@@ -448,6 +458,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let shared = std::sync::Arc::new(Shared {
         containers: std::mem::take(&mut listing.containers),
         columns: plan.columns.clone(),
+        renumbered: plan.keys == KeyChoice::Index,
         changed: Vec::new(),
         planned_sizes: Vec::new(),
     });
@@ -697,7 +708,7 @@ fn process(
     carried.sort_by(|a, b| a.0.cmp(&b.0));
     if let Some(why) = carried
         .iter()
-        .find_map(|(field, data)| carried_problem(field, data, &job.key))
+        .find_map(|(field, data)| carried_problem(field, data, &job.key, shared.renumbered))
     {
         return Err(fail("bad_field", why));
     }
@@ -742,14 +753,16 @@ fn process(
 
 /// Why a carried field breaks the rules verify checks it by, if it does: a `txt` is UTF-8 of
 /// at most 1 MiB, a `json` (the input's own) one JSON object of at most 1 MiB whose `key`, if it
-/// states one, is the sample's. A dataset pack writes then always verifies.
-fn carried_problem(field: &str, data: &[u8], key: &str) -> Option<String> {
+/// states one, is the sample's (unless samples are `renumbered`: it is then the input's). A
+/// dataset pack writes then always verifies.
+fn carried_problem(field: &str, data: &[u8], key: &str, renumbered: bool) -> Option<String> {
     match field {
         "txt" => {
             shardtool_wds::txt_problem(data.len() as u64, data).map(|why| format!("its txt {why}"))
         }
         "json" => match shardtool_wds::SampleMeta::parse(data.len() as u64, data) {
-            Ok(meta) => meta.key_problem(key),
+            Ok(meta) if !renumbered => meta.key_problem(key),
+            Ok(_) => None,
             Err(why) => Some(why),
         }
         .map(|why| format!("its json {why}")),

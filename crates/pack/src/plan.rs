@@ -25,6 +25,41 @@ pub enum Compression {
     Zstd(i32),
 }
 
+/// Where sample keys come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KeyChoice {
+    /// An input's own key where it has one (a WebDataset sample, a list's `key` column), which
+    /// must follow the key rules and be unique; otherwise its position's.
+    #[default]
+    Input,
+    /// Every sample numbered by its position in the output (`000000000`, …), as inputs without
+    /// keys are: for inputs whose keys break the rules (a WebDataset shard made with plain `tar`
+    /// of folders has keys holding `/`). The input's key stays in the sample's `source`, and a
+    /// carried input `.json` is not checked against the new key.
+    Index,
+}
+
+impl KeyChoice {
+    /// `input` or `index`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyChoice::Input => "input",
+            KeyChoice::Index => "index",
+        }
+    }
+}
+
+impl std::str::FromStr for KeyChoice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "input" => Ok(KeyChoice::Input),
+            "index" => Ok(KeyChoice::Index),
+            _ => Err(format!("keys {s:?}: expected input or index")),
+        }
+    }
+}
+
 /// Everything a pack needs.
 #[derive(Debug, Clone)]
 pub struct PackPlan {
@@ -46,6 +81,8 @@ pub struct PackPlan {
     pub prefix: String,
     /// Roll a shard once it holds at least this many (uncompressed) bytes.
     pub shard_bytes: u64,
+    /// Where sample keys come from.
+    pub keys: KeyChoice,
     /// Roll a shard once it holds this many samples.
     pub shard_samples: Option<u64>,
     /// Worker threads.
@@ -99,6 +136,10 @@ pub struct FrozenOptions {
     pub prefix: String,
     /// Positions per shard.
     pub shard_samples: Option<u64>,
+    /// `index` when samples are numbered by position whatever their input keys; absent (the
+    /// default, `input`) otherwise, so plans made before the option read the same.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keys: Option<String>,
 }
 
 impl PackPlan {
@@ -114,6 +155,7 @@ impl PackPlan {
             compression: Compression::None,
             prefix: "shard".into(),
             shard_bytes: 256 << 20,
+            keys: KeyChoice::Input,
             shard_samples: None,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             max_errors: None,
@@ -158,6 +200,7 @@ impl PackPlan {
             },
             prefix: self.prefix.clone(),
             shard_samples: self.shard_samples,
+            keys: (self.keys == KeyChoice::Index).then(|| self.keys.as_str().into()),
         }
     }
 
@@ -217,6 +260,7 @@ impl PackPlan {
         };
         plan.prefix = f.prefix.clone();
         plan.shard_samples = f.shard_samples;
+        plan.keys = f.keys.as_deref().unwrap_or("input").parse()?;
         plan.validate().map_err(|x| x.to_string())?;
         Ok(plan)
     }
@@ -289,7 +333,12 @@ impl PackPlan {
             },
         });
         match v {
-            serde_json::Value::Object(m) => m,
+            serde_json::Value::Object(mut m) => {
+                if self.keys == KeyChoice::Index {
+                    m.insert("keys".into(), self.keys.as_str().into());
+                }
+                m
+            }
             _ => serde_json::Map::new(),
         }
     }
@@ -358,5 +407,25 @@ mod tests {
         b.jobs = 7;
         assert_eq!(a.manifest_options(), b.manifest_options());
         assert!(!a.manifest_options().contains_key("jobs"));
+    }
+
+    #[test]
+    fn numbered_keys_are_frozen_and_recorded_and_the_default_is_left_out() {
+        let mut p = PackPlan::new(InputSource::Wds(vec!["in".into()]), "out".into());
+        let text = |p: &PackPlan| String::from_utf8(serde_json::to_vec(&p.frozen()).unwrap());
+        assert!(!text(&p).unwrap().contains("keys"));
+        assert!(!p.manifest_options().contains_key("keys"));
+        let back = PackPlan::from_frozen(&p.frozen(), "out".into()).unwrap();
+        assert_eq!(back.keys, KeyChoice::Input);
+        p.keys = "index".parse().unwrap();
+        assert!(text(&p).unwrap().contains(r#""keys":"index""#));
+        assert_eq!(p.manifest_options()["keys"], "index");
+        let back = PackPlan::from_frozen(&p.frozen(), "out".into()).unwrap();
+        assert_eq!(back.keys, KeyChoice::Index);
+        let mut f = p.frozen();
+        f.keys = Some("names".into());
+        assert!(PackPlan::from_frozen(&f, "out".into())
+            .unwrap_err()
+            .contains("expected input or index"));
     }
 }

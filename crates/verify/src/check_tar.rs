@@ -41,6 +41,9 @@ pub(crate) struct Ctx<'a> {
     /// A sample's json may be its input's own (the manifest's pack option `"json": "input"`):
     /// its `width` and `height` describe the original, not the stored image.
     pub json_input: bool,
+    /// Samples were numbered by position (the manifest's pack option `"keys": "index"`): such an
+    /// input json states the input's key, not the sample's.
+    pub renumbered: bool,
     /// Class names (empty: not known, labels are only checked to be integers).
     pub classes: &'a [String],
     /// Collect images to decode.
@@ -417,6 +420,7 @@ mod tests {
             fields,
             optional: &NO_FIELDS,
             json_input: false,
+            renumbered: false,
             classes,
             decode,
             expected_samples: 2,

@@ -112,6 +112,7 @@ pub fn verify(
         optional: &optional,
         classes: &m.classes,
         json_input: m.pack.get("json").and_then(|v| v.as_str()) == Some("input"),
+        renumbered: m.pack.get("keys").and_then(|v| v.as_str()) == Some("index"),
         opts,
         buffers: BufferPool::default(),
     };

@@ -148,7 +148,8 @@ pub(crate) fn finish_sample(
 /// the name of the label's class; `width` and `height` come together, as non-negative integers.
 /// When the dataset's json may be its input's own (`ctx.json_input`), only the first rule holds:
 /// such a json is the input's metadata (an img2dataset json's `width` and `height` are the
-/// original download's), so nothing else in it is shardtool's to check.
+/// original download's), so nothing else in it is shardtool's to check; and not even the key
+/// when pack numbered the samples (`ctx.renumbered`): the json then states the input's key.
 pub(crate) fn check_meta(
     len: u64,
     json: &[u8],
@@ -165,7 +166,9 @@ pub(crate) fn check_meta(
             return None;
         }
     };
-    if let Some(why) = meta.key_problem(key) {
+    // An input's json states the input's key, which is not the sample's when pack renumbered.
+    let key_rule = !(ctx.json_input && ctx.renumbered);
+    if let Some(why) = meta.key_problem(key).filter(|_| key_rule) {
         scan.member(ctx, &member(), ProblemKind::BadMetadata, why);
     }
     if ctx.json_input {
@@ -242,23 +245,18 @@ pub(crate) fn check_class_and_size(
     }
 }
 
-/// Whether `label` indexes the class list (any label does when the list is not known).
-fn label_in_range(label: i64, ctx: &Ctx<'_>) -> bool {
-    ctx.classes.is_empty() || usize::try_from(label).is_ok_and(|i| i < ctx.classes.len())
-}
-
-/// Reports `label` when it is not an index of the class list; `member` names the member or record
-/// (built only then).
+/// Reports `label` when it is not an index of the class list (any label is when the list is not
+/// known); `member` names the member or record (built only then).
 pub(crate) fn check_label_range(
     label: i64,
     ctx: &Ctx<'_>,
     scan: &mut Scan,
     member: impl FnOnce() -> String,
 ) {
-    if label_in_range(label, ctx) {
+    let n = ctx.classes.len();
+    if n == 0 || usize::try_from(label).is_ok_and(|i| i < n) {
         return;
     }
-    let n = ctx.classes.len();
     scan.member(
         ctx,
         &member(),
@@ -290,6 +288,7 @@ mod tests {
             fields: &fields,
             optional: &optional,
             json_input,
+            renumbered: false,
             classes,
             decode: true,
             expected_samples: 0,

@@ -28,6 +28,8 @@ pub(crate) struct Shared<'a> {
     pub classes: &'a [String],
     /// The manifest's pack options say a sample's json may be its input's (`"json": "input"`).
     pub json_input: bool,
+    /// The manifest's pack options say samples were numbered by position (`"keys": "index"`).
+    pub renumbered: bool,
     pub opts: &'a VerifyOptions,
     pub buffers: BufferPool,
 }
@@ -40,6 +42,7 @@ impl Shared<'_> {
             fields: self.fields,
             optional: self.optional,
             json_input: self.json_input,
+            renumbered: self.renumbered,
             classes: self.classes,
             decode,
             expected_samples: entry.samples,
