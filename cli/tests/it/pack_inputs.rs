@@ -370,6 +370,9 @@ fn keys_that_break_the_rules_are_refused_or_numbered_with_keys_index() {
             .find(|e| e.path.ends_with(&format!(":{key}")))
             .unwrap_or_else(|| panic!("no error line for {key}: {errs:?}"));
         assert_eq!(e.kind, "bad_key", "{e:?}");
+        assert!(e
+            .message
+            .ends_with("(keys \"index\" numbers samples instead)"));
     }
     assert_eq!(manifest(&kept).inputs.packed, 1);
     assert!(manifest(&kept).pack.get("keys").is_none());

@@ -207,7 +207,10 @@ impl Ordered {
                     }
                 };
                 let problem = match validate_key(key) {
-                    Err(e) => Some(("bad_key", format!("key {key:?}: {e}"))),
+                    Err(e) => Some((
+                        "bad_key",
+                        format!("key {key:?}: {e} (keys \"index\" numbers samples instead)"),
+                    )),
                     Ok(()) if clash => Some((
                         "duplicate_key",
                         format!("key {key:?} is used by another input"),
