@@ -177,8 +177,9 @@ pub const DONE_PLAN: &str = "xxh3:0000000000000000";
 /// A partitioned pack's records. `data[0] % 3` picks `plan.json` (0), `inputs.jsonl` (1) or a
 /// done record (2); the rest is the file.
 ///
-/// - A plan that parses re-parses equal from its own JSON; one that parses as JSON but fails its
-///   hash is checked again under a recomputed hash, so the checks after the hash run too.
+/// - A plan that parses re-parses equal from its own JSON, and when its options make a pack plan,
+///   the options that plan writes read back as written; one that parses as JSON but fails its hash is checked again under a recomputed
+///   hash, so the checks after the hash run too.
 /// - An input list is read against the base plan, with the list's own checksum and either its
 ///   line count or a count taken from its first eight bytes (a plan may claim anything): what
 ///   reads back has one size per input and names only the plan's containers.
@@ -194,6 +195,13 @@ pub fn plan_records(data: &[u8]) {
                 let again = parse_plan(&serde_json::to_vec(&p).expect("serialises"), path)
                     .expect("a plan re-parses from its own JSON");
                 assert_eq!(again, p);
+                let out = || PathBuf::from("out");
+                if let Ok(plan) = PackPlan::from_frozen(&p.options, out()) {
+                    let frozen = plan.frozen();
+                    let again = PackPlan::from_frozen(&frozen, out())
+                        .expect("the options a plan writes make a plan");
+                    assert_eq!(again.frozen(), frozen, "options read back as written");
+                }
             }
             Err(_) => {
                 if let Ok(mut p) = serde_json::from_slice::<PlanFile>(rest) {
