@@ -295,8 +295,9 @@ pub struct PackArgs {
     /// options come from the plan.
     #[arg(long, value_name = "OUTPUT", conflicts_with_all = [
         "list", "input_format", "image_column", "label_column", "text_column", "resize",
-        "upscale", "filter", "encode", "quality", "decode_scale", "format", "compress", "keys", "seed",
-        "no_shuffle", "shard_size", "shard_samples", "prefix", "max_pixels", "overwrite", "resume"])]
+        "upscale", "filter", "encode", "quality", "decode_scale", "format", "compress", "keys",
+        "seed", "no_shuffle", "shard_size", "shard_samples", "prefix", "max_pixels", "overwrite",
+        "resume"])]
     pub plan: Option<PathBuf>,
 
     /// Which part of the plan: I/N packs shards j with j mod N = I (I from 0); auto/N takes I

@@ -178,8 +178,8 @@ pub const DONE_PLAN: &str = "xxh3:0000000000000000";
 /// done record (2); the rest is the file.
 ///
 /// - A plan that parses re-parses equal from its own JSON, and when its options make a pack plan,
-///   the options that plan writes read back as written; one that parses as JSON but fails its hash is checked again under a recomputed
-///   hash, so the checks after the hash run too.
+///   the options that plan writes read back as written; one that parses as JSON but fails its
+///   hash is checked again under a recomputed hash, so the checks after the hash run too.
 /// - An input list is read against the base plan, with the list's own checksum and either its
 ///   line count or a count taken from its first eight bytes (a plan may claim anything): what
 ///   reads back has one size per input and names only the plan's containers.

@@ -226,7 +226,7 @@ impl Loaded {
         Ok(Shared {
             containers,
             columns: self.plan.columns.clone(),
-            renumbered: self.plan.keys == crate::KeyChoice::Index,
+            renumbered: self.ordered.renumbered,
             changed,
             planned_sizes: self.planned_sizes.clone(),
         })

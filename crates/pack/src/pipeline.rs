@@ -461,7 +461,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let shared = std::sync::Arc::new(Shared {
         containers: std::mem::take(&mut listing.containers),
         columns: plan.columns.clone(),
-        renumbered: plan.keys == KeyChoice::Index,
+        renumbered: ordered.renumbered,
         changed: Vec::new(),
         planned_sizes: Vec::new(),
     });

@@ -145,8 +145,8 @@ pub(crate) struct Streamed {
 
 /// Checks the tar shard that `src` yields (`len` bytes long by its metadata) by reading it front
 /// to back through `buf`, hashing every byte on the way; only the data of `.cls`, `.json` and
-/// `.txt` members is kept. Returns the buffer for reuse, and the error when the source could not be read
-/// to its end.
+/// `.txt` members is kept. Returns the buffer for reuse, and the error when the source could not
+/// be read to its end.
 pub(crate) fn stream_tar<R: Read>(
     src: R,
     len: u64,

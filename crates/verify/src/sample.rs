@@ -143,9 +143,10 @@ pub(crate) fn finish_sample(
 /// Checks a sample's `.json` member of `len` bytes whose data is `json` (empty when not read, over
 /// [`MAX_META_BYTES`]); returns the `(width, height)` it states, if any; `member` names it in
 /// problems (built only for one). The rules (the first two read by [`SampleMeta`], which pack
-/// shares), all optional fields of one JSON object (other fields are free): `key` is the sample's key; `label` is an
-/// integer, equal to the `.cls` label when there is one and otherwise a class index; `class` is
-/// the name of the label's class; `width` and `height` come together, as non-negative integers.
+/// shares), all optional fields of one JSON object (other fields are free): `key` is the
+/// sample's key; `label` is an integer, equal to the `.cls` label when there is one and otherwise
+/// a class index; `class` is the name of the label's class; `width` and `height` come together,
+/// as non-negative integers.
 /// When the dataset's json may be its input's own (`ctx.json_input`), only the first rule holds:
 /// such a json is the input's metadata (an img2dataset json's `width` and `height` are the
 /// original download's), so nothing else in it is shardtool's to check; and not even the key
