@@ -1,9 +1,23 @@
 //! The `shardtool` binary: parses arguments, runs one command, maps the outcome to an exit code
 //! (0 success, 1 failed run, 2 usage error). The work lives in the library crates; this is glue.
 
+// Lints: output goes through `outln!` (see `stdout`), never `println!`.
+#![warn(clippy::print_stdout)]
+
+/// `println!` for the command's output: a closed pipe ends the process quietly (see `stdout`).
+macro_rules! outln {
+    () => {
+        $crate::stdout::line(format_args!(""))
+    };
+    ($($arg:tt)*) => {
+        $crate::stdout::line(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod commands;
 mod progress;
+mod stdout;
 
 use clap::Parser;
 use std::process::ExitCode;
@@ -33,28 +47,12 @@ impl Failure {
     }
 }
 
-/// Restores the default SIGPIPE action, so `shardtool inspect out/ | head` ends quietly like
-/// other Unix tools instead of panicking on a failed write to stdout (Rust ignores SIGPIPE).
-#[cfg(unix)]
-#[allow(unsafe_code)]
-fn reset_sigpipe() {
-    // SAFETY: called once at start-up, before any thread exists; setting a signal's disposition
-    // to SIG_DFL has no memory-safety preconditions.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
-}
-
-#[cfg(not(unix))]
-fn reset_sigpipe() {}
-
 fn main() -> ExitCode {
     ExitCode::from(run())
 }
 
 /// Runs the command line and returns the exit status.
 fn run() -> u8 {
-    reset_sigpipe();
     let cli = args::Cli::parse();
     let result = match cli.command {
         args::Command::Pack(a) => commands::pack::run(a),

@@ -143,12 +143,18 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
             step,
         )?);
     }
-    println!(
+    outln!(
         "{:<22} {:>10} {:>12} {:>10} {:>14} {:>12} {:>12}",
-        "run", "samples", "samples/s", "MB/s", "CPU-ms/sample", "wait p50 ms", "wait p99 ms"
+        "run",
+        "samples",
+        "samples/s",
+        "MB/s",
+        "CPU-ms/sample",
+        "wait p50 ms",
+        "wait p99 ms"
     );
     for r in rows {
-        println!(
+        outln!(
             "{:<22} {:>10} {:>12.0} {:>10.1} {:>14.4} {:>12.3} {:>12.3}",
             r.name,
             r.samples,
@@ -159,7 +165,7 @@ pub fn run(a: BenchArgs) -> Result<(), Failure> {
             r.p99.as_secs_f64() * 1e3
         );
     }
-    println!(
+    outln!(
         "loader bytes/s as a share of one-thread memcpy: {:.0}%",
         ratio * 100.0
     );
@@ -213,13 +219,19 @@ fn device_bench(a: &BenchArgs, device: shardtool_gpu::Device) -> Result<(), Fail
         }
         _ => None,
     };
-    println!();
-    println!(
+    outln!();
+    outln!(
         "{:<24} {:>10} {:>10} {:>12} {:>12} {:>12} {:>8}",
-        "device run", "samples", "GB/s", "wait p50 ms", "wait p99 ms", "wait max ms", "pinned"
+        "device run",
+        "samples",
+        "GB/s",
+        "wait p50 ms",
+        "wait p99 ms",
+        "wait max ms",
+        "pinned"
     );
     for r in &reports {
-        println!(
+        outln!(
             "{:<24} {:>10} {:>10.3} {:>12.3} {:>12.3} {:>12.3} {:>8}",
             format!("{} step {} ms", r.target, r.step.as_millis()),
             r.samples,
@@ -231,7 +243,7 @@ fn device_bench(a: &BenchArgs, device: shardtool_gpu::Device) -> Result<(), Fail
         );
     }
     if let (Some(h), Some(r)) = (h2d, reports.first()) {
-        println!(
+        outln!(
             "host-to-device copy loop: pinned {:.2} GB/s, pageable {:.2} GB/s; loader delivered {:.0}% of pinned",
             h.pinned_gb_s,
             h.pageable_gb_s,

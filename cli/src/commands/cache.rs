@@ -105,24 +105,29 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
             let list = cache.list().map_err(Failure::run)?;
             if json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::to_string_pretty(&list).map_err(Failure::run)?
                 );
                 return Ok(());
             }
-            println!(
+            outln!(
                 "{:>8} {:>14} {:>20}  source",
-                "shards", "bytes", "last used (unix s)"
+                "shards",
+                "bytes",
+                "last used (unix s)"
             );
             for d in &list {
-                println!(
+                outln!(
                     "{:>8} {:>14} {:>20}  {}",
-                    d.shards, d.bytes, d.last_used, d.source
+                    d.shards,
+                    d.bytes,
+                    d.last_used,
+                    d.source
                 );
             }
             let total: u64 = list.iter().map(|d| d.bytes).sum();
-            println!(
+            outln!(
                 "{} dataset(s), {total} bytes in {}",
                 list.len(),
                 dir.display()
@@ -149,7 +154,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             // Not held: under a limit below the dataset size, older shards make room for newer.
             let (_, failures) = ds.acquire_all(workers, false);
             let m = ds.metrics();
-            println!(
+            outln!(
                 "{n} shards: {} already cached, {} fetched ({} bytes, {} retries), {} failed; cache {}",
                 m.hits,
                 m.fetches,
@@ -189,14 +194,14 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
                 .clear(source.as_deref())
                 .with_context(|| format!("clearing {}", dir.display()))
                 .map_err(Failure::run)?;
-            println!(
+            outln!(
                 "removed {} shard(s), {} bytes; kept {} in use",
                 r.removed,
                 r.bytes,
                 r.in_use.len()
             );
             for p in &r.in_use {
-                println!("in use: {p}");
+                outln!("in use: {p}");
             }
             Ok(())
         }

@@ -17,7 +17,7 @@ pub fn run(a: InspectArgs) -> Result<(), Failure> {
     let report = opened(inspect(&a.target, &opts), a.json)?;
     if a.json {
         let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;
-        println!("{text}");
+        outln!("{text}");
     } else {
         print_human(&report);
     }
@@ -42,7 +42,7 @@ fn human_bytes(b: f64) -> String {
 }
 
 fn print_human(r: &InspectReport) {
-    println!(
+    outln!(
         "{} {}{}",
         r.kind,
         r.target,
@@ -52,13 +52,13 @@ fn print_human(r: &InspectReport) {
             .unwrap_or_default()
     );
     let formats: Vec<String> = r.formats.iter().map(|(f, n)| format!("{f}: {n}")).collect();
-    println!("  shards    {}  ({})", r.shards, formats.join(", "));
+    outln!("  shards    {}  ({})", r.shards, formats.join(", "));
     match r.samples_in_manifest {
-        Some(m) if m != r.samples => println!(
+        Some(m) if m != r.samples => outln!(
             "  samples   {}  (the manifest says {m}; run shardtool verify)",
             r.samples
         ),
-        _ => println!("  samples   {}", r.samples),
+        _ => outln!("  samples   {}", r.samples),
     }
     let compressed = if r.uncompressed_bytes != r.stored_bytes {
         format!(
@@ -68,7 +68,7 @@ fn print_human(r: &InspectReport) {
     } else {
         String::new()
     };
-    println!(
+    outln!(
         "  bytes     {} stored{compressed}; {} per sample",
         human_bytes(r.stored_bytes as f64),
         human_bytes(r.bytes_per_sample)
@@ -78,20 +78,20 @@ fn print_human(r: &InspectReport) {
         .iter()
         .map(|(f, s)| format!("{f} {}", human_bytes(s.mean_bytes)))
         .collect();
-    println!("  fields    {}  (mean per sample)", fields.join(", "));
+    outln!("  fields    {}  (mean per sample)", fields.join(", "));
     if let Some(declared) = &r.declared_fields {
         let optional = match r.optional_fields.as_deref() {
             Some(o) if !o.is_empty() => format!("; in some: {}", o.join(", ")),
             _ => String::new(),
         };
-        println!(
+        outln!(
             "  declared  in every sample: {}{optional}",
             declared.join(", ")
         );
     }
     match r.unlabelled {
-        0 => println!("  classes   {}", r.classes.len()),
-        n => println!("  classes   {}  ({n} samples unlabelled)", r.classes.len()),
+        0 => outln!("  classes   {}", r.classes.len()),
+        n => outln!("  classes   {}  ({n} samples unlabelled)", r.classes.len()),
     }
     let total: u64 = r.classes.iter().map(|c| c.count).sum::<u64>().max(1);
     let max = r.classes.iter().map(|c| c.count).max().unwrap_or(1).max(1);
@@ -105,7 +105,7 @@ fn print_human(r: &InspectReport) {
     for c in &r.classes {
         let name: String = c.name.as_deref().unwrap_or("?").chars().take(32).collect();
         let bar = "#".repeat(((c.count * 30).div_ceil(max)) as usize);
-        println!(
+        outln!(
             "    {:>4} {name:<width$} {:>8} {:>5.1}%  {bar}",
             c.label,
             c.count,
@@ -113,34 +113,38 @@ fn print_human(r: &InspectReport) {
         );
     }
     let s = &r.image_sizes;
-    println!("  image sizes ({} images)", s.images);
+    outln!("  image sizes ({} images)", s.images);
     if s.images > 0 {
-        println!(
+        outln!(
             "    width   min {:>5}  median {:>5}  max {:>5}",
-            s.width.min, s.width.median, s.width.max
+            s.width.min,
+            s.width.median,
+            s.width.max
         );
-        println!(
+        outln!(
             "    height  min {:>5}  median {:>5}  max {:>5}",
-            s.height.min, s.height.median, s.height.max
+            s.height.min,
+            s.height.median,
+            s.height.max
         );
         let common: Vec<String> = s
             .most_common
             .iter()
             .map(|c| format!("{}x{} ({})", c.width, c.height, c.count))
             .collect();
-        println!("    most common: {}", common.join(", "));
+        outln!("    most common: {}", common.join(", "));
     }
     if let Some(pack) = &r.pack {
-        println!("  pack options");
+        outln!("  pack options");
         for (k, v) in pack {
             let v = match v {
                 serde_json::Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            println!("    {k:<14} {v}");
+            outln!("    {k:<14} {v}");
         }
     }
     for p in &r.problems {
-        println!("  not counted: {p}");
+        outln!("  not counted: {p}");
     }
 }

@@ -205,9 +205,9 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
             "images_per_s".into(),
             (r.samples as f64 / r.elapsed.as_secs_f64().max(1e-9)).into(),
         );
-        println!("{}", serde_json::Value::Object(summary));
+        outln!("{}", serde_json::Value::Object(summary));
     } else if !a.quiet {
-        println!(
+        outln!(
             "{what} of {}: {} shard(s) packed, {} already done; {} samples, {} failed, {:.1} MB in {:.2} s",
             output.display(),
             r.packed,
@@ -238,7 +238,7 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
     let file = shardtool_pack::make_plan(&plan).map_err(failure)?;
     let out = plan.output.display();
     if json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "plan": file.hash,
@@ -249,17 +249,20 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
             })
         );
     } else if !quiet {
-        println!(
+        outln!(
             "planned {} inputs into {} shard(s) of {} in {out} (plan {})",
-            file.inputs, file.shards, file.shard_samples, file.hash
+            file.inputs,
+            file.shards,
+            file.shard_samples,
+            file.hash
         );
         if !file.errors.is_empty() {
-            println!(
+            outln!(
                 "  {} input(s) failed while listing (kept for errors.jsonl)",
                 file.errors.len()
             );
         }
-        println!("  next: shardtool pack --plan {out} --part I/N   (for each I < N), then shardtool merge {out}");
+        outln!("  next: shardtool pack --plan {out} --part I/N   (for each I < N), then shardtool merge {out}");
     }
     Ok(())
 }
@@ -269,7 +272,7 @@ pub fn run_merge(a: MergeArgs) -> Result<(), Failure> {
     let r = shardtool_pack::merge(&a.output).map_err(failure)?;
     let m = &r.manifest;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "inputs": m.inputs,
@@ -279,7 +282,7 @@ pub fn run_merge(a: MergeArgs) -> Result<(), Failure> {
             })
         );
     } else if !a.quiet {
-        println!(
+        outln!(
             "merged {} shard(s), {} samples ({} of {} inputs failed, see errors.jsonl) into {}",
             m.totals.shards,
             m.totals.samples,
@@ -295,9 +298,9 @@ pub fn run_merge(a: MergeArgs) -> Result<(), Failure> {
 pub fn run_status(a: MergeArgs) -> Result<(), Failure> {
     let s = shardtool_pack::status(&a.output).map_err(failure)?;
     if a.json {
-        println!("{}", serde_json::to_string(&s).unwrap_or_default());
+        outln!("{}", serde_json::to_string(&s).unwrap_or_default());
     } else if !a.quiet {
-        println!(
+        outln!(
             "plan {}: {} of {} shard(s) done, {} samples, {} failed inputs{}",
             s.plan,
             s.done.len(),
@@ -308,7 +311,7 @@ pub fn run_status(a: MergeArgs) -> Result<(), Failure> {
         );
         if !s.missing.is_empty() {
             let list: Vec<String> = s.missing.iter().take(50).map(u64::to_string).collect();
-            println!(
+            outln!(
                 "  missing: {}{}",
                 list.join(","),
                 if s.missing.len() > 50 { ",…" } else { "" }
@@ -351,7 +354,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
                 eprintln!("failed: {} ({}): {}", e.path, e.kind, e.message);
             }
             if json {
-                println!("{}", summary_json(&report));
+                outln!("{}", summary_json(&report));
             } else if !quiet {
                 print_summary(&plan.output, &report);
             }
@@ -390,18 +393,19 @@ fn print_summary(out: &Path, r: &PackReport) {
     let m = &r.manifest;
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let i = &m.inputs;
-    println!(
+    outln!(
         "packed {} of {} images into {} shard(s) in {}",
         i.packed,
         i.found,
         m.totals.shards,
         out.display()
     );
-    println!(
+    outln!(
         "  failed {} (see errors.jsonl), ignored {} non-image or hidden files",
-        i.failed, i.ignored
+        i.failed,
+        i.ignored
     );
-    println!(
+    outln!(
         "  classes {}: {}",
         m.classes.len(),
         m.classes
@@ -412,7 +416,7 @@ fn print_summary(out: &Path, r: &PackReport) {
             .join(", ")
             + if m.classes.len() > 8 { ", …" } else { "" }
     );
-    println!(
+    outln!(
         "  bytes in {:.1} MB, out {:.1} MB; {:.2} s, {:.0} images/s",
         mb(r.bytes_in),
         mb(r.bytes_out),
@@ -421,7 +425,7 @@ fn print_summary(out: &Path, r: &PackReport) {
     );
     let s = &r.stages;
     let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / (i.packed.max(1) as f64);
-    println!(
+    outln!(
         "  per image (worker ms): read {:.3}, decode {:.3}, resize {:.3}, encode {:.3}, write {:.3}",
         per(s.read),
         per(s.decode),

@@ -42,9 +42,9 @@ pub fn run(a: PreviewArgs) -> Result<(), Failure> {
             "items": sheet.items,
             "skipped": sheet.skipped,
         });
-        println!("{doc:#}");
+        outln!("{doc:#}");
     } else {
-        println!(
+        outln!(
             "wrote {} ({}x{} px): {} of {} samples, seed {}{}",
             a.output.display(),
             sheet.image.width,

@@ -1,6 +1,6 @@
 //! `shardtool read`: runs the loader over a dataset; the same contract for users and tests.
 
-use crate::Failure;
+use crate::{stdout, Failure};
 use anyhow::Context;
 use shardtool_reader::{
     CorruptPolicy, Loader, LoaderBuilder, LoaderState, Location, Remainder, Transform,
@@ -199,7 +199,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         };
         if keys {
             for (i, k) in batch.keys[..take].iter().enumerate() {
-                write_sample(&mut out, &batch, i, k).map_err(Failure::run)?;
+                write_sample(&mut out, &batch, i, k).unwrap_or_else(|e| stdout::failed(&e));
             }
         }
         count += take as u64;
@@ -208,7 +208,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
             break;
         }
     }
-    out.flush().map_err(Failure::run)?;
+    out.flush().unwrap_or_else(|e| stdout::failed(&e));
     let state = state.unwrap_or_else(|| loader.state());
     if let Some(path) = &a.state_out {
         let json = serde_json::to_vec_pretty(&state).map_err(Failure::run)?;
@@ -225,7 +225,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
     }
     report_lost_and_cache(&m);
     if !keys {
-        println!(
+        outln!(
             "read {count} samples in {:.2} s: {:.0} samples/s, {:.1} MB/s, wait p50 {:.3} ms p99 {:.3} ms",
             m.elapsed.as_secs_f64(),
             m.samples_per_s,

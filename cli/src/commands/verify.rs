@@ -105,7 +105,7 @@ fn print_error_json(e: &VerifyError) {
         "ok": false,
         "error": { "kind": error_kind(e), "message": e.to_string() },
     });
-    println!("{doc}");
+    outln!("{doc}");
 }
 
 /// Runs `shardtool verify`.
@@ -127,7 +127,7 @@ pub fn run(a: VerifyArgs) -> Result<(), Failure> {
     };
     if a.json {
         let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;
-        println!("{text}");
+        outln!("{text}");
     } else {
         print_human(&report);
     }
@@ -144,7 +144,7 @@ pub fn run(a: VerifyArgs) -> Result<(), Failure> {
 
 fn print_human(r: &Report) {
     let secs = r.elapsed_secs.max(1e-9);
-    println!(
+    outln!(
         "verify {}: {} shards, {} samples, {:.1} MB read in {:.2} s ({:.0} MB/s){}",
         r.dataset,
         r.shards,
@@ -161,16 +161,16 @@ fn print_human(r: &Report) {
         }
     );
     for p in &r.problems {
-        println!("  {p}");
+        outln!("  {p}");
     }
     if r.ok {
-        println!(
+        outln!(
             "OK: every shard matches the manifest (files, sizes, checksums, counts, structure, \
              keys, fields, labels{})",
             if r.decode { ", images" } else { "" }
         );
         if !r.decode {
-            println!("    (images were not decoded; add --decode to check them too)");
+            outln!("    (images were not decoded; add --decode to check them too)");
         }
     } else {
         let shards: std::collections::BTreeSet<&str> = r
@@ -183,16 +183,19 @@ fn print_human(r: &Report) {
             .iter()
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
-        println!(
+        outln!(
             "FAILED: {} problem(s) in {} file(s): {}",
             r.problems.len(),
             shards.len(),
             kinds.join(", ")
         );
         if r.samples != r.samples_expected {
-            println!(
+            outln!(
                 "    samples found: {} of {} listed; shards read: {} of {}",
-                r.samples, r.samples_expected, r.shards_read, r.shards
+                r.samples,
+                r.samples_expected,
+                r.shards_read,
+                r.shards
             );
         }
     }
@@ -216,7 +219,7 @@ fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result
                 "ok": false,
                 "error": { "kind": "unreadable", "message": e.to_string() },
             });
-            println!("{doc}");
+            outln!("{doc}");
         }
         Failure::usage(e)
     })?;

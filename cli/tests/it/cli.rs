@@ -296,3 +296,34 @@ fn the_binary_is_position_independent_with_full_relro() {
     assert!(relro, "no PT_GNU_RELRO segment");
     assert!(now, "lazy binding: RELRO is partial, not full");
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly_as_sigpipe_does() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempdir();
+    make_inputs(&dir.path().join("in"), 30, 0);
+    let out = dir.path().join("out");
+    pack(dir.path().join("in"), &out).args(["-q"]).ok();
+    // `inspect` prints through `outln!`, `read --keys` through a buffered writer.
+    for args in [&["inspect"][..], &["read", "--keys"][..]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let r = std::process::Command::new(BIN)
+            .args(args)
+            .arg(&out)
+            .stdout(writer)
+            .output()
+            .unwrap();
+        assert_eq!(
+            r.status.signal(),
+            Some(libc::SIGPIPE),
+            "{args:?}: {:?}",
+            r.status
+        );
+        assert!(
+            r.stderr.is_empty(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+    }
+}

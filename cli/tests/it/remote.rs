@@ -337,3 +337,105 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("too small"));
 }
+
+/// A proxy in front of the S3 server on `upstream` that cuts off every PUT of more than 1 MiB as
+/// a server ending a connection mid-request does: it reads the headers, half-closes, and closes
+/// with the body unread (the client, still writing, is reset after the server's FIN). Other
+/// requests are forwarded, one per connection. Returns its port.
+fn cutting_proxy(upstream: u16) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let _ = proxy_one(conn, upstream);
+            });
+        }
+    });
+    port
+}
+
+fn proxy_one(mut client: std::net::TcpStream, upstream: u16) -> std::io::Result<()> {
+    use std::io::{Read, Write};
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = client.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("content-length")
+                .then(|| v.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    if head.starts_with("PUT ") && length > 1 << 20 {
+        client.shutdown(std::net::Shutdown::Write)?;
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        return Ok(());
+    }
+    while buf.len() < end + length {
+        let n = client.read(&mut chunk)?;
+        if n == 0 {
+            return Ok(());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let mut request: String = head
+        .trim_end()
+        .lines()
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    request.push_str("Connection: close\r\n\r\n");
+    let mut up = std::net::TcpStream::connect(("127.0.0.1", upstream))?;
+    up.write_all(request.as_bytes())?;
+    up.write_all(&buf[end..end + length])?;
+    let mut response = Vec::new();
+    up.read_to_end(&mut response)?;
+    client.write_all(&response)
+}
+
+#[test]
+fn an_upload_the_server_cuts_off_is_an_error_with_a_message_not_a_silent_death() {
+    let server = S3::start();
+    std::fs::create_dir_all(server.root.path().join("bucket")).unwrap();
+    let proxy = cutting_proxy(server.port);
+    let mut cmd = bin();
+    for (k, v) in server.env() {
+        cmd.env(k, v);
+    }
+    // One shard of about 5 MB, so the upload is still being written when the proxy cuts it.
+    let out = cmd
+        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{proxy}"))
+        .arg("pack")
+        .arg(sample_data())
+        .args([
+            "s3://bucket/out/",
+            "--resize",
+            "shorter:512",
+            "--encode",
+            "png",
+        ])
+        .args(["--shard-samples", "45", "-q"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{:?}: {stderr}", out.status);
+    assert!(
+        stderr.contains("s3://bucket/out/shard-000000.tar") && stderr.contains("PUT"),
+        "{stderr}"
+    );
+    let published = server.root.path().join("bucket/out");
+    assert!(!published.join("shard-000000.tar").exists());
+    assert!(!published.join("manifest.json").exists());
+}

@@ -56,8 +56,8 @@ pub enum CacheError {
         /// The cause (part of the message, so it is printed once).
         cause: std::io::Error,
     },
-    /// A remote object could not be fetched after every attempt.
-    #[error("fetching {} failed after {attempts} attempt(s): {}", redact_urls(.url), redact_urls(.message))]
+    /// A request for a remote object (a read, a listing or an upload) failed on every attempt.
+    #[error("{}: failed after {attempts} attempt(s): {}", redact_urls(.url), redact_urls(.message))]
     Fetch {
         /// The object.
         url: String,

@@ -1,0 +1,44 @@
+//! The CLI's standard output: a reader that goes away (`shardtool inspect out/ | head`) ends the
+//! process quietly, as SIGPIPE ends other Unix tools.
+//!
+//! The process keeps Rust's disposition for SIGPIPE (ignored) instead of the default one: with
+//! the default, a write to a socket whose peer has closed kills the process without a word,
+//! because the HTTP client writes request bodies with `writev`, which cannot ask the kernel not
+//! to signal. An upload the server cuts off must be an error with a message, so only a failed
+//! write to stdout turns into SIGPIPE's ending, here.
+
+use std::io::{self, Write};
+
+/// Writes one line to stdout; what `outln!` expands to.
+pub(crate) fn line(args: std::fmt::Arguments<'_>) {
+    let mut out = io::stdout().lock();
+    if let Err(e) = out.write_fmt(args).and_then(|()| out.write_all(b"\n")) {
+        failed(&e);
+    }
+}
+
+/// Ends the process after a failed write to stdout: a closed pipe by SIGPIPE's default action
+/// (quietly; a shell reports status 141), any other error with its message and exit 1.
+pub(crate) fn failed(e: &io::Error) -> ! {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        die_of_sigpipe();
+    }
+    eprintln!("error: writing to standard output: {e}");
+    std::process::exit(1)
+}
+
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn die_of_sigpipe() {
+    // SAFETY: setting a signal's disposition to SIG_DFL and raising it have no memory-safety
+    // preconditions; the process ends here whichever thread calls it.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        libc::raise(libc::SIGPIPE);
+    }
+}
+
+#[cfg(not(unix))]
+fn die_of_sigpipe() {
+    std::process::exit(141)
+}
