@@ -174,6 +174,49 @@ fn s3_reads_match_local_reads() {
 }
 
 #[test]
+fn s3_without_credentials_says_which_variables_to_set() {
+    let tmp = tempfile::tempdir().unwrap();
+    let server = S3::start();
+    let ds = server.root.path().join("bucket/sets/ds");
+    pack(&ds, &[]);
+    // No credentials: the client asks the metadata service, here a port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let metadata = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut cmd = bin();
+    for (k, v) in server.env() {
+        if !k.starts_with("AWS_ACCESS") && !k.starts_with("AWS_SECRET") {
+            cmd.env(k, v);
+        }
+    }
+    for k in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_SKIP_SIGNATURE",
+    ] {
+        cmd.env_remove(k);
+    }
+    let out = cmd
+        .env("AWS_METADATA_ENDPOINT", &metadata)
+        .args(["read", "s3://bucket/sets/ds/", "--cache-dir"])
+        .arg(tmp.path().join("cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // A dataset that cannot be opened is exit 2, as for a local one.
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("no AWS credentials were found")
+            && stderr.contains("AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_cache_limit_below_the_open_shards_fails_at_start_with_exit_1() {
     let tmp = tempfile::tempdir().unwrap();
     let www = tmp.path().join("www");

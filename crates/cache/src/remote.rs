@@ -70,10 +70,17 @@ fn classify(e: object_store::Error) -> AttemptError {
             | E::InvalidPath { .. }
             | E::NotSupported { .. }
     );
-    AttemptError {
-        message: e.to_string(),
-        permanent,
+    let mut message = e.to_string();
+    // With no credentials in the environment the S3 client asks the instance metadata service
+    // last; off a cloud machine that fails with a message about an address the user never gave.
+    if message.contains("/latest/api/token") || message.contains("/latest/meta-data/") {
+        message.push_str(
+            " (no AWS credentials were found in the environment, so the instance metadata \
+             service was asked: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+             AWS_SKIP_SIGNATURE=true for a public bucket)",
+        );
     }
+    AttemptError { message, permanent }
 }
 
 /// A remote dataset folder and the client that reads it.
