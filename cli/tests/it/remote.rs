@@ -174,6 +174,26 @@ fn s3_reads_match_local_reads() {
 }
 
 #[test]
+fn a_server_that_is_not_there_is_named_with_the_reason() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/ds/", closed.local_addr().unwrap());
+    drop(closed);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = bin()
+        .args(["read", &url, "--cache-dir"])
+        .arg(tmp.path().join("cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    // The URL, and the cause under the HTTP client's "error sending request".
+    assert!(
+        stderr.contains(&format!("{url}manifest.json")) && stderr.contains("Connection refused"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn s3_without_credentials_says_which_variables_to_set() {
     let tmp = tempfile::tempdir().unwrap();
     let server = S3::start();

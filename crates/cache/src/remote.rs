@@ -71,6 +71,17 @@ fn classify(e: object_store::Error) -> AttemptError {
             | E::NotSupported { .. }
     );
     let mut message = e.to_string();
+    // The store's message stops at "error sending request"; the causes under it say why
+    // (refused, reset, timed out, a DNS failure).
+    let mut source = std::error::Error::source(&e);
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        source = cause.source();
+    }
     // With no credentials in the environment the S3 client asks the instance metadata service
     // last; off a cloud machine that fails with a message about an address the user never gave.
     if message.contains("/latest/api/token") || message.contains("/latest/meta-data/") {
