@@ -3,7 +3,7 @@
 //! each run on arbitrary bytes and checked for what must hold beyond "no panic".
 
 use crate::containers::list_wds;
-use crate::list_file::{list_text, row_columns};
+use crate::list_file::{csv_fields, list_text, row_columns};
 use crate::listing::{Columns, ListOptions, Listing};
 use crate::parquet::list_parquet;
 use crate::partition::parse_done;
@@ -62,6 +62,9 @@ pub fn list(data: &[u8]) {
         return;
     };
     let name = if head & 1 == 0 { "l.csv" } else { "l.jsonl" };
+    if head & 1 == 0 {
+        same_first_record_as_csv_crate(text);
+    }
     let columns = Columns {
         image: (head & 2 != 0).then(|| "img".into()),
         label: (head & 4 != 0).then(|| "cls".into()),
@@ -82,6 +85,29 @@ pub fn list(data: &[u8]) {
                 panic!("a listed row does not read back by its span: {e}");
             }
         }
+    }
+}
+
+/// The parser that reads list rows back (`csv_fields`, one per thread) reads the same first
+/// record from any bytes as a fresh `csv` reader does, or fails where it fails.
+fn same_first_record_as_csv_crate(bytes: &[u8]) {
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(bytes);
+    let mut rec = csv::StringRecord::new();
+    let theirs = match rdr.read_record(&mut rec) {
+        Ok(true) => Ok(Some(rec.iter().map(str::to_string).collect::<Vec<_>>())),
+        Ok(false) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    };
+    let mut out = Vec::new();
+    let ours = csv_fields(bytes, &mut out)
+        .map(|f| f.map(|f| f.iter().map(|s| s.to_string()).collect::<Vec<_>>()));
+    match (&ours, &theirs) {
+        (Ok(a), Ok(b)) => assert_eq!(a, b, "the row parser and the csv crate disagree"),
+        (Err(_), Err(_)) => {}
+        _ => panic!("the row parser gave {ours:?}, the csv crate {theirs:?}"),
     }
 }
 
