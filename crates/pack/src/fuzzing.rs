@@ -3,7 +3,7 @@
 //! each run on arbitrary bytes and checked for what must hold beyond "no panic".
 
 use crate::containers::list_wds;
-use crate::list_file::{csv_fields, list_text, row_columns};
+use crate::list_file::{csv_crate_first_record, csv_fields, list_text, row_columns};
 use crate::listing::{Columns, ListOptions, Listing};
 use crate::parquet::list_parquet;
 use crate::partition::parse_done;
@@ -91,16 +91,7 @@ pub fn list(data: &[u8]) {
 /// The parser that reads list rows back (`csv_fields`, one per thread) reads the same first
 /// record from any bytes as a fresh `csv` reader does, or fails where it fails.
 fn same_first_record_as_csv_crate(bytes: &[u8]) {
-    let mut rdr = csv::ReaderBuilder::new()
-        .has_headers(false)
-        .flexible(true)
-        .from_reader(bytes);
-    let mut rec = csv::StringRecord::new();
-    let theirs = match rdr.read_record(&mut rec) {
-        Ok(true) => Ok(Some(rec.iter().map(str::to_string).collect::<Vec<_>>())),
-        Ok(false) => Ok(None),
-        Err(e) => Err(e.to_string()),
-    };
+    let theirs = csv_crate_first_record(bytes);
     let mut out = Vec::new();
     let ours = csv_fields(bytes, &mut out)
         .map(|f| f.map(|f| f.iter().map(|s| s.to_string()).collect::<Vec<_>>()));

@@ -360,6 +360,22 @@ pub(crate) fn csv_fields<'b>(
     Ok(Some(fields))
 }
 
+/// The first record a fresh `csv` reader with the whole-file read's settings reads from
+/// `bytes`: the reference `csv_fields` is tested and fuzzed against.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn csv_crate_first_record(bytes: &[u8]) -> Result<Option<Vec<String>>, String> {
+    let mut rdr = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .from_reader(bytes);
+    let mut rec = csv::StringRecord::new();
+    match rdr.read_record(&mut rec) {
+        Ok(true) => Ok(Some(rec.iter().map(str::to_string).collect())),
+        Ok(false) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// The extra columns of one list row (read back by span): the text column's value, if any, and
 /// the other columns as a JSON object. CSV values are strings; JSONL values keep their JSON type.
 pub(crate) fn row_columns(
@@ -410,20 +426,6 @@ pub(crate) fn row_columns(
 mod tests {
     use super::*;
 
-    /// The fields the `csv` crate reads from `row` as one record of a file (the whole-file read).
-    fn csv_crate_fields(row: &[u8]) -> Option<Result<Vec<String>, String>> {
-        let mut rdr = csv::ReaderBuilder::new()
-            .has_headers(false)
-            .flexible(true)
-            .from_reader(row);
-        let mut rec = csv::StringRecord::new();
-        match rdr.read_record(&mut rec) {
-            Ok(true) => Some(Ok(rec.iter().map(str::to_string).collect())),
-            Ok(false) => None,
-            Err(e) => Some(Err(e.to_string())),
-        }
-    }
-
     #[test]
     fn rows_read_back_as_the_csv_crate_reads_them() {
         let rows: &[&[u8]] = &[
@@ -450,7 +452,7 @@ mod tests {
             let ours = csv_fields(row, &mut out)
                 .unwrap()
                 .map(|f| f.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-            let theirs = csv_crate_fields(row).map(Result::unwrap);
+            let theirs = csv_crate_first_record(row).unwrap();
             assert_eq!(ours, theirs, "row {:?}", String::from_utf8_lossy(row));
         }
     }
@@ -460,7 +462,7 @@ mod tests {
         let mut out = Vec::new();
         let err = csv_fields(b"a.jpg,ok,\xff\xfe\n", &mut out).unwrap_err();
         assert_eq!(err, "field 3 of the row is not UTF-8");
-        assert!(csv_crate_fields(b"a.jpg,ok,\xff\xfe\n").unwrap().is_err());
+        assert!(csv_crate_first_record(b"a.jpg,ok,\xff\xfe\n").is_err());
         // The parser is usable again after the error.
         let fields = csv_fields(b"b.jpg,1\n", &mut out).unwrap().unwrap();
         assert_eq!(fields, ["b.jpg", "1"]);
@@ -475,7 +477,7 @@ mod tests {
         );
         let mut out = Vec::new();
         let ours = csv_fields(long.as_bytes(), &mut out).unwrap().unwrap();
-        let theirs = csv_crate_fields(long.as_bytes()).unwrap().unwrap();
+        let theirs = csv_crate_first_record(long.as_bytes()).unwrap().unwrap();
         assert_eq!(ours, theirs);
         assert_eq!(ours[1].len(), 20_000 * 3);
     }
