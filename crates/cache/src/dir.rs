@@ -152,26 +152,29 @@ impl CacheDir {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
                 Err(e) => return Err(CacheError::io(&root)(e)),
             };
-            if !empty {
+            // A racing opener may have committed the tag (and made more) between the first look
+            // and the listing; it always writes the tag first, so a second look settles it.
+            if !empty && !tag.is_file() {
                 return Err(CacheError::NotACache { path: root });
             }
-            // Private to the user: cached shards of one user are not another's to read or swap.
-            {
+            if empty {
+                // Private to the user: cached shards of one user are not another's to read or swap.
                 use std::os::unix::fs::DirBuilderExt;
                 std::fs::DirBuilder::new()
                     .recursive(true)
                     .mode(0o700)
                     .create(&root)
                     .map_err(CacheError::io(&root))?;
+                let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
+                // The temporary name starts with TAG_TMP, which the emptiness check above
+                // allows, so processes creating one cache at once do not refuse each other's.
+                let tmp = root.join(format!("{TAG_TMP}{}.{n}", std::process::id()));
+                let mut f =
+                    AtomicFile::create_at(tmp.clone(), &tag).map_err(CacheError::io(&tmp))?;
+                f.write_all(TAG_TEXT.as_bytes())
+                    .and_then(|()| f.commit())
+                    .map_err(CacheError::io(&tag))?;
             }
-            let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
-            // The temporary name starts with TAG_TMP, which the emptiness check above allows,
-            // so processes creating one cache at once do not refuse each other's folder.
-            let tmp = root.join(format!("{TAG_TMP}{}.{n}", std::process::id()));
-            let mut f = AtomicFile::create_at(tmp.clone(), &tag).map_err(CacheError::io(&tmp))?;
-            f.write_all(TAG_TEXT.as_bytes())
-                .and_then(|()| f.commit())
-                .map_err(CacheError::io(&tag))?;
         }
         check_owner(&root)?;
         let reserve = root.join("reserve");
@@ -616,6 +619,33 @@ mod hardening {
             ));
         } else {
             eprintln!("not root: the foreign-owner half of this test was not set up");
+        }
+    }
+
+    #[test]
+    fn processes_creating_one_cache_at_once_never_refuse_each_other() {
+        // The window: one opener sees no tag, a racing one commits the tag and creates
+        // `reserve`, then the first lists the folder. Many rounds make it likely to open.
+        let t = tempfile::tempdir().unwrap();
+        for round in 0..300 {
+            let root = t.path().join(format!("cache-{round}"));
+            let gate = std::sync::Barrier::new(4);
+            std::thread::scope(|s| {
+                let opened: Vec<_> = (0..4)
+                    .map(|_| {
+                        s.spawn(|| {
+                            gate.wait();
+                            CacheDir::open(&root, None).map(|_| ())
+                        })
+                    })
+                    .collect();
+                for h in opened {
+                    if let Err(e) = h.join().unwrap() {
+                        panic!("round {round}: {e}");
+                    }
+                }
+            });
+            assert!(root.join(TAG).is_file());
         }
     }
 
