@@ -421,6 +421,10 @@ pub(crate) fn parallel_map<T: Sync, R: Send>(
     jobs: usize,
     f: impl Fn(usize, &T) -> R + Sync,
 ) -> Vec<R> {
+    if jobs <= 1 || items.len() <= 1 {
+        // One worker: this thread, with no thread to start and join.
+        return items.iter().enumerate().map(|(i, t)| f(i, t)).collect();
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let results: Vec<std::sync::Mutex<Option<R>>> =
         items.iter().map(|_| std::sync::Mutex::new(None)).collect();
@@ -612,6 +616,19 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_map_keeps_item_order_on_any_number_of_threads() {
+        let items: Vec<u64> = (0..37).map(|i| i * 7919 % 101).collect();
+        let expected: Vec<u64> = items.iter().map(|&x| x * x).collect();
+        for jobs in [0, 1, 2, 3, 8, 64] {
+            let got = parallel_map(&items, jobs, |_, &x| x * x);
+            assert_eq!(got, expected, "{jobs} jobs");
+            let indices = parallel_map(&items, jobs, |i, _| i);
+            assert_eq!(indices, (0..items.len()).collect::<Vec<_>>(), "{jobs} jobs");
+        }
+        assert!(parallel_map(&[] as &[u8], 4, |_, _| 0).is_empty());
+    }
 
     #[test]
     fn braces_expand_ranges_lists_and_padding() {
