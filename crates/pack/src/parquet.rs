@@ -306,7 +306,163 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
 
 fn open_reader(path: &Path) -> Result<SerializedFileReader<Bounded>, String> {
     let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    check_footer(&file)?;
     SerializedFileReader::new(Bounded(file)).map_err(|e| format!("not a Parquet file: {e}"))
+}
+
+/// Refuses a footer whose Thrift declares more list, set or map elements than it has bytes
+/// before the `parquet` crate reads it. The crate skips an unknown field's list of booleans (or
+/// map of booleans to booleans) without reading a byte per element, so a few bytes declaring
+/// 2^31 of them cost it seconds; an honest encoding spends at least a byte on each. A footer
+/// this walk cannot follow is left to the crate, which reports it.
+fn check_footer(file: &std::fs::File) -> Result<(), String> {
+    use std::os::unix::fs::FileExt;
+    let len = file
+        .metadata()
+        .map_err(|e| format!("cannot read: {e}"))?
+        .len();
+    let mut tail = [0u8; 8];
+    if len < 8 || file.read_exact_at(&mut tail, len - 8).is_err() || &tail[4..] != b"PAR1" {
+        return Ok(());
+    }
+    let meta_len = u64::from(u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]));
+    if meta_len + 8 > len {
+        return Ok(());
+    }
+    let mut meta = vec![0u8; meta_len as usize];
+    file.read_exact_at(&mut meta, len - 8 - meta_len)
+        .map_err(|e| format!("cannot read its footer: {e}"))?;
+    let mut walk = ThriftWalk {
+        buf: &meta,
+        budget: meta.len() as u64,
+    };
+    // The crate allows 64 levels below each skipped field, which may lie deep in its structs.
+    match walk.value(12, 128) {
+        Err(WalkStop::TooManyElements) => Err(format!(
+            "not a Parquet file: its {meta_len}-byte footer declares more list or map elements \
+             than it has bytes"
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Why [`ThriftWalk`] stopped early.
+enum WalkStop {
+    /// More elements than bytes, in all: refused.
+    TooManyElements,
+    /// Malformed where the crate fails too: left to it.
+    Malformed,
+}
+
+/// A walk over compact-protocol Thrift that consumes bytes as the `parquet` crate's skipping
+/// does, counting every declared list, set and map element against `budget`.
+struct ThriftWalk<'a> {
+    buf: &'a [u8],
+    budget: u64,
+}
+
+impl ThriftWalk<'_> {
+    fn byte(&mut self) -> Result<u8, WalkStop> {
+        let (&b, rest) = self.buf.split_first().ok_or(WalkStop::Malformed)?;
+        self.buf = rest;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64, WalkStop> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(WalkStop::Malformed)
+    }
+
+    fn skip(&mut self, n: u64) -> Result<(), WalkStop> {
+        let n = usize::try_from(n).map_err(|_| WalkStop::Malformed)?;
+        self.buf = self.buf.get(n..).ok_or(WalkStop::Malformed)?;
+        Ok(())
+    }
+
+    fn elements(&mut self, n: u64) -> Result<(), WalkStop> {
+        self.budget = self
+            .budget
+            .checked_sub(n)
+            .ok_or(WalkStop::TooManyElements)?;
+        Ok(())
+    }
+
+    /// One value of compact type `t` (booleans carry no bytes, as in the crate's skip).
+    fn value(&mut self, t: u8, depth: u8) -> Result<(), WalkStop> {
+        let depth = depth.checked_sub(1).ok_or(WalkStop::Malformed)?;
+        match t {
+            1 | 2 => Ok(()),
+            3 => self.byte().map(drop),
+            // Integers are skipped byte by byte to the last one, however long.
+            4..=6 => loop {
+                if self.byte()? & 0x80 == 0 {
+                    return Ok(());
+                }
+            },
+            7 => self.skip(8),
+            8 => {
+                let n = self.varint()?;
+                self.skip(n)
+            }
+            9 | 10 => {
+                let header = self.byte()?;
+                if header == 0 {
+                    return Ok(());
+                }
+                let element = match header & 0x0f {
+                    1 | 2 => 1,
+                    e @ 3..=13 => e,
+                    _ => return Err(WalkStop::Malformed),
+                };
+                let n = match header >> 4 {
+                    15 => self.varint()?,
+                    n => u64::from(n),
+                };
+                self.elements(n)?;
+                for _ in 0..n {
+                    self.value(element, depth)?;
+                }
+                Ok(())
+            }
+            11 => {
+                let n = self.varint()?;
+                if n == 0 {
+                    return Ok(());
+                }
+                let kv = self.byte()?;
+                let (k, v) = (kv >> 4, kv & 0x0f);
+                if !(1..=13).contains(&k) || !(1..=13).contains(&v) {
+                    return Err(WalkStop::Malformed);
+                }
+                self.elements(n)?;
+                for _ in 0..n {
+                    self.value(k, depth)?;
+                    self.value(v, depth)?;
+                }
+                Ok(())
+            }
+            12 => loop {
+                let header = self.byte()?;
+                let t = header & 0x0f;
+                if t == 0 {
+                    return Ok(());
+                }
+                if header >> 4 == 0 {
+                    self.varint()?;
+                }
+                self.value(t, depth)?;
+            },
+            13 => self.skip(16),
+            _ => Err(WalkStop::Malformed),
+        }
+    }
 }
 
 /// The Parquet file as the `parquet` crate reads it, refusing what lies past its end: the crate

@@ -170,6 +170,7 @@ fn damaged_parquet_files_are_bad_parquet_lines_found_at_once() {
             "dictionary-declares-too-many-values",
             "dictionary page declares",
         ),
+        ("footer-list-of-booleans", "more list or map elements"),
     ] {
         let input = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../fuzz/regressions/parquet")
@@ -198,6 +199,54 @@ fn damaged_parquet_files_are_bad_parquet_lines_found_at_once() {
             listing.errors.iter().any(|e| e.message.contains(says)),
             "{name}: no line says {says:?}: {:?}",
             listing.errors
+        );
+    }
+}
+
+/// A footer whose unknown field is a map of 2^31 - 1 booleans to booleans in five bytes: the
+/// `parquet` crate would skip it without reading a byte per entry (seconds); pack refuses it
+/// first, and a footer that declares no more elements than it has bytes still reaches the crate.
+#[test]
+fn a_footer_declaring_more_elements_than_bytes_is_refused_at_once() {
+    let file = |map_len: &[u8]| {
+        // FileMetaData: field 200 (full id, zigzag 400) of type map, its size, key and value
+        // types boolean, then the struct's stop.
+        let mut meta = vec![0x0B, 0x90, 0x03];
+        meta.extend_from_slice(map_len);
+        meta.extend_from_slice(&[0x11, 0x00]);
+        let mut bytes = b"PAR1".to_vec();
+        bytes.extend_from_slice(&meta);
+        bytes.extend_from_slice(&(meta.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(b"PAR1");
+        bytes
+    };
+    let t = tempfile::tempdir().unwrap();
+    for (name, map_len, refused) in [
+        ("huge.parquet", &[0xFF, 0xFF, 0xFF, 0xFF, 0x07][..], true),
+        ("small.parquet", &[0x03][..], false),
+    ] {
+        let path = t.path().join(name);
+        std::fs::write(&path, file(map_len)).unwrap();
+        let options = ListOptions {
+            stage_dir: t.path().to_path_buf(),
+            jobs: 1,
+            ..Default::default()
+        };
+        let start = std::time::Instant::now();
+        let listing =
+            crate::parquet::list_parquet(&[path.to_string_lossy().into_owned()], &options).unwrap();
+        assert!(start.elapsed().as_secs_f64() < 1.0, "{name}");
+        assert!(listing.inputs.is_empty(), "{name}");
+        let [e] = &listing.errors[..] else {
+            panic!("{name}: {:?}", listing.errors)
+        };
+        assert_eq!(e.kind, "bad_parquet", "{name}");
+        assert_eq!(
+            e.message
+                .contains("more list or map elements than it has bytes"),
+            refused,
+            "{name}: {}",
+            e.message
         );
     }
 }
