@@ -346,6 +346,118 @@ fn check_footer(file: &std::fs::File) -> Result<(), String> {
     }
 }
 
+/// The largest page, uncompressed, that pack lets the `parquet` crate decode: the crate reserves
+/// a page's declared uncompressed size before decompressing it (up to 2 GiB, declared in a few
+/// bytes). A page's values are inputs, each at most `max_input_bytes`, and writers close a page
+/// at one value past their page size (1 MiB by default; 64 MiB is allowed whatever the inputs).
+fn max_page_bytes(options: &ListOptions) -> u64 {
+    options
+        .max_input_bytes
+        .saturating_add(1 << 20)
+        .max(64 << 20)
+}
+
+/// Reads every page header of the row group's column chunks (pack's own walk, before the crate
+/// reads a page) and refuses a page declaring more than `max` bytes uncompressed, or a header
+/// that declares more list or map elements than it has bytes (see [`check_footer`]). A chunk
+/// this walk cannot follow is left to the crate, which reports it.
+/// Returns how many pages it read.
+fn check_pages(path: &Path, row_group: &dyn RowGroupReader, max: u64) -> Result<u64, String> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open: {e}"))?;
+    let file_len = file
+        .metadata()
+        .map_err(|e| format!("cannot read: {e}"))?
+        .len();
+    let mut pages = 0;
+    for (i, column) in row_group.metadata().columns().iter().enumerate() {
+        let data = column.data_page_offset();
+        let start = column
+            .dictionary_page_offset()
+            .filter(|&d| (0..data).contains(&d))
+            .unwrap_or(data);
+        let (Ok(start), Ok(size)) = (
+            u64::try_from(start),
+            u64::try_from(column.compressed_size()),
+        ) else {
+            continue;
+        };
+        let end = start.saturating_add(size).min(file_len);
+        let mut at = start;
+        let mut buf = Vec::new();
+        'pages: while at < end {
+            // A header is read from up to 64 KiB, then more (statistics may be long), to 16 MiB.
+            let mut want = 64u64 << 10;
+            let (header_len, uncompressed, compressed) = loop {
+                let n = want.min(end - at) as usize;
+                buf.resize(n, 0);
+                if file.read_exact_at(&mut buf, at).is_err() {
+                    break 'pages;
+                }
+                match page_header(&buf) {
+                    Ok(Some(h)) => break h,
+                    Ok(None) if n as u64 == end - at || want >= 16 << 20 => break 'pages,
+                    Ok(None) => want *= 4,
+                    Err(WalkStop::TooManyElements) => {
+                        return Err(format!(
+                            "column {i}: a page header at byte {at} declares more list or map \
+                             elements than it has bytes"
+                        ))
+                    }
+                    Err(WalkStop::Malformed) => break 'pages,
+                }
+            };
+            if uncompressed > max {
+                return Err(format!(
+                    "column {i}: a page at byte {at} declares {uncompressed} bytes uncompressed \
+                     (pages of at most {max} bytes are read)"
+                ));
+            }
+            at = at.saturating_add(header_len).saturating_add(compressed);
+            pages += 1;
+        }
+    }
+    Ok(pages)
+}
+
+/// A page header's length and its uncompressed and compressed sizes (fields 2 and 3, `i32`);
+/// `Ok(None)` when `buf` ends first; `Err(Malformed)` when it is no page header.
+fn page_header(buf: &[u8]) -> Result<Option<(u64, u64, u64)>, WalkStop> {
+    let zigzag = |v: u64| ((v >> 1) as i64) ^ -((v & 1) as i64);
+    let mut walk = ThriftWalk {
+        buf,
+        budget: buf.len() as u64,
+    };
+    let mut sizes = [None, None];
+    let mut id = 0i64;
+    let r = (|| loop {
+        let header = walk.byte()?;
+        let t = header & 0x0f;
+        if t == 0 {
+            return Ok(());
+        }
+        id = match header >> 4 {
+            0 => zigzag(walk.varint()?),
+            delta => id + i64::from(delta),
+        };
+        if t == 5 && (id == 2 || id == 3) {
+            let v = u64::try_from(zigzag(walk.varint()?)).map_err(|_| WalkStop::Malformed)?;
+            sizes[id as usize - 2] = Some(v);
+        } else {
+            walk.value(t, 128)?;
+        }
+    })();
+    match r {
+        // Running out of bytes is `Malformed` inside the walk: ask for more.
+        Err(WalkStop::Malformed) if walk.buf.is_empty() => Ok(None),
+        Err(e) => Err(e),
+        Ok(()) => match sizes {
+            [Some(u), Some(c)] => Ok(Some(((buf.len() - walk.buf.len()) as u64, u, c))),
+            _ => Err(WalkStop::Malformed),
+        },
+    }
+}
+
 /// Why [`ThriftWalk`] stopped early.
 enum WalkStop {
     /// More elements than bytes, in all: refused.
@@ -599,6 +711,8 @@ fn stage_rows(
     let row_group = reader
         .get_row_group(group)
         .map_err(|e| format!("row group {group}: {e}"))?;
+    check_pages(path, &*row_group, max_page_bytes(options))
+        .map_err(|e| format!("row group {group}: {e}"))?;
     check_dictionaries(&*row_group).map_err(|e| format!("row group {group}: {e}"))?;
     let file = std::fs::File::options()
         .write(true)
@@ -798,4 +912,59 @@ fn contain<T>(f: impl FnOnce() -> T) -> Result<T, String> {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a panic without a message".into())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// pack's page walk finds the pages the crate reads, and refuses one over the limit.
+    #[test]
+    fn the_page_walk_finds_every_page_and_refuses_one_over_the_limit() {
+        for seed in ["hf.parquet", "binary.parquet"] {
+            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fuzz/seeds/parquet")
+                .join(seed);
+            let reader = open_reader(&path).unwrap();
+            for g in 0..reader.num_row_groups() {
+                let row_group = reader.get_row_group(g).unwrap();
+                let mut theirs = 0;
+                for c in 0..row_group.num_columns() {
+                    let mut pages = row_group.get_column_page_reader(c).unwrap();
+                    while pages.get_next_page().unwrap().is_some() {
+                        theirs += 1;
+                    }
+                }
+                assert!(theirs > 0, "{seed}");
+                assert_eq!(
+                    check_pages(&path, &*row_group, u64::MAX),
+                    Ok(theirs),
+                    "{seed}"
+                );
+                let err = check_pages(&path, &*row_group, 1).unwrap_err();
+                assert!(err.contains("bytes uncompressed"), "{seed}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_page_header_reads_its_sizes_or_asks_for_more_bytes() {
+        // Fields 1 (type, i32 0), 2 (uncompressed 300), 3 (compressed 7), then the stop.
+        let header = [0x15, 0x00, 0x15, 0xD8, 0x04, 0x15, 0x0E, 0x00];
+        assert!(matches!(page_header(&header), Ok(Some((8, 300, 7)))));
+        for cut in 0..header.len() {
+            assert!(matches!(page_header(&header[..cut]), Ok(None)), "{cut}");
+        }
+        // No sizes: not a page header.
+        assert!(matches!(
+            page_header(&[0x15, 0x00, 0x00]),
+            Err(WalkStop::Malformed)
+        ));
+        // An unknown field 9 holding a list of 2^31 - 1 booleans in six bytes.
+        let bombed = [0x15, 0x00, 0x89, 0xF1, 0xFF, 0xFF, 0xFF, 0xFF, 0x07, 0x00];
+        assert!(matches!(
+            page_header(&bombed),
+            Err(WalkStop::TooManyElements)
+        ));
+    }
 }
