@@ -4,12 +4,13 @@
 //! themselves (each read once, in parallel).
 
 use crate::{read_shard, sniff, tar_meta_and_label};
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use shardtool_manifest::{ShardFormat, ShardKind};
 use shardtool_packed::{PackedShard, RECORD_FIELDS};
-use shardtool_verify::{open_target, Problem, ProblemKind, Target, VerifyError, VerifyOptions};
+use shardtool_verify::{
+    map_on_threads, open_target, Problem, ProblemKind, Target, VerifyError, VerifyOptions,
+};
 use shardtool_wds::group_samples;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -164,36 +165,25 @@ impl Stats {
 
 /// Inspects a dataset (directory or manifest) or a single shard file.
 pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, VerifyError> {
-    let jobs = opts.jobs_or_cores();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .build()
-        .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
     match open_target(target, &opts.limits, true)? {
         Target::Dataset(ds) => {
             let m = &ds.manifest;
-            let parts: Vec<Stats> = pool.install(|| {
-                m.shards
-                    .par_iter()
-                    .with_max_len(1)
-                    .map(|e| {
-                        if !shardtool_manifest::is_safe_file_name(&e.file) {
-                            return Stats::default();
-                        }
-                        let kind = ShardKind {
-                            format: e.format,
-                            compression: e.compression,
-                        };
-                        shard_stats(
-                            &ds.dir.join(&e.file),
-                            &e.file,
-                            Some(kind),
-                            e.uncompressed_bytes,
-                            opts,
-                        )
-                    })
-                    .collect()
-            });
+            let parts = map_on_threads(opts.jobs_or_cores(), "inspect", &m.shards, |e| {
+                if !shardtool_manifest::is_safe_file_name(&e.file) {
+                    return Stats::default();
+                }
+                let kind = ShardKind {
+                    format: e.format,
+                    compression: e.compression,
+                };
+                shard_stats(
+                    &ds.dir.join(&e.file),
+                    &e.file,
+                    Some(kind),
+                    e.uncompressed_bytes,
+                    opts,
+                )
+            })?;
             let mut all = Stats::default();
             for p in parts {
                 all.merge(p);
@@ -216,7 +206,7 @@ pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, Ver
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
             let kind = ShardKind::from_name(&name);
-            let stats = pool.install(|| shard_stats(&path, &name, kind, None, opts));
+            let stats = shard_stats(&path, &name, kind, None, opts);
             if stats.shards == 0 && stats.problems.is_empty() {
                 return Err(VerifyError::UnknownFile { path });
             }

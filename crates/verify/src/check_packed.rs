@@ -24,8 +24,10 @@ use shardtool_wds::txt_problem;
 pub(crate) enum Records {
     /// Not at all: the file checksum already matched the manifest.
     Skip,
-    /// Every record.
+    /// Every record, in order on the calling thread.
     Check,
+    /// Every record, fanned out over the current rayon pool (`--decode` on more than one thread).
+    CheckOnPool,
 }
 
 /// Checks a whole packed shard held in `bytes`; `records` says what to do about record checksums.
@@ -56,9 +58,7 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
         .collect();
     let bad: Vec<usize> = match records {
         Records::Skip => Vec::new(),
-        // With --decode this fans out over verify's pool; without, each shard is one thread's
-        // work (shards run in parallel) and the records are checked in order.
-        Records::Check if ctx.decode => (0..shard.len())
+        Records::CheckOnPool => (0..shard.len())
             .into_par_iter()
             .filter(|&i| !shard.verify_checksum(i))
             .collect(),

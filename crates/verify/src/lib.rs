@@ -31,7 +31,7 @@ mod shard;
 
 pub use dataset::{open_target, Dataset, ShardKind, Target, SHARD_SUFFIXES};
 pub use report::{Problem, ProblemKind, Report};
-pub use run::{verify, NoProgress, Progress, VerifyOptions};
+pub use run::{map_on_threads, verify, NoProgress, Progress, VerifyOptions};
 
 use std::path::PathBuf;
 

@@ -62,6 +62,26 @@ impl VerifyOptions {
     }
 }
 
+/// Maps `items` in order with `f`, one item per task, on a pool of `jobs` threads named
+/// `<name>-<i>`; with one job, on the calling thread (no thread is started, and the fan-outs
+/// inside `f` run in order too, as they check `jobs_or_cores`).
+pub fn map_on_threads<T: Sync, R: Send>(
+    jobs: usize,
+    name: &'static str,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync + Send,
+) -> Result<Vec<R>, VerifyError> {
+    if jobs <= 1 {
+        return Ok(items.iter().map(f).collect());
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .thread_name(move |i| format!("{name}-{i}"))
+        .build()
+        .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
+    Ok(pool.install(|| items.par_iter().with_max_len(1).map(f).collect()))
+}
+
 /// Receives progress; called from worker threads.
 pub trait Progress: Sync {
     /// Called once before any shard is read, with the totals from the manifest.
@@ -119,22 +139,11 @@ pub fn verify(
     // One shard per task, handed out as threads come free; with `decode` a shard's images fan
     // out over the same pool.
     let jobs = opts.jobs_or_cores();
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .thread_name(|i| format!("verify-{i}"))
-        .build()
-        .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
-    let mut outcomes: Vec<_> = pool.install(|| {
-        m.shards
-            .par_iter()
-            .with_max_len(1)
-            .map(|entry| {
-                let o = verify_shard(entry, &shared);
-                progress.shard_done(&entry.file, o.bytes_read);
-                o
-            })
-            .collect()
-    });
+    let mut outcomes = map_on_threads(jobs, "verify", &m.shards, |entry| {
+        let o = verify_shard(entry, &shared);
+        progress.shard_done(&entry.file, o.bytes_read);
+        o
+    })?;
 
     // Merged in shard order: a key repeated across shards is reported with the later shard.
     let capacity = usize::try_from(m.totals.samples).map_or(0, |n| n.min(1 << 24));
@@ -394,5 +403,22 @@ mod tests {
             verify(dir.path(), &o, &NoProgress),
             Err(VerifyError::Manifest { .. })
         ));
+    }
+
+    #[test]
+    fn map_on_threads_keeps_order_and_one_job_stays_on_the_calling_thread() {
+        let items: Vec<u32> = (0..50).collect();
+        let me = std::thread::current().id();
+        for jobs in [1, 2, 4] {
+            let out = map_on_threads(jobs, "t", &items, |&i| {
+                (i * 3, std::thread::current().id() == me)
+            })
+            .unwrap();
+            let values: Vec<u32> = out.iter().map(|o| o.0).collect();
+            assert_eq!(values, items.iter().map(|i| i * 3).collect::<Vec<_>>());
+            let here = out.iter().filter(|o| o.1).count();
+            // One job: everything on this thread; more: everything on the pool's threads.
+            assert_eq!(here, if jobs == 1 { items.len() } else { 0 }, "jobs {jobs}");
+        }
     }
 }

@@ -139,7 +139,13 @@ pub(crate) fn verify_shard(entry: &ShardEntry, sh: &Shared<'_>) -> ShardOutcome 
         let records = if entry.format == ShardFormat::Packed
             && (opts.decode || !matches_manifest(entry, loaded.stored_sum, loaded.uncompressed))
         {
-            Records::Check
+            // With `decode` the records fan out over verify's pool; without, each shard is one
+            // thread's work (shards run in parallel).
+            if opts.decode && opts.jobs_or_cores() > 1 {
+                Records::CheckOnPool
+            } else {
+                Records::Check
+            }
         } else {
             Records::Skip
         };
@@ -304,11 +310,12 @@ fn check_content(
             limits: opts.limits,
             ..TransformSpec::default()
         };
-        let results: Vec<Option<Problem>> = scan
-            .images
-            .par_iter()
-            .map(|job| decode_one(&entry.file, data, job, &spec))
-            .collect();
+        let decode = |job| decode_one(&entry.file, data, job, &spec);
+        let results: Vec<Option<Problem>> = if opts.jobs_or_cores() > 1 {
+            scan.images.par_iter().map(decode).collect()
+        } else {
+            scan.images.iter().map(decode).collect()
+        };
         out.decoded = scan.images.len() as u64;
         problems.extend(results.into_iter().flatten());
     }
