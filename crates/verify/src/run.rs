@@ -63,8 +63,8 @@ impl VerifyOptions {
 }
 
 /// Maps `items` in order with `f`, one item per task, on a pool of `jobs` threads named
-/// `<name>-<i>`; with one job, on the calling thread (no thread is started, and the fan-outs
-/// inside `f` run in order too, as they check `jobs_or_cores`).
+/// `<name>-<i>`; with one job, on the calling thread (no thread is started; fan-outs inside `f`
+/// must then run in order themselves, or they would start rayon's global pool).
 pub fn map_on_threads<T: Sync, R: Send>(
     jobs: usize,
     name: &'static str,
@@ -126,6 +126,7 @@ pub fn verify(
         m.shards.len() as u64,
         m.shards.iter().fold(0u64, |a, s| a.saturating_add(s.bytes)),
     );
+    let jobs = opts.jobs_or_cores();
     let shared = Shared {
         dir: &ds.dir,
         fields: &fields,
@@ -134,11 +135,11 @@ pub fn verify(
         json_input: m.pack.get("json").and_then(|v| v.as_str()) == Some("input"),
         renumbered: m.pack.get("keys").and_then(|v| v.as_str()) == Some("index"),
         opts,
+        jobs,
         buffers: BufferPool::default(),
     };
     // One shard per task, handed out as threads come free; with `decode` a shard's images fan
     // out over the same pool.
-    let jobs = opts.jobs_or_cores();
     let mut outcomes = map_on_threads(jobs, "verify", &m.shards, |entry| {
         let o = verify_shard(entry, &shared);
         progress.shard_done(&entry.file, o.bytes_read);

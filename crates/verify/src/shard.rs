@@ -31,6 +31,8 @@ pub(crate) struct Shared<'a> {
     /// The manifest's pack options say samples were numbered by position (`"keys": "index"`).
     pub renumbered: bool,
     pub opts: &'a VerifyOptions,
+    /// Verify's threads (`opts.jobs_or_cores()`, read once); with 1 nothing fans out.
+    pub jobs: usize,
     pub buffers: BufferPool,
 }
 
@@ -141,7 +143,7 @@ pub(crate) fn verify_shard(entry: &ShardEntry, sh: &Shared<'_>) -> ShardOutcome 
         {
             // With `decode` the records fan out over verify's pool; without, each shard is one
             // thread's work (shards run in parallel).
-            if opts.decode && opts.jobs_or_cores() > 1 {
+            if opts.decode && sh.jobs > 1 {
                 Records::CheckOnPool
             } else {
                 Records::Check
@@ -311,7 +313,7 @@ fn check_content(
             ..TransformSpec::default()
         };
         let decode = |job| decode_one(&entry.file, data, job, &spec);
-        let results: Vec<Option<Problem>> = if opts.jobs_or_cores() > 1 {
+        let results: Vec<Option<Problem>> = if sh.jobs > 1 {
             scan.images.par_iter().map(decode).collect()
         } else {
             scan.images.iter().map(decode).collect()
