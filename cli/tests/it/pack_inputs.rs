@@ -226,7 +226,7 @@ fn damaged_inputs_give_per_sample_errors_and_keep_what_is_whole() {
     // errors.jsonl with the reader's message, and no panic report on stderr.
     std::fs::copy(
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../fuzz/regressions/parquet/row-group-panics-the-parquet-reader"),
+            .join("../fuzz/regressions/parquet/rows-panic-the-parquet-reader"),
         pq.join("d.parquet"),
     )
     .unwrap();
