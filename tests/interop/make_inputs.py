@@ -10,6 +10,9 @@ Usage: make_inputs.py IMAGEFOLDER OUT
   with pyarrow: `image` (struct of `bytes`, `path`), `label` (int64, a `ClassLabel` in the
   `huggingface` schema metadata), `text`, `score` (float64); the last row of the last file has a
   null image.
+* OUT/parquet-layouts/<layout>.parquet: the first six images (same schema, no metadata) written
+  with each compression codec and page layout pyarrow offers: data page v1 and v2, dictionary or
+  not, page index, page checksums, statistics or not, small pages and row groups.
 * OUT/expect.json: per WebDataset key and per Parquet `file:row`, the fields pack must carry.
 """
 
@@ -89,6 +92,27 @@ def main(argv: list[str]) -> int:
         table = pa.table(rows, schema=schema)
         # Small row groups, as `datasets` writes image data (it streams by row group).
         pq.write_table(table, out / "parquet" / "data" / name, row_group_size=8)
+    layouts: dict[str, dict[str, Any]] = {
+        "default": {},
+        "uncompressed-v2": {"compression": "none", "data_page_version": "2.0"},
+        "zstd-v2-page-index": {"compression": "zstd", "data_page_version": "2.0",
+                               "write_page_index": True},
+        "gzip-no-dictionary": {"compression": "gzip", "use_dictionary": False},
+        "lz4-checksums": {"compression": "lz4", "write_page_checksum": True},
+        "brotli-small-pages": {"compression": "brotli", "data_page_size": 1024,
+                               "row_group_size": 2},
+        "snappy-no-statistics": {"compression": "snappy", "write_statistics": False},
+    }
+    (out / "parquet-layouts").mkdir()
+    first = images[:6]
+    table = pa.table({
+        "image": [{"bytes": p.read_bytes(), "path": p.name} for p in first],
+        "label": [classes.index(p.parent.name) for p in first],
+        "text": [p.stem for p in first],
+    })
+    expect["layouts"] = {"names": list(layouts), "rows": len(first)}
+    for name, options in layouts.items():
+        pq.write_table(table, out / "parquet-layouts" / f"{name}.parquet", **options)
     (out / "expect.json").write_text(json.dumps(expect))
     return 0
 

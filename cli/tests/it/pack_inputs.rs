@@ -189,6 +189,38 @@ fn hugging_face_parquet_packs_with_class_names_captions_and_columns() {
     verify_ok(&ds);
 }
 
+/// Every codec and page layout pyarrow writes packs whole: pack's own page-header walk (run
+/// before the `parquet` crate reads a page) refuses none of them.
+#[test]
+fn parquet_in_every_codec_and_page_layout_pyarrow_writes_packs_whole() {
+    let t = tempdir();
+    let want = make_inputs(t.path());
+    let names = want["layouts"]["names"].as_array().unwrap();
+    let rows = want["layouts"]["rows"].as_u64().unwrap();
+    assert!(names.len() >= 7 && rows > 0);
+    let ds = t.path().join("ds");
+    pack(t.path().join("parquet-layouts"), &ds)
+        .args(["--resize", "shorter:32"])
+        .ok();
+    let m = manifest(&ds);
+    assert_eq!(m.inputs.found, names.len() as u64 * rows);
+    assert_eq!(m.inputs.packed, m.inputs.found);
+    assert!(check_accounting(&ds, &[]).is_empty());
+    let got = tar_fields(&ds);
+    for name in names {
+        let file = format!("{}.parquet", name.as_str().unwrap());
+        let from_file = got
+            .values()
+            .filter(|s| {
+                let json: Value = serde_json::from_slice(&s["json"]).unwrap();
+                json["source"].as_str().unwrap().contains(&file)
+            })
+            .count();
+        assert_eq!(from_file as u64, rows, "{file}");
+    }
+    verify_ok(&ds);
+}
+
 #[test]
 fn damaged_inputs_give_per_sample_errors_and_keep_what_is_whole() {
     let t = tempdir();
