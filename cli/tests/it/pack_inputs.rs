@@ -206,16 +206,16 @@ fn parquet_in_every_codec_and_page_layout_pyarrow_writes_packs_whole() {
     assert_eq!(m.inputs.found, names.len() as u64 * rows);
     assert_eq!(m.inputs.packed, m.inputs.found);
     assert!(check_accounting(&ds, &[]).is_empty());
-    let got = tar_fields(&ds);
+    let sources: Vec<String> = tar_fields(&ds)
+        .values()
+        .map(|s| {
+            let json: Value = serde_json::from_slice(&s["json"]).unwrap();
+            json["source"].as_str().unwrap().to_owned()
+        })
+        .collect();
     for name in names {
         let file = format!("{}.parquet", name.as_str().unwrap());
-        let from_file = got
-            .values()
-            .filter(|s| {
-                let json: Value = serde_json::from_slice(&s["json"]).unwrap();
-                json["source"].as_str().unwrap().contains(&file)
-            })
-            .count();
+        let from_file = sources.iter().filter(|s| s.contains(&file)).count();
         assert_eq!(from_file as u64, rows, "{file}");
     }
     verify_ok(&ds);

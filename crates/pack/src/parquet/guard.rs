@@ -553,9 +553,8 @@ mod tests {
     fn a_malformed_page_header_refuses_the_row_group() {
         let seed =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/parquet/hf.parquet");
-        let dir = std::env::temp_dir().join(format!("shardtool-guard-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("damaged.parquet");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("damaged.parquet");
         let mut bytes = std::fs::read(&seed).unwrap();
         let reader = open_reader(&seed).unwrap();
         let column = reader.metadata().row_group(0).column(0);
@@ -573,6 +572,5 @@ mod tests {
             )),
             "{err}"
         );
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
