@@ -179,6 +179,10 @@ fn damaged_parquet_files_are_bad_parquet_lines_found_at_once() {
             "more list or map elements",
         ),
         (
+            "footer-field-read-otherwise-hides-a-list-of-booleans",
+            "more list or map elements",
+        ),
+        (
             "page-size-truncated-from-a-long-varint",
             "2013265920 bytes uncompressed",
         ),

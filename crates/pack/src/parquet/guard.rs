@@ -18,8 +18,11 @@ pub(super) fn open_reader(path: &Path) -> Result<SerializedFileReader<Bounded>, 
 /// Refuses a footer whose Thrift declares more list, set or map elements than it has bytes
 /// before the `parquet` crate reads it. The crate skips an unknown field's list of booleans (or
 /// map of booleans to booleans) without reading a byte per element, so a few bytes declaring
-/// 2^31 of them cost it seconds; an honest encoding spends at least a byte on each. A footer
-/// this walk cannot follow is left to the crate, which reports it.
+/// 2^31 of them cost it seconds; an honest encoding spends at least a byte on each. The walk
+/// reads the footer as the crate does ([`file_metadata_field`]): a field the crate knows by the
+/// type it should have, whatever type its bytes declare, so that no bytes the crate takes for
+/// such a list hide from the walk inside a field it read otherwise. A footer this walk cannot
+/// follow is left to the crate, which reports it.
 fn check_footer(file: &std::fs::File) -> Result<(), String> {
     use std::os::unix::fs::FileExt;
     let len = file
@@ -42,7 +45,7 @@ fn check_footer(file: &std::fs::File) -> Result<(), String> {
         budget: meta.len() as u64,
     };
     // The crate allows 64 levels below each skipped field, which may lie deep in its structs.
-    match walk.value(12, 128) {
+    match walk.fields(file_metadata_field, 128, &mut |_, _| {}) {
         Err(WalkStop::TooManyElements) => Err(format!(
             "not a Parquet file: its {meta_len}-byte footer declares more list or map elements \
              than it has bytes"
@@ -139,19 +142,156 @@ pub(super) fn check_row_group(
     Ok(pages)
 }
 
-/// How the crate reads a field of a page header struct (`PageHeader::read_thrift_without_stats`
-/// and the structs it reads): by the type the field should have, not the type its bytes
-/// declare, so a walk by declared types alone could read other sizes than the crate.
+/// How the crate reads a field of a struct it knows (the footer's structs, and a page header's
+/// in `PageHeader::read_thrift_without_stats`): by the type the field should have, not the type
+/// its bytes declare, so a walk by declared types alone could read other sizes than the crate.
 #[derive(Clone, Copy)]
 enum Field {
-    /// An `i32` or an enum: a zigzag varint whatever the declared type.
+    /// An `i16`, `i32`, `i64` or an enum: a zigzag varint whatever the declared type.
     Int,
+    /// An `i8`: one byte.
+    Byte,
     /// A `bool`, held in the declared type (any other type fails in the crate).
     Bool,
-    /// A struct read field by field as the function says.
+    /// A `double`: eight bytes.
+    Double,
+    /// A `string` or `binary`: a varint length and that many bytes.
+    Binary,
+    /// A struct (or union) read field by field as the function says.
     Struct(fn(i16) -> Field),
+    /// An empty struct standing for a union's variant: one zero byte.
+    Empty,
+    /// A list whose declared element type must be the given one (the crate checks it).
+    List(Element),
     /// Skipped by its declared type.
     Skip,
+}
+
+/// The elements of a [`Field::List`].
+#[derive(Clone, Copy)]
+enum Element {
+    /// Zigzag varints, declared with this compact type (5 for `i32`, 6 for `i64`).
+    Int(u8),
+    /// Structs read as the function says.
+    Struct(fn(i16) -> Field),
+}
+
+/// `FileMetaData`, as `parquet_metadata_from_bytes` reads it (built without `encryption`).
+fn file_metadata_field(id: i16) -> Field {
+    match id {
+        1 | 3 => Field::Int,
+        2 => Field::List(Element::Struct(schema_element_field)),
+        4 => Field::List(Element::Struct(row_group_field)),
+        5 => Field::List(Element::Struct(|id| match id {
+            1 | 2 => Field::Binary,
+            _ => Field::Skip,
+        })),
+        6 => Field::Binary,
+        7 => Field::List(Element::Struct(|id| match id {
+            1..=3 => Field::Empty,
+            _ => Field::Skip,
+        })),
+        _ => Field::Skip,
+    }
+}
+
+/// `SchemaElement`, its `LogicalType` union (field 10) and the structs of that union.
+fn schema_element_field(id: i16) -> Field {
+    match id {
+        1..=3 | 5..=9 => Field::Int,
+        4 => Field::Binary,
+        10 => Field::Struct(|id| match id {
+            1..=4 | 6 | 11..=15 | 19 => Field::Empty,
+            5 => Field::Struct(|id| match id {
+                1 | 2 => Field::Int,
+                _ => Field::Skip,
+            }),
+            7 | 8 => Field::Struct(time_field),
+            10 => Field::Struct(|id| match id {
+                1 => Field::Byte,
+                2 => Field::Bool,
+                _ => Field::Skip,
+            }),
+            16 => Field::Struct(|id| match id {
+                1 => Field::Byte,
+                _ => Field::Skip,
+            }),
+            17 => Field::Struct(|id| match id {
+                1 => Field::Binary,
+                _ => Field::Skip,
+            }),
+            18 => Field::Struct(|id| match id {
+                1 => Field::Binary,
+                2 => Field::Int,
+                _ => Field::Skip,
+            }),
+            _ => Field::Skip,
+        }),
+        _ => Field::Skip,
+    }
+}
+
+/// `TimeType` and `TimestampType`: adjusted to UTC, then the `TimeUnit` union.
+fn time_field(id: i16) -> Field {
+    match id {
+        1 => Field::Bool,
+        2 => Field::Struct(|id| match id {
+            1..=3 => Field::Empty,
+            _ => Field::Skip,
+        }),
+        _ => Field::Skip,
+    }
+}
+
+/// `RowGroup`, its `ColumnChunk`s and their `SortingColumn`s.
+fn row_group_field(id: i16) -> Field {
+    match id {
+        1 => Field::List(Element::Struct(|id| match id {
+            1 => Field::Binary,
+            2 | 4..=7 => Field::Int,
+            3 => Field::Struct(column_metadata_field),
+            _ => Field::Skip,
+        })),
+        2 | 3 | 5 | 7 => Field::Int,
+        4 => Field::List(Element::Struct(|id| match id {
+            1 => Field::Int,
+            2 | 3 => Field::Bool,
+            _ => Field::Skip,
+        })),
+        _ => Field::Skip,
+    }
+}
+
+/// `ColumnMetaData` (`read_column_metadata`, default options) and the structs it holds.
+fn column_metadata_field(id: i16) -> Field {
+    match id {
+        1 | 4..=7 | 9..=11 | 14 | 15 => Field::Int,
+        2 => Field::List(Element::Int(5)),
+        12 => Field::Struct(|id| match id {
+            1 | 2 | 5 | 6 => Field::Binary,
+            3 | 4 | 9 => Field::Int,
+            7 | 8 => Field::Bool,
+            _ => Field::Skip,
+        }),
+        13 => Field::List(Element::Struct(|id| match id {
+            1..=3 => Field::Int,
+            _ => Field::Skip,
+        })),
+        16 => Field::Struct(|id| match id {
+            1 => Field::Int,
+            2 | 3 => Field::List(Element::Int(6)),
+            _ => Field::Skip,
+        }),
+        17 => Field::Struct(|id| match id {
+            1 => Field::Struct(|id| match id {
+                1..=8 => Field::Double,
+                _ => Field::Skip,
+            }),
+            2 => Field::List(Element::Int(5)),
+            _ => Field::Skip,
+        }),
+        _ => Field::Skip,
+    }
 }
 
 /// `PageHeader`: type, uncompressed size, compressed size, crc, then the four page kinds.
@@ -278,12 +418,49 @@ impl ThriftWalk<'_> {
             };
             match schema(id) {
                 Field::Int => int(id, zigzag(self.varint()?) as i32),
+                Field::Byte => self.byte().map(drop)?,
                 Field::Bool if t == 1 || t == 2 => {}
                 Field::Bool => return Err(WalkStop::Malformed),
+                Field::Double => self.skip(8)?,
+                Field::Binary => {
+                    let n = self.varint()?;
+                    self.skip(n)?;
+                }
                 Field::Struct(inner) => self.fields(inner, depth, &mut |_, _| {})?,
+                Field::Empty if self.byte()? == 0 => {}
+                Field::Empty => return Err(WalkStop::Malformed),
+                Field::List(element) => self.list(element, depth)?,
                 Field::Skip => self.value(t, 64)?,
             }
         }
+    }
+
+    /// A list the crate reads by its schema: the declared element type must be `element`'s, as
+    /// the crate checks (an empty list's zero header declares bytes, which none of these are).
+    fn list(&mut self, element: Element, depth: u8) -> Result<(), WalkStop> {
+        let header = self.byte()?;
+        let declared = match element {
+            Element::Int(t) => t,
+            Element::Struct(_) => 12,
+        };
+        if header & 0x0f != declared {
+            return Err(WalkStop::Malformed);
+        }
+        let n = match header >> 4 {
+            15 => self.varint()?,
+            n => u64::from(n),
+        };
+        if n > i32::MAX as u64 {
+            return Err(WalkStop::Malformed);
+        }
+        self.elements(n)?;
+        for _ in 0..n {
+            match element {
+                Element::Int(_) => self.value(5, 1)?,
+                Element::Struct(inner) => self.fields(inner, depth, &mut |_, _| {})?,
+            }
+        }
+        Ok(())
     }
 
     fn skip(&mut self, n: u64) -> Result<(), WalkStop> {
@@ -449,9 +626,7 @@ mod tests {
     #[test]
     fn the_page_walk_finds_every_page_and_refuses_one_over_the_limit() {
         for seed in ["hf.parquet", "binary.parquet"] {
-            let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../fuzz/seeds/parquet")
-                .join(seed);
+            let path = self::seed(seed);
             let reader = open_reader(&path).unwrap();
             for g in 0..reader.num_row_groups() {
                 let row_group = reader.get_row_group(g).unwrap();
@@ -472,6 +647,62 @@ mod tests {
                 assert!(err.contains("bytes uncompressed"), "{seed}: {err}");
             }
         }
+    }
+
+    fn seed(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../fuzz/seeds/parquet")
+            .join(name)
+    }
+
+    /// The footer walk reads real footers by the crate's schema to their last byte: pyarrow's,
+    /// with logical types, statistics, size statistics, sorting columns, column orders and
+    /// key-value metadata (`types.parquet`). A field read by the wrong type would leave it
+    /// elsewhere.
+    #[test]
+    fn the_footer_walk_reads_real_footers_to_their_end() {
+        for name in ["hf.parquet", "binary.parquet", "types.parquet"] {
+            let bytes = std::fs::read(seed(name)).unwrap();
+            let len = bytes.len();
+            let meta_len = u32::from_le_bytes(bytes[len - 8..len - 4].try_into().unwrap()) as usize;
+            let meta = &bytes[len - 8 - meta_len..len - 8];
+            let mut walk = ThriftWalk {
+                buf: meta,
+                budget: meta.len() as u64,
+            };
+            let read = walk.fields(file_metadata_field, 128, &mut |_, _| {});
+            assert!(matches!(read, Ok(())), "{name}");
+            assert!(walk.buf.is_empty(), "{name}: {} bytes left", walk.buf.len());
+        }
+    }
+
+    /// `FileMetaData.version` declared as nine bytes of binary: a walk by declared types skips
+    /// them, while the crate reads an `i32` (0x09) and then the nine bytes as an unknown field
+    /// 100 holding 2^31 - 1 booleans, which it skips for seconds. The walk reads it as the crate.
+    #[test]
+    fn a_list_of_booleans_hidden_in_a_field_the_crate_reads_otherwise_is_counted() {
+        let footer = [
+            0x18, 0x09, 0x09, 0xC8, 0x01, 0xF1, 0xFF, 0xFF, 0xFF, 0xFF, 0x07, 0x00,
+        ];
+        let walk = || ThriftWalk {
+            buf: &footer,
+            budget: footer.len() as u64,
+        };
+        assert!(matches!(walk().value(12, 128), Ok(())));
+        assert!(matches!(
+            walk().fields(file_metadata_field, 128, &mut |_, _| {}),
+            Err(WalkStop::TooManyElements)
+        ));
+        // A list the crate reads by its schema must declare the element type the crate checks.
+        let encodings_as_i64 = [0x26, 0x00];
+        let mut walk = ThriftWalk {
+            buf: &encodings_as_i64,
+            budget: 2,
+        };
+        assert!(matches!(
+            walk.list(Element::Int(5), 8),
+            Err(WalkStop::Malformed)
+        ));
     }
 
     #[test]
@@ -551,8 +782,7 @@ mod tests {
     /// A page header the walk cannot read is refused, not left to the crate.
     #[test]
     fn a_malformed_page_header_refuses_the_row_group() {
-        let seed =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/parquet/hf.parquet");
+        let seed = seed("hf.parquet");
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("damaged.parquet");
         let mut bytes = std::fs::read(&seed).unwrap();
