@@ -21,10 +21,11 @@ pub struct LoaderArgs {
     /// Epoch (changes the shard order and the buffer shuffle).
     #[arg(long, default_value_t = 0)]
     pub epoch: u64,
-    /// This process's rank (default: $RANK, else 0).
+    /// This process's rank, given with --world. Without both: $RANK and $WORLD_SIZE as torchrun
+    /// sets them (an error if either is set but not a whole number), else rank 0 of 1.
     #[arg(long, requires = "world")]
     pub rank: Option<u32>,
-    /// Number of ranks (default: $WORLD_SIZE, else 1).
+    /// Number of ranks, given with --rank (see --rank for the default).
     #[arg(long, requires = "rank")]
     pub world: Option<u32>,
     /// Reader threads (default: all cores). Never changes the order.

@@ -89,6 +89,56 @@ fn keys_are_exactly_once_over_ranks_and_stable() {
     );
 }
 
+/// RANK and WORLD_SIZE partition a read as torchrun sets them; one set to something that is not
+/// a whole number is an error (not the whole dataset on every rank), unless --rank and --world
+/// are given.
+#[test]
+fn rank_and_world_size_come_from_the_environment_and_a_bad_one_is_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &[]);
+    let d = ds.to_str().unwrap();
+    let read = |env: &[(&str, &str)], args: &[&str]| {
+        let mut c = bin();
+        c.env_remove("RANK").env_remove("WORLD_SIZE");
+        c.envs(env.iter().copied());
+        c.arg("read")
+            .arg(d)
+            .arg("--keys")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let ok = |out: std::process::Output| {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let from_env = ok(read(&[("RANK", "1"), ("WORLD_SIZE", "3")], &[]));
+    let given = ok(read(&[], &["--rank", "1", "--world", "3"]));
+    assert_eq!(from_env.lines().count(), 15);
+    assert_eq!(from_env, given);
+    for (env, says) in [
+        (&[("WORLD_SIZE", "abc")][..], "WORLD_SIZE=\"abc\""),
+        (&[("RANK", "-1"), ("WORLD_SIZE", "2")][..], "RANK=\"-1\""),
+        (&[("RANK", " 1"), ("WORLD_SIZE", "2")][..], "RANK=\" 1\""),
+    ] {
+        let out = read(env, &[]);
+        assert_eq!(out.status.code(), Some(2), "{env:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{env:?}: {err}");
+        assert!(out.stdout.is_empty(), "{env:?}");
+    }
+    let explicit = ok(read(
+        &[("WORLD_SIZE", "abc")],
+        &["--rank", "1", "--world", "3"],
+    ));
+    assert_eq!(explicit, given);
+}
+
 #[test]
 fn limit_state_out_and_resume_continue_the_identical_sequence() {
     let dir = tempfile::tempdir().unwrap();

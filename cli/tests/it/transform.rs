@@ -108,6 +108,11 @@ fn bad_transforms_and_a_flip_without_a_crop_are_usage_errors() {
             &["--decode", "--transform", "decode"][..],
             "cannot be used with",
         ),
+        // 45 samples of 16384x16384x3 bytes: refused before the batch is allocated.
+        (
+            &["--transform", "center-crop:16384", "--batch", "64"][..],
+            "a batch of 45 16384x16384 RGB images needs 33.",
+        ),
     ] {
         let out = bin().arg("read").arg(&ds).args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -31,7 +31,9 @@ pub use batch::{
 };
 pub use dataset::{Dataset, ShardView};
 pub use fields::{available_fields, check_fields};
-pub use loader::{dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next};
+pub use loader::{
+    dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next, MAX_BATCH_BYTES,
+};
 pub use metrics::{Metrics, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
 pub use plan::{OrderOptions, Remainder};
 pub use shardtool_cache::{CacheMetrics, Location};

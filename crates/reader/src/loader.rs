@@ -81,6 +81,8 @@ pub struct LoaderBuilder {
     epoch: u64,
     rank: u32,
     world: u32,
+    /// Why RANK or WORLD_SIZE could not be used; an error at `build` unless `partition` is given.
+    env_partition_error: Option<String>,
     workers: usize,
     prefetch: usize,
     in_order: bool,
@@ -97,20 +99,39 @@ pub struct LoaderBuilder {
     cache: Option<CacheOptions>,
 }
 
-fn env_u32(name: &str) -> Option<u32> {
-    std::env::var(name).ok()?.parse().ok()
+/// `name` from the environment: `Ok(None)` when unset, an error naming it when it is set but not
+/// a whole number (a launcher's typo must not make every rank read the whole dataset).
+fn env_u32(name: &str) -> Result<Option<u32>, String> {
+    match std::env::var(name) {
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Ok(v) => v
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("{name}={v:?} is not a whole number from 0 to {}", u32::MAX)),
+        Err(std::env::VarError::NotUnicode(v)) => Err(format!("{name}={v:?} is not a number")),
+    }
 }
+
+/// The most bytes one fixed-shape batch may take (batch size x side x side x 3): a larger one is
+/// refused before anything is allocated.
+pub const MAX_BATCH_BYTES: u64 = 8 << 30;
 
 impl LoaderBuilder {
     fn new(location: Location) -> Self {
+        // torchrun sets RANK and WORLD_SIZE for every process.
+        let (rank, world) = (env_u32("RANK"), env_u32("WORLD_SIZE"));
+        let env_partition_error = match (&rank, &world) {
+            (Err(e), _) | (_, Err(e)) => Some(e.clone()),
+            _ => None,
+        };
         Self {
             location,
             batch_size: 64,
             order: OrderOptions::default(),
             epoch: 0,
-            // torchrun sets RANK and WORLD_SIZE for every process.
-            rank: env_u32("RANK").unwrap_or(0),
-            world: env_u32("WORLD_SIZE").unwrap_or(1),
+            rank: rank.ok().flatten().unwrap_or(0),
+            world: world.ok().flatten().unwrap_or(1),
+            env_partition_error,
             workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
             prefetch: 2,
             in_order: true,
@@ -163,10 +184,12 @@ impl LoaderBuilder {
         self.epoch = e;
         self
     }
-    /// Rank and world size (default from RANK / WORLD_SIZE, else 0 of 1).
+    /// Rank and world size (default from RANK / WORLD_SIZE, else 0 of 1; either one set but not
+    /// a whole number makes `build` fail unless this is called).
     pub fn partition(mut self, rank: u32, world: u32) -> Self {
         self.rank = rank;
         self.world = world;
+        self.env_partition_error = None;
         self
     }
     /// Worker threads (default: all cores).
@@ -300,6 +323,7 @@ impl LoaderBuilder {
             self.epoch = s.epoch;
             self.rank = s.rank;
             self.world = s.world;
+            self.env_partition_error = None;
             self.batch_size = s.batch_size;
             // The prefix is added once the epoch's batch count is known: a saved state is read
             // from a checkpoint file and may claim any number.
@@ -313,6 +337,11 @@ impl LoaderBuilder {
                     "batch share {i} of {n}: need index < count"
                 )));
             }
+        }
+        if let Some(e) = &self.env_partition_error {
+            return Err(ReadError::BadOptions(format!(
+                "{e}: set it right, or give the rank and world size explicitly"
+            )));
         }
         if self.batch_size == 0 || self.workers == 0 || self.world == 0 || self.rank >= self.world {
             return Err(ReadError::BadOptions(format!(
@@ -340,6 +369,18 @@ impl LoaderBuilder {
             order.len() as u64,
             per_rank(total, self.world, self.order.remainder)
         );
+        if let Some(side) = self.transform.fixed_size() {
+            let batch = self.batch_size.min(order.len()) as u64;
+            let bytes = batch * u64::from(side) * u64::from(side) * 3;
+            if bytes > MAX_BATCH_BYTES {
+                return Err(ReadError::BadOptions(format!(
+                    "a batch of {batch} {side}x{side} RGB images needs {:.1} GiB, over the {} GiB \
+                     a batch may take: use a smaller batch or crop size",
+                    bytes as f64 / f64::from(1u32 << 30),
+                    MAX_BATCH_BYTES >> 30
+                )));
+            }
+        }
         let batches = order.len().div_ceil(self.batch_size) as u64;
         skip.extend(0..delivered_prefix.min(batches));
         // A saved state may name batches this epoch does not have: those are no work.
