@@ -105,6 +105,7 @@ fn flag_of(e: &PlanError) -> &'static str {
         PlanError::Quality(_) => "--quality",
         PlanError::ZstdLevel(_) => "--compress",
         PlanError::PackedShardSamples(_) | PlanError::NeedShardSamples => "--shard-samples",
+        PlanError::OutputHoldsInputs { .. } => "OUTPUT",
         _ => "options",
     }
 }

@@ -92,6 +92,52 @@ fn a_non_empty_output_is_refused_without_overwrite() {
     pack(&root, &empty).ok();
 }
 
+/// `--overwrite` removes an earlier pack's files only: the shards its manifest lists (whatever
+/// their prefix) and this plan's shard names. Another shard-like file is refused before anything
+/// is removed, and an output that would take in the inputs is refused outright.
+#[test]
+fn overwrite_never_removes_files_no_pack_wrote_and_an_output_among_the_inputs_is_refused() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 4, 0);
+    let ds = t.path().join("ds");
+    pack(&root, &ds)
+        .args(["--prefix", "old", "--shard-samples", "2"])
+        .ok();
+    write_file(ds.join("keep.tar"), b"mine");
+    let before = dir_contents(&ds);
+    let r = pack(&root, &ds).arg("--overwrite").run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("keep.tar"), "{}", r.stderr);
+    assert_eq!(
+        dir_contents(&ds),
+        before,
+        "a refused overwrite removes nothing"
+    );
+    std::fs::remove_file(ds.join("keep.tar")).unwrap();
+    pack(&root, &ds).arg("--overwrite").ok();
+    assert_eq!(
+        file_names(&ds),
+        ["errors.jsonl", "manifest.json", "shard-000000.tar"]
+    );
+
+    // The output inside the ImageFolder (it would become a class), or the folder of the input
+    // shards (--overwrite would clear them before they are read).
+    for args in [&["--overwrite"][..], &[]] {
+        let r = pack(&root, root.join("packed")).args(args).run();
+        r.assert_code(2);
+        assert!(r.stderr.contains("outside the inputs"), "{}", r.stderr);
+    }
+    assert!(!root.join("packed").exists());
+    let shards = dir_contents(&ds);
+    let r = pack(&ds, &ds)
+        .args(["--input-format", "wds", "--overwrite"])
+        .run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("outside the inputs"), "{}", r.stderr);
+    assert_eq!(dir_contents(&ds), shards);
+}
+
 #[test]
 fn an_output_that_is_a_file_is_a_usage_error() {
     let t = tempdir();

@@ -10,6 +10,7 @@ pub mod fuzzing;
 mod labels;
 mod list_file;
 mod listing;
+mod output;
 mod parquet;
 mod partition;
 mod pipeline;
@@ -103,6 +104,15 @@ pub enum PackError {
     OutputNotEmpty {
         /// The output folder.
         path: PathBuf,
+    },
+    /// `--overwrite` found a shard-like file that no pack wrote there (not listed by the old
+    /// manifest, not named as this plan names shards): it is not removed, nor anything else.
+    #[error("output {path} holds {file}, which is not a shard of the dataset there; --overwrite removes only an earlier pack's files: move it away or choose another output")]
+    OutputHoldsOtherShards {
+        /// The output folder.
+        path: PathBuf,
+        /// The file.
+        file: String,
     },
     /// The worker threads could not be started.
     #[error("cannot start {threads} worker threads: {cause}")]
@@ -226,6 +236,7 @@ impl PackError {
                 | PackError::TooManyInputs { .. }
                 | PackError::OutputNotAFolder { .. }
                 | PackError::OutputNotEmpty { .. }
+                | PackError::OutputHoldsOtherShards { .. }
                 | PackError::NoPlan { .. }
                 | PackError::PlanExists { .. }
                 | PackError::BadPart { .. }

@@ -415,7 +415,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         return crate::partition::pack_planned(plan, progress);
     }
     let start = Instant::now();
-    let mut listing = list_for(plan, &plan.output, || prepare_output(plan))?;
+    let mut listing = list_for(plan, &plan.output, || crate::output::prepare_output(plan))?;
     let _staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() && listing.errors.is_empty() {
         return Err(PackError::NoImages {
@@ -836,50 +836,4 @@ fn read_bounded(
 
 pub(crate) fn write_errors(path: &Path, errors: &[ErrorRecord]) -> Result<(), PackError> {
     AtomicFile::write(path, &errors::to_jsonl(errors)).map_err(|e| PackError::io(path, e))
-}
-
-/// Makes sure `output` exists and holds no dataset, clearing an old one with `--overwrite`.
-pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
-    let out = &plan.output;
-    let io = |e| PackError::io(out, e);
-    if out.exists() {
-        if !out.is_dir() {
-            return Err(PackError::OutputNotAFolder { path: out.clone() });
-        }
-        let entries: Vec<_> = std::fs::read_dir(out)
-            .map_err(io)?
-            .collect::<Result<_, _>>()
-            .map_err(io)?;
-        if entries.is_empty() {
-            return Ok(());
-        }
-        if !plan.overwrite {
-            return Err(PackError::OutputNotEmpty { path: out.clone() });
-        }
-        // The manifest goes first, so an interrupted overwrite leaves a visibly incomplete dataset.
-        for e in &entries {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            if name == manifest::FILE_NAME {
-                std::fs::remove_file(e.path()).map_err(io)?;
-            }
-        }
-        for e in entries {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            if name == crate::PLAN_DIR && e.path().is_dir() {
-                std::fs::remove_dir_all(e.path()).map_err(io)?;
-                continue;
-            }
-            let ours = name == ERRORS_FILE
-                || (name.starts_with('.') && name.ends_with(".tmp"))
-                || manifest::ShardKind::from_name(&name).is_some();
-            if ours && e.path().is_file() {
-                std::fs::remove_file(e.path()).map_err(io)?;
-            }
-        }
-        Ok(())
-    } else {
-        std::fs::create_dir_all(out).map_err(io)
-    }
 }

@@ -304,7 +304,7 @@ impl PackPlan {
                 return Err(PlanError::ZstdLevel(l));
             }
         }
-        Ok(())
+        crate::output::check_apart(self)
     }
 
     /// The options recorded in the manifest. `jobs` is left out: it never changes the output.
@@ -372,6 +372,14 @@ pub enum PlanError {
     /// A zstd level outside 1..=22.
     #[error("zstd level {0} is outside 1..=22")]
     ZstdLevel(i32),
+    /// The output folder is (or is inside) an ImageFolder input, or holds input files.
+    #[error("output {} would take in the input {}: choose an output folder outside the inputs", .output.display(), .input.display())]
+    OutputHoldsInputs {
+        /// The output folder.
+        output: PathBuf,
+        /// The input it clashes with.
+        input: PathBuf,
+    },
 }
 
 #[cfg(test)]

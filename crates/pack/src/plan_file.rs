@@ -3,7 +3,8 @@
 //! plan of millions of inputs is streamed, never held as one JSON document).
 
 use crate::listing::{ContainerKind, Inputs, Origin};
-use crate::pipeline::{list_for, prepare_output, StagedFiles, UNKNOWN_SIZE};
+use crate::output::prepare_output;
+use crate::pipeline::{list_for, StagedFiles, UNKNOWN_SIZE};
 use crate::plan::{FrozenOptions, PackPlan};
 use crate::store::Store;
 use crate::{ErrorRecord, PackError};

@@ -1,0 +1,235 @@
+//! The output folder: kept apart from the inputs, and cleared with `--overwrite` of the files an
+//! earlier pack wrote there and of nothing else.
+
+use crate::listing::InputSource;
+use crate::plan::{PackPlan, PlanError};
+use crate::PackError;
+use shardtool_manifest::{self as manifest, Manifest, ERRORS_FILE};
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+/// `path` made absolute with links resolved, also when its last components do not exist yet:
+/// the nearest existing ancestor is canonicalised and the rest appended.
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = path.to_path_buf();
+    loop {
+        if let Ok(mut found) = cur.canonicalize() {
+            found.extend(rest.iter().rev());
+            return found;
+        }
+        match (cur.file_name(), cur.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_owned());
+                cur = if parent.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    parent.to_path_buf()
+                };
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// A local input file of a WebDataset or Parquet source (`None` for other URLs).
+fn local_file(input: &str) -> Option<PathBuf> {
+    if let Some(p) = input.strip_prefix("file://") {
+        return Some(PathBuf::from(p));
+    }
+    (!input.contains("://")).then(|| PathBuf::from(input))
+}
+
+/// Refuses an output folder that would take in or clear the inputs: an ImageFolder input or a
+/// folder inside one (it would be listed as a class of the next pack), or the folder of an
+/// input shard or Parquet file (`--overwrite` would clear it before it is read).
+pub(crate) fn check_apart(plan: &PackPlan) -> Result<(), PlanError> {
+    if crate::store::is_remote(&plan.output) {
+        return Ok(());
+    }
+    let out = resolved(&plan.output);
+    let clash = |input: &Path| PlanError::OutputHoldsInputs {
+        output: plan.output.clone(),
+        input: input.to_path_buf(),
+    };
+    match &plan.source {
+        InputSource::Folder(root) => {
+            if out.starts_with(resolved(root)) {
+                return Err(clash(root));
+            }
+        }
+        InputSource::List(_) => {}
+        InputSource::Wds(inputs) | InputSource::Parquet(inputs) => {
+            for file in inputs.iter().filter_map(|i| local_file(i)) {
+                if resolved(&file).parent() == Some(out.as_path()) {
+                    return Err(clash(&file));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes sure `output` exists and holds no dataset, clearing an old one with `--overwrite`.
+///
+/// Only files a pack writes are removed: the manifest, the shards it lists, shards named as this
+/// plan names them (`<prefix>-NNNNNN`, left by an interrupted pack), `errors.jsonl`, temporary
+/// files and the plan folder. Another file that looks like a shard is refused before anything is
+/// removed: it may be the user's own data.
+pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
+    let out = &plan.output;
+    let io = |e| PackError::io(out, e);
+    if !out.exists() {
+        return std::fs::create_dir_all(out).map_err(io);
+    }
+    if !out.is_dir() {
+        return Err(PackError::OutputNotAFolder { path: out.clone() });
+    }
+    let entries: Vec<_> = std::fs::read_dir(out)
+        .map_err(io)?
+        .collect::<Result<_, _>>()
+        .map_err(io)?;
+    if entries.is_empty() {
+        return Ok(());
+    }
+    if !plan.overwrite {
+        return Err(PackError::OutputNotEmpty { path: out.clone() });
+    }
+    let listed: HashSet<String> = std::fs::read(out.join(manifest::FILE_NAME))
+        .ok()
+        .and_then(|b| Manifest::from_slice(&b, 256 << 20).ok())
+        .map(|m| m.shards.into_iter().map(|s| s.file).collect())
+        .unwrap_or_default();
+    let mut ours = Vec::new();
+    for e in &entries {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        let is_file = e.file_type().map_err(io)?.is_file();
+        if name == crate::PLAN_DIR && !is_file {
+            ours.push(e.path());
+        } else if !is_file {
+            continue;
+        } else if name == manifest::FILE_NAME
+            || name == ERRORS_FILE
+            || (name.starts_with('.') && name.ends_with(".tmp"))
+            || listed.contains(name.as_ref())
+            || named_as_ours(&name, &plan.prefix)
+        {
+            ours.push(e.path());
+        } else if manifest::ShardKind::from_name(&name).is_some() {
+            return Err(PackError::OutputHoldsOtherShards {
+                path: out.clone(),
+                file: name.into_owned(),
+            });
+        }
+    }
+    // The manifest goes first, so an interrupted overwrite leaves a visibly incomplete dataset.
+    ours.sort_by_key(|p| p.file_name() != Some(manifest::FILE_NAME.as_ref()));
+    for path in ours {
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path).map_err(io)?;
+        } else {
+            std::fs::remove_file(&path).map_err(io)?;
+        }
+    }
+    Ok(())
+}
+
+/// True for a shard name this plan's prefix gives: `<prefix>-` six or more digits, a shard suffix.
+fn named_as_ours(name: &str, prefix: &str) -> bool {
+    let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
+        return false;
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    digits >= 6 && manifest::ShardKind::from_name(name).is_some() && {
+        let suffix = &rest[digits..];
+        manifest::ShardKind::from_name(&format!("x{suffix}")).is_some_and(|k| k.suffix() == suffix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_this_prefixs_shard_names_are_ours() {
+        for name in [
+            "shard-000000.tar",
+            "shard-000012.safetensors",
+            "shard-1234567.tar.zst",
+        ] {
+            assert!(named_as_ours(name, "shard"), "{name}");
+        }
+        for name in [
+            "shard-00001.tar",
+            "data-000000.tar",
+            "shard-000000.tar.gz",
+            "shard-000000-x.tar",
+            "keep.tar",
+            "shard-000000.txt",
+        ] {
+            assert!(!named_as_ours(name, "shard"), "{name}");
+        }
+    }
+
+    #[test]
+    fn an_output_inside_an_image_folder_or_beside_input_shards_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("in");
+        std::fs::create_dir_all(root.join("cat")).unwrap();
+        let plan = |source, output: PathBuf| PackPlan::new(source, output);
+        for output in [
+            root.clone(),
+            root.join("out"),
+            root.join("cat/../new/deeper"),
+        ] {
+            let p = plan(InputSource::Folder(root.clone()), output.clone());
+            assert!(
+                matches!(check_apart(&p), Err(PlanError::OutputHoldsInputs { .. })),
+                "{output:?}"
+            );
+        }
+        let p = plan(InputSource::Folder(root.clone()), dir.path().join("out"));
+        assert_eq!(check_apart(&p), Ok(()));
+        let shard = root.join("shard-000000.tar").to_string_lossy().into_owned();
+        for source in [
+            InputSource::Wds(vec![shard.clone()]),
+            InputSource::Parquet(vec![format!("file://{shard}")]),
+        ] {
+            let p = plan(source, root.clone());
+            assert!(matches!(
+                check_apart(&p),
+                Err(PlanError::OutputHoldsInputs { .. })
+            ));
+        }
+        let p = plan(InputSource::Wds(vec![shard]), root.join("out"));
+        assert_eq!(check_apart(&p), Ok(()));
+    }
+
+    #[test]
+    fn overwrite_removes_an_old_pack_and_refuses_foreign_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        std::fs::create_dir_all(out.join(crate::PLAN_DIR)).unwrap();
+        for f in ["shard-000000.tar", "errors.jsonl", ".x.tmp", "notes.md"] {
+            std::fs::write(out.join(f), b"x").unwrap();
+        }
+        let mut plan = PackPlan::new(InputSource::Folder("in".into()), out.clone());
+        plan.overwrite = true;
+        std::fs::write(out.join("mine.tar"), b"x").unwrap();
+        let err = prepare_output(&plan).unwrap_err();
+        assert!(
+            matches!(&err, PackError::OutputHoldsOtherShards { file, .. } if file == "mine.tar"),
+            "{err}"
+        );
+        // Refused before anything was removed.
+        assert!(out.join("shard-000000.tar").exists() && out.join(crate::PLAN_DIR).exists());
+        std::fs::remove_file(out.join("mine.tar")).unwrap();
+        prepare_output(&plan).unwrap();
+        let left: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["notes.md"]);
+    }
+}
