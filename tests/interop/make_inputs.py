@@ -13,6 +13,11 @@ Usage: make_inputs.py IMAGEFOLDER OUT
 * OUT/parquet-layouts/<layout>.parquet: the first six images (same schema, no metadata) written
   with each compression codec and page layout pyarrow offers: data page v1 and v2, dictionary or
   not, page index, page checksums, statistics or not, small pages and row groups.
+* OUT/wds-names/: samples whose keys a tar header cannot hold, each with a `jpg` and a unique
+  `txt`: `pax.tar` by `webdataset.TarWriter` (Python's tarfile, pax headers for names that are
+  not ASCII or over 100 bytes) and `gnu.tar` by tarfile in GNU format (`././@LongLink` members).
+* OUT/wds-dup/dup.tar: by `webdataset.TarWriter`, the same key written twice in a row (its
+  members then repeat `jpg` and `txt` within one sample), then one ordinary sample.
 * OUT/expect.json: per WebDataset key and per Parquet `file:row`, the fields pack must carry.
 """
 
@@ -113,6 +118,33 @@ def main(argv: list[str]) -> int:
     expect["layouts"] = {"names": list(layouts), "rows": len(first)}
     for name, options in layouts.items():
         pq.write_table(table, out / "parquet-layouts" / f"{name}.parquet", **options)
+    import io
+    import tarfile
+
+    (out / "wds-names").mkdir()
+    names: dict[str, str] = {}
+    with open(out / "wds-names" / "pax.tar", "wb") as f:
+        w = wds.TarWriter(f)
+        for i, p in enumerate(images[:4]):
+            key = f"photo-\u00e9\u00e8-{i}" if i % 2 else f"{'long' * 30}-{i}"
+            names[key] = f"caption of {key}"
+            w.write({"__key__": key, "jpg": p.read_bytes(), "txt": names[key].encode()})
+        w.close()
+    with tarfile.open(out / "wds-names" / "gnu.tar", "w", format=tarfile.GNU_FORMAT) as t:
+        for i, p in enumerate(images[4:8]):
+            key = f"{'d' * 60}/{'gnu' * 40}-{i}"
+            names[key] = f"caption of {key}"
+            for field, data in (("jpg", p.read_bytes()), ("txt", names[key].encode())):
+                info = tarfile.TarInfo(f"{key}.{field}")
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    expect["names"] = names
+    (out / "wds-dup").mkdir()
+    with open(out / "wds-dup" / "dup.tar", "wb") as f:
+        w = wds.TarWriter(f)
+        for key, caption in (("twice", "first"), ("twice", "second"), ("once", "only")):
+            w.write({"__key__": key, "jpg": images[0].read_bytes(), "txt": caption.encode()})
+        w.close()
     (out / "expect.json").write_text(json.dumps(expect))
     return 0
 

@@ -296,6 +296,64 @@ fn damaged_inputs_give_per_sample_errors_and_keep_what_is_whole() {
     );
 }
 
+/// Keys a tar header cannot hold travel in pax headers (Python's tarfile, under webdataset's
+/// writers) or GNU long-name members: each names its own sample, none merged into another or
+/// lost. A sample whose members repeat a field (one key written twice in a row) is an error line,
+/// as webdataset refuses it.
+#[test]
+fn long_and_unicode_names_in_pax_and_gnu_headers_and_repeated_members() {
+    let t = tempdir();
+    let expect = make_inputs(t.path());
+    let names = expect["names"].as_object().unwrap();
+    assert_eq!(names.len(), 8);
+    let ds = t.path().join("ds-names");
+    pack(t.path().join("wds-names"), &ds)
+        .args(["--resize", "shorter:32", "--keys", "index"])
+        .ok();
+    let errs = check_accounting(&ds, &[]);
+    assert!(errs.is_empty(), "{errs:?}");
+    let mut captions: Vec<String> = tar_fields(&ds)
+        .values()
+        .map(|f| String::from_utf8(f["txt"].clone()).unwrap())
+        .collect();
+    captions.sort();
+    let mut want: Vec<String> = names
+        .values()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    want.sort();
+    assert_eq!(captions, want);
+    // By their own keys, which break the WebDataset key rules: a bad_key line naming each.
+    let ds = t.path().join("ds-names-own-keys");
+    pack(t.path().join("wds-names"), &ds)
+        .args(["--resize", "shorter:32"])
+        .run()
+        .assert_code(1);
+    let errs = errors(&ds);
+    assert_eq!(errs.len(), 8, "{errs:?}");
+    for key in names.keys() {
+        let line = errs.iter().find(|e| e.path.ends_with(&format!(":{key}")));
+        assert!(line.is_some_and(|e| e.kind == "bad_key"), "{key}: {errs:?}");
+    }
+
+    let ds = t.path().join("ds-dup");
+    pack(t.path().join("wds-dup"), &ds)
+        .args(["--resize", "shorter:32"])
+        .ok();
+    let errs = check_accounting(&ds, &[]);
+    let dup: Vec<_> = errs.values().collect();
+    assert!(
+        dup.len() == 1
+            && dup[0].kind == "bad_field"
+            && dup[0].path.ends_with("dup.tar:twice")
+            && dup[0].message.contains("twice"),
+        "{errs:?}"
+    );
+    let packed = tar_fields(&ds);
+    assert_eq!(packed.len(), 1);
+    assert_eq!(packed.values().next().unwrap()["txt"], b"only");
+}
+
 #[test]
 fn lists_carry_their_extra_columns_and_may_have_no_labels() {
     let t = tempdir();

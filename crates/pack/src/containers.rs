@@ -477,6 +477,15 @@ fn read_label(file: &std::fs::File, sample: &SampleSpan) -> Result<Option<u32>, 
     }
 }
 
+/// A field that a sample's members name more than once (consecutive members sharing a key).
+fn repeated_field(s: &SampleSpan) -> Option<&str> {
+    let mut seen = std::collections::HashSet::with_capacity(s.members.len());
+    s.members
+        .iter()
+        .map(|m| m.field.as_str())
+        .find(|f| !seen.insert(*f))
+}
+
 fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples {
     use std::os::unix::fs::FileExt;
     let mut out = ShardSamples {
@@ -577,6 +586,15 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                                 IMAGE_FIELDS.join(", "),
                                 fields.join(", ")
                             ),
+                        ));
+                        continue;
+                    }
+                    if let Some(field) = repeated_field(s) {
+                        // webdataset refuses such a sample too ("duplicate file name").
+                        listing.errors.push(failure(
+                            source(),
+                            "bad_field",
+                            format!("the sample holds field {field:?} twice"),
                         ));
                         continue;
                     }

@@ -156,7 +156,7 @@ fn whole_tar(bytes: &[u8], what: &str) {
 /// A WebDataset shard given to `pack` as input, listed as `pack` lists it (samples found by
 /// their headers, labels from `.cls`). Listing a local shard never fails as a whole; a damaged
 /// one is an error line, and what was found before the damage is kept. Every sample's span lies
-/// inside the shard and holds whole tar members.
+/// inside the shard, holds whole tar members and groups into that one sample again.
 pub fn wds_input(data: &[u8]) {
     let (dir, file, options) = scratch_input("wds", "input.tar", data);
     let listing =
@@ -165,7 +165,18 @@ pub fn wds_input(data: &[u8]) {
     for item in listing.inputs.iter() {
         let (start, end) = item.span.expect("a WebDataset input has a span");
         assert!(item.key.is_some(), "a WebDataset input without its key");
-        whole_tar(&data[start as usize..end as usize], "a sample's span");
+        let span = &data[start as usize..end as usize];
+        whole_tar(span, "a sample's span");
+        // Read again at transform time, the span must name the same one sample (pax and GNU
+        // long names included).
+        let (samples, _) = shardtool_wds::group_samples(span);
+        assert_eq!(
+            samples.len(),
+            1,
+            "a sample's span groups into {} samples",
+            samples.len()
+        );
+        assert_eq!(Some(samples[0].key.as_str()), item.key, "the span's key");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -40,7 +40,18 @@ pub enum IndexError {
     /// Reading failed.
     #[error(transparent)]
     Io(#[from] io::Error),
+    /// A pax or GNU long-name header larger than [`MAX_EXTENSION_BYTES`].
+    #[error("extension header at byte {offset} holds {size} bytes, over the {MAX_EXTENSION_BYTES} read for a member name")]
+    LongExtension {
+        /// Its header's offset.
+        offset: u64,
+        /// Its data size.
+        size: u64,
+    },
 }
+
+/// The most bytes of a pax or GNU long-name header read for the name it gives.
+pub const MAX_EXTENSION_BYTES: u64 = 1 << 20;
 
 /// Reads the headers of an archive of `len` bytes through `read_at(offset, buf)` (which fills
 /// `buf` from `offset`) and calls `on_sample` with every sample, grouped as
@@ -56,6 +67,10 @@ pub fn index_samples(
     let mut block = [0u8; BLOCK];
     let mut offset = 0u64;
     let mut current: Option<SampleSpan> = None;
+    // A pax or GNU long name for the next member, and where the extension headers before it
+    // start (its sample's span starts there, so that grouping the span's bytes names it alike).
+    let mut long: Option<String> = None;
+    let mut extension_start: Option<u64> = None;
     loop {
         if offset >= len {
             break;
@@ -75,15 +90,38 @@ pub fn index_samples(
             Ok(e) => e,
             Err(e) => {
                 // The sample being gathered is whole only if the cut member starts another one.
-                let (key, _) = split_name(&h.name);
+                let (key, _) = split_name(long.as_deref().unwrap_or(&h.name));
                 if let Some(done) = current.take().filter(|s| s.key != key) {
                     on_sample(done);
                 }
                 return Err(e.into());
             }
         };
-        if h.kind == EntryKind::Regular && !crate::is_metadata_member(&h.name) {
-            let (key, field) = split_name(&h.name);
+        if h.kind == EntryKind::Extension {
+            extension_start.get_or_insert(offset);
+            if matches!(h.flag, b'x' | b'L') {
+                if h.size > MAX_EXTENSION_BYTES {
+                    return Err(IndexError::LongExtension {
+                        offset,
+                        size: h.size,
+                    });
+                }
+                let mut data = vec![0u8; h.size as usize];
+                read_at(offset + BLOCK as u64, &mut data)?;
+                if let Some(n) = crate::reader::long_name(h.flag, &data) {
+                    long = Some(n.to_string());
+                }
+            }
+            offset = padded;
+            continue;
+        }
+        let first_header = extension_start.take().unwrap_or(offset);
+        let name = match long.take() {
+            Some(n) => std::borrow::Cow::Owned(n),
+            None => h.name,
+        };
+        if h.kind == EntryKind::Regular && !crate::is_metadata_member(&name) {
+            let (key, field) = split_name(&name);
             let member = MemberSpan {
                 field: field.to_ascii_lowercase(),
                 data_offset: offset + BLOCK as u64,
@@ -100,7 +138,7 @@ pub fn index_samples(
                     }
                     current = Some(SampleSpan {
                         key: key.to_string(),
-                        start: offset,
+                        start: first_header,
                         end,
                         members: vec![member],
                     });
@@ -176,6 +214,106 @@ mod tests {
             assert_eq!(fields, want);
         }
         assert_eq!(spans[0].members[1].field, "txt");
+    }
+
+    /// A member appended with its header, data and padding.
+    fn member(out: &mut Vec<u8>, name: &str, flag: u8, data: &[u8]) {
+        out.extend(crate::ustar_header(name, data.len() as u64, flag, "").unwrap());
+        out.extend(data);
+        out.resize(out.len().next_multiple_of(BLOCK), 0);
+    }
+
+    /// A pax record: its length counts itself.
+    fn pax(key: &str, value: &str) -> Vec<u8> {
+        let body = format!(" {key}={value}\n");
+        let mut len = body.len() + 1;
+        while len.to_string().len() + body.len() != len {
+            len += 1;
+        }
+        format!("{len}{body}").into_bytes()
+    }
+
+    /// Names Python's `tarfile` writes in pax headers (not ASCII, or over 100 bytes) and GNU
+    /// long-name members name the member after them, when indexed and when grouped alike.
+    #[test]
+    fn pax_and_gnu_long_names_name_the_next_member() {
+        let long = format!("{}/sample", "d".repeat(120));
+        let mut bytes = Vec::new();
+        let records = [pax("mtime", "1.5"), pax("path", "Ünï.jpg")].concat();
+        member(&mut bytes, "././@PaxHeader", b'x', &records);
+        member(&mut bytes, "Uni.jpg", b'0', b"image 1");
+        member(&mut bytes, "././@PaxHeader", b'x', &pax("path", "Ünï.txt"));
+        member(&mut bytes, "Uni.txt", b'0', b"caption 1");
+        member(&mut bytes, "././@PaxHeader", b'x', &pax("path", "Änï.jpg"));
+        member(&mut bytes, "Uni.jpg", b'0', b"image 2");
+        member(
+            &mut bytes,
+            "././@LongLink",
+            b'L',
+            format!("{long}.jpg\0").as_bytes(),
+        );
+        member(&mut bytes, "d/sample.jpg", b'0', b"image 3");
+        member(
+            &mut bytes,
+            "././@LongLink",
+            b'L',
+            format!("{long}.cls").as_bytes(),
+        );
+        member(&mut bytes, "d/sample.cls", b'0', b"3");
+        // A global pax header names nothing.
+        member(
+            &mut bytes,
+            "pax_global_header",
+            b'g',
+            &pax("path", "ignored"),
+        );
+        member(&mut bytes, "plain.jpg", b'0', b"image 4");
+        bytes.extend([0; 2 * BLOCK]);
+        let (spans, err) = index(&bytes);
+        assert_eq!(err, None);
+        let keys: Vec<&str> = spans.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(keys, ["Ünï", "Änï", long.as_str(), "plain"]);
+        assert_eq!(spans[0].members.len(), 2);
+        assert_eq!(spans[2].members[1].field, "cls");
+        let (samples, e) = group_samples(&bytes);
+        assert!(e.is_none());
+        let grouped: Vec<&str> = samples.iter().map(|s| s.key.as_str()).collect();
+        assert_eq!(grouped, keys);
+        assert_eq!(samples[0].get("txt"), Some(&b"caption 1"[..]));
+        assert_eq!(samples[1].get("jpg"), Some(&b"image 2"[..]));
+        // Each span, grouped alone, names its sample as the whole archive does.
+        for (span, sample) in spans.iter().zip(&samples) {
+            let (again, e) = group_samples(&bytes[span.start as usize..span.end as usize]);
+            assert!(e.is_none());
+            assert_eq!(again.len(), 1);
+            assert_eq!(again[0].key, sample.key);
+            assert_eq!(again[0].fields, sample.fields);
+        }
+    }
+
+    #[test]
+    fn malformed_pax_records_and_oversized_extensions_name_nothing_or_stop() {
+        use crate::reader::long_name;
+        assert_eq!(long_name(b'x', &pax("path", "a.jpg")), Some("a.jpg"));
+        assert_eq!(long_name(b'x', b"99 path=a.jpg\n"), None);
+        assert_eq!(long_name(b'x', b"12 path=a.jpg"), None);
+        assert_eq!(long_name(b'x', b"x path=a\n"), None);
+        assert_eq!(long_name(b'x', &pax("path", "")), None);
+        assert_eq!(long_name(b'x', &[0xff; 40]), None);
+        assert_eq!(long_name(b'L', b"name.jpg\0\0\0"), Some("name.jpg"));
+        assert_eq!(long_name(b'L', b"\xff.jpg"), None);
+        assert_eq!(long_name(b'K', b"link"), None);
+        let mut bytes = Vec::new();
+        member(
+            &mut bytes,
+            "././@PaxHeader",
+            b'x',
+            &vec![b'a'; MAX_EXTENSION_BYTES as usize + 1],
+        );
+        member(&mut bytes, "a.jpg", b'0', b"1");
+        let (spans, err) = index(&bytes);
+        assert!(spans.is_empty());
+        assert!(err.unwrap().contains("extension header"));
     }
 
     #[test]

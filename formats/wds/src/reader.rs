@@ -112,7 +112,7 @@ impl<'a> TarReader<'a> {
             name: h.name,
             kind: h.kind,
             header_offset: offset,
-            data: &self.bytes[start..end],
+            data: &bytes[start..end],
         }))
     }
 }
@@ -123,6 +123,8 @@ pub(crate) struct Header<'h> {
     pub name: Cow<'h, str>,
     pub kind: EntryKind,
     pub size: u64,
+    /// The type byte, which tells extension headers apart (`x` pax, `L` GNU long name, …).
+    pub flag: u8,
 }
 
 /// Parses the header block `h` (512 bytes) found at `offset`; `None` for an all-zero block (the
@@ -173,7 +175,45 @@ pub(crate) fn parse_header(h: &[u8], offset: u64) -> Result<Option<Header<'_>>, 
         EntryKind::Link | EntryKind::Device | EntryKind::Directory => 0,
         _ => size,
     };
-    Ok(Some(Header { name, kind, size }))
+    Ok(Some(Header {
+        name,
+        kind,
+        size,
+        flag: h[156],
+    }))
+}
+
+/// The name an extension member of type `flag` gives the member after it, as tar and Python's
+/// `tarfile` (which webdataset's writers use) read it: a pax header's last `path` record (type
+/// `x`), or a GNU long-name member's data up to its NUL (type `L`). `None` for other extensions,
+/// malformed records and names that are not UTF-8 (the member keeps its header's name).
+pub(crate) fn long_name(flag: u8, data: &[u8]) -> Option<&str> {
+    match flag {
+        b'L' => std::str::from_utf8(cstr(data))
+            .ok()
+            .filter(|n| !n.is_empty()),
+        b'x' => {
+            let mut path = None;
+            let mut rest = data;
+            // Records: "<length> <key>=<value>\n", the length counting the whole record.
+            while !rest.is_empty() && rest[0] != 0 {
+                let space = rest.iter().take(20).position(|&b| b == b' ')?;
+                let len: usize = std::str::from_utf8(&rest[..space]).ok()?.parse().ok()?;
+                let record = rest.get(space + 1..len)?;
+                let (newline, body) = record.split_last()?;
+                if *newline != b'\n' {
+                    return None;
+                }
+                let eq = body.iter().position(|&b| b == b'=')?;
+                if &body[..eq] == b"path" {
+                    path = Some(std::str::from_utf8(&body[eq + 1..]).ok()?);
+                }
+                rest = &rest[len..];
+            }
+            path.filter(|p| !p.is_empty())
+        }
+        _ => None,
+    }
 }
 
 /// Where the data of the member whose header is at `offset` ends, without and with its padding
@@ -293,21 +333,33 @@ impl Sample<'_> {
 }
 
 /// Groups regular members into samples as WebDataset does, skipping `__*__` names and non-regular
-/// members. Returns the samples and the first read error, if any (samples before it are kept).
+/// members; a member named by a pax `path` record or a GNU long-name member before it takes that
+/// name ([`long_name`]). Returns the samples and the first read error, if any (samples before it
+/// are kept).
 pub fn group_samples(bytes: &[u8]) -> (Vec<Sample<'_>>, Option<ReadError>) {
     let mut samples: Vec<Sample<'_>> = Vec::new();
+    let mut long: Option<&str> = None;
     for entry in TarReader::new(bytes) {
         let entry = match entry {
             Ok(e) => e,
             Err(e) => return (samples, Some(e)),
         };
+        if entry.kind == EntryKind::Extension {
+            // The type byte of the header the reader has just validated.
+            let flag = bytes[entry.header_offset as usize + 156];
+            if let Some(n) = long_name(flag, entry.data) {
+                long = Some(n);
+            }
+            continue;
+        }
+        let name = long.take().unwrap_or(&entry.name);
         if entry.kind != EntryKind::Regular {
             continue;
         }
-        if crate::is_metadata_member(&entry.name) {
+        if crate::is_metadata_member(name) {
             continue;
         }
-        let (key, field) = split_name(&entry.name);
+        let (key, field) = split_name(name);
         let field = field.to_ascii_lowercase();
         match samples.last_mut() {
             Some(last) if last.key == key => last.fields.push((field, entry.data)),
