@@ -380,6 +380,16 @@ fn lists_carry_their_extra_columns_and_may_have_no_labels() {
         assert!(json.get("label").is_none());
     }
     verify_ok(&ds);
+    // A text column named on the command line must exist, as a label column must.
+    let r = pack_list(&list, t.path().join("ds-typo"))
+        .args(["--text-column", "txt"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("no `txt` column (--text-column)"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// A WebDataset input whose carried fields break the rules verify checks them by (a Latin-1

@@ -21,6 +21,8 @@ struct Row<'a> {
     span: (u64, u64),
     /// Whether the row has columns besides path, label and key.
     extra: bool,
+    /// Whether the row has the text column.
+    text: bool,
 }
 
 /// The column names a list is read with.
@@ -30,6 +32,8 @@ struct ListColumns<'a> {
     text: &'a str,
     /// Whether the label column was named by the user (then it must exist).
     label_required: bool,
+    /// Whether the text column was named by the user (then some row must have it).
+    text_required: bool,
 }
 
 impl<'a> ListColumns<'a> {
@@ -39,6 +43,7 @@ impl<'a> ListColumns<'a> {
             label: c.label.as_deref().unwrap_or("label"),
             text: c.text.as_deref().unwrap_or("text"),
             label_required: c.label.is_some(),
+            text_required: c.text.is_some(),
         }
     }
 
@@ -88,30 +93,48 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
         looked_for: format!("rows with a `{}` column in {}", cols.path, file.display()),
         ..Listing::default()
     };
-    // Labels are integers when every present label looks like one (optional sign, digits);
-    // otherwise they are class names, numbered in sorted order.
-    let looks_int = |l: &str| {
+    // Labels are integers when every present label looks like one (optional sign, digits, and a
+    // zero fraction as pandas writes an integer column holding gaps: `3.0`); class names, numbered
+    // in sorted order, when none does. A mix is refused: numbering `10` before `2` as names would
+    // silently relabel the integers.
+    let int_part = |l: &str| -> Option<usize> {
         let d = l.strip_prefix('-').unwrap_or(l);
-        !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+        let whole = match d.split_once('.') {
+            Some((w, f)) if !f.is_empty() && f.bytes().all(|b| b == b'0') => w,
+            Some(_) => return None,
+            None => d,
+        };
+        (!whole.is_empty() && whole.bytes().all(|b| b.is_ascii_digit()))
+            .then_some(l.len() - d.len() + whole.len())
     };
+    let looks_int = |l: &str| int_part(l).is_some();
     let int_label = |l: &str| {
-        l.parse::<i64>()
-            .ok()
+        int_part(l)
+            .and_then(|n| l[..n].parse::<i64>().ok())
             .filter(|v| (0..=MAX_INT_LABEL).contains(v))
     };
+    let mut first_int: Option<(String, usize)> = None;
+    let mut first_name: Option<(String, usize)> = None;
     let mut all_ints = true;
     let mut any_label = false;
     let mut any_extra = false;
+    let mut any_text = false;
     let mut max_int: Option<i64> = None;
     let mut names: BTreeMap<String, u32> = BTreeMap::new();
     let headers = for_each_row(text, kind, &cols, &mut |row| {
         any_extra |= row.extra;
+        any_text |= row.text;
         if let Some(l) = row.label.as_deref() {
             any_label = true;
-            if looks_int(l) {
+            let first = if looks_int(l) {
                 max_int = max_int.max(int_label(l));
+                &mut first_int
             } else {
                 all_ints = false;
+                &mut first_name
+            };
+            if first.is_none() {
+                *first = Some((l.chars().take(40).collect(), row.line));
             }
             if !names.contains_key(l) {
                 names.insert(l.to_string(), 0);
@@ -127,6 +150,16 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     };
     if cols.label_required && !labelled {
         return Err(bad(format!("no `{}` column (--label-column)", cols.label)));
+    }
+    if cols.text_required && !any_text {
+        return Err(bad(format!("no `{}` column (--text-column)", cols.text)));
+    }
+    if let (Some((i, il)), Some((n, nl))) = (&first_int, &first_name) {
+        return Err(bad(format!(
+            "the `{}` column mixes integer labels ({i:?}, line {il}) with class names ({n:?}, \
+             line {nl}): use integers (class indices) or names throughout",
+            cols.label
+        )));
     }
     listing.labelled = labelled;
     if !labelled {
@@ -242,6 +275,7 @@ fn csv_rows(
     let l = col(cols.label);
     let k = col("key");
     let extra = names.iter().any(|n| !cols.is_own(n));
+    let text = col(cols.text).is_some();
     // One record buffer for the whole file.
     let mut rec = csv::StringRecord::new();
     let mut i = 0usize;
@@ -260,6 +294,7 @@ fn csv_rows(
                 key: k.and_then(|k| rec.get(k)).and_then(non_empty),
                 span,
                 extra,
+                text,
             })?,
             Err(_) => f(Row {
                 line,
@@ -268,6 +303,7 @@ fn csv_rows(
                 key: None,
                 span,
                 extra,
+                text,
             })?,
         }
     }
@@ -293,10 +329,9 @@ fn jsonl_rows(
                 _ => None,
             }
         };
-        let extra = v
-            .as_ref()
-            .and_then(serde_json::Value::as_object)
-            .is_some_and(|o| o.keys().any(|k| !cols.is_own(k)));
+        let object = v.as_ref().and_then(serde_json::Value::as_object);
+        let extra = object.is_some_and(|o| o.keys().any(|k| !cols.is_own(k)));
+        let text = object.is_some_and(|o| o.keys().any(|k| k.eq_ignore_ascii_case(cols.text)));
         f(Row {
             line: i + 1,
             path: field(cols.path),
@@ -304,6 +339,7 @@ fn jsonl_rows(
             key: field("key"),
             span,
             extra,
+            text,
         })?;
     }
     Ok(())
@@ -425,6 +461,51 @@ pub(crate) fn row_columns(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Integer labels stay class indices (also written as pandas writes them, `10.0`), names are
+    /// numbered in sorted order, and a list mixing the two is refused, not renumbered.
+    #[test]
+    fn labels_are_integers_or_names_throughout_a_mix_is_refused_and_a_named_text_column_exists() {
+        let cols = Columns::default();
+        let list = |rows: &str| list_text(Path::new("l.jsonl"), rows.as_bytes(), &cols);
+        let labels = |l: &Listing| l.inputs.iter().map(|i| i.label).collect::<Vec<_>>();
+        let ints = list(concat!(
+            "{\"path\":\"a.jpg\",\"label\":2}\n",
+            "{\"path\":\"b.jpg\",\"label\":10.0}\n",
+            "{\"path\":\"c.jpg\",\"label\":\"0\"}\n",
+        ))
+        .unwrap();
+        assert_eq!(labels(&ints), [2, 10, 0]);
+        assert_eq!(ints.classes.len(), 11);
+        let names = list(concat!(
+            "{\"path\":\"a.jpg\",\"label\":\"dog\"}\n",
+            "{\"path\":\"b.jpg\",\"label\":\"cat\"}\n",
+        ))
+        .unwrap();
+        assert_eq!(labels(&names), [1, 0]);
+        let named = Columns {
+            text: Some("caption".into()),
+            ..Columns::default()
+        };
+        let rows = "{\"path\":\"a.jpg\",\"Caption\":\"x\"}\n{\"path\":\"b.jpg\"}\n";
+        assert!(list_text(Path::new("l.jsonl"), rows.as_bytes(), &named).is_ok());
+        let rows = "{\"path\":\"a.jpg\",\"text\":\"x\"}\n";
+        let err = list_text(Path::new("l.jsonl"), rows.as_bytes(), &named).unwrap_err();
+        assert!(err.to_string().contains("no `caption` column"), "{err}");
+        for (rows, says) in [
+            (
+                "{\"path\":\"a.jpg\",\"label\":2}\n{\"path\":\"b.jpg\",\"label\":\"other\"}\n",
+                "(\"2\", line 1) with class names (\"other\", line 2)",
+            ),
+            (
+                "{\"path\":\"a.jpg\",\"label\":\"x\"}\n{\"path\":\"b.jpg\",\"label\":1.5}\n{\"path\":\"c.jpg\",\"label\":3}\n",
+                "(\"3\", line 3) with class names (\"x\", line 1)",
+            ),
+        ] {
+            let err = list(rows).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        }
+    }
 
     #[test]
     fn rows_read_back_as_the_csv_crate_reads_them() {
