@@ -296,6 +296,70 @@ fn damaged_inputs_give_per_sample_errors_and_keep_what_is_whole() {
     );
 }
 
+/// WebDataset shards compressed as shardtool writes them (`--compress zstd`: `.tar.zst`) or with
+/// gzip (`.tar.gz`, `.tgz`) pack as the plain shards do: the same samples, every field the same.
+#[test]
+fn compressed_webdataset_shards_pack_like_plain_ones() {
+    let t = tempdir();
+    make_inputs(t.path());
+    let wds = t.path().join("wds");
+    let opts = ["--resize", "shorter:32", "--shard-samples", "16"];
+    let plain = t.path().join("plain");
+    pack(&wds, &plain).args(opts).ok();
+    let want = tar_fields(&plain);
+
+    let gz = t.path().join("gz");
+    std::fs::create_dir_all(&gz).unwrap();
+    let out = Command::new("python3")
+        .args(["-c", "import gzip,sys,pathlib\nfor i,p in enumerate(sorted(pathlib.Path(sys.argv[1]).glob('*.tar'))):\n    (pathlib.Path(sys.argv[2])/(p.stem+('.tgz' if i else '.tar.gz'))).write_bytes(gzip.compress(p.read_bytes()))"])
+        .arg(&wds)
+        .arg(&gz)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_gz = t.path().join("from-gz");
+    pack(&gz, &from_gz).args(opts).ok();
+    assert_eq!(tar_fields(&from_gz), want);
+    assert!(
+        !file_names(&from_gz).iter().any(|f| f.starts_with(".stage")),
+        "decompressed shards are removed"
+    );
+
+    // shardtool's own zstd output, packed again: the same samples and captions.
+    let z = t.path().join("z");
+    pack(&wds, &z).args(opts).args(["--compress", "zstd"]).ok();
+    assert!(shard_names(&z).is_empty() && manifest(&z).shards[0].file.ends_with(".tar.zst"));
+    let from_z = t.path().join("from-z");
+    pack(&z, &from_z).args(opts).ok();
+    let again = tar_fields(&from_z);
+    assert_eq!(
+        again.keys().collect::<Vec<_>>(),
+        want.keys().collect::<Vec<_>>()
+    );
+    for (key, fields) in &want {
+        assert_eq!(again[key].get("txt"), fields.get("txt"), "{key}");
+    }
+    verify_ok(&from_z);
+
+    // A file that only claims to be compressed is an error line, not a crash.
+    let bad = t.path().join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("a.tar.zst"), b"\x28\xb5\x2f\xfd not zstd").unwrap();
+    std::fs::copy(wds.join("shard-000000.tar"), bad.join("b.tar")).unwrap();
+    let ds = t.path().join("from-bad");
+    pack(&bad, &ds).args(opts).ok();
+    let errs = check_accounting(&ds, &[]);
+    assert!(
+        errs.values()
+            .any(|e| e.kind == "bad_shard" && e.path.ends_with("a.tar.zst")),
+        "{errs:?}"
+    );
+}
+
 /// Keys a tar header cannot hold travel in pax headers (Python's tarfile, under webdataset's
 /// writers) or GNU long-name members: each names its own sample, none merged into another or
 /// lost. A sample whose members repeat a field (one key written twice in a row) is an error line,

@@ -123,11 +123,69 @@ fn bad_input(what: &str, why: &str) -> ListError {
     }
 }
 
+/// A name's extension, lower-cased; compressed tar shards (`.tar.zst`, `.tar.gz`, `.tgz`) count
+/// as `tar`: they are decompressed when listed ([`decompress_shard`]).
 fn extension(name: &str) -> String {
-    let base = name.rsplit('/').next().unwrap_or(name);
+    let base = name.rsplit('/').next().unwrap_or(name).to_ascii_lowercase();
+    if [".tar.zst", ".tar.gz", ".tgz"]
+        .iter()
+        .any(|e| base.ends_with(e))
+    {
+        return "tar".into();
+    }
     base.rsplit_once('.')
-        .map(|(_, e)| e.to_ascii_lowercase())
+        .map(|(_, e)| e.to_string())
         .unwrap_or_default()
+}
+
+/// The most bytes a compressed input shard may decompress to: a few bytes of zstd can declare
+/// terabytes, which would fill the disk they are staged on.
+pub(crate) const MAX_DECOMPRESSED_SHARD: u64 = 64 << 30;
+
+/// A zstd- or gzip-compressed shard (told by its first bytes, whatever its name) decompressed
+/// into the staging folder as `.stage-<index>-decompressed.tar.tmp`; `Ok(None)` for any other
+/// file, which is read as it is.
+fn decompress_shard(
+    file: &mut std::fs::File,
+    index: usize,
+    options: &ListOptions,
+) -> Result<Option<PathBuf>, String> {
+    use std::io::{Read, Seek, Write};
+    let mut magic = [0u8; 4];
+    let n = file
+        .read(&mut magic)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    file.rewind().map_err(|e| format!("cannot read: {e}"))?;
+    let reader: Box<dyn Read + '_> = match &magic[..n] {
+        [0x28, 0xb5, 0x2f, 0xfd] => {
+            Box::new(zstd::Decoder::new(&*file).map_err(|e| format!("not a zstd stream: {e}"))?)
+        }
+        [0x1f, 0x8b, ..] => Box::new(flate2::read::MultiGzDecoder::new(&*file)),
+        _ => return Ok(None),
+    };
+    let path = options
+        .stage_dir
+        .join(format!(".stage-{index:06}-decompressed.tar.tmp"));
+    let out = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let fail = |why: String| {
+        let _ = std::fs::remove_file(&path);
+        why
+    };
+    let max = options.max_shard_bytes.unwrap_or(MAX_DECOMPRESSED_SHARD);
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, out);
+    let copied = std::io::copy(&mut reader.take(max + 1), &mut w)
+        .map_err(|e| fail(format!("cannot decompress: {e}")))?;
+    if copied > max {
+        return Err(fail(format!("decompresses to more than {max} bytes")));
+    }
+    w.flush()
+        .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))?;
+    Ok(Some(path))
 }
 
 fn format_of_name(name: &str) -> Option<InputFormat> {
@@ -501,10 +559,36 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
             return out;
         }
     };
-    let file = match std::fs::File::open(&fetched.path) {
+    let mut file = match std::fs::File::open(&fetched.path) {
         Ok(f) => f,
         Err(e) => {
             out.error = Some(format!("cannot open: {e}"));
+            out.fetched = Some(fetched);
+            return out;
+        }
+    };
+    let (file, fetched) = match decompress_shard(&mut file, index, options) {
+        Ok(None) => (file, fetched),
+        Ok(Some(path)) => {
+            if fetched.staged {
+                let _ = std::fs::remove_file(&fetched.path);
+            }
+            let fetched = Fetched {
+                path,
+                staged: true,
+                etag: fetched.etag,
+            };
+            match std::fs::File::open(&fetched.path) {
+                Ok(f) => (f, fetched),
+                Err(e) => {
+                    out.error = Some(format!("cannot open: {e}"));
+                    out.fetched = Some(fetched);
+                    return out;
+                }
+            }
+        }
+        Err(e) => {
+            out.error = Some(e);
             out.fetched = Some(fetched);
             return out;
         }
@@ -670,5 +754,48 @@ mod tests {
         assert!(glob_match(b"s-??.tar", b"s-01.tar"));
         assert!(!glob_match(b"*.tar", b"a.tar.gz"));
         assert!(!glob_match(b"s-?.tar", b"s-01.tar"));
+    }
+
+    /// A compressed shard is told by its first bytes and decompressed into the staging folder,
+    /// at most `max_shard_bytes` of it; any other file is left as it is.
+    #[test]
+    fn compressed_shards_decompress_within_their_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ListOptions {
+            stage_dir: dir.path().to_path_buf(),
+            max_shard_bytes: Some(1 << 20),
+            ..Default::default()
+        };
+        let tar = shardtool_wds::tar_bytes([("a.jpg", b"x")]).unwrap();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, &tar).unwrap();
+        for (i, bytes) in [zstd::encode_all(&tar[..], 3).unwrap(), gz.finish().unwrap()]
+            .iter()
+            .enumerate()
+        {
+            let path = dir.path().join(format!("in{i}"));
+            std::fs::write(&path, bytes).unwrap();
+            let mut f = std::fs::File::open(&path).unwrap();
+            let staged = decompress_shard(&mut f, i, &options).unwrap().unwrap();
+            assert_eq!(std::fs::read(&staged).unwrap(), tar);
+        }
+        let plain = dir.path().join("plain.tar");
+        std::fs::write(&plain, &tar).unwrap();
+        let mut f = std::fs::File::open(&plain).unwrap();
+        assert_eq!(decompress_shard(&mut f, 9, &options), Ok(None));
+        // Two MiB of zeros in a few hundred bytes: refused at the bound, nothing left behind.
+        let bomb = dir.path().join("bomb");
+        std::fs::write(
+            &bomb,
+            zstd::encode_all(&vec![0u8; 2 << 20][..], 19).unwrap(),
+        )
+        .unwrap();
+        let mut f = std::fs::File::open(&bomb).unwrap();
+        let err = decompress_shard(&mut f, 5, &options).unwrap_err();
+        assert!(err.contains("more than 1048576 bytes"), "{err}");
+        assert!(!dir
+            .path()
+            .join(".stage-000005-decompressed.tar.tmp")
+            .exists());
     }
 }

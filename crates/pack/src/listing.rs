@@ -49,6 +49,9 @@ pub struct ListOptions {
     pub max_input_bytes: u64,
     /// Threads that stage Parquet files and fetch remote inputs.
     pub jobs: usize,
+    /// The most bytes a compressed input shard may decompress to (`None`:
+    /// [`MAX_DECOMPRESSED_SHARD`](crate::containers::MAX_DECOMPRESSED_SHARD)).
+    pub max_shard_bytes: Option<u64>,
 }
 
 /// One input image, borrowed from [`Inputs`].

@@ -382,6 +382,7 @@ pub(crate) fn list_for(
         stage_dir: stage_dir.to_path_buf(),
         max_input_bytes: plan.transform.limits.max_input_bytes,
         jobs: plan.jobs,
+        max_shard_bytes: None,
     };
     let stages = matches!(
         plan.source,
