@@ -18,7 +18,9 @@ pub struct CacheArgs {
     /// [default: no limit]
     #[arg(long, value_name = "SIZE")]
     pub cache_limit: Option<String>,
-    /// Shards fetched ahead of the one being read.
+    /// Shards fetched ahead of the one being read (0: none), within the room --cache-limit
+    /// leaves beside the shards open at once; a shard larger than that room is fetched when it
+    /// is opened.
     #[arg(long, default_value_t = 8, value_name = "N")]
     pub prefetch_shards: usize,
     /// Shards fetched at once.

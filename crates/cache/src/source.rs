@@ -29,7 +29,7 @@ pub struct CacheOptions {
     pub policy: FetchPolicy,
     /// Shards fetched at once by the prefetcher (default 4).
     pub concurrency: usize,
-    /// Shards fetched ahead of the one being read (default 8).
+    /// Shards fetched ahead of the one being read (default 8; 0: none).
     pub ahead: usize,
 }
 
@@ -132,6 +132,18 @@ struct Prefetch {
     stop: bool,
 }
 
+impl Prefetch {
+    /// Whether the prefetcher may start on the next shard of the queue (`bytes` of it): one of
+    /// the `ahead` shards past the reader, and within the bytes the cache limit leaves beside the
+    /// reader's open shards. A shard larger than that is left to the reader, which fetches it
+    /// when it opens it; prefetching it anyway took the room the reader's next fetch needed.
+    fn may_fetch_next(&self, ahead: usize, bytes: u64) -> bool {
+        self.next < self.queue.len()
+            && self.next < self.reader + ahead
+            && self.ahead_bytes + bytes <= self.max_ahead_bytes
+    }
+}
+
 struct Shared {
     remote: Remote,
     cache: CacheDir,
@@ -183,7 +195,7 @@ impl RemoteDataset {
                 stop: false,
             }),
             wake: Condvar::new(),
-            ahead: options.ahead.max(1),
+            ahead: options.ahead,
         });
         let threads = (0..options.concurrency)
             .filter_map(|i| {
@@ -267,7 +279,7 @@ impl RemoteDataset {
     /// Makes shard `i` available on local disk and holds it there until the lease is dropped.
     pub fn acquire(&self, i: usize) -> Result<Lease, CacheError> {
         self.shared.note_open(i);
-        self.shared.acquire(i, true)
+        self.shared.acquire(i, true, true)
     }
 
     /// Fetches a small file of the dataset folder (such as `errors.jsonl`) into memory,
@@ -290,7 +302,7 @@ impl RemoteDataset {
                     if i >= n {
                         break;
                     }
-                    let r = self.shared.acquire(i, hold);
+                    let r = self.shared.acquire(i, hold, true);
                     let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
                     match r {
                         Ok(l) => o.0.push(l),
@@ -354,7 +366,7 @@ impl Shared {
         let mut p = self.lock();
         if let Some(pos) = p.queue[p.reader.min(p.queue.len())..]
             .iter()
-            .take(self.ahead * 4)
+            .take((self.ahead * 4).max(4))
             .position(|&q| q == i)
         {
             let start = p.reader;
@@ -379,13 +391,11 @@ impl Shared {
                     if p.stop {
                         return;
                     }
-                    let within = p.next < p.queue.len() && p.next < p.reader + self.ahead;
                     let bytes = p
                         .queue
                         .get(p.next)
                         .map_or(0, |&i| self.specs[i].cached_bytes());
-                    if within && (p.ahead_bytes == 0 || p.ahead_bytes + bytes <= p.max_ahead_bytes)
-                    {
+                    if p.may_fetch_next(self.ahead, bytes) {
                         let i = p.queue[p.next];
                         if p.next >= p.reader {
                             p.ahead_bytes += bytes;
@@ -396,13 +406,14 @@ impl Shared {
                     p = self.wake.wait(p).unwrap_or_else(|e| e.into_inner());
                 }
             };
-            // A failure here is not lost: the reader's own acquire retries and reports it.
-            let _ = self.acquire(i, false);
+            // A failure here is not lost: the reader's own acquire retries and reports it. The
+            // reader counts the hit when it opens the shard.
+            let _ = self.acquire(i, false, false);
         }
     }
 
     /// Returns a lease on a whole cached copy of shard `i`, fetching it first on a miss.
-    fn acquire(&self, i: usize, hold: bool) -> Result<Lease, CacheError> {
+    fn acquire(&self, i: usize, hold: bool, count_hit: bool) -> Result<Lease, CacheError> {
         let spec = self.specs.get(i).ok_or_else(|| CacheError::Manifest {
             url: self.remote.url.file_url(&self.remote.url.manifest),
             message: format!("no shard #{i}"),
@@ -416,7 +427,7 @@ impl Shared {
             lock.lock_shared().map_err(CacheError::io(&paths.lock))?;
             if CacheDir::is_whole(&paths, bytes, sum)? {
                 CacheDir::touch(&paths);
-                if !fetched {
+                if !fetched && count_hit {
                     Recorder::add(&self.remote.metrics.hits, 1);
                 }
                 return Ok(Lease::new(paths.data.clone(), hold.then_some(lock)));
@@ -520,4 +531,36 @@ fn decompress(
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn prefetch(ahead_bytes: u64, max_ahead_bytes: u64) -> Prefetch {
+        Prefetch {
+            queue: vec![0, 1, 2, 3],
+            next: 1,
+            reader: 1,
+            ahead_bytes,
+            max_ahead_bytes,
+            stop: false,
+        }
+    }
+
+    #[test]
+    fn the_prefetcher_stays_within_the_room_the_limit_leaves_and_its_shard_count() {
+        assert!(prefetch(0, 10).may_fetch_next(8, 10));
+        assert!(prefetch(4, 10).may_fetch_next(8, 6));
+        assert!(!prefetch(4, 10).may_fetch_next(8, 7));
+        // A shard larger than the room is left to the reader, even with nothing else ahead.
+        assert!(!prefetch(0, 4).may_fetch_next(8, 5));
+        // --prefetch-shards 0: nothing ahead of the reader.
+        assert!(!prefetch(0, u64::MAX).may_fetch_next(0, 1));
+        let mut p = prefetch(0, u64::MAX);
+        p.next = 3;
+        assert!(p.may_fetch_next(8, 1) && !p.may_fetch_next(2, 1));
+        p.next = 4;
+        assert!(!p.may_fetch_next(8, 1), "the queue is done");
+    }
 }
