@@ -168,7 +168,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             if failures.is_empty() {
                 Ok(())
             } else {
-                for f in &failures {
+                for (_, f) in &failures {
                     eprintln!("failed: {f}");
                 }
                 Err(Failure::run(anyhow!(

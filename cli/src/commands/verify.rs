@@ -7,7 +7,7 @@ use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
 use shardtool_cache::{Location, RemoteDataset, RemoteUrl};
 use shardtool_manifest::{ERRORS_FILE, FILE_NAME as MANIFEST_FILE};
-use shardtool_verify::{verify, Progress, Report, VerifyError, VerifyOptions};
+use shardtool_verify::{verify, ProblemKind, Progress, Report, VerifyError, VerifyOptions};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -227,9 +227,12 @@ fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result
     let all: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
     ds.check_capacity(all).map_err(Failure::run)?;
     let (held, failed) = ds.acquire_all(workers, true);
-    for f in &failed {
-        eprintln!("fetch failed: {f}");
-    }
+    // A shard that could not be fetched is absent from the view below: reported as such, not
+    // as missing from the dataset.
+    let failed: std::collections::HashMap<String, String> = failed
+        .into_iter()
+        .filter_map(|(i, e)| Some((ds.specs().get(i)?.cached_name().to_string(), e.to_string())))
+        .collect();
     // A view folder: the manifest as the cache stores the shards, and links to them.
     let view = tempfile::Builder::new()
         .prefix("verify-")
@@ -264,6 +267,27 @@ fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result
     let result = verify(view.path(), opts, &bar);
     bar.finish();
     let mut report = opened(result, a.json)?;
+    // Problems name the shards as the server stores them (`.zst` ones are cached decompressed).
+    let remote_names: std::collections::HashMap<&str, &str> = ds
+        .specs()
+        .iter()
+        .map(|s| (s.cached_name(), s.file.as_str()))
+        .collect();
+    for p in &mut report.problems {
+        let Some(shard) = p.shard.as_mut() else {
+            continue;
+        };
+        if let Some(why) = failed.get(shard.as_str()) {
+            if p.kind == ProblemKind::MissingShard {
+                p.kind = ProblemKind::FetchFailed;
+                p.message = format!("could not be fetched whole: {why}");
+            }
+        }
+        if let Some(name) = remote_names.get(shard.as_str()) {
+            *shard = name.to_string();
+        }
+    }
+    report.finish();
     report.dataset = shown.clone();
     report.manifest = shown;
     drop(held);

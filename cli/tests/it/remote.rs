@@ -391,15 +391,16 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
         fresh.to_str().unwrap(),
         "--fetch-attempts",
         "1",
+        "--json",
     ]);
     assert_eq!(out.status.code(), Some(1));
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(text.contains("shard-000003.tar"), "{text}");
-    assert!(text.contains("checksum"), "{text}");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems = doc["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{doc}");
+    let p = &problems[0];
+    assert_eq!(p["kind"], "fetch_failed", "{doc}");
+    assert_eq!(p["shard"], "shard-000003.tar.zst", "{doc}");
+    assert!(p["message"].as_str().unwrap().contains("checksum"), "{doc}");
     // And a limit that cannot hold the whole dataset is refused before fetching.
     let out = run(&["verify", &url, "--cache-dir", c, "--cache-limit", "1000"]);
     assert_eq!(out.status.code(), Some(1));

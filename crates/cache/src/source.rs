@@ -289,9 +289,13 @@ impl RemoteDataset {
     }
 
     /// Fetches every shard with `workers` threads; returns the leases (holding every shard in
-    /// the cache when `hold`, else only naming them) and the errors of shards that could not be
-    /// fetched.
-    pub fn acquire_all(&self, workers: usize, hold: bool) -> (Vec<Lease>, Vec<CacheError>) {
+    /// the cache when `hold`, else only naming them) and, by shard index, the errors of shards
+    /// that could not be fetched.
+    pub fn acquire_all(
+        &self,
+        workers: usize,
+        hold: bool,
+    ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
         let n = self.shared.specs.len();
         let next = AtomicU64::new(0);
         let out = Mutex::new((Vec::new(), Vec::new()));
@@ -306,7 +310,7 @@ impl RemoteDataset {
                     let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
                     match r {
                         Ok(l) => o.0.push(l),
-                        Err(e) => o.1.push(e),
+                        Err(e) => o.1.push((i, e)),
                     }
                 });
             }

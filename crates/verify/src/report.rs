@@ -35,6 +35,9 @@ problem_kinds! {
     UnexpectedShard = "unexpected_shard",
     /// A shard exists but could not be read (permissions, I/O error, not a regular file).
     Unreadable = "unreadable",
+    /// A remote shard could not be fetched whole: on every attempt the server failed or sent
+    /// other bytes than the manifest's size and checksum (the message says which).
+    FetchFailed = "fetch_failed",
     /// A shard is larger than this run may hold in memory; only its checksum was checked.
     TooLarge = "too_large",
     /// The stored size differs from the manifest's `bytes`.
@@ -197,8 +200,8 @@ pub struct Report {
 }
 
 impl Report {
-    /// Fills `ok` and `problem_counts` from `problems`.
-    pub(crate) fn finish(&mut self) {
+    /// Fills `ok` and `problem_counts` from `problems` (again, after they were edited).
+    pub fn finish(&mut self) {
         self.problem_counts.clear();
         for p in &self.problems {
             *self.problem_counts.entry(p.kind).or_default() += 1;
