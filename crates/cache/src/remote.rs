@@ -60,22 +60,44 @@ impl AttemptError {
     }
 }
 
+/// The HTTP status in an object store's message ("... non-2xx status code: 501 Not Implemented").
+fn http_status(message: &str) -> Option<u16> {
+    let at = message.find("status code: ")? + "status code: ".len();
+    message.get(at..at + 3)?.parse().ok()
+}
+
+/// A message cut before an error page's HTML (servers answer errors with whole documents).
+fn without_html(message: &str) -> &str {
+    let lower = message.to_ascii_lowercase();
+    let cut = ["<!doctype", "<html", "<?xml"]
+        .iter()
+        .filter_map(|t| lower.find(t))
+        .min()
+        .unwrap_or(message.len());
+    message[..cut].trim_end_matches([' ', ':', '\n'])
+}
+
 fn classify(e: object_store::Error) -> AttemptError {
     use object_store::Error as E;
-    let permanent = matches!(
-        e,
-        E::NotFound { .. }
-            | E::PermissionDenied { .. }
-            | E::Unauthenticated { .. }
-            | E::InvalidPath { .. }
-            | E::NotSupported { .. }
-    );
-    let mut message = e.to_string();
+    let mut message = without_html(&e.to_string()).to_string();
+    // A client error (but a timeout or throttling) or a method the server does not implement
+    // will not change on another attempt.
+    let permanent_status = http_status(&message)
+        .is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429 || s == 501);
+    let permanent = permanent_status
+        || matches!(
+            e,
+            E::NotFound { .. }
+                | E::PermissionDenied { .. }
+                | E::Unauthenticated { .. }
+                | E::InvalidPath { .. }
+                | E::NotSupported { .. }
+        );
     // The store's message stops at "error sending request"; the causes under it say why
     // (refused, reset, timed out, a DNS failure).
     let mut source = std::error::Error::source(&e);
     while let Some(cause) = source {
-        let text = cause.to_string();
+        let text = without_html(&cause.to_string()).to_string();
         if !message.contains(&text) {
             message.push_str(": ");
             message.push_str(&text);
@@ -267,32 +289,54 @@ impl Remote {
         } else {
             format!("{}/", self.prefix)
         };
-        let (_, mut out) = self.with_retries("", (), |()| {
-            let prefix = prefix.clone();
-            let base = &base;
-            async move {
-                let r = async {
-                    let mut stream = self.store.list(prefix.as_ref());
-                    let mut out = Vec::new();
-                    loop {
-                        let next =
-                            tokio::time::timeout(self.policy.stall_timeout, stream.next()).await;
-                        match next {
-                            Err(_) => return Err(AttemptError::retry("listing stalled")),
-                            Ok(None) => return Ok(out),
-                            Ok(Some(Err(e))) => return Err(classify(e)),
-                            Ok(Some(Ok(meta))) => {
-                                let full = meta.location.to_string();
-                                let name = full.strip_prefix(base.as_str()).unwrap_or(&full);
-                                out.push((name.to_string(), meta.size));
+        let (_, mut out) = self
+            .with_retries("", (), |()| {
+                let prefix = prefix.clone();
+                let base = &base;
+                async move {
+                    let r = async {
+                        let mut stream = self.store.list(prefix.as_ref());
+                        let mut out = Vec::new();
+                        loop {
+                            let next =
+                                tokio::time::timeout(self.policy.stall_timeout, stream.next())
+                                    .await;
+                            match next {
+                                Err(_) => return Err(AttemptError::retry("listing stalled")),
+                                Ok(None) => return Ok(out),
+                                Ok(Some(Err(e))) => return Err(classify(e)),
+                                Ok(Some(Ok(meta))) => {
+                                    let full = meta.location.to_string();
+                                    let name = full.strip_prefix(base.as_str()).unwrap_or(&full);
+                                    out.push((name.to_string(), meta.size));
+                                }
                             }
                         }
                     }
+                    .await;
+                    ((), r)
                 }
-                .await;
-                ((), r)
-            }
-        })?;
+            })
+            .map_err(|e| match e {
+                CacheError::Fetch {
+                    url,
+                    attempts,
+                    message,
+                } if message.contains("PROPFIND")
+                    && matches!(http_status(&message), Some(405 | 501)) =>
+                {
+                    CacheError::Fetch {
+                        url,
+                        attempts,
+                        message: format!(
+                        "{message} (this HTTP server does not list folders: only WebDAV servers \
+                         do; name the files instead, e.g. with a brace pattern such as \
+                         shard-{{000000..000099}}.tar)"
+                    ),
+                    }
+                }
+                e => e,
+            })?;
         out.sort();
         Ok(out)
     }
@@ -610,5 +654,40 @@ impl Jitter {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(message: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "HTTP",
+            source: message.into(),
+        }
+    }
+
+    /// Error pages are cut from messages; client errors and 501 are not retried, timeouts,
+    /// throttling and server errors are.
+    #[test]
+    fn http_failures_are_retried_only_when_another_attempt_may_differ() {
+        let page = "Server returned non-2xx status code: 501 Not Implemented: <!DOCTYPE HTML>\n<html><body>Error code: 501</body></html>";
+        let e = classify(generic(page));
+        assert!(e.permanent);
+        assert!(e.message.ends_with("501 Not Implemented"), "{}", e.message);
+        for (status, permanent) in [
+            ("403 Forbidden", true),
+            ("405 Method Not Allowed", true),
+            ("408 Request Timeout", false),
+            ("429 Too Many Requests", false),
+            ("500 Internal Server Error", false),
+            ("503 Service Unavailable", false),
+        ] {
+            let e = classify(generic(&format!("non-2xx status code: {status}")));
+            assert_eq!(e.permanent, permanent, "{status}");
+        }
+        assert!(!classify(generic("connection reset")).permanent);
+        assert_eq!(without_html("plain message"), "plain message");
     }
 }
