@@ -152,8 +152,9 @@ pub struct ReadArgs {
     /// VALUE is JSON: a string holding the field's bytes when they are UTF-8 (so a tab or
     /// newline in a caption is escaped), {"base64": "..."} when they are not, null when the
     /// sample lacks the field. Extract one with e.g. `cut -f2 | sed 's/^txt=//' | jq -r .`.
-    /// Any field of the manifest's fields or optional_fields except the image, key and
-    /// label; on packed shards json is the record's metadata unless the input's was carried.
+    /// Any field of the manifest's fields or optional_fields but the image (the key and label
+    /// come with every sample; cls is the label's text as stored, null where a sample has
+    /// none); on packed shards json is the record's metadata unless the input's was carried.
     #[arg(long, value_delimiter = ',', value_name = "F,...")]
     pub fields: Vec<String>,
     /// Stop after N samples.

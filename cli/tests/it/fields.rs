@@ -193,7 +193,7 @@ fn read_refuses_a_field_the_dataset_lacks_and_names_those_it_has() {
     assert!(r.stderr.contains("no field \"caption\""), "{}", r.stderr);
     assert!(
         r.stderr
-            .contains("cls, json (in every sample), txt (in some)"),
+            .contains("cls, json in every sample and txt in some"),
         "{}",
         r.stderr
     );

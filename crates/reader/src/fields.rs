@@ -72,7 +72,7 @@ pub fn check_fields(m: &Manifest, requested: &[String]) -> Result<(), ReadError>
             }
         };
         return Err(ReadError::BadOptions(format!(
-            "the dataset has no field {f:?}; fields it carries: {} (in every sample), {} (in some)",
+            "the dataset has no field {f:?}; it carries {} in every sample and {} in some",
             list(&always),
             list(&optional)
         )));
@@ -122,7 +122,7 @@ mod tests {
         let e = asked(&m, &["caption"]).unwrap_err();
         assert!(e.contains("no field \"caption\""), "{e}");
         assert!(
-            e.contains("cls, json (in every sample), txt (in some)"),
+            e.contains("cls, json in every sample and txt in some"),
             "{e}"
         );
         let e = asked(&m, &["jpg"]).unwrap_err();
@@ -146,7 +146,7 @@ mod tests {
         assert!(e.contains("labels"), "{e}");
         let e = asked(&m, &["cls"]).unwrap_err();
         assert!(
-            e.contains("json, txt (in every sample), none (in some)"),
+            e.contains("json, txt in every sample and none in some"),
             "{e}"
         );
     }

@@ -320,7 +320,7 @@ fn unknown_or_built_in_fields_are_refused_at_build() {
     let m = err(&["caption"]);
     assert!(m.contains("\"caption\""), "{m}");
     assert!(
-        m.contains("json, npy (in every sample), cls, txt (in some)"),
+        m.contains("json, npy in every sample and cls, txt in some"),
         "{m}"
     );
     let m = err(&["png"]);
