@@ -183,6 +183,29 @@ fn fit_keeps_aspect_inside_the_box() {
     }
 }
 
+/// An output over --max-pixels (an upscale, a huge crop box) is refused per image before it is
+/// made, as an input over the limit is.
+#[test]
+fn an_output_over_the_pixel_limit_is_refused_per_image() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root);
+    let ds = t.path().join("ds");
+    let r = pack(&root, &ds)
+        .args(["--resize", "crop:400x300", "--max-pixels", "100000"])
+        .run();
+    r.assert_code(1);
+    let errs = errors(&ds);
+    assert!(errs.iter().all(|e| e.kind == "too_many_pixels"), "{errs:?}");
+    // Inputs within the limit are refused for their output.
+    assert!(
+        errs.iter().any(|e| e
+            .message
+            .contains("the output 400x300 would be 120000 pixels")),
+        "{errs:?}"
+    );
+}
+
 #[test]
 fn crop_always_yields_the_box() {
     let dir = tempdir();

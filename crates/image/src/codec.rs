@@ -129,6 +129,17 @@ fn transform_with(
     // libjpeg-turbo rounds a scaled side up, so the last decoded column or row may stand for
     // less than a whole scaled pixel, and resampling all of them would shift the picture.
     let target = plan_size(spec.resize, spec.upscale, orig_w, orig_h);
+    // Upscaling (`--upscale`, `crop:WxH`) may ask for far more pixels than the input has.
+    let out_pixels = u64::from(target.width) * u64::from(target.height);
+    if out_pixels > spec.limits.max_pixels {
+        return Err(ImageError::new(
+            ErrorKind::TooManyPixels,
+            format!(
+                "the output {}x{} would be {out_pixels} pixels, over the limit of {} (--max-pixels)",
+                target.width, target.height, spec.limits.max_pixels
+            ),
+        ));
+    }
     let s = f64::from(dct_scale) / 8.0;
     let exact = |side: u32| u64::from(side) * u64::from(dct_scale) % 8 == 0;
     let crop = match target.crop {
