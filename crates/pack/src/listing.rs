@@ -52,6 +52,9 @@ pub struct ListOptions {
     /// The most bytes a compressed input shard may decompress to (`None`:
     /// [`MAX_DECOMPRESSED_SHARD`](crate::containers::MAX_DECOMPRESSED_SHARD)).
     pub max_shard_bytes: Option<u64>,
+    /// A folder never listed as input: the output, which may lie inside an ImageFolder input
+    /// (then it is no class of a later pack).
+    pub exclude: Option<PathBuf>,
 }
 
 /// One input image, borrowed from [`Inputs`].
@@ -468,7 +471,7 @@ impl ListError {
 /// or header-less list); problems with single inputs are collected in [`Listing::errors`].
 pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listing, ListError> {
     let mut listing = match source {
-        InputSource::Folder(root) => list_folder(root)?,
+        InputSource::Folder(root) => list_folder(root, options.exclude.as_deref())?,
         InputSource::List(file) => crate::list_file::list_file(file, &options.columns)?,
         InputSource::Wds(shards) => crate::containers::list_wds(shards, options)?,
         InputSource::Parquet(files) => crate::parquet::list_parquet(files, options)?,
@@ -532,7 +535,8 @@ fn name_os(b: &[u8]) -> &OsStr {
     }
 }
 
-fn list_folder(root: &Path) -> Result<Listing, ListError> {
+fn list_folder(root: &Path, exclude: Option<&Path>) -> Result<Listing, ListError> {
+    let exclude = exclude.and_then(|p| std::fs::canonicalize(p).ok());
     let meta = std::fs::metadata(root).map_err(ListError::io(root))?;
     if !meta.is_dir() {
         return Err(ListError::NotAFolder {
@@ -557,7 +561,11 @@ fn list_folder(root: &Path) -> Result<Listing, ListError> {
             listing.ignored += 1;
             continue;
         }
-        if root.join(name).is_dir() {
+        let path = root.join(name);
+        if path.is_dir() {
+            if exclude.is_some() && std::fs::canonicalize(&path).ok() == exclude {
+                continue;
+            }
             class_names.push(name.to_os_string());
         } else {
             // Files beside the class folders belong to no class.
@@ -575,6 +583,8 @@ fn list_folder(root: &Path) -> Result<Listing, ListError> {
         prefix.push(b'/');
         // Each class has its own set: a folder linked into two classes is listed in both.
         seen.clear();
+        // The output is never input, wherever it lies below a class.
+        seen.extend(exclude.clone());
         walk(&mut dir, &mut prefix, label, &mut listing, &mut seen, 0)?;
     }
     Ok(listing)

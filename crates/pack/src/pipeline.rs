@@ -383,6 +383,7 @@ pub(crate) fn list_for(
         max_input_bytes: plan.transform.limits.max_input_bytes,
         jobs: plan.jobs,
         max_shard_bytes: None,
+        exclude: Some(plan.output.clone()),
     };
     let stages = matches!(
         plan.source,
