@@ -374,7 +374,8 @@ pub struct VerifyArgs {
     pub cache: crate::commands::cache::CacheArgs,
 
     /// Also decode every image and check its size against its metadata (<key>.json width and
-    /// height); much slower than the default checks, and scales with --jobs.
+    /// height, unless the json is the input's, carried as it was: the manifest's pack option
+    /// "json": "input"); much slower than the default checks, and scales with --jobs.
     #[arg(long)]
     pub decode: bool,
 

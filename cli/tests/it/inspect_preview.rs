@@ -112,6 +112,39 @@ fn inspect_a_dataset_of_each_format() {
     }
 }
 
+/// A dataset packed from shards that carry a `.json` keeps the input's json (its width and height
+/// are the input's): inspect reports the sizes of the images stored.
+#[test]
+fn inspect_reports_stored_sizes_when_the_json_is_the_inputs() {
+    let dir = TempDir::new().unwrap();
+    let again = dir.path().join("again");
+    let status = Command::new(bin())
+        .arg("pack")
+        .arg(packed(WDS))
+        .arg(&again)
+        .args(["--resize", "shorter:32", "--quiet"])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(manifest(&again)["pack"]["json"], "input");
+    let r = json_of(&run(&["inspect", "--json"], &again));
+    let sizes = &r["image_sizes"];
+    let min_side = sizes["width"]["min"]
+        .as_u64()
+        .unwrap()
+        .min(sizes["height"]["min"].as_u64().unwrap());
+    assert!(min_side <= 32, "{sizes}");
+    let max_side = sizes["width"]["max"]
+        .as_u64()
+        .unwrap()
+        .max(sizes["height"]["max"].as_u64().unwrap());
+    assert!(max_side < 64 * 3, "{sizes}");
+    for c in sizes["most_common"].as_array().unwrap() {
+        let (w, h) = (c["width"].as_u64().unwrap(), c["height"].as_u64().unwrap());
+        assert!(w.min(h) <= 32, "{c}");
+    }
+}
+
 #[test]
 fn inspect_text_output_is_readable() {
     let ds = packed(WDS);

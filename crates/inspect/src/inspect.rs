@@ -379,17 +379,18 @@ fn wds_stats(data: &[u8], name: &str, s: &mut Stats) {
             }
             _ => s.unlabelled += 1,
         }
-        let from_meta = meta.as_ref().and_then(|m| {
+        // The stored image's own header first: a `.json` carried from the input states the
+        // input's size, not the one packed.
+        let probed = sample
+            .fields
+            .iter()
+            .find(|(f, _)| shardtool_wds::is_image_field(f))
+            .and_then(|image| shardtool_image::probe_size(image.1));
+        let size = probed.or_else(|| {
+            let m = meta.as_ref()?;
             let w = u32::try_from(m.get("width")?.as_u64()?).ok()?;
             let h = u32::try_from(m.get("height")?.as_u64()?).ok()?;
             Some((w, h))
-        });
-        let size = from_meta.or_else(|| {
-            let image = sample
-                .fields
-                .iter()
-                .find(|(f, _)| shardtool_wds::is_image_field(f))?;
-            shardtool_image::probe_size(image.1)
         });
         if let Some(wh) = size {
             *s.sizes.entry(wh).or_default() += 1;
