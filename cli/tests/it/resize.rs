@@ -195,6 +195,9 @@ fn an_output_over_the_pixel_limit_is_refused_per_image() {
         .args(["--resize", "crop:400x300", "--max-pixels", "100000"])
         .run();
     r.assert_code(1);
+    // The headline says why every input failed, not only where images were looked for.
+    let why = format!("{} too_many_pixels; the first, ", errors(&ds).len());
+    assert!(r.stderr.contains(&why), "{}", r.stderr);
     let errs = errors(&ds);
     assert!(errs.iter().all(|e| e.kind == "too_many_pixels"), "{errs:?}");
     // Inputs within the limit are refused for their output.

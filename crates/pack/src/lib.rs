@@ -133,12 +133,14 @@ pub enum PackError {
         report: PathBuf,
     },
     /// The input holds no usable image at all (nothing was found, or every input failed).
-    #[error("no usable image: looked for {looked_for}{}", failed_note(*.failed, report))]
+    #[error("no usable image: looked for {looked_for}{}", failed_note(*.failed, summary, report))]
     NoImages {
         /// What was looked for, and where.
         looked_for: String,
         /// Inputs found that failed.
         failed: u64,
+        /// Their failures by kind and the first one ([`failure_summary`]); empty when none failed.
+        summary: String,
         /// The error report, when inputs failed.
         report: PathBuf,
     },
@@ -217,11 +219,38 @@ pub enum PackError {
     },
 }
 
-fn failed_note(failed: u64, report: &std::path::Path) -> String {
+fn failed_note(failed: u64, summary: &str, report: &std::path::Path) -> String {
     if failed == 0 {
         String::new()
     } else {
-        format!("; {failed} input(s) failed, see {}", report.display())
+        format!(
+            "; {failed} input(s) failed ({summary}), see {}",
+            report.display()
+        )
+    }
+}
+
+/// Failures counted by kind, most frequent first, then the first failure in full (cut to a
+/// line): `45 too_many_pixels; the first, c/a.jpg: 480x640 is 307200 pixels, …`.
+pub(crate) fn failure_summary(errors: &[ErrorRecord]) -> String {
+    let mut kinds: Vec<(&str, usize)> = Vec::new();
+    for e in errors {
+        match kinds.iter_mut().find(|(k, _)| *k == e.kind) {
+            Some((_, n)) => *n += 1,
+            None => kinds.push((&e.kind, 1)),
+        }
+    }
+    kinds.sort_by_key(|&(_, n)| std::cmp::Reverse(n));
+    let counts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
+    match errors.first() {
+        Some(e) => {
+            let first: String = format!("{}: {}", e.path, e.message)
+                .chars()
+                .take(300)
+                .collect();
+            format!("{}; the first, {first}", counts.join(", "))
+        }
+        None => String::new(),
     }
 }
 

@@ -542,6 +542,7 @@ pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
         return Err(PackError::NoImages {
             looked_for: file.looked_for,
             failed: errors.len() as u64,
+            summary: crate::failure_summary(&errors),
             report: errors_path,
         });
     }

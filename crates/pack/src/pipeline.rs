@@ -423,6 +423,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,
             failed: 0,
+            summary: String::new(),
             report: plan.output.join(ERRORS_FILE),
         });
     }
@@ -511,6 +512,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,
             failed: errors.len() as u64,
+            summary: crate::failure_summary(&errors),
             report: errors_path,
         });
     }

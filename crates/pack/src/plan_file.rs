@@ -159,6 +159,7 @@ pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, P
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,
             failed: 0,
+            summary: String::new(),
             report: output.join(ERRORS_FILE),
         });
     }
