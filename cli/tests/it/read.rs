@@ -193,13 +193,28 @@ fn bench_prints_the_budget_table() {
 }
 
 #[test]
-fn a_missing_dataset_is_a_usage_error() {
+fn a_missing_dataset_or_a_single_shard_is_a_usage_error() {
     let out = bin()
         .args(["read", "/nonexistent/dataset", "--keys"])
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("manifest"));
+    // A single shard is not a dataset: the message says what to give instead.
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &[]);
+    let out = bin()
+        .arg("read")
+        .arg(ds.join("shard-000000.tar"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("is a shard: the reader takes a dataset folder"),
+        "{err}"
+    );
 }
 
 #[test]

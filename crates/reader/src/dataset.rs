@@ -138,6 +138,18 @@ impl Dataset {
                 message: "no such dataset: expected a directory holding manifest.json, or a manifest.json path".into(),
             });
         }
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+        if let Some(name) = name.filter(|n| shardtool_manifest::ShardKind::from_name(n).is_some()) {
+            if !path.is_dir() {
+                return Err(ReadError::Manifest {
+                    path: path.to_path_buf(),
+                    message: format!(
+                        "{name} is a shard: the reader takes a dataset folder or its \
+                         manifest.json (inspect and preview take single shards)"
+                    ),
+                });
+            }
+        }
         let (dir, manifest_path) = if path.is_dir() {
             (path.to_path_buf(), path.join(shardtool_manifest::FILE_NAME))
         } else {
