@@ -104,8 +104,13 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
     match c {
         CacheCommand::Ls { cache_dir, json } => {
             let dir = cache_dir.unwrap_or_else(shardtool_cache::default_cache_dir);
-            let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
-            let list = cache.list().map_err(Failure::run)?;
+            // A cache folder not made yet (before the first remote read) holds nothing.
+            let list = if dir.exists() {
+                let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
+                cache.list().map_err(Failure::run)?
+            } else {
+                Vec::new()
+            };
             if json {
                 outln!(
                     "{}",

@@ -320,6 +320,10 @@ fn cache_prefetch_ls_and_clear() {
     let cache = tmp.path().join("cache");
     let c = cache.to_str().unwrap();
     let url = server.url("ds/");
+    // Before the first fetch the folder does not exist: an empty listing, nothing made.
+    let ls = ok(&run(&["cache", "ls", "--cache-dir", c, "--json"]));
+    assert_eq!(ls.trim(), "[]");
+    assert!(!cache.exists());
     let out = ok(&run(&["cache", "prefetch", &url, "--cache-dir", c]));
     assert!(
         out.contains("8 shards: 0 already cached, 8 fetched"),
