@@ -9,6 +9,17 @@ use shardtool_inspect::{encode_png, preview, PreviewOptions};
 
 /// Runs `shardtool preview`.
 pub fn run(a: PreviewArgs) -> Result<(), Failure> {
+    // PNG bytes under another image extension would mislead whatever opens the file.
+    let ext = a
+        .output
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase());
+    if ext.as_deref().is_some_and(|e| e != "png") {
+        return Err(Failure::usage(anyhow!(
+            "--output {}: the contact sheet is a PNG; name it .png",
+            a.output.display()
+        )));
+    }
     let mut opts = PreviewOptions {
         count: a.count as usize,
         seed: a.seed,

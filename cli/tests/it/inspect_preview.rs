@@ -323,6 +323,12 @@ fn preview_usage_and_open_errors_exit_2() {
     let ds = packed(WDS);
     assert_eq!(preview(&ds, &png, &["--count", "0"]).status.code(), Some(2));
     assert!(!png.exists());
+    // The sheet is a PNG: another image extension is refused, nothing written.
+    let jpg = dir.path().join("x.jpg");
+    let out = preview(&ds, &jpg, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("name it .png"));
+    assert!(!jpg.exists());
 }
 
 #[test]
