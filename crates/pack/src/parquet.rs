@@ -184,7 +184,13 @@ fn scalar_json(f: &Field) -> Option<serde_json::Value> {
         Field::UShort(v) => V::from(*v),
         Field::UInt(v) => V::from(*v),
         Field::ULong(v) => V::from(*v),
-        Field::Float(v) => serde_json::Number::from_f64(f64::from(*v)).map_or(V::Null, V::Number),
+        // By its shortest decimal form: widened bit for bit, 0.1f32 would read 0.10000000149011612.
+        Field::Float(v) => v
+            .to_string()
+            .parse()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map_or(V::Null, V::Number),
         Field::Double(v) => serde_json::Number::from_f64(*v).map_or(V::Null, V::Number),
         Field::Str(s) => V::String(s.clone()),
         Field::Date(_)
@@ -570,4 +576,18 @@ fn contain<T>(f: impl FnOnce() -> T) -> Result<T, String> {
             .or_else(|| payload.downcast_ref::<String>().cloned())
             .unwrap_or_else(|| "a panic without a message".into())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn floats_are_carried_as_their_shortest_decimal() {
+        let json = |f: Field| scalar_json(&f).unwrap().to_string();
+        assert_eq!(json(Field::Float(0.1)), "0.1");
+        assert_eq!(json(Field::Float(-3.25e-7)), "-3.25e-7");
+        assert_eq!(json(Field::Double(0.1)), "0.1");
+        assert_eq!(json(Field::Float(f32::NAN)), "null");
+    }
 }
