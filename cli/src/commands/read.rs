@@ -163,8 +163,9 @@ pub struct ReadArgs {
     /// Write the loader state (JSON) here when stopping, to resume later.
     #[arg(long, value_name = "FILE")]
     pub state_out: Option<PathBuf>,
-    /// Continue from a state file written by --state-out (its seed, epoch, partition and batch
-    /// size are used).
+    /// Continue from a state file written by --state-out. The state decides the order: its
+    /// seed, epoch, rank and world, batch size, and shuffle options (shuffle on or off,
+    /// interleave, buffer, remainder) are used, and those flags are ignored.
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
     /// Do not report slow records on stderr.
