@@ -251,12 +251,25 @@ fn write_sample(
     write!(out, "{k}")?;
     if let Some(c) = batch.crops.get(i) {
         let flipped = u8::from(c.flipped);
-        write!(out, "\t{}\t{}\t{}\t{}\t{flipped}", c.x, c.y, c.w, c.h)?;
+        let (x, y, w, h) = (pixels(c.x), pixels(c.y), pixels(c.w), pixels(c.h));
+        write!(out, "\t{x}\t{y}\t{w}\t{h}\t{flipped}")?;
     }
     for f in &batch.fields {
         write!(out, "\t{}={}", f.name(), field_json(f.get(i)))?;
     }
     writeln!(out)
+}
+
+/// A crop coordinate in source pixels, to a millionth of a pixel without trailing zeros: a
+/// centre crop's box is fractional, and `{}` of an f64 prints its binary noise (58.199999999999996).
+fn pixels(v: f64) -> String {
+    let text = format!("{v:.6}");
+    let text = text.trim_end_matches('0').trim_end_matches('.');
+    if text == "-0" {
+        "0".into()
+    } else {
+        text.into()
+    }
 }
 
 /// A field's value as one line of JSON: a string for UTF-8 bytes, `{"base64": …}` for other
@@ -329,5 +342,17 @@ pub fn build_failure(e: shardtool_reader::ReadError) -> Failure {
             Failure::run(e)
         }
         e => Failure::usage(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn crop_coordinates_print_without_binary_noise() {
+        assert_eq!(super::pixels(58.199999999999996), "58.2");
+        assert_eq!(super::pixels(88.0), "88");
+        assert_eq!(super::pixels(0.5), "0.5");
+        assert_eq!(super::pixels(-0.0000001), "0");
+        assert_eq!(super::pixels(95.999999936), "96");
     }
 }
