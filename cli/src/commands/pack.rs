@@ -64,6 +64,12 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         FormatArg::Wds => ShardFormatChoice::Wds,
         FormatArg::Packed => ShardFormatChoice::Packed,
     };
+    if plan.format == ShardFormatChoice::Packed && a.encode != "jpeg" {
+        return Err(format!(
+            "--encode {}: packed shards hold raw pixels; --encode chooses how wds shards store images",
+            a.encode
+        ));
+    }
     plan.compression = match a.compress.as_deref() {
         None | Some("none") => Compression::None,
         Some("zstd") => Compression::Zstd(3),

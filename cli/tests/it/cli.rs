@@ -378,3 +378,25 @@ fn a_reader_that_goes_away_ends_the_output_quietly_as_sigpipe_does() {
         );
     }
 }
+
+/// An option that cannot apply is refused, not silently ignored.
+#[test]
+fn encode_with_packed_shards_is_a_usage_error() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 2, 0);
+    for encode in ["png", "keep"] {
+        let r = pack(&root, t.path().join(encode))
+            .args(["--format", "packed", "--encode", encode])
+            .run();
+        r.assert_code(2);
+        assert!(
+            r.stderr.contains("packed shards hold raw pixels"),
+            "{}",
+            r.stderr
+        );
+    }
+    pack(&root, t.path().join("jpeg"))
+        .args(["--format", "packed", "--encode", "jpeg"])
+        .ok();
+}

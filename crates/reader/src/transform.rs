@@ -209,6 +209,13 @@ impl FromStr for Transform {
                     .ok_or_else(|| err(&format!("option {p:?} is not NAME=VALUE")))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if let Some((_, (n, _))) = options
+            .iter()
+            .enumerate()
+            .find(|(i, (n, _))| options[..*i].iter().any(|(m, _)| m == n))
+        {
+            return Err(err(&format!("option {n:?} is given twice")));
+        }
         let allow = |names: &[&str]| -> Result<(), TransformParseError> {
             match options.iter().find(|(n, _)| !names.contains(n)) {
                 Some((n, _)) if names.is_empty() => {
@@ -362,6 +369,10 @@ mod tests {
             ("crop:224", "expected none"),
             ("resize", "needs a size"),
             ("resize:0", "from 1 to 16384"),
+            (
+                "random-resized-crop:64,scale=0.5-1,scale=0.1-0.2",
+                "\"scale\" is given twice",
+            ),
             ("random-resized-crop:224,scale=0.5", "range"),
             ("random-resized-crop:224,scale=0.9-0.1", "range"),
             ("random-resized-crop:224,scale=0-1", "range"),
