@@ -15,7 +15,7 @@ pub struct BenchArgs {
     pub step_ms: f64,
     /// Epochs per run (--epoch, --epoch + 1, …): longer runs for steadier figures on small
     /// datasets. Each epoch opens the dataset again, as a new epoch of training would.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub epochs: u64,
     /// Also run the loader with its batches copied to a device: `cpu` (the CPU twin: reused
     /// buffers, no copy), `auto` (the GPU when there is one, else the CPU, said once) or

@@ -19,6 +19,13 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         .transpose()
         .map_err(|e| format!("--input-format: {e}"))?;
     let (source, output) = match (a.list, a.input, a.output) {
+        (Some(list), Some(_), None) if list.to_string_lossy().contains("://") => {
+            return Err(format!(
+                "--list {}: a list is read from a local file (the paths it names are local too); \
+                 URLs are inputs for WebDataset shards and Parquet files",
+                list.display()
+            ))
+        }
         (Some(list), Some(out), None) => (InputSource::List(list), PathBuf::from(out)),
         (Some(_), Some(_), Some(_)) => {
             return Err("with --list, give only OUTPUT (the inputs come from the list)".into())

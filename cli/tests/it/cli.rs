@@ -400,3 +400,17 @@ fn encode_with_packed_shards_is_a_usage_error() {
         .args(["--format", "packed", "--encode", "jpeg"])
         .ok();
 }
+
+#[test]
+fn a_list_given_by_url_is_a_usage_error_that_says_why() {
+    let t = tempdir();
+    let r = Cmd::new(["pack", "--list", "http://127.0.0.1:9/train.csv"])
+        .arg(t.path().join("out"))
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("a list is read from a local file"),
+        "{}",
+        r.stderr
+    );
+}
