@@ -139,7 +139,7 @@ pub enum PackError {
         looked_for: String,
         /// Inputs found that failed.
         failed: u64,
-        /// Their failures by kind and the first one ([`failure_summary`]); empty when none failed.
+        /// Their failures by kind, and the first one; empty when none failed.
         summary: String,
         /// The error report, when inputs failed.
         report: PathBuf,

@@ -49,8 +49,7 @@ pub struct ListOptions {
     pub max_input_bytes: u64,
     /// Threads that stage Parquet files and fetch remote inputs.
     pub jobs: usize,
-    /// The most bytes a compressed input shard may decompress to (`None`:
-    /// [`MAX_DECOMPRESSED_SHARD`](crate::containers::MAX_DECOMPRESSED_SHARD)).
+    /// The most bytes a compressed input shard may decompress to (`None`: 64 GiB).
     pub max_shard_bytes: Option<u64>,
     /// A folder never listed as input: the output, which may lie inside an ImageFolder input
     /// (then it is no class of a later pack).
