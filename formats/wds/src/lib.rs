@@ -15,7 +15,7 @@ pub use fields::{
     image_field, is_image_field, is_metadata_member, parse_cls, quote, txt_problem, IMAGE_FIELDS,
     LABEL_FIELD, MAX_TEXT_BYTES,
 };
-pub use index::{index_samples, IndexError, MemberSpan, SampleSpan};
+pub use index::{index_samples, IndexError, MemberSpan, SampleSpan, MAX_EXTENSION_BYTES};
 pub use meta::{json_string, json_value, SampleMeta};
 pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
 pub use stream::{StreamError, StreamHeader, Tail, TarStream};

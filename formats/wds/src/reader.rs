@@ -334,8 +334,7 @@ impl Sample<'_> {
 
 /// Groups regular members into samples as WebDataset does, skipping `__*__` names and non-regular
 /// members; a member named by a pax `path` record or a GNU long-name member before it takes that
-/// name ([`long_name`]). Returns the samples and the first read error, if any (samples before it
-/// are kept).
+/// name. Returns the samples and the first read error, if any (samples before it are kept).
 pub fn group_samples(bytes: &[u8]) -> (Vec<Sample<'_>>, Option<ReadError>) {
     let mut samples: Vec<Sample<'_>> = Vec::new();
     let mut long: Option<&str> = None;
