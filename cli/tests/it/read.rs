@@ -139,6 +139,28 @@ fn rank_and_world_size_come_from_the_environment_and_a_bad_one_is_an_error() {
     assert_eq!(explicit, given);
 }
 
+/// More ranks than samples with the remainder dropped leave every rank nothing: an error, not an
+/// empty epoch; padding gives each rank one sample.
+#[test]
+fn more_ranks_than_samples_is_an_error_unless_padded() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &[]);
+    let d = ds.to_str().unwrap();
+    let out = bin()
+        .args(["read", d, "--keys", "--rank", "3", "--world", "100"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("45 samples over 100 ranks leave each rank none"),
+        "{err}"
+    );
+    let padded = keys(&[d, "--rank", "3", "--world", "100", "--remainder", "pad"]);
+    assert_eq!(padded.len(), 1);
+}
+
 #[test]
 fn limit_state_out_and_resume_continue_the_identical_sequence() {
     let dir = tempfile::tempdir().unwrap();
