@@ -9,10 +9,25 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// `path` made absolute with links resolved, also when its last components do not exist yet:
-/// the nearest existing ancestor is canonicalised and the rest appended.
+/// `..` is applied lexically first, then the nearest existing ancestor is canonicalised and the
+/// rest appended.
 fn resolved(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut lexical = PathBuf::new();
+    for c in std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .components()
+    {
+        match c {
+            Component::ParentDir => {
+                lexical.pop();
+            }
+            Component::CurDir => {}
+            c => lexical.push(c),
+        }
+    }
     let mut rest = Vec::new();
-    let mut cur = path.to_path_buf();
+    let mut cur = lexical.as_path();
     loop {
         if let Ok(mut found) = cur.canonicalize() {
             found.extend(rest.iter().rev());
@@ -21,13 +36,9 @@ fn resolved(path: &Path) -> PathBuf {
         match (cur.file_name(), cur.parent()) {
             (Some(name), Some(parent)) => {
                 rest.push(name.to_owned());
-                cur = if parent.as_os_str().is_empty() {
-                    PathBuf::from(".")
-                } else {
-                    parent.to_path_buf()
-                };
+                cur = parent;
             }
-            _ => return path.to_path_buf(),
+            _ => return lexical,
         }
     }
 }
@@ -40,9 +51,11 @@ fn local_file(input: &str) -> Option<PathBuf> {
     (!input.contains("://")).then(|| PathBuf::from(input))
 }
 
-/// Refuses an output folder that would take in or clear the inputs: the ImageFolder input itself
-/// (a folder inside one is fine: the listing skips it), or the folder of an input shard or
-/// Parquet file (`--overwrite` would clear it before it is read).
+/// Refuses an output folder that would take in or clear the inputs: the ImageFolder input itself;
+/// a folder inside one that exists with files but no manifest (a class folder, whose images the
+/// listing would skip; an earlier pack's output inside the input is skipped and is fine); or the
+/// folder holding an input shard or Parquet file, by its own path or a link's (`--overwrite`
+/// would clear it, or a new shard replace a link to it, before it is read).
 pub(crate) fn check_apart(plan: &PackPlan) -> Result<(), PlanError> {
     if crate::store::is_remote(&plan.output) {
         return Ok(());
@@ -54,14 +67,29 @@ pub(crate) fn check_apart(plan: &PackPlan) -> Result<(), PlanError> {
     };
     match &plan.source {
         InputSource::Folder(root) => {
-            if out == resolved(root) {
+            let root_real = resolved(root);
+            let holds_other_files = || {
+                std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some())
+                    && !out.join(manifest::FILE_NAME).exists()
+            };
+            if out == root_real || (out.starts_with(&root_real) && holds_other_files()) {
                 return Err(clash(root));
             }
         }
         InputSource::List(_) => {}
         InputSource::Wds(inputs) | InputSource::Parquet(inputs) => {
             for file in inputs.iter().filter_map(|i| local_file(i)) {
-                if resolved(&file).parent() == Some(out.as_path()) {
+                // The folder the path names, and the one a link leads to.
+                let beside = file.parent().map(|p| {
+                    resolved(if p.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        p
+                    })
+                });
+                if beside.as_deref() == Some(out.as_path())
+                    || resolved(&file).parent() == Some(out.as_path())
+                {
                     return Err(clash(&file));
                 }
             }
@@ -193,6 +221,23 @@ mod tests {
             let p = plan(InputSource::Folder(root.clone()), output);
             assert_eq!(check_apart(&p), Ok(()));
         }
+        // An existing class folder (files, no manifest) is refused; an earlier pack's is not.
+        std::fs::write(root.join("cat/a.jpg"), b"x").unwrap();
+        let p = plan(InputSource::Folder(root.clone()), root.join("cat"));
+        assert!(matches!(
+            check_apart(&p),
+            Err(PlanError::OutputHoldsInputs { .. })
+        ));
+        std::fs::create_dir_all(root.join("old")).unwrap();
+        std::fs::write(root.join("old/manifest.json"), b"{}").unwrap();
+        let p = plan(InputSource::Folder(root.clone()), root.join("old"));
+        assert_eq!(check_apart(&p), Ok(()));
+        // `..` after a folder that does not exist still resolves to the input.
+        let p = plan(InputSource::Folder(root.clone()), root.join("nosuch/.."));
+        assert!(matches!(
+            check_apart(&p),
+            Err(PlanError::OutputHoldsInputs { .. })
+        ));
         let shard = root.join("shard-000000.tar").to_string_lossy().into_owned();
         for source in [
             InputSource::Wds(vec![shard.clone()]),
@@ -206,6 +251,19 @@ mod tests {
         }
         let p = plan(InputSource::Wds(vec![shard]), root.join("out"));
         assert_eq!(check_apart(&p), Ok(()));
+        // A link to a shard elsewhere: the link's folder and the shard's are both refused.
+        let links = dir.path().join("links");
+        std::fs::create_dir_all(&links).unwrap();
+        std::fs::write(root.join("real.tar"), b"x").unwrap();
+        std::os::unix::fs::symlink(root.join("real.tar"), links.join("s.tar")).unwrap();
+        let link = links.join("s.tar").to_string_lossy().into_owned();
+        for output in [links.clone(), root.clone()] {
+            let p = plan(InputSource::Wds(vec![link.clone()]), output);
+            assert!(matches!(
+                check_apart(&p),
+                Err(PlanError::OutputHoldsInputs { .. })
+            ));
+        }
     }
 
     #[test]
