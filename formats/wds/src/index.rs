@@ -1,7 +1,7 @@
 //! Indexing an archive by its headers alone: where each WebDataset sample starts and ends, so a
 //! sample can later be read with one positioned read, without reading any member's data now.
 
-use crate::reader::{member_end, parse_header, split_name, EntryKind, ReadError};
+use crate::reader::{member_end, parse_header_named, split_name, EntryKind, ReadError};
 use crate::BLOCK;
 use std::io;
 
@@ -40,17 +40,10 @@ pub enum IndexError {
     /// Reading failed.
     #[error(transparent)]
     Io(#[from] io::Error),
-    /// A pax or GNU long-name header larger than [`MAX_EXTENSION_BYTES`].
-    #[error("extension header at byte {offset} holds {size} bytes, over the {MAX_EXTENSION_BYTES} read for a member name")]
-    LongExtension {
-        /// Its header's offset.
-        offset: u64,
-        /// Its data size.
-        size: u64,
-    },
 }
 
-/// The most bytes of a pax or GNU long-name header read for the name it gives.
+/// The most bytes of a pax or GNU long-name header read for the name it gives; a larger one
+/// names nothing.
 pub const MAX_EXTENSION_BYTES: u64 = 1 << 20;
 
 /// Reads the headers of an archive of `len` bytes through `read_at(offset, buf)` (which fills
@@ -83,7 +76,7 @@ pub fn index_samples(
             .into());
         }
         read_at(offset, &mut block)?;
-        let Some(h) = parse_header(&block, offset)? else {
+        let Some(h) = parse_header_named(&block, offset, long.is_some())? else {
             break;
         };
         let (end, padded) = match member_end(offset, h.size, len) {
@@ -99,13 +92,8 @@ pub fn index_samples(
         };
         if h.kind == EntryKind::Extension {
             extension_start.get_or_insert(offset);
-            if matches!(h.flag, b'x' | b'L') {
-                if h.size > MAX_EXTENSION_BYTES {
-                    return Err(IndexError::LongExtension {
-                        offset,
-                        size: h.size,
-                    });
-                }
+            // A larger one (extended attributes, say) names nothing here, as in `group_samples`.
+            if matches!(h.flag, b'x' | b'L') && h.size <= MAX_EXTENSION_BYTES {
                 let mut data = vec![0u8; h.size as usize];
                 read_at(offset + BLOCK as u64, &mut data)?;
                 if let Some(n) = crate::reader::long_name(h.flag, &data) {
@@ -303,17 +291,50 @@ mod tests {
         assert_eq!(long_name(b'L', b"name.jpg\0\0\0"), Some("name.jpg"));
         assert_eq!(long_name(b'L', b"\xff.jpg"), None);
         assert_eq!(long_name(b'K', b"link"), None);
+        // A pax header over the bound names nothing, in both readings: the member keeps its own.
+        let mut bytes = Vec::new();
+        let mut big = pax("path", "b.jpg");
+        big.extend(pax("comment", &"c".repeat(MAX_EXTENSION_BYTES as usize)));
+        member(&mut bytes, "././@PaxHeader", b'x', &big);
+        member(&mut bytes, "a.jpg", b'0', b"1");
+        let (spans, err) = index(&bytes);
+        assert_eq!(err, None);
+        assert_eq!(spans.len(), 1);
+        assert_eq!(spans[0].key, "a");
+        assert_eq!(group_samples(&bytes).0[0].key, "a");
+    }
+
+    /// GNU tar keeps the first 100 bytes of a long name in the header, which may split a UTF-8
+    /// character: with the long name before it, that header name is not needed and no error.
+    #[test]
+    fn a_split_character_in_a_renamed_header_is_no_error() {
+        let long = format!("{}-\u{65e5}\u{672c}", "x".repeat(98));
+        let cut = long.as_bytes()[..100].to_vec();
+        assert!(std::str::from_utf8(&cut).is_err());
         let mut bytes = Vec::new();
         member(
             &mut bytes,
-            "././@PaxHeader",
-            b'x',
-            &vec![b'a'; MAX_EXTENSION_BYTES as usize + 1],
+            "././@LongLink",
+            b'L',
+            format!("{long}.jpg").as_bytes(),
         );
-        member(&mut bytes, "a.jpg", b'0', b"1");
+        let mut h = crate::ustar_header("placeholder", 1, b'0', "").unwrap();
+        h[..100].copy_from_slice(&cut);
+        h[148..156].fill(b' ');
+        let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+        h[148..156].copy_from_slice(format!("{sum:06o}\0 ").as_bytes());
+        bytes.extend(h);
+        bytes.extend([7u8]);
+        bytes.resize(bytes.len().next_multiple_of(BLOCK), 0);
         let (spans, err) = index(&bytes);
-        assert!(spans.is_empty());
-        assert!(err.unwrap().contains("extension header"));
+        assert_eq!(err, None);
+        assert_eq!(spans[0].key, long);
+        let (samples, err) = group_samples(&bytes);
+        assert!(err.is_none());
+        assert_eq!(samples[0].key, long);
+        // Without the long name the same header is an error, as before.
+        let (_, err) = group_samples(&bytes[BLOCK * 2..]);
+        assert!(err.is_some());
     }
 
     #[test]

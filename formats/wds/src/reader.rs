@@ -75,6 +75,8 @@ pub struct TarReader<'a> {
     bytes: &'a [u8],
     pos: usize,
     done: bool,
+    /// The next header's own name will be replaced (see [`parse_header_named`]).
+    renamed: bool,
 }
 
 impl<'a> TarReader<'a> {
@@ -84,6 +86,7 @@ impl<'a> TarReader<'a> {
             bytes,
             pos: 0,
             done: false,
+            renamed: false,
         }
     }
 
@@ -100,7 +103,7 @@ impl<'a> TarReader<'a> {
                 what: "header",
             });
         };
-        let Some(h) = parse_header(h, offset)? else {
+        let Some(h) = parse_header_named(h, offset, self.renamed)? else {
             return Ok(None);
         };
         let start = self.pos + BLOCK;
@@ -130,6 +133,17 @@ pub(crate) struct Header<'h> {
 /// Parses the header block `h` (512 bytes) found at `offset`; `None` for an all-zero block (the
 /// start of the end-of-archive marker). Allocates only for a name with a USTAR prefix.
 pub(crate) fn parse_header(h: &[u8], offset: u64) -> Result<Option<Header<'_>>, ReadError> {
+    parse_header_named(h, offset, false)
+}
+
+/// [`parse_header`], taking a name that is not UTF-8 as it reads (lossily) when `renamed`: a
+/// pax or GNU long name before the member replaces it, and GNU tar cuts a long name to its first
+/// 100 bytes, which may split a character.
+pub(crate) fn parse_header_named(
+    h: &[u8],
+    offset: u64,
+    renamed: bool,
+) -> Result<Option<Header<'_>>, ReadError> {
     if h.iter().all(|&b| b == 0) {
         return Ok(None);
     }
@@ -153,7 +167,14 @@ pub(crate) fn parse_header(h: &[u8], offset: u64) -> Result<Option<Header<'_>>, 
     let is_ustar = &h[257..262] == b"ustar";
     let prefix = if is_ustar { cstr(&h[345..500]) } else { &[] };
     let bad_name = || ReadError::BadName { offset };
-    let name: Cow<'_, str> = if prefix.is_empty() {
+    let name: Cow<'_, str> = if renamed {
+        let mut full = prefix.to_vec();
+        if !full.is_empty() {
+            full.push(b'/');
+        }
+        full.extend_from_slice(name);
+        Cow::Owned(String::from_utf8_lossy(&full).into_owned())
+    } else if prefix.is_empty() {
         Cow::Borrowed(std::str::from_utf8(name).map_err(|_| bad_name())?)
     } else {
         let mut full = Vec::with_capacity(prefix.len() + 1 + name.len());
@@ -338,16 +359,21 @@ impl Sample<'_> {
 pub fn group_samples(bytes: &[u8]) -> (Vec<Sample<'_>>, Option<ReadError>) {
     let mut samples: Vec<Sample<'_>> = Vec::new();
     let mut long: Option<&str> = None;
-    for entry in TarReader::new(bytes) {
-        let entry = match entry {
-            Ok(e) => e,
-            Err(e) => return (samples, Some(e)),
+    let mut reader = TarReader::new(bytes);
+    loop {
+        reader.renamed = long.is_some();
+        let entry = match reader.next() {
+            None => break,
+            Some(Ok(e)) => e,
+            Some(Err(e)) => return (samples, Some(e)),
         };
         if entry.kind == EntryKind::Extension {
             // The type byte of the header the reader has just validated.
             let flag = bytes[entry.header_offset as usize + 156];
-            if let Some(n) = long_name(flag, entry.data) {
-                long = Some(n);
+            if entry.data.len() as u64 <= crate::MAX_EXTENSION_BYTES {
+                if let Some(n) = long_name(flag, entry.data) {
+                    long = Some(n);
+                }
             }
             continue;
         }
