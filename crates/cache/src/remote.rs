@@ -66,10 +66,11 @@ fn http_status(message: &str) -> Option<u16> {
     message.get(at..at + 3)?.parse().ok()
 }
 
-/// A message cut before an error page's HTML (servers answer errors with whole documents).
+/// A message cut before an error page's HTML (servers answer errors with whole documents). An
+/// XML body stays: S3's holds the error's code and message.
 fn without_html(message: &str) -> &str {
     let lower = message.to_ascii_lowercase();
-    let cut = ["<!doctype", "<html", "<?xml"]
+    let cut = ["<!doctype", "<html"]
         .iter()
         .filter_map(|t| lower.find(t))
         .min()
@@ -80,10 +81,11 @@ fn without_html(message: &str) -> &str {
 fn classify(e: object_store::Error) -> AttemptError {
     use object_store::Error as E;
     let mut message = without_html(&e.to_string()).to_string();
-    // A client error (but a timeout or throttling) or a method the server does not implement
-    // will not change on another attempt.
-    let permanent_status = http_status(&message)
-        .is_some_and(|s| (400..500).contains(&s) && s != 408 && s != 429 || s == 501);
+    // Refused credentials, a missing object or a method the server does not implement will not
+    // change on another attempt. Other client errors may: S3 answers an idle upload with 400
+    // (RequestTimeout) and a conflicting one with 409 (OperationAborted).
+    let permanent_status =
+        http_status(&message).is_some_and(|s| matches!(s, 401 | 403 | 404 | 405 | 410 | 501));
     let permanent = permanent_status
         || matches!(
             e,
@@ -668,8 +670,8 @@ mod tests {
         }
     }
 
-    /// Error pages are cut from messages; client errors and 501 are not retried, timeouts,
-    /// throttling and server errors are.
+    /// HTML error pages are cut from messages, S3's XML kept; refusals, missing objects and 501
+    /// are not retried; other client errors, timeouts, throttling and server errors are.
     #[test]
     fn http_failures_are_retried_only_when_another_attempt_may_differ() {
         let page = "Server returned non-2xx status code: 501 Not Implemented: <!DOCTYPE HTML>\n<html><body>Error code: 501</body></html>";
@@ -679,6 +681,8 @@ mod tests {
         for (status, permanent) in [
             ("403 Forbidden", true),
             ("405 Method Not Allowed", true),
+            ("400 Bad Request", false),
+            ("409 Conflict", false),
             ("408 Request Timeout", false),
             ("429 Too Many Requests", false),
             ("500 Internal Server Error", false),
@@ -688,6 +692,10 @@ mod tests {
             assert_eq!(e.permanent, permanent, "{status}");
         }
         assert!(!classify(generic("connection reset")).permanent);
+        let xml = "non-2xx status code: 400 Bad Request: <?xml version=\"1.0\"?><Error><Code>RequestTimeout</Code></Error>";
+        assert!(classify(generic(xml))
+            .message
+            .contains("<Code>RequestTimeout</Code>"));
         assert_eq!(without_html("plain message"), "plain message");
     }
 }
