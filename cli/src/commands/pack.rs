@@ -71,7 +71,9 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         FormatArg::Wds => ShardFormatChoice::Wds,
         FormatArg::Packed => ShardFormatChoice::Packed,
     };
-    if plan.format == ShardFormatChoice::Packed && a.encode != "jpeg" {
+    if plan.format == ShardFormatChoice::Packed
+        && plan.transform.encode != shardtool_image::Encode::Jpeg
+    {
         return Err(format!(
             "--encode {}: packed shards hold raw pixels; --encode chooses how wds shards store images",
             a.encode

@@ -143,7 +143,8 @@ fn extension(name: &str) -> String {
 pub(crate) const MAX_DECOMPRESSED_SHARD: u64 = 64 << 30;
 
 /// A zstd- or gzip-compressed shard (told by its first bytes, whatever its name) decompressed
-/// into the staging folder as `.stage-<index>-decompressed.tar.tmp`; `Ok(None)` for any other
+/// into the staging folder as `.stage-<index>.decompressed.tar.tmp` (fetched inputs are staged as
+/// `.stage-<index>-<name>.tmp`, so the two never share a name); `Ok(None)` for any other
 /// file, which is read as it is.
 fn decompress_shard(
     file: &mut std::fs::File,
@@ -165,7 +166,7 @@ fn decompress_shard(
     };
     let path = options
         .stage_dir
-        .join(format!(".stage-{index:06}-decompressed.tar.tmp"));
+        .join(format!(".stage-{index:06}.decompressed.tar.tmp"));
     let out = std::fs::File::options()
         .read(true)
         .write(true)
@@ -178,7 +179,7 @@ fn decompress_shard(
     };
     let max = options.max_shard_bytes.unwrap_or(MAX_DECOMPRESSED_SHARD);
     let mut w = std::io::BufWriter::with_capacity(1 << 20, out);
-    let copied = std::io::copy(&mut reader.take(max + 1), &mut w)
+    let copied = std::io::copy(&mut reader.take(max.saturating_add(1)), &mut w)
         .map_err(|e| fail(format!("cannot decompress: {e}")))?;
     if copied > max {
         return Err(fail(format!("decompresses to more than {max} bytes")));
@@ -372,14 +373,22 @@ pub fn resolve_input(
             None => {
                 // Shards or Parquet files directly in the folder (or in a Hugging Face
                 // `data/` folder) make it that kind of input; anything else is an ImageFolder.
-                let direct = |ext: &str| {
-                    std::fs::read_dir(dir).is_ok_and(|rd| {
-                        rd.filter_map(|e| e.ok()).any(|e| {
-                            e.path().is_file() && extension(&e.path().to_string_lossy()) == ext
-                        })
-                    })
+                let any_entry = |f: &dyn Fn(&Path) -> bool| {
+                    std::fs::read_dir(dir)
+                        .is_ok_and(|rd| rd.filter_map(|e| e.ok()).any(|e| f(&e.path())))
                 };
-                if direct("tar") {
+                let direct = |ext: &str| {
+                    any_entry(&|p| p.is_file() && extension(&p.to_string_lossy()) == ext)
+                };
+                let plain_tar = |p: &Path| {
+                    p.is_file() && p.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"))
+                };
+                if any_entry(&plain_tar) {
+                    return Ok(S::Wds(found(&["tar"])?));
+                }
+                // Compressed shards alone make a WebDataset input only without class folders
+                // beside them: an ImageFolder may keep the archive it came in.
+                if direct("tar") && !any_entry(&|p| p.is_dir()) {
                     return Ok(S::Wds(found(&["tar"])?));
                 }
                 let parquet_here = direct("parquet");
@@ -754,6 +763,36 @@ mod tests {
         assert!(glob_match(b"s-??.tar", b"s-01.tar"));
         assert!(!glob_match(b"*.tar", b"a.tar.gz"));
         assert!(!glob_match(b"s-?.tar", b"s-01.tar"));
+    }
+
+    /// Compressed shards alone make a folder a WebDataset input; beside class folders they are an
+    /// ImageFolder's archive and the folder stays an ImageFolder.
+    #[test]
+    fn compressed_shards_decide_a_folder_only_without_class_folders() {
+        let dir = tempfile::tempdir().unwrap();
+        let kind = |d: &Path| match resolve_input(d.to_str().unwrap(), None, &Default::default())
+            .unwrap()
+        {
+            crate::InputSource::Wds(v) => format!("wds {}", v.len()),
+            crate::InputSource::Folder(_) => "folder".into(),
+            _ => "other".into(),
+        };
+        let shards = dir.path().join("shards");
+        std::fs::create_dir_all(&shards).unwrap();
+        std::fs::write(shards.join("a.tar.zst"), b"x").unwrap();
+        std::fs::write(shards.join("b.tgz"), b"x").unwrap();
+        assert_eq!(kind(&shards), "wds 2");
+        let images = dir.path().join("images");
+        std::fs::create_dir_all(images.join("cat")).unwrap();
+        std::fs::write(images.join("cat/a.jpg"), b"x").unwrap();
+        std::fs::write(images.join("images.tgz"), b"x").unwrap();
+        assert_eq!(kind(&images), "folder");
+        std::fs::write(images.join("plain.tar"), b"x").unwrap();
+        assert_eq!(
+            kind(&images),
+            "wds 2",
+            "a plain shard still decides, as before"
+        );
     }
 
     /// A compressed shard is told by its first bytes and decompressed into the staging folder,
