@@ -197,6 +197,16 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
                 },
                 None => None,
             };
+            if let Some(src) = &source {
+                // A mistyped URL would otherwise clear nothing and say only "removed 0".
+                let known = cache.list().map_err(Failure::run)?;
+                if !known.iter().any(|d| &d.source == src) {
+                    return Err(Failure::usage(anyhow!(
+                        "{} holds no dataset {src}; `shardtool cache ls` lists those it holds",
+                        dir.display()
+                    )));
+                }
+            }
             let r = cache
                 .clear(source.as_deref())
                 .with_context(|| format!("clearing {}", dir.display()))

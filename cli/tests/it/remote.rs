@@ -337,6 +337,11 @@ fn cache_prefetch_ls_and_clear() {
     assert_eq!(ls[0]["shards"], 8);
     let out = ok(&run(&["cache", "clear", &url, "--cache-dir", c]));
     assert!(out.contains("removed 8 shard(s)"), "{out}");
+    // A URL the cache does not hold (a typo) is an error, not "removed 0".
+    let typo = format!("{url}x/");
+    let out = run(&["cache", "clear", &typo, "--cache-dir", c]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds no dataset"));
     let ls: serde_json::Value =
         serde_json::from_str(&ok(&run(&["cache", "ls", "--cache-dir", c, "--json"]))).unwrap();
     assert_eq!(ls[0]["shards"], 0);
