@@ -122,14 +122,14 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
                 "{:>8} {:>14} {:>20}  source",
                 "shards",
                 "bytes",
-                "last used (unix s)"
+                "last used (UTC)"
             );
             for d in &list {
                 outln!(
                     "{:>8} {:>14} {:>20}  {}",
                     d.shards,
                     d.bytes,
-                    d.last_used,
+                    utc(d.last_used),
                     d.source
                 );
             }
@@ -222,5 +222,36 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             }
             Ok(())
         }
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DD HH:MM` in UTC ("never" for 0), by the civil-from-days rule of the
+/// proleptic Gregorian calendar.
+fn utc(secs: u64) -> String {
+    if secs == 0 {
+        return "never".into();
+    }
+    let days = (secs / 86_400) as i64;
+    let (h, m) = (secs % 86_400 / 3600, secs % 3600 / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn unix_seconds_read_as_utc_dates() {
+        assert_eq!(super::utc(0), "never");
+        assert_eq!(super::utc(946_684_800), "2000-01-01 00:00");
+        assert_eq!(super::utc(951_782_400), "2000-02-29 00:00");
+        assert_eq!(super::utc(1_796_505_780), "2026-12-05 21:23");
     }
 }
