@@ -129,6 +129,10 @@ fn overwrite_never_removes_files_no_pack_wrote_and_outputs_stay_apart_from_input
     pack(&root, &inner).arg("--overwrite").ok();
     assert_eq!(manifest(&inner).classes, first.classes);
     assert_eq!(manifest(&inner).inputs.packed, 4);
+    // Nor of a pack elsewhere: an earlier output (a manifest or a plan) is no class.
+    let elsewhere = t.path().join("elsewhere");
+    pack(&root, &elsewhere).ok();
+    assert_eq!(manifest(&elsewhere).classes, first.classes);
     // The ImageFolder itself, or the folder of the input shards (--overwrite would clear them
     // before they are read), is refused.
     let r = pack(&root, &root).arg("--overwrite").run();

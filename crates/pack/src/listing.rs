@@ -562,7 +562,10 @@ fn list_folder(root: &Path, exclude: Option<&Path>) -> Result<Listing, ListError
         }
         let path = root.join(name);
         if path.is_dir() {
-            if exclude.is_some() && std::fs::canonicalize(&path).ok() == exclude {
+            // The output, or an earlier pack's output or plan, is no class.
+            if (exclude.is_some() && std::fs::canonicalize(&path).ok() == exclude)
+                || crate::output::holds_a_pack(&path)
+            {
                 continue;
             }
             class_names.push(name.to_os_string());

@@ -8,39 +8,51 @@ use shardtool_manifest::{self as manifest, Manifest, ERRORS_FILE};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-/// `path` made absolute with links resolved, also when its last components do not exist yet:
-/// `..` is applied lexically first, then the nearest existing ancestor is canonicalised and the
-/// rest appended.
+/// `path` made absolute with links resolved as the kernel resolves them, also when its last
+/// components do not exist yet: component by component, an existing prefix is canonicalised
+/// before a `..` applies to it (so `link/..` is the parent of the link's target), and `..` after
+/// a missing component undoes it.
 fn resolved(path: &Path) -> PathBuf {
     use std::path::Component;
-    let mut lexical = PathBuf::new();
+    let mut cur = PathBuf::new();
     for c in std::path::absolute(path)
         .unwrap_or_else(|_| path.to_path_buf())
         .components()
     {
         match c {
             Component::ParentDir => {
-                lexical.pop();
+                if let Ok(real) = cur.canonicalize() {
+                    cur = real;
+                }
+                cur.pop();
             }
             Component::CurDir => {}
-            c => lexical.push(c),
+            c => cur.push(c),
         }
     }
-    let mut rest = Vec::new();
-    let mut cur = lexical.as_path();
-    loop {
-        if let Ok(mut found) = cur.canonicalize() {
-            found.extend(rest.iter().rev());
-            return found;
-        }
-        match (cur.file_name(), cur.parent()) {
-            (Some(name), Some(parent)) => {
-                rest.push(name.to_owned());
-                cur = parent;
+    cur.canonicalize().unwrap_or_else(|_| {
+        // The nearest existing ancestor, canonicalised, and the rest as written.
+        let mut rest = Vec::new();
+        let mut at = cur.as_path();
+        loop {
+            if let Ok(mut found) = at.canonicalize() {
+                found.extend(rest.iter().rev());
+                return found;
             }
-            _ => return lexical,
+            match (at.file_name(), at.parent()) {
+                (Some(name), Some(parent)) => {
+                    rest.push(name.to_owned());
+                    at = parent;
+                }
+                _ => return cur.clone(),
+            }
         }
-    }
+    })
+}
+
+/// Whether `dir` holds an earlier pack's output (its manifest, or a plan's `_plan` folder).
+pub(crate) fn holds_a_pack(dir: &Path) -> bool {
+    dir.join(manifest::FILE_NAME).is_file() || dir.join(crate::PLAN_DIR).is_dir()
 }
 
 /// A local input file of a WebDataset or Parquet source (`None` for other URLs).
@@ -69,8 +81,7 @@ pub(crate) fn check_apart(plan: &PackPlan) -> Result<(), PlanError> {
         InputSource::Folder(root) => {
             let root_real = resolved(root);
             let holds_other_files = || {
-                std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some())
-                    && !out.join(manifest::FILE_NAME).exists()
+                std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some()) && !holds_a_pack(&out)
             };
             if out == root_real || (out.starts_with(&root_real) && holds_other_files()) {
                 return Err(clash(root));
@@ -231,6 +242,19 @@ mod tests {
         std::fs::create_dir_all(root.join("old")).unwrap();
         std::fs::write(root.join("old/manifest.json"), b"{}").unwrap();
         let p = plan(InputSource::Folder(root.clone()), root.join("old"));
+        assert_eq!(check_apart(&p), Ok(()));
+        // `link/..` is the parent of the link's target, as the kernel resolves it.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(root.join("cat"), elsewhere.join("link")).unwrap();
+        let p = plan(InputSource::Folder(root.clone()), elsewhere.join("link/.."));
+        assert!(matches!(
+            check_apart(&p),
+            Err(PlanError::OutputHoldsInputs { .. })
+        ));
+        // A plan's output (a `_plan` folder, no manifest yet) inside the input is an earlier pack's.
+        std::fs::create_dir_all(root.join("planned/_plan")).unwrap();
+        let p = plan(InputSource::Folder(root.clone()), root.join("planned"));
         assert_eq!(check_apart(&p), Ok(()));
         // `..` after a folder that does not exist still resolves to the input.
         let p = plan(InputSource::Folder(root.clone()), root.join("nosuch/.."));
