@@ -80,8 +80,12 @@ def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> N
 
 def _env_partition() -> Optional[Tuple[int, int]]:
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is None or world is None:
+    if rank is None and world is None:
         return None
+    if rank is None or world is None:
+        # One without the other would make every process rank 0 (or all of world 1).
+        have, lack = ("RANK", "WORLD_SIZE") if world is None else ("WORLD_SIZE", "RANK")
+        raise ValueError(f"{have} is set but {lack} is not")
     try:
         return int(rank), int(world)
     except ValueError:

@@ -108,3 +108,11 @@ def test_forked_child_can_start_its_own_iteration(datasets: Dict[str, Path]) -> 
         text = f.read()
     os.waitpid(pid, 0)
     assert int(text) == expected == samples(path)
+
+
+def test_rank_without_world_size_is_an_error(datasets: Dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    loader = shardtool.Loader(datasets["packed"], batch_size=2, output="numpy")
+    with pytest.raises(ValueError, match="WORLD_SIZE is set but RANK is not"):
+        next(iter(loader))

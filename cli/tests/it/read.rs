@@ -125,6 +125,11 @@ fn rank_and_world_size_come_from_the_environment_and_a_bad_one_is_an_error() {
         (&[("WORLD_SIZE", "abc")][..], "WORLD_SIZE=\"abc\""),
         (&[("RANK", "-1"), ("WORLD_SIZE", "2")][..], "RANK=\"-1\""),
         (&[("RANK", " 1"), ("WORLD_SIZE", "2")][..], "RANK=\" 1\""),
+        (
+            &[("WORLD_SIZE", "4")][..],
+            "WORLD_SIZE is set but RANK is not",
+        ),
+        (&[("RANK", "1")][..], "RANK is set but WORLD_SIZE is not"),
     ] {
         let out = read(env, &[]);
         assert_eq!(out.status.code(), Some(2), "{env:?}");

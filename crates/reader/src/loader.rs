@@ -107,7 +107,7 @@ fn env_u32(name: &str) -> Result<Option<u32>, String> {
         Ok(v) => v
             .parse()
             .map(Some)
-            .map_err(|_| format!("{name}={v:?} is not a whole number from 0 to {}", u32::MAX)),
+            .map_err(|_| format!("{name}={v:?} is not a whole number")),
         Err(std::env::VarError::NotUnicode(v)) => Err(format!("{name}={v:?} is not a number")),
     }
 }
@@ -122,6 +122,9 @@ impl LoaderBuilder {
         let (rank, world) = (env_u32("RANK"), env_u32("WORLD_SIZE"));
         let env_partition_error = match (&rank, &world) {
             (Err(e), _) | (_, Err(e)) => Some(e.clone()),
+            // One without the other would make every process rank 0 (or all of world 1).
+            (Ok(Some(_)), Ok(None)) => Some("RANK is set but WORLD_SIZE is not".to_string()),
+            (Ok(None), Ok(Some(_))) => Some("WORLD_SIZE is set but RANK is not".to_string()),
             _ => None,
         };
         Self {
@@ -372,8 +375,8 @@ impl LoaderBuilder {
         if order.is_empty() && total > 0 {
             // Dropping the remainder leaves every rank nothing: a job would train on no data.
             return Err(ReadError::BadOptions(format!(
-                "{total} samples over {} ranks leave each rank none (remainder drop): use \
-                 remainder pad, or fewer ranks",
+                "{total} samples over {} ranks leave each rank none (remainder drop): pad \
+                 the remainder (--remainder pad), or use fewer ranks",
                 self.world
             )));
         }
