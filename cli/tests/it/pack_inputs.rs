@@ -358,6 +358,26 @@ fn compressed_webdataset_shards_pack_like_plain_ones() {
             .any(|e| e.kind == "bad_shard" && e.path.ends_with("a.tar.zst")),
         "{errs:?}"
     );
+
+    // A compressed shard cut short keeps the samples before the cut, as a cut plain tar does.
+    let cut = t.path().join("cut");
+    std::fs::create_dir_all(&cut).unwrap();
+    let gz = std::fs::read(gz.join("shard-000000.tar.gz")).unwrap();
+    std::fs::write(cut.join("c.tar.gz"), &gz[..gz.len() / 2]).unwrap();
+    let ds = t.path().join("from-cut");
+    pack(&cut, &ds).args(opts).ok();
+    let errs = check_accounting(&ds, &[]);
+    assert!(
+        errs.values().any(|e| e.kind == "bad_shard"
+            && e.message.contains("cannot decompress")
+            && e.message.contains("samples before the damage are kept")),
+        "{errs:?}"
+    );
+    let packed = manifest(&ds).inputs.packed;
+    assert!(
+        packed > 0 && packed < 20,
+        "{packed} whole samples before the cut"
+    );
 }
 
 /// Keys a tar header cannot hold travel in pax headers (Python's tarfile, under webdataset's

@@ -144,13 +144,14 @@ pub(crate) const MAX_DECOMPRESSED_SHARD: u64 = 64 << 30;
 
 /// A zstd- or gzip-compressed shard (told by its first bytes, whatever its name) decompressed
 /// into the staging folder as `.stage-<index>.decompressed.tar.tmp` (fetched inputs are staged as
-/// `.stage-<index>-<name>.tmp`, so the two never share a name); `Ok(None)` for any other
+/// `.stage-<index>-<name>.tmp`, so the two never share a name), with why it stopped early if the
+/// stream is damaged (the bytes before the damage are kept); `Ok(None)` for any other
 /// file, which is read as it is.
 fn decompress_shard(
     file: &mut std::fs::File,
     index: usize,
     options: &ListOptions,
-) -> Result<Option<PathBuf>, String> {
+) -> Result<Option<(PathBuf, Option<String>)>, String> {
     use std::io::{Read, Seek, Write};
     let mut magic = [0u8; 4];
     let n = file
@@ -179,14 +180,28 @@ fn decompress_shard(
     };
     let max = options.max_shard_bytes.unwrap_or(MAX_DECOMPRESSED_SHARD);
     let mut w = std::io::BufWriter::with_capacity(1 << 20, out);
-    let copied = std::io::copy(&mut reader.take(max.saturating_add(1)), &mut w)
-        .map_err(|e| fail(format!("cannot decompress: {e}")))?;
-    if copied > max {
-        return Err(fail(format!("decompresses to more than {max} bytes")));
+    let (mut reader, mut buf, mut total, mut damage) = (reader, vec![0u8; 1 << 16], 0u64, None);
+    loop {
+        let n = match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // Damage: what came before it is kept, as a damaged plain tar's samples are.
+            Err(e) => {
+                damage = Some(format!("cannot decompress past byte {total}: {e}"));
+                break;
+            }
+        };
+        total += n as u64;
+        if total > max {
+            return Err(fail(format!("decompresses to more than {max} bytes")));
+        }
+        w.write_all(&buf[..n])
+            .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))?;
     }
     w.flush()
         .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))?;
-    Ok(Some(path))
+    Ok(Some((path, damage)))
 }
 
 fn format_of_name(name: &str) -> Option<InputFormat> {
@@ -383,7 +398,23 @@ pub fn resolve_input(
                 let plain_tar = |p: &Path| {
                     p.is_file() && p.extension().is_some_and(|e| e.eq_ignore_ascii_case("tar"))
                 };
+                let class_folder = |p: &Path| {
+                    p.is_dir()
+                        && std::fs::read_dir(p).is_ok_and(|rd| {
+                            rd.filter_map(|e| e.ok()).any(|e| {
+                                IMAGE_FIELDS
+                                    .contains(&extension(&e.path().to_string_lossy()).as_str())
+                            })
+                        })
+                };
                 if any_entry(&plain_tar) {
+                    if any_entry(&class_folder) {
+                        return Err(bad_input(
+                            arg,
+                            "the folder holds both .tar shards and folders of images; pass \
+                             --input-format wds or --input-format imagefolder",
+                        ));
+                    }
                     return Ok(S::Wds(found(&["tar"])?));
                 }
                 // Compressed shards alone make a WebDataset input only without class folders
@@ -576,9 +607,11 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
             return out;
         }
     };
+    let mut damage = None;
     let (file, fetched) = match decompress_shard(&mut file, index, options) {
         Ok(None) => (file, fetched),
-        Ok(Some(path)) => {
+        Ok(Some((path, damaged))) => {
+            damage = damaged;
             if fetched.staged {
                 let _ = std::fs::remove_file(&fetched.path);
             }
@@ -610,6 +643,9 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
     );
     if let Err(e) = r {
         out.error = Some(format!("{e}; the rest of the shard is not read"));
+    }
+    if let Some(d) = damage {
+        out.error = Some(format!("{d}; the samples before the damage are kept"));
     }
     out.labels = out.samples.iter().map(|s| read_label(&file, s)).collect();
     out.fetched = Some(fetched);
@@ -787,12 +823,12 @@ mod tests {
         std::fs::write(images.join("cat/a.jpg"), b"x").unwrap();
         std::fs::write(images.join("images.tgz"), b"x").unwrap();
         assert_eq!(kind(&images), "folder");
+        // A plain shard beside folders of images is ambiguous: the format must be named.
         std::fs::write(images.join("plain.tar"), b"x").unwrap();
-        assert_eq!(
-            kind(&images),
-            "wds 2",
-            "a plain shard still decides, as before"
-        );
+        let err = resolve_input(images.to_str().unwrap(), None, &Default::default()).unwrap_err();
+        assert!(err.to_string().contains("pass --input-format"), "{err}");
+        std::fs::remove_dir_all(images.join("cat")).unwrap();
+        assert_eq!(kind(&images), "wds 2");
     }
 
     /// A compressed shard is told by its first bytes and decompressed into the staging folder,
@@ -815,8 +851,9 @@ mod tests {
             let path = dir.path().join(format!("in{i}"));
             std::fs::write(&path, bytes).unwrap();
             let mut f = std::fs::File::open(&path).unwrap();
-            let staged = decompress_shard(&mut f, i, &options).unwrap().unwrap();
+            let (staged, damage) = decompress_shard(&mut f, i, &options).unwrap().unwrap();
             assert_eq!(std::fs::read(&staged).unwrap(), tar);
+            assert_eq!(damage, None);
         }
         let plain = dir.path().join("plain.tar");
         std::fs::write(&plain, &tar).unwrap();

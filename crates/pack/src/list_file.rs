@@ -23,6 +23,8 @@ struct Row<'a> {
     extra: bool,
     /// Whether the row has the text column.
     text: bool,
+    /// Whether its label is there but neither a string nor a number (a JSON `true`, a list).
+    odd_label: bool,
 }
 
 /// The column names a list is read with.
@@ -124,6 +126,7 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     let headers = for_each_row(text, kind, &cols, &mut |row| {
         any_extra |= row.extra;
         any_text |= row.text;
+        any_label |= row.odd_label;
         if let Some(l) = row.label.as_deref() {
             any_label = true;
             let first = if looks_int(l) {
@@ -194,6 +197,14 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     for_each_row(text, kind, &cols, &mut |row| {
         let where_ = || format!("{}:{}", file.display(), row.line);
         let label = row.label.as_deref();
+        if row.odd_label {
+            listing.errors.push(failure(
+                where_(),
+                "bad_label",
+                format!("its {} is neither a number nor a name", cols.label),
+            ));
+            return Ok(());
+        }
         let (Some(path), true) = (row.path.as_deref(), label.is_some() || !labelled) else {
             listing.errors.push(failure(
                 where_(),
@@ -295,6 +306,7 @@ fn csv_rows(
                 span,
                 extra,
                 text,
+                odd_label: false,
             })?,
             Err(_) => f(Row {
                 line,
@@ -304,6 +316,7 @@ fn csv_rows(
                 span,
                 extra,
                 text,
+                odd_label: false,
             })?,
         }
     }
@@ -332,6 +345,9 @@ fn jsonl_rows(
         let object = v.as_ref().and_then(serde_json::Value::as_object);
         let extra = object.is_some_and(|o| o.keys().any(|k| !cols.is_own(k)));
         let text = object.is_some_and(|o| o.keys().any(|k| k.eq_ignore_ascii_case(cols.text)));
+        let odd_label = object
+            .and_then(|o| o.get(cols.label))
+            .is_some_and(|v| v.is_boolean() || v.is_array() || v.is_object());
         f(Row {
             line: i + 1,
             path: field(cols.path),
@@ -340,6 +356,7 @@ fn jsonl_rows(
             span,
             extra,
             text,
+            odd_label,
         })?;
     }
     Ok(())
@@ -489,6 +506,11 @@ mod tests {
         };
         let rows = "{\"path\":\"a.jpg\",\"Caption\":\"x\"}\n{\"path\":\"b.jpg\"}\n";
         assert!(list_text(Path::new("l.jsonl"), rows.as_bytes(), &named).is_ok());
+        // A label that is neither a number nor a string is an error line, not "unlabelled".
+        let odd = list("{\"path\":\"a.jpg\",\"label\":true}\n").unwrap();
+        assert!(odd.labelled && odd.inputs.is_empty());
+        assert_eq!(odd.errors.len(), 1);
+        assert_eq!(odd.errors[0].kind, "bad_label");
         let rows = "{\"path\":\"a.jpg\",\"text\":\"x\"}\n";
         let err = list_text(Path::new("l.jsonl"), rows.as_bytes(), &named).unwrap_err();
         assert!(err.to_string().contains("no `caption` column"), "{err}");
