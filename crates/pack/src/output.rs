@@ -9,9 +9,9 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 /// `path` made absolute with links resolved as the kernel resolves them, also when its last
-/// components do not exist yet: component by component, an existing prefix is canonicalised
-/// before a `..` applies to it (so `link/..` is the parent of the link's target), and `..` after
-/// a missing component undoes it.
+/// components do not exist yet: component by component, a prefix that exists stands for its real
+/// path (so `link/..` is the parent of the link's target), and `..` after a missing component
+/// undoes it.
 fn resolved(path: &Path) -> PathBuf {
     use std::path::Component;
     let mut cur = PathBuf::new();
@@ -21,33 +21,16 @@ fn resolved(path: &Path) -> PathBuf {
     {
         match c {
             Component::ParentDir => {
-                if let Ok(real) = cur.canonicalize() {
-                    cur = real;
-                }
                 cur.pop();
             }
             Component::CurDir => {}
             c => cur.push(c),
         }
-    }
-    cur.canonicalize().unwrap_or_else(|_| {
-        // The nearest existing ancestor, canonicalised, and the rest as written.
-        let mut rest = Vec::new();
-        let mut at = cur.as_path();
-        loop {
-            if let Ok(mut found) = at.canonicalize() {
-                found.extend(rest.iter().rev());
-                return found;
-            }
-            match (at.file_name(), at.parent()) {
-                (Some(name), Some(parent)) => {
-                    rest.push(name.to_owned());
-                    at = parent;
-                }
-                _ => return cur.clone(),
-            }
+        if let Ok(real) = cur.canonicalize() {
+            cur = real;
         }
-    })
+    }
+    cur
 }
 
 /// Whether `dir` holds an earlier pack's output (its manifest, or a plan's `_plan` folder).
@@ -134,11 +117,13 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
     if !plan.overwrite {
         return Err(PackError::OutputNotEmpty { path: out.clone() });
     }
-    let listed: HashSet<String> = std::fs::read(out.join(manifest::FILE_NAME))
-        .ok()
-        .and_then(|b| Manifest::from_slice(&b, 256 << 20).ok())
-        .map(|m| m.shards.into_iter().map(|s| s.file).collect())
-        .unwrap_or_default();
+    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
+    let listed: HashSet<String> =
+        shardtool_core::read_within(&out.join(manifest::FILE_NAME), limit)
+            .ok()
+            .and_then(|b| Manifest::from_slice(&b, limit).ok())
+            .map(|m| m.shards.into_iter().map(|s| s.file).collect())
+            .unwrap_or_default();
     let mut ours = Vec::new();
     for e in &entries {
         let name = e.file_name();
