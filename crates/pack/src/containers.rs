@@ -145,20 +145,20 @@ pub(crate) const MAX_DECOMPRESSED_SHARD: u64 = 64 << 30;
 /// A zstd- or gzip-compressed shard (told by its first bytes, whatever its name) decompressed
 /// into the staging folder as `.stage-<index>.decompressed.tar.tmp` (fetched inputs are staged as
 /// `.stage-<index>-<name>.tmp`, so the two never share a name), with why it stopped early if the
-/// stream is damaged (the bytes before the damage are kept); `Ok(None)` for any other
-/// file, which is read as it is.
+/// stream is damaged (the bytes before the damage are kept), and open for reading from its
+/// start; `Ok(None)` for any other file, which is read as it is.
 fn decompress_shard(
     file: &mut std::fs::File,
     index: usize,
     options: &ListOptions,
-) -> Result<Option<(PathBuf, Option<String>)>, String> {
+) -> Result<Option<Decompressed>, String> {
     use std::io::{Read, Seek, Write};
     let mut magic = [0u8; 4];
     let n = file
         .read(&mut magic)
         .map_err(|e| format!("cannot read: {e}"))?;
     file.rewind().map_err(|e| format!("cannot read: {e}"))?;
-    let reader: Box<dyn Read + '_> = match &magic[..n] {
+    let mut reader: Box<dyn Read + '_> = match &magic[..n] {
         [0x28, 0xb5, 0x2f, 0xfd] => {
             Box::new(zstd::Decoder::new(&*file).map_err(|e| format!("not a zstd stream: {e}"))?)
         }
@@ -180,7 +180,7 @@ fn decompress_shard(
     };
     let max = options.max_shard_bytes.unwrap_or(MAX_DECOMPRESSED_SHARD);
     let mut w = std::io::BufWriter::with_capacity(1 << 20, out);
-    let (mut reader, mut buf, mut total, mut damage) = (reader, vec![0u8; 1 << 16], 0u64, None);
+    let (mut buf, mut total, mut damage) = (vec![0u8; 1 << 16], 0u64, None);
     loop {
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
@@ -199,9 +199,25 @@ fn decompress_shard(
         w.write_all(&buf[..n])
             .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))?;
     }
-    w.flush()
+    let file = w
+        .into_inner()
+        .map_err(|e| e.into_error())
+        .and_then(|mut f| f.rewind().map(|()| f))
         .map_err(|e| fail(format!("cannot write {}: {e}", path.display())))?;
-    Ok(Some((path, damage)))
+    Ok(Some(Decompressed { path, file, damage }))
+}
+
+/// A shard decompressed by [`decompress_shard`].
+struct Decompressed {
+    path: PathBuf,
+    file: std::fs::File,
+    /// Why decompression stopped before the end of the stream, if it did.
+    damage: Option<String>,
+}
+
+/// Whether some entry directly in `dir` is one `f` accepts (false when `dir` cannot be read).
+fn any_entry_in(dir: &Path, f: &dyn Fn(&Path) -> bool) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|rd| rd.filter_map(|e| e.ok()).any(|e| f(&e.path())))
 }
 
 fn format_of_name(name: &str) -> Option<InputFormat> {
@@ -388,10 +404,7 @@ pub fn resolve_input(
             None => {
                 // Shards or Parquet files directly in the folder (or in a Hugging Face
                 // `data/` folder) make it that kind of input; anything else is an ImageFolder.
-                let any_entry = |f: &dyn Fn(&Path) -> bool| {
-                    std::fs::read_dir(dir)
-                        .is_ok_and(|rd| rd.filter_map(|e| e.ok()).any(|e| f(&e.path())))
-                };
+                let any_entry = |f: &dyn Fn(&Path) -> bool| any_entry_in(dir, f);
                 let direct = |ext: &str| {
                     any_entry(&|p| p.is_file() && extension(&p.to_string_lossy()) == ext)
                 };
@@ -400,11 +413,8 @@ pub fn resolve_input(
                 };
                 let class_folder = |p: &Path| {
                     p.is_dir()
-                        && std::fs::read_dir(p).is_ok_and(|rd| {
-                            rd.filter_map(|e| e.ok()).any(|e| {
-                                IMAGE_FIELDS
-                                    .contains(&extension(&e.path().to_string_lossy()).as_str())
-                            })
+                        && any_entry_in(p, &|f| {
+                            IMAGE_FIELDS.contains(&extension(&f.to_string_lossy()).as_str())
                         })
                 };
                 if any_entry(&plain_tar) {
@@ -610,24 +620,17 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
     let mut damage = None;
     let (file, fetched) = match decompress_shard(&mut file, index, options) {
         Ok(None) => (file, fetched),
-        Ok(Some((path, damaged))) => {
-            damage = damaged;
+        Ok(Some(d)) => {
+            damage = d.damage;
             if fetched.staged {
                 let _ = std::fs::remove_file(&fetched.path);
             }
             let fetched = Fetched {
-                path,
+                path: d.path,
                 staged: true,
                 etag: fetched.etag,
             };
-            match std::fs::File::open(&fetched.path) {
-                Ok(f) => (f, fetched),
-                Err(e) => {
-                    out.error = Some(format!("cannot open: {e}"));
-                    out.fetched = Some(fetched);
-                    return out;
-                }
-            }
+            (d.file, fetched)
         }
         Err(e) => {
             out.error = Some(e);
@@ -641,12 +644,12 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
         |at, buf| file.read_exact_at(buf, at),
         |s| out.samples.push(s),
     );
-    if let Err(e) = r {
-        out.error = Some(format!("{e}; the rest of the shard is not read"));
-    }
-    if let Some(d) = damage {
-        out.error = Some(format!("{d}; the samples before the damage are kept"));
-    }
+    // Damaged compression explains a tar cut short better than the tar's own error does.
+    out.error = match (damage, r) {
+        (Some(d), _) => Some(format!("{d}; the samples before the damage are kept")),
+        (None, Err(e)) => Some(format!("{e}; the rest of the shard is not read")),
+        (None, Ok(())) => None,
+    };
     out.labels = out.samples.iter().map(|s| read_label(&file, s)).collect();
     out.fetched = Some(fetched);
     out
@@ -851,14 +854,17 @@ mod tests {
             let path = dir.path().join(format!("in{i}"));
             std::fs::write(&path, bytes).unwrap();
             let mut f = std::fs::File::open(&path).unwrap();
-            let (staged, damage) = decompress_shard(&mut f, i, &options).unwrap().unwrap();
-            assert_eq!(std::fs::read(&staged).unwrap(), tar);
-            assert_eq!(damage, None);
+            let d = decompress_shard(&mut f, i, &options).unwrap().unwrap();
+            assert_eq!(std::fs::read(&d.path).unwrap(), tar);
+            let mut read_back = Vec::new();
+            std::io::Read::read_to_end(&mut &d.file, &mut read_back).unwrap();
+            assert_eq!(read_back, tar, "the handle reads the shard from its start");
+            assert_eq!(d.damage, None);
         }
         let plain = dir.path().join("plain.tar");
         std::fs::write(&plain, &tar).unwrap();
         let mut f = std::fs::File::open(&plain).unwrap();
-        assert_eq!(decompress_shard(&mut f, 9, &options), Ok(None));
+        assert!(matches!(decompress_shard(&mut f, 9, &options), Ok(None)));
         // Two MiB of zeros in a few hundred bytes: refused at the bound, nothing left behind.
         let bomb = dir.path().join("bomb");
         std::fs::write(
@@ -867,7 +873,9 @@ mod tests {
         )
         .unwrap();
         let mut f = std::fs::File::open(&bomb).unwrap();
-        let err = decompress_shard(&mut f, 5, &options).unwrap_err();
+        let Err(err) = decompress_shard(&mut f, 5, &options) else {
+            panic!("a bomb decompressed")
+        };
         assert!(err.contains("more than 1048576 bytes"), "{err}");
         assert!(!dir
             .path()
