@@ -167,21 +167,23 @@ pub(crate) fn parse_header_named(
     let is_ustar = &h[257..262] == b"ustar";
     let prefix = if is_ustar { cstr(&h[345..500]) } else { &[] };
     let bad_name = || ReadError::BadName { offset };
-    let name: Cow<'_, str> = if renamed {
-        let mut full = prefix.to_vec();
-        if !full.is_empty() {
-            full.push(b'/');
-        }
-        full.extend_from_slice(name);
-        Cow::Owned(String::from_utf8_lossy(&full).into_owned())
-    } else if prefix.is_empty() {
-        Cow::Borrowed(std::str::from_utf8(name).map_err(|_| bad_name())?)
+    let full: Cow<'_, [u8]> = if prefix.is_empty() {
+        Cow::Borrowed(name)
     } else {
-        let mut full = Vec::with_capacity(prefix.len() + 1 + name.len());
-        full.extend_from_slice(prefix);
-        full.push(b'/');
-        full.extend_from_slice(name);
-        Cow::Owned(String::from_utf8(full).map_err(|_| bad_name())?)
+        Cow::Owned([prefix, b"/", name].concat())
+    };
+    // A renamed member's own name is read as it is: its long name replaces it.
+    let name: Cow<'_, str> = match full {
+        Cow::Borrowed(b) => match std::str::from_utf8(b) {
+            Ok(s) => Cow::Borrowed(s),
+            Err(_) if renamed => String::from_utf8_lossy(b),
+            Err(_) => return Err(bad_name()),
+        },
+        Cow::Owned(v) => match String::from_utf8(v) {
+            Ok(s) => Cow::Owned(s),
+            Err(e) if renamed => Cow::Owned(String::from_utf8_lossy(e.as_bytes()).into_owned()),
+            Err(_) => return Err(bad_name()),
+        },
     };
     let kind = match h[156] {
         b'0' | 0 | b'7' => EntryKind::Regular,
