@@ -427,8 +427,11 @@ impl ThriftWalk<'_> {
                     self.skip(n)?;
                 }
                 Field::Struct(inner) => self.fields(inner, depth, &mut |_, _| {})?,
-                Field::Empty if self.byte()? == 0 => {}
-                Field::Empty => return Err(WalkStop::Malformed),
+                Field::Empty => {
+                    if self.byte()? != 0 {
+                        return Err(WalkStop::Malformed);
+                    }
+                }
                 Field::List(element) => self.list(element, depth)?,
                 Field::Skip => self.value(t, 64)?,
             }
