@@ -23,8 +23,52 @@ struct Row<'a> {
     extra: bool,
     /// Whether the row has the text column.
     text: bool,
-    /// Whether its label is there but neither a string nor a number (a JSON `true`, a list).
+    /// Whether its label is there but neither a string nor a whole number (a JSON `true`, a
+    /// list, `3.5`).
     odd_label: bool,
+    /// A member a JSONL row names twice (JSON parsers keep one of the two values, silently).
+    twice: Option<String>,
+}
+
+/// A JSONL row's members in their order, repeats kept: a `serde_json` map keeps only the last.
+struct Members(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Members {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<Members, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = m.next_entry()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        d.deserialize_map(Visit)
+    }
+}
+
+impl Members {
+    fn get(&self, name: &str) -> Option<&serde_json::Value> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// The first member named a second time, if any.
+    fn twice(&self) -> Option<&str> {
+        let mut seen = std::collections::HashSet::with_capacity(self.0.len());
+        self.0
+            .iter()
+            .find(|(n, _)| !seen.insert(n.as_str()))
+            .map(|(n, _)| n.as_str())
+    }
 }
 
 /// The column names a list is read with.
@@ -99,17 +143,6 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     // zero fraction as pandas writes an integer column holding gaps: `3.0`); class names, numbered
     // in sorted order, when none does. A mix is refused: numbering `10` before `2` as names would
     // silently relabel the integers.
-    let int_part = |l: &str| -> Option<usize> {
-        let d = l.strip_prefix('-').unwrap_or(l);
-        let whole = match d.split_once('.') {
-            Some((w, f)) if !f.is_empty() && f.bytes().all(|b| b == b'0') => w,
-            Some(_) => return None,
-            None => d,
-        };
-        (!whole.is_empty() && whole.bytes().all(|b| b.is_ascii_digit()))
-            .then_some(l.len() - d.len() + whole.len())
-    };
-    let looks_int = |l: &str| int_part(l).is_some();
     let int_label = |l: &str| {
         int_part(l)
             .and_then(|n| l[..n].parse::<i64>().ok())
@@ -127,9 +160,13 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
         any_extra |= row.extra;
         any_text |= row.text;
         any_label |= row.odd_label;
+        // Rows reported as errors below teach nothing about the labels.
+        if row.twice.is_some() || row.odd_label {
+            return Ok(());
+        }
         if let Some(l) = row.label.as_deref() {
             any_label = true;
-            let first = if looks_int(l) {
+            let first = if whole_number(l) {
                 max_int = max_int.max(int_label(l));
                 &mut first_int
             } else {
@@ -197,11 +234,22 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     for_each_row(text, kind, &cols, &mut |row| {
         let where_ = || format!("{}:{}", file.display(), row.line);
         let label = row.label.as_deref();
+        if let Some(name) = &row.twice {
+            listing.errors.push(failure(
+                where_(),
+                "bad_list_row",
+                format!("the row names `{name}` twice"),
+            ));
+            return Ok(());
+        }
         if row.odd_label {
             listing.errors.push(failure(
                 where_(),
                 "bad_label",
-                format!("its {} is neither a number nor a name", cols.label),
+                format!(
+                    "its {} is neither a whole number (a class index) nor a name",
+                    cols.label
+                ),
             ));
             return Ok(());
         }
@@ -250,6 +298,23 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     Ok(listing)
 }
 
+/// The length of `l`'s integer part when it writes a whole number: an optional `-`, digits, and
+/// an optional all-zero fraction (`3.0`).
+fn int_part(l: &str) -> Option<usize> {
+    let d = l.strip_prefix('-').unwrap_or(l);
+    let whole = match d.split_once('.') {
+        Some((w, f)) if !f.is_empty() && f.bytes().all(|b| b == b'0') => w,
+        Some(_) => return None,
+        None => d,
+    };
+    (!whole.is_empty() && whole.bytes().all(|b| b.is_ascii_digit()))
+        .then_some(l.len() - d.len() + whole.len())
+}
+
+fn whole_number(l: &str) -> bool {
+    int_part(l).is_some()
+}
+
 fn non_empty(s: &str) -> Option<Cow<'_, str>> {
     let s = s.trim();
     (!s.is_empty()).then_some(Cow::Borrowed(s))
@@ -276,6 +341,12 @@ fn csv_rows(
     let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(text);
     let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
     let names: Vec<String> = headers.iter().map(|h| h.trim().to_string()).collect();
+    // Columns are found by name, ignoring case: a name given twice would leave one unread.
+    for (i, n) in names.iter().enumerate() {
+        if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
+            return Err(format!("the CSV header names the column `{n}` twice"));
+        }
+    }
     let col = |name: &str| names.iter().position(|h| h.eq_ignore_ascii_case(name));
     let Some(p) = col(cols.path) else {
         return Err(format!(
@@ -307,6 +378,7 @@ fn csv_rows(
                 extra,
                 text,
                 odd_label: false,
+                twice: None,
             })?,
             Err(_) => f(Row {
                 line,
@@ -317,6 +389,7 @@ fn csv_rows(
                 extra,
                 text,
                 odd_label: false,
+                twice: None,
             })?,
         }
     }
@@ -334,20 +407,28 @@ fn jsonl_rows(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let v: Option<serde_json::Value> = serde_json::from_slice(line).ok();
+        let object: Option<Members> = serde_json::from_slice(line).ok();
         let field = |name: &str| -> Option<Cow<'_, str>> {
-            match v.as_ref()?.get(name)? {
+            match object.as_ref()?.get(name)? {
                 serde_json::Value::String(s) => non_empty(s),
                 serde_json::Value::Number(n) => Some(Cow::Owned(n.to_string())),
                 _ => None,
             }
         };
-        let object = v.as_ref().and_then(serde_json::Value::as_object);
-        let extra = object.is_some_and(|o| o.keys().any(|k| !cols.is_own(k)));
-        let text = object.is_some_and(|o| o.keys().any(|k| k.eq_ignore_ascii_case(cols.text)));
+        let names = || {
+            object
+                .iter()
+                .flat_map(|o| o.0.iter().map(|(n, _)| n.as_str()))
+        };
+        let extra = names().any(|k| !cols.is_own(k));
+        let text = names().any(|k| k.eq_ignore_ascii_case(cols.text));
         let odd_label = object
+            .as_ref()
             .and_then(|o| o.get(cols.label))
-            .is_some_and(|v| v.is_boolean() || v.is_array() || v.is_object());
+            .is_some_and(|v| match v {
+                serde_json::Value::Number(n) => !whole_number(&n.to_string()),
+                v => v.is_boolean() || v.is_array() || v.is_object(),
+            });
         f(Row {
             line: i + 1,
             path: field(cols.path),
@@ -357,6 +438,7 @@ fn jsonl_rows(
             extra,
             text,
             odd_label,
+            twice: object.as_ref().and_then(Members::twice).map(str::to_string),
         })?;
     }
     Ok(())
@@ -527,6 +609,57 @@ mod tests {
             let err = list(rows).unwrap_err().to_string();
             assert!(err.contains(says), "{err}");
         }
+    }
+
+    /// A row naming a member twice, or a label that is a number but no class index, is an error
+    /// line: a JSON parser would keep one of the two values, and `3.5` would become a class name.
+    #[test]
+    fn a_member_named_twice_or_a_fractional_label_is_an_error_line_and_a_header_twice_refused() {
+        let cols = Columns::default();
+        let list = |rows: &str| list_text(Path::new("l.jsonl"), rows.as_bytes(), &cols).unwrap();
+        let l = list(concat!(
+            "{\"path\":\"a.jpg\",\"label\":1,\"path\":\"b.jpg\"}\n",
+            "{\"path\":\"c.jpg\",\"label\":3.5}\n",
+            "{\"path\":\"d.jpg\",\"label\":1e20}\n",
+            "{\"path\":\"e.jpg\",\"label\":2,\"x\":1,\"x\":2}\n",
+            "{\"path\":\"f.jpg\",\"label\":\"4\"}\n",
+        ));
+        let errors: Vec<_> = l
+            .errors
+            .iter()
+            .map(|e| (e.path.as_str(), e.kind.as_str(), e.message.as_str()))
+            .collect();
+        assert_eq!(
+            errors,
+            [
+                ("l.jsonl:1", "bad_list_row", "the row names `path` twice"),
+                (
+                    "l.jsonl:2",
+                    "bad_label",
+                    "its label is neither a whole number (a class index) nor a name"
+                ),
+                (
+                    "l.jsonl:3",
+                    "bad_label",
+                    "its label is neither a whole number (a class index) nor a name"
+                ),
+                ("l.jsonl:4", "bad_list_row", "the row names `x` twice"),
+            ]
+        );
+        let labels: Vec<_> = l.inputs.iter().map(|i| i.label).collect();
+        assert_eq!(labels, [4]);
+        assert_eq!(l.classes.len(), 5);
+        let err = list_text(
+            Path::new("l.csv"),
+            b"path,label,Caption,caption\na.jpg,1,x,y\n",
+            &cols,
+        )
+        .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the CSV header names the column `caption` twice"),
+            "{err}"
+        );
     }
 
     #[test]
