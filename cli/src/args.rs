@@ -71,7 +71,14 @@ pub enum Command {
     ///   shardtool pack --plan /shared/out --part 3/16
     ///   shardtool status /shared/out
     ///   shardtool merge /shared/out
-    #[command(verbatim_doc_comment)]
+    // The flags that run a plan or resume a pack are refused here, so not shown.
+    #[command(
+        verbatim_doc_comment,
+        mut_arg("plan", |a| a.hide(true)),
+        mut_arg("part", |a| a.hide(true)),
+        mut_arg("shards", |a| a.hide(true)),
+        mut_arg("resume", |a| a.hide(true))
+    )]
     Plan(PackArgs),
 
     /// Commit a partitioned pack: check that every shard of the plan is done (listing the

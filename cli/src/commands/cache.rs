@@ -80,6 +80,8 @@ pub enum CacheCommand {
     },
     /// Fetch every shard of a remote dataset into the cache now (each checked against the
     /// manifest), so that training starts warm.
+    // Every shard is fetched here, --fetch-concurrency at once: reading ahead does not apply.
+    #[command(mut_arg("prefetch_shards", |a| a.hide(true)))]
     Prefetch {
         /// The remote dataset: http(s):// or s3:// URL of its folder or manifest.json.
         #[arg(value_name = "URL")]

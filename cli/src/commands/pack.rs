@@ -239,9 +239,10 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
 
 /// Runs `shardtool plan`.
 pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
-    if a.plan.is_some() || a.resume {
+    if a.plan.is_some() || a.resume || a.part.is_some() || a.shards.is_some() {
         return Err(Failure::usage(anyhow!(
-            "`shardtool plan` takes INPUT OUTPUT and pack options, not --plan or --resume"
+            "`shardtool plan` takes INPUT OUTPUT and pack options, not --plan, --part, --shards \
+             or --resume (they run a plan: `shardtool pack --plan OUTPUT --part I/N`)"
         )));
     }
     let (quiet, json) = (a.quiet, a.json);

@@ -449,6 +449,34 @@ fn partitioned_packing_refuses_what_cannot_work() {
     let r = Cmd::new(["plan"]).arg(&input).arg(&out).run();
     r.assert_code(2);
     assert!(r.stderr.contains("--shard-samples"), "{}", r.stderr);
+    // The flags that run a plan are refused by `plan` (it would otherwise ignore them) and
+    // left out of its help.
+    for flags in [&["--part", "0/2"][..], &["--shards", "0"], &["--resume"]] {
+        let r = Cmd::new(["plan"])
+            .arg(&input)
+            .arg(&out)
+            .args(OPTS)
+            .args(flags)
+            .run();
+        r.assert_code(2);
+        assert!(
+            r.stderr.contains("pack --plan OUTPUT"),
+            "{flags:?}: {}",
+            r.stderr
+        );
+    }
+    assert!(!out.exists());
+    let help = Cmd::new(["plan", "--help"]).ok().stdout;
+    for flag in ["--part ", "--shards ", "--resume\n", "--plan "] {
+        assert!(
+            !help.contains(&format!("\n      {flag}")),
+            "plan --help shows {flag}"
+        );
+    }
+    assert!(help.contains("\n      --shard-samples "), "{help}");
+    let help = Cmd::new(["cache", "prefetch", "--help"]).ok().stdout;
+    assert!(!help.contains("--prefetch-shards"), "{help}");
+    assert!(help.contains("--fetch-concurrency"), "{help}");
     let r = pack(&input, &out).arg("--resume").run();
     r.assert_code(2);
     let r = Cmd::new(["pack", "--plan"])
