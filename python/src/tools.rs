@@ -47,9 +47,9 @@ fn verify_error(e: VerifyError) -> PyErr {
     let text = e.to_string();
     match e {
         VerifyError::NotFound { .. } => PyFileNotFoundError::new_err(text),
-        VerifyError::NoManifest { .. } | VerifyError::Manifest { .. } => {
-            ManifestError::new_err(text)
-        }
+        VerifyError::NoManifest { .. }
+        | VerifyError::Manifest { .. }
+        | VerifyError::Shard { .. } => ManifestError::new_err(text),
         VerifyError::Io { .. } => PyOSError::new_err(text),
         VerifyError::Usage(_) => PyValueError::new_err(text),
         _ => DatasetError::new_err(text),

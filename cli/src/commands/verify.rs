@@ -83,6 +83,7 @@ pub(crate) fn error_kind(e: &VerifyError) -> &'static str {
         VerifyError::Io { .. } => "unreadable",
         VerifyError::Manifest { .. } => "manifest_unparsable",
         VerifyError::UnknownFile { .. } => "unknown_file",
+        VerifyError::Shard { .. } => "shard_not_dataset",
         VerifyError::Usage(_) => "usage",
         _ => "error",
     }

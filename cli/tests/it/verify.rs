@@ -625,6 +625,12 @@ fn unopenable_datasets_exit_2() {
     assert_eq!(code, 2);
     assert_eq!(doc["ok"], false);
     assert_eq!(doc["error"]["kind"], "manifest_unparsable");
+    // A shard is not a dataset (it was read as a manifest).
+    let (_t, ds) = dataset(Flavour::WdsZstd);
+    let (_, path) = shard(&ds, Flavour::WdsZstd, 0);
+    let (code, doc) = verify_json(&path, &[]);
+    assert_eq!(code, 2);
+    assert_eq!(doc["error"]["kind"], "shard_not_dataset", "{doc}");
     // A usage error.
     let out = Command::new(bin())
         .args(["verify", "--jobs", "0"])

@@ -73,6 +73,16 @@ impl Location {
                     return Err(bad("query strings and fragments are not supported"));
                 }
                 let path = url.path().to_string();
+                let last = path.rsplit('/').next().unwrap_or("");
+                if shardtool_manifest::ShardKind::from_name(last).is_some()
+                    || last.ends_with(".tar.gz")
+                    || last.ends_with(".tgz")
+                {
+                    return Err(bad(&format!(
+                        "{last} is a shard: a dataset is named by its folder or its \
+                         manifest.json"
+                    )));
+                }
                 let (folder, manifest) = match path.rsplit_once('/') {
                     Some((dir, file)) if file.ends_with(".json") => {
                         (format!("{dir}/"), file.to_string())
@@ -151,6 +161,13 @@ mod tests {
             ("ftp://host/x", "unsupported scheme"),
             ("s3:///x", "no bucket"),
             ("http://host/x?sig=1", "query"),
+            (
+                "http://host/ds/shard-000001.tar",
+                "shard-000001.tar is a shard",
+            ),
+            ("s3://b/ds/s-000001.tar.zst", "s-000001.tar.zst is a shard"),
+            ("https://host/ds/x.safetensors", "x.safetensors is a shard"),
+            ("https://host/wds/00001.tar.gz", "00001.tar.gz is a shard"),
         ] {
             let e = Location::parse(s).unwrap_err().to_string();
             assert!(e.contains(want), "{s}: {e}");

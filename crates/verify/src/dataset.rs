@@ -65,6 +65,11 @@ pub fn open_target(
         if allow_shard && !name.ends_with(".json") {
             return Ok(Target::Shard(target.to_path_buf()));
         }
+        if manifest::ShardKind::from_name(&name).is_some() {
+            return Err(VerifyError::Shard {
+                path: target.to_path_buf(),
+            });
+        }
         let dir = match target.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),

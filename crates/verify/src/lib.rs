@@ -78,6 +78,15 @@ pub enum VerifyError {
         /// The path.
         path: PathBuf,
     },
+    /// A shard where a whole dataset is wanted.
+    #[error(
+        "{path} is a shard: verify checks a whole dataset, named by its folder or its \
+         manifest.json (inspect shows a single shard)"
+    )]
+    Shard {
+        /// The path.
+        path: PathBuf,
+    },
     /// An option is unusable.
     #[error("{0}")]
     Usage(String),
