@@ -643,3 +643,36 @@ fn remote_inputs_over_http_and_s3_pack_like_local_ones() {
         assert_eq!(s["jpg"], fb[key]["jpg"], "{key}");
     }
 }
+
+/// A re-pack of shardtool's own shards keeps the class names their manifest gives; shards that
+/// come with no manifest name each class by its number.
+#[test]
+fn a_repack_of_shardtool_shards_keeps_their_class_names() {
+    let t = tempdir();
+    let first = t.path().join("first");
+    pack(sample_data(), &first)
+        .args(["--resize", "shorter:32", "--shard-samples", "16"])
+        .args(["--compress", "zstd", "-q"])
+        .ok();
+    let classes = manifest(&first).classes;
+    assert!(classes.len() > 1 && classes.iter().all(|c| c.parse::<u32>().is_err()));
+    let again = t.path().join("again");
+    pack(&first, &again)
+        .args(["--input-format", "wds", "-q"])
+        .ok();
+    assert_eq!(manifest(&again).classes, classes);
+    verify_ok(&again);
+
+    let loose = t.path().join("loose");
+    std::fs::create_dir(&loose).unwrap();
+    let shard = &manifest(&first).shards[0].file;
+    std::fs::copy(first.join(shard), loose.join(shard)).unwrap();
+    let numbered = t.path().join("numbered");
+    pack(&loose, &numbered)
+        .args(["--input-format", "wds", "-q"])
+        .ok();
+    let m = manifest(&numbered);
+    let want: Vec<String> = (0..m.classes.len()).map(|i| i.to_string()).collect();
+    assert!(!want.is_empty());
+    assert_eq!(m.classes, want);
+}

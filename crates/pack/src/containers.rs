@@ -757,10 +757,38 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
         }
     }
     listing.labelled = max_label.is_some();
-    listing.classes = (0..max_label.map_or(0, |m| m + 1))
-        .map(|i| i.to_string())
-        .collect();
+    listing.classes = match (max_label, dataset_classes(shards)) {
+        (Some(m), Some(names)) if (m as usize) < names.len() => names,
+        _ => (0..max_label.map_or(0, |m| m + 1))
+            .map(|i| i.to_string())
+            .collect(),
+    };
     Ok(listing)
+}
+
+/// The class names of the shardtool datasets local `shards` come from, when every shard lies in
+/// a folder whose manifest names the same classes: a re-pack keeps them rather than naming
+/// each class by its number.
+fn dataset_classes(shards: &[String]) -> Option<Vec<String>> {
+    let mut dirs: Vec<&Path> = shards
+        .iter()
+        .map(|s| (!s.contains("://")).then(|| Path::new(s).parent().unwrap_or(Path::new(""))))
+        .collect::<Option<_>>()?;
+    dirs.sort();
+    dirs.dedup();
+    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
+    let mut classes: Option<Vec<String>> = None;
+    for dir in dirs {
+        let bytes =
+            shardtool_core::read_within(&dir.join(shardtool_manifest::FILE_NAME), limit).ok()?;
+        let m = shardtool_manifest::Manifest::from_slice(&bytes, limit).ok()?;
+        match &classes {
+            _ if m.classes.is_empty() => return None,
+            Some(c) if *c != m.classes => return None,
+            _ => classes = Some(m.classes),
+        }
+    }
+    classes
 }
 
 #[cfg(test)]
