@@ -123,6 +123,17 @@ def _converter(output: str) -> Callable[[Any], Any]:
     return lambda t: t
 
 
+
+def cache_limit_bytes(cache_limit: Optional[Union[int, str]]) -> Optional[int]:
+    """``cache_limit`` as bytes: an int (>= 0), a size like ``"64GiB"``, or ``None`` (no limit)."""
+    if cache_limit is None or isinstance(cache_limit, int) and not isinstance(cache_limit, bool):
+        if cache_limit is not None and cache_limit < 0:
+            raise ValueError("cache_limit must be >= 0")
+        return cache_limit
+    if isinstance(cache_limit, str):
+        return _shardtool.parse_byte_size(cache_limit)
+    raise TypeError(f"cache_limit must be an int or a size string, not {type(cache_limit).__name__}")
+
 class Loader:
     """Batches of a shardtool dataset, read by Rust threads in this process.
 
@@ -225,15 +236,7 @@ class Loader:
         if remainder not in ("drop", "pad"):
             raise ValueError(f'remainder must be "drop" or "pad", not {remainder!r}')
         parsed_device = _parse_device(device)
-        limit: Optional[int]
-        if cache_limit is None or isinstance(cache_limit, int) and not isinstance(cache_limit, bool):
-            limit = cache_limit
-            if limit is not None and limit < 0:
-                raise ValueError("cache_limit must be >= 0")
-        elif isinstance(cache_limit, str):
-            limit = _shardtool.parse_byte_size(cache_limit)
-        else:
-            raise TypeError(f"cache_limit must be an int or a size string, not {type(cache_limit).__name__}")
+        limit = cache_limit_bytes(cache_limit)
         for name, flag in (("shuffle", shuffle), ("decode", decode), ("in_order", in_order),
                            ("skip_corrupt", skip_corrupt), ("flip", flip)):
             if not isinstance(flag, bool):

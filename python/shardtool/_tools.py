@@ -7,6 +7,7 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from . import _shardtool
+from ._loader import cache_limit_bytes
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -70,14 +71,35 @@ def pack(
     )
 
 
-def verify(path: PathLike, decode: bool = False, *, jobs: Union[int, None] = None) -> Dict[str, Any]:
+def verify(
+    path: PathLike,
+    decode: bool = False,
+    *,
+    jobs: Union[int, None] = None,
+    cache_dir: Optional[PathLike] = None,
+    cache_limit: Optional[Union[int, str]] = None,
+) -> Dict[str, Any]:
     """Checks every shard of a dataset (sizes, checksums, structure; with ``decode``, every image).
 
+    ``path`` is a dataset folder or its ``manifest.json``, local or as an ``http(s)://`` or
+    ``s3://`` URL. A remote dataset's shards are fetched into the shard cache (``cache_dir``, at
+    most ``cache_limit`` bytes, as for :class:`Loader`; the whole dataset must fit), checked on
+    the way in, and verified there; problems name the shards as the server stores them.
+
     Returns the report as a dict; ``report["ok"]`` is true when no problem was found, and
-    ``report["problems"]`` lists the rest. Raises ``FileNotFoundError`` for a missing path and
-    ``ManifestError`` when the manifest is missing or unreadable.
+    ``report["problems"]`` lists the rest. Raises ``FileNotFoundError`` for a missing path,
+    ``ManifestError`` when the manifest is missing or unreadable (or ``path`` is a shard), and
+    ``CacheError`` when a remote dataset cannot be opened or does not fit in the cache.
     """
-    return json.loads(_shardtool.verify(os.fspath(path), decode=decode, jobs=jobs))
+    return json.loads(
+        _shardtool.verify(
+            os.fspath(path),
+            decode=decode,
+            jobs=jobs,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_limit=cache_limit_bytes(cache_limit),
+        )
+    )
 
 
 def inspect(path: PathLike, *, jobs: Union[int, None] = None) -> Dict[str, Any]:

@@ -29,7 +29,8 @@ fn remainder(s: &str) -> PyResult<Remainder> {
     }
 }
 
-fn cache_options(dir: Option<PathBuf>, limit: Option<u64>) -> CacheOptions {
+/// The cache options of a `cache_dir` and `cache_limit` argument (defaults for `None`).
+pub(crate) fn cache_options(dir: Option<PathBuf>, limit: Option<u64>) -> CacheOptions {
     let mut c = CacheOptions::default();
     if let Some(d) = dir {
         c.dir = d;

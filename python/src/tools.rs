@@ -2,13 +2,15 @@
 //! calling thread waits with the GIL released and checks for Ctrl-C between waits. Reports come
 //! back as JSON text (the Python side turns them into dicts).
 
-use crate::errors::{DatasetError, ManifestError};
+use crate::errors::{read_error, CacheError, DatasetError, ManifestError};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
+use shardtool_cache::{Location, RemoteDataset};
 use shardtool_pack::{
     pack as pack_dataset, resolve_input, Columns, Compression, InputFormat, ListError, NoProgress,
     PackError, PackPlan, ShardFormatChoice,
 };
+use shardtool_reader::ReadError;
 use shardtool_verify::{VerifyError, VerifyOptions};
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -52,6 +54,7 @@ fn verify_error(e: VerifyError) -> PyErr {
         | VerifyError::Shard { .. } => ManifestError::new_err(text),
         VerifyError::Io { .. } => PyOSError::new_err(text),
         VerifyError::Usage(_) => PyValueError::new_err(text),
+        VerifyError::Remote(_) => CacheError::new_err(text),
         _ => DatasetError::new_err(text),
     }
 }
@@ -239,22 +242,39 @@ pub fn pack(
     }
 }
 
-/// Verifies a dataset or shard; returns the report as JSON.
+/// Verifies a dataset (a local folder or manifest, or an `http(s)://` or `s3://` URL whose shards
+/// are fetched through the cache); returns the report as JSON.
 #[pyfunction]
-#[pyo3(signature = (path, *, decode=false, jobs=None))]
+#[pyo3(signature = (path, *, decode=false, jobs=None, cache_dir=None, cache_limit=None))]
 pub fn verify(
     py: Python<'_>,
-    path: PathBuf,
+    path: String,
     decode: bool,
     jobs: Option<usize>,
+    cache_dir: Option<PathBuf>,
+    cache_limit: Option<u64>,
 ) -> PyResult<String> {
     let opts = VerifyOptions {
         decode,
         ..VerifyOptions::with_jobs(jobs.unwrap_or(0))
     };
-    let r = interruptible(py, move || {
-        shardtool_verify::verify(&path, &opts, &shardtool_verify::NoProgress)
-    })?;
+    let location = Location::parse(&path).map_err(|e| read_error(ReadError::from(e)))?;
+    let r = match location {
+        Location::Local(path) => interruptible(py, move || {
+            shardtool_verify::verify(&path, &opts, &shardtool_verify::NoProgress)
+        })?,
+        Location::Remote(url) => {
+            let mut cache = crate::reader::cache_options(cache_dir, cache_limit);
+            let workers = cache.concurrency.max(1);
+            // Every shard is fetched by verify itself: no prefetch threads.
+            cache.concurrency = 0;
+            interruptible(py, move || {
+                let ds = RemoteDataset::open(url, cache)
+                    .map_err(|e| VerifyError::Remote(e.to_string()))?;
+                shardtool_verify::verify_remote(&ds, workers, &opts, &shardtool_verify::NoProgress)
+            })?
+        }
+    };
     json(&r.map_err(verify_error)?)
 }
 

@@ -6,8 +6,7 @@ use crate::Failure;
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
 use shardtool_cache::{Location, RemoteDataset, RemoteUrl};
-use shardtool_manifest::{ERRORS_FILE, FILE_NAME as MANIFEST_FILE};
-use shardtool_verify::{verify, ProblemKind, Progress, Report, VerifyError, VerifyOptions};
+use shardtool_verify::{verify, Progress, Report, VerifyError, VerifyOptions};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -85,6 +84,7 @@ pub(crate) fn error_kind(e: &VerifyError) -> &'static str {
         VerifyError::UnknownFile { .. } => "unknown_file",
         VerifyError::Shard { .. } => "shard_not_dataset",
         VerifyError::Usage(_) => "usage",
+        VerifyError::Remote(_) => "fetch_failed",
         _ => "error",
     }
 }
@@ -202,18 +202,12 @@ fn print_human(r: &Report) {
     }
 }
 
-/// Largest `errors.jsonl` fetched for a remote verify.
-const MAX_ERRORS_FILE: u64 = 64 << 20;
-
-/// Verifies a remote dataset: every shard is fetched through the cache (size and checksum of
-/// the stored file, and of the decompressed one for `.zst`, are checked on the way in), held
-/// there, and the cached copies are then verified like a local dataset through a manifest that
-/// describes them as stored in the cache.
+/// Verifies a remote dataset through the cache (`shardtool_verify::verify_remote`).
 fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result<Report, Failure> {
     let mut options = a.cache.options()?;
     let workers = options.concurrency.max(1);
+    // Every shard is fetched here: the reader's prefetch threads are not needed.
     options.concurrency = 0;
-    let shown = url.file_url(&url.manifest);
     let ds = RemoteDataset::open(url, options).map_err(|e| {
         if a.json {
             let doc = serde_json::json!({
@@ -224,73 +218,17 @@ fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result
         }
         Failure::usage(e)
     })?;
-    // Every shard is held at once, so the whole dataset must fit under the limit.
-    let all: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
-    ds.check_capacity(all).map_err(Failure::run)?;
-    let (held, failed) = ds.acquire_all(workers, true);
-    // A shard that could not be fetched is absent from the view below: reported as such, not
-    // as missing from the dataset.
-    let failed: std::collections::HashMap<String, String> = failed
-        .into_iter()
-        .filter_map(|(i, e)| Some((ds.specs().get(i)?.cached_name().to_string(), e.to_string())))
-        .collect();
-    // A view folder: the manifest as the cache stores the shards, and links to them.
-    let view = tempfile::Builder::new()
-        .prefix("verify-")
-        .tempdir_in(ds.cache_dir())
-        .map_err(Failure::run)?;
-    let mut manifest = ds.manifest().clone();
-    for (entry, spec) in manifest.shards.iter_mut().zip(ds.specs()) {
-        entry.file = spec.cached_name().to_string();
-        if let (Some(b), Some(c)) = (
-            entry.uncompressed_bytes.take(),
-            entry.uncompressed_checksum.take(),
-        ) {
-            entry.bytes = b;
-            entry.checksum = c;
-        }
-        entry.compression = None;
-        let cached = ds.cache_dir().join("shards").join(&entry.file);
-        if cached.exists() {
-            std::os::unix::fs::symlink(&cached, view.path().join(&entry.file))
-                .map_err(Failure::run)?;
-        }
-    }
-    manifest.totals.bytes = manifest.shards.iter().map(|s| s.bytes).sum();
-    std::fs::write(view.path().join(MANIFEST_FILE), manifest.to_json()).map_err(Failure::run)?;
-    if let Some(errors) = ds
-        .fetch_small(ERRORS_FILE, MAX_ERRORS_FILE)
-        .map_err(Failure::run)?
-    {
-        std::fs::write(view.path().join(ERRORS_FILE), errors).map_err(Failure::run)?;
-    }
     let bar = Bar::new(!a.quiet && !a.json);
-    let result = verify(view.path(), opts, &bar);
+    let result = shardtool_verify::verify_remote(&ds, workers, opts, &bar);
     bar.finish();
-    let mut report = opened(result, a.json)?;
-    // Problems name the shards as the server stores them (`.zst` ones are cached decompressed).
-    let remote_names: std::collections::HashMap<&str, &str> = ds
-        .specs()
-        .iter()
-        .map(|s| (s.cached_name(), s.file.as_str()))
-        .collect();
-    for p in &mut report.problems {
-        let Some(shard) = p.shard.as_mut() else {
-            continue;
-        };
-        if let Some(why) = failed.get(shard.as_str()) {
-            if p.kind == ProblemKind::MissingShard {
-                p.kind = ProblemKind::FetchFailed;
-                p.message = format!("could not be fetched whole: {why}");
+    match result {
+        // The cache too small, or the server failing: a failed run, not a usage error.
+        Err(e @ VerifyError::Remote(_)) => {
+            if a.json {
+                print_error_json(&e);
             }
+            Err(Failure::run(e))
         }
-        if let Some(name) = remote_names.get(shard.as_str()) {
-            *shard = name.to_string();
-        }
+        r => opened(r, a.json),
     }
-    report.finish();
-    report.dataset = shown.clone();
-    report.manifest = shown;
-    drop(held);
-    Ok(report)
 }

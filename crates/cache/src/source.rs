@@ -318,6 +318,11 @@ impl RemoteDataset {
         out.into_inner().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Where the dataset lives: its folder URL and manifest name.
+    pub fn url(&self) -> &crate::RemoteUrl {
+        &self.shared.remote.url
+    }
+
     /// The URL of shard `i`.
     pub fn url_of(&self, i: usize) -> String {
         self.shared

@@ -24,12 +24,16 @@ mod dataset;
 mod error_report;
 mod keys;
 mod loader;
+#[cfg(feature = "remote")]
+mod remote;
 mod report;
 mod run;
 mod sample;
 mod shard;
 
 pub use dataset::{open_target, Dataset, ShardKind, Target, SHARD_SUFFIXES};
+#[cfg(feature = "remote")]
+pub use remote::verify_remote;
 pub use report::{Problem, ProblemKind, Report};
 pub use run::{map_on_threads, verify, NoProgress, Progress, VerifyOptions};
 
@@ -87,6 +91,10 @@ pub enum VerifyError {
         /// The path.
         path: PathBuf,
     },
+    /// A remote dataset's shards could not be fetched into the cache (it is too small for them,
+    /// or the server failed).
+    #[error("{0}")]
+    Remote(String),
     /// An option is unusable.
     #[error("{0}")]
     Usage(String),
