@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Slurm array template for a partitioned pack: each array task packs part I of N (I from
-# SLURM_ARRAY_TASK_ID); a failed or preempted task is simply resubmitted. Plan once, then:
+# SLURM_ARRAY_TASK_ID, numbered from 0); a failed or preempted task is simply resubmitted
+# (`sbatch --array=5 ...` reruns part 5). Plan once, then:
 #
 #   shardtool plan /data/imagenet/train /shared/out --resize shorter:256 --shard-samples 5000
 #   sbatch --array=0-63 scripts/slurm_pack.sh /shared/out 64

@@ -308,7 +308,7 @@ pub struct PackArgs {
     pub plan: Option<PathBuf>,
 
     /// Which part of the plan: I/N packs shards j with j mod N = I (I from 0); auto/N takes I
-    /// from SLURM_ARRAY_TASK_ID (less SLURM_ARRAY_TASK_MIN) or JOB_COMPLETION_INDEX (a
+    /// from SLURM_ARRAY_TASK_ID (submit --array=0-(N-1)) or JOB_COMPLETION_INDEX (a
     /// Kubernetes indexed Job). Default with --plan: every shard.
     #[arg(
         long,

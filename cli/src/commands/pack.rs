@@ -162,6 +162,9 @@ pub fn assignment(
     let bad = || format!("--part {part:?}: expected I/N (0 <= I < N) or auto/N");
     let (i, n) = part.split_once('/').ok_or_else(bad)?;
     let count: u64 = n.parse().map_err(|_| bad())?;
+    if count == 0 {
+        return Err(format!("--part {part}: the part count must be at least 1"));
+    }
     let index = if i == "auto" {
         let num = |name: &str| -> Result<Option<u64>, String> {
             env(name)
@@ -172,22 +175,30 @@ pub fn assignment(
                 })
                 .transpose()
         };
-        match (num("SLURM_ARRAY_TASK_ID")?, num("JOB_COMPLETION_INDEX")?) {
-            (Some(id), _) => id
-                .checked_sub(num("SLURM_ARRAY_TASK_MIN")?.unwrap_or(0))
-                .ok_or_else(|| "SLURM_ARRAY_TASK_ID is below SLURM_ARRAY_TASK_MIN".to_string())?,
-            (None, Some(id)) => id,
+        // The array index itself, not its offset from the array's first: a task resubmitted
+        // alone (`sbatch --array=5`) must still pack part 5.
+        let (id, var) = match (num("SLURM_ARRAY_TASK_ID")?, num("JOB_COMPLETION_INDEX")?) {
+            (Some(id), _) => (id, "SLURM_ARRAY_TASK_ID"),
+            (None, Some(id)) => (id, "JOB_COMPLETION_INDEX"),
             (None, None) => {
                 return Err(format!(
                     "--part {part}: neither SLURM_ARRAY_TASK_ID nor JOB_COMPLETION_INDEX is set; \
                      give the part index (I/{n})"
                 ))
             }
+        };
+        if id >= count {
+            return Err(format!(
+                "--part {part}: {var} is {id}, not below the part count {count}; number the \
+                 tasks from 0 (sbatch --array=0-{})",
+                count - 1
+            ));
         }
+        id
     } else {
         i.parse().map_err(|_| bad())?
     };
-    if count == 0 || index >= count {
+    if index >= count {
         return Err(format!(
             "--part {part}: part index {index} is not below the part count {count}"
         ));
@@ -475,13 +486,17 @@ mod tests {
             part("auto/4", &[("SLURM_ARRAY_TASK_ID", "3")]),
             Ok(Assignment::Part { index: 3, count: 4 })
         );
+        // A task resubmitted alone has itself as the array's first: its index is still its part.
         assert_eq!(
             part(
                 "auto/4",
-                &[("SLURM_ARRAY_TASK_ID", "4"), ("SLURM_ARRAY_TASK_MIN", "1")]
+                &[("SLURM_ARRAY_TASK_ID", "2"), ("SLURM_ARRAY_TASK_MIN", "2")]
             ),
-            Ok(Assignment::Part { index: 3, count: 4 })
+            Ok(Assignment::Part { index: 2, count: 4 })
         );
+        let one_based = part("auto/4", &[("SLURM_ARRAY_TASK_ID", "4")]).unwrap_err();
+        assert!(one_based.contains("--array=0-3"), "{one_based}");
+        assert!(part("0/0", &[]).unwrap_err().contains("at least 1"));
         assert_eq!(
             part("auto/4", &[("JOB_COMPLETION_INDEX", "0")]),
             Ok(Assignment::Part { index: 0, count: 4 })

@@ -328,14 +328,14 @@ fn slurm_and_kubernetes_drivers_take_the_part_from_their_environment() {
     Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
     let shards = status_json(&out)["shards"].as_u64().unwrap();
 
-    // The Slurm template, run as an array task would be (1-based array: --array=1-2).
+    // The Slurm template, run as task 1 of `--array=0-1` resubmitted alone (`--array=1`).
     let script = repo_root().join("scripts/slurm_pack.sh");
     let r = std::process::Command::new("bash")
         .arg(&script)
         .arg(&out)
         .arg("2")
         .env("SHARDTOOL", BIN)
-        .env("SLURM_ARRAY_TASK_ID", "2")
+        .env("SLURM_ARRAY_TASK_ID", "1")
         .env("SLURM_ARRAY_TASK_MIN", "1")
         .env("SLURM_CPUS_PER_TASK", "1")
         .env_remove("JOB_COMPLETION_INDEX")
