@@ -318,7 +318,7 @@ pub struct PackArgs {
     )]
     pub part: Option<String>,
 
-    /// Pack these shards of the plan (comma-separated indices, e.g. 3,17), redoing them unless
+    /// Pack these shards of the plan (indices and ranges, e.g. 3,17,20-29), redoing them unless
     /// done.
     #[arg(long, value_name = "LIST", requires = "plan")]
     pub shards: Option<String>,

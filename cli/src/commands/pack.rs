@@ -142,6 +142,9 @@ fn failure(e: PackError) -> Failure {
     }
 }
 
+/// Most shards one range of `--shards` may name.
+const MAX_SHARD_RANGE: u64 = 1 << 24;
+
 /// Parses `--part I/N` or `auto/N` (I from the Slurm array or Kubernetes indexed-Job
 /// environment) and `--shards 3,17`.
 pub fn assignment(
@@ -150,11 +153,22 @@ pub fn assignment(
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Assignment, String> {
     if let Some(list) = shards {
-        let parsed: Result<Vec<u64>, _> =
-            list.split(',').map(|s| s.trim().parse::<u64>()).collect();
-        return parsed.map(Assignment::Shards).map_err(|_| {
-            format!("--shards {list:?}: expected comma-separated shard indices like 3,17")
-        });
+        let bad =
+            || format!("--shards {list:?}: expected shard indices and ranges like 3,17,20-29");
+        let mut parsed = Vec::new();
+        for item in list.split(',') {
+            let (a, b) = item.split_once('-').unwrap_or((item, item));
+            let (a, b) = (a.trim().parse::<u64>(), b.trim().parse::<u64>());
+            let (Ok(a), Ok(b)) = (a, b) else {
+                return Err(bad());
+            };
+            // A plan has at most as many shards as inputs; a range past that is a typo.
+            if b < a || b - a >= MAX_SHARD_RANGE {
+                return Err(bad());
+            }
+            parsed.extend(a..=b);
+        }
+        return Ok(Assignment::Shards(parsed));
     }
     let Some(part) = part else {
         return Ok(Assignment::Part { index: 0, count: 1 });
@@ -511,6 +525,13 @@ mod tests {
             Ok(Assignment::Shards(vec![3, 17]))
         );
         assert!(assignment(None, Some("3;17"), env(&[])).is_err());
+        assert_eq!(
+            assignment(None, Some("0-2,7,9-9"), env(&[])),
+            Ok(Assignment::Shards(vec![0, 1, 2, 7, 9]))
+        );
+        for bad in ["3-1", "1-", "-2", "0-99999999999", "1,,2"] {
+            assert!(assignment(None, Some(bad), env(&[])).is_err(), "{bad}");
+        }
         assert_eq!(
             assignment(None, None, env(&[])),
             Ok(Assignment::Part { index: 0, count: 1 })

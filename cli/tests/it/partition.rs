@@ -262,12 +262,21 @@ fn merge_names_missing_shards_and_status_lists_them() {
         );
     }
     assert!(!out.join("manifest.json").exists());
-    // Redo exactly the missing ones by name.
-    let list: Vec<String> = odd.iter().map(u64::to_string).collect();
-    Cmd::new(["pack", "--plan"])
-        .arg(&out)
-        .args(["--shards", &list.join(","), "-q"])
-        .ok();
+    // Redo exactly the missing ones with the command merge gives.
+    let hint = r
+        .stderr
+        .split("run them again: shardtool ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command in {}", r.stderr))
+        .trim();
+    let args: Vec<&str> = hint.split(' ').collect();
+    assert_eq!(
+        args[..3],
+        ["pack", "--plan", out.to_str().unwrap()],
+        "{hint}"
+    );
+    Cmd::new(args).arg("-q").ok();
+    assert!(numbers(&status_json(&out)["missing"]).is_empty());
     Cmd::new(["status"]).arg(&out).ok();
     Cmd::new(["merge"]).arg(&out).ok();
     Cmd::new(["verify"]).arg(&out).ok();
@@ -610,6 +619,28 @@ fn a_plan_of_urls_records_sizes_and_etags_and_parts_read_its_staged_copies() {
     assert!(
         !out.join("_plan/staged").exists(),
         "merge removes the staged copies"
+    );
+    // A shard redone after the merge cannot read them: an error, not a shard of failures that
+    // a second merge would commit.
+    let manifest_before = std::fs::read(out.join("manifest.json")).unwrap();
+    let shard = out.join("shard-000001.tar");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--shards", "1", "-q"])
+        .run();
+    r.assert_code(1);
+    assert!(r.stderr.contains("staged copy"), "{}", r.stderr);
+    assert!(r.stderr.contains("--overwrite"), "{}", r.stderr);
+    assert_eq!(
+        std::fs::read(out.join("manifest.json")).unwrap(),
+        manifest_before
     );
 }
 

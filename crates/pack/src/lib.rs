@@ -177,15 +177,19 @@ pub enum PackError {
         message: String,
     },
     /// Shards without a done record of this plan.
-    #[error("{} of the plan's shards are not done: {}{}; run their parts again (shardtool pack --plan OUTPUT --shards {})",
+    #[error("{} of the plan's shards are not done: {}{}; {}",
         missing.len(), names.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
         if names.len() > 10 { ", …" } else { "" },
-        missing.iter().take(10).map(|j| j.to_string()).collect::<Vec<_>>().join(","))]
+        redo_hint(output, missing, *staged_gone))]
     Incomplete {
+        /// The output folder.
+        output: PathBuf,
         /// Their indices.
         missing: Vec<u64>,
         /// Their file names.
         names: Vec<String>,
+        /// Whether the plan's staged inputs are gone (an earlier merge removed them).
+        staged_gone: bool,
     },
     /// `--resume` with options or inputs other than the interrupted pack's.
     #[error("the interrupted pack in {path} was planned with other inputs or options; rerun with those, or with --overwrite to start over")]
@@ -217,6 +221,41 @@ pub enum PackError {
         /// The cause.
         message: String,
     },
+}
+
+/// How to redo the `missing` shards of the plan in `output`.
+fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -> String {
+    if staged_gone {
+        return "the plan's staged inputs are gone (a merge removed them): plan again with \
+                --overwrite to redo them"
+            .into();
+    }
+    format!(
+        "run them again: shardtool pack --plan {} --shards {}",
+        output.display(),
+        shard_ranges(missing)
+    )
+}
+
+/// Ascending shard indices as `0-9,12,15-20`, the form `--shards` takes.
+pub(crate) fn shard_ranges(shards: &[u64]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < shards.len() {
+        let start = shards[i];
+        let mut end = start;
+        while i + 1 < shards.len() && shards[i + 1] == end + 1 {
+            i += 1;
+            end += 1;
+        }
+        out.push(if end == start {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        });
+        i += 1;
+    }
+    out.join(",")
 }
 
 fn failed_note(failed: u64, summary: &str, report: &std::path::Path) -> String {

@@ -200,6 +200,18 @@ impl Loaded {
             } else {
                 c.path.clone()
             };
+            if c.staged && used && !path.exists() {
+                // Its samples would all fail as "changed since the plan", and a merge would
+                // then commit the dataset without them.
+                return Err(bad_plan(
+                    &plan_path,
+                    format!(
+                        "the staged copy of {} is gone (merge removes staged inputs once the \
+                         dataset is committed): plan again with --overwrite to redo shards",
+                        c.source
+                    ),
+                ));
+            }
             let kind = match c.kind.as_str() {
                 "tar" => ContainerKind::Tar,
                 "parquet" => ContainerKind::Parquet,
@@ -515,12 +527,17 @@ pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
     }
     if !missing.is_empty() {
         let sink = ShardSink::new(&plan);
+        let staged_gone = file.containers.iter().any(|c| c.staged)
+            && !store.is_remote()
+            && !plan_dir(store.local()).join(STAGED_DIR).exists();
         return Err(PackError::Incomplete {
+            output: output.to_path_buf(),
             names: missing
                 .iter()
                 .map(|&j| sink.file_name(j as usize))
                 .collect(),
             missing,
+            staged_gone,
         });
     }
     let mut errors = file.errors.clone();
@@ -705,6 +722,13 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_shards_are_named_as_ranges_that_shards_takes() {
+        assert_eq!(crate::shard_ranges(&[0, 1, 2, 5, 7, 8, 20]), "0-2,5,7-8,20");
+        assert_eq!(crate::shard_ranges(&[4]), "4");
+        assert_eq!(crate::shard_ranges(&[]), "");
+    }
 
     #[test]
     fn parts_split_the_shards_round_robin_and_named_shards_are_checked() {
