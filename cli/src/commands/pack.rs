@@ -277,7 +277,14 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
             "--shard-samples is required: a plan fixes what each shard holds by position"
         )));
     }
-    let file = shardtool_pack::make_plan(&plan).map_err(failure)?;
+    let file = shardtool_pack::make_plan(&plan).map_err(|e| match e {
+        // `plan` has no --resume: an interrupted plan is simply made again.
+        PackError::OutputNotEmpty { path } => Failure::usage(anyhow!(
+            "output {} is not empty; pass --overwrite to replace the dataset or plan in it",
+            path.display()
+        )),
+        e => failure(e),
+    })?;
     let out = plan.output.display();
     if json {
         outln!(

@@ -164,6 +164,12 @@ pub enum PackError {
         /// The plan file.
         path: PathBuf,
     },
+    /// Another process is making a plan in the output folder.
+    #[error("another plan is being made in {path}; wait for it, or stop it and plan again")]
+    PlanRunning {
+        /// The output folder.
+        path: PathBuf,
+    },
     /// The plan was replaced while a part ran; what the part wrote belongs to the old one.
     #[error("{path} was replaced while this part ran; run the part again")]
     PlanChanged {
@@ -307,6 +313,7 @@ impl PackError {
                 | PackError::OutputHoldsOtherShards { .. }
                 | PackError::NoPlan { .. }
                 | PackError::PlanExists { .. }
+                | PackError::PlanRunning { .. }
                 | PackError::BadPart { .. }
                 | PackError::ResumeMismatch { .. }
         )

@@ -124,6 +124,55 @@ pub fn make_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
     make_plan_in(plan, &store)
 }
 
+/// The hold of one planning process on a local output folder: an exclusive lock on the folder
+/// itself, so that a second plan started beside it is refused, and a `_plan` folder without a
+/// plan file found under the lock is known to be left by an interrupted plan and is removed.
+struct Planning {
+    /// The locked folder (`None` where the file system has no locks).
+    _lock: Option<std::fs::File>,
+    /// The folder, when this plan made it: removed again if planning fails and leaves it empty.
+    made: Option<PathBuf>,
+    done: bool,
+}
+
+impl Planning {
+    fn start(output: &Path) -> Result<Self, PackError> {
+        let made = (!output.exists()).then(|| output.to_path_buf());
+        std::fs::create_dir_all(output).map_err(|e| PackError::io(output, e))?;
+        let mut planning = Planning {
+            _lock: None,
+            made,
+            done: false,
+        };
+        let dir = std::fs::File::open(output).map_err(|e| PackError::io(output, e))?;
+        match dir.try_lock() {
+            Ok(()) => planning._lock = Some(dir),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(PackError::PlanRunning {
+                    path: output.to_path_buf(),
+                })
+            }
+            // No locks here (some network file systems): the checks below still refuse a
+            // non-empty output, but an interrupted plan then needs --overwrite.
+            Err(std::fs::TryLockError::Error(_)) => return Ok(planning),
+        }
+        let staging = plan_dir(output);
+        if staging.is_dir() && !staging.join(PLAN_FILE).exists() {
+            std::fs::remove_dir_all(&staging).map_err(|e| PackError::io(&staging, e))?;
+        }
+        Ok(planning)
+    }
+}
+
+impl Drop for Planning {
+    fn drop(&mut self) {
+        if let (false, Some(dir)) = (self.done, &self.made) {
+            // Only an empty folder goes (remove_dir refuses any other).
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
 /// [`make_plan`] into an opened output.
 pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, PackError> {
     plan.validate()?;
@@ -145,6 +194,11 @@ pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, P
             path: store.local().join(PLAN_DIR).join(PLAN_FILE),
         });
     }
+    let mut _planning = if store.is_remote() {
+        None
+    } else {
+        Some(Planning::start(store.local())?)
+    };
     // Files are made under the local folder (the scratch folder of a remote output).
     let mut local_plan = plan.clone();
     local_plan.output = store.local().to_path_buf();
@@ -257,6 +311,9 @@ pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, P
     store.publish(&format!("{PLAN_DIR}/{INPUTS_FILE}"))?;
     store.write(&format!("{PLAN_DIR}/{PLAN_FILE}"), &bytes)?;
     staged.0.clear();
+    if let Some(p) = &mut _planning {
+        p.done = true;
+    }
     Ok(file)
 }
 
@@ -465,6 +522,46 @@ mod tests {
             read_inputs(&store, &file),
             Err(PackError::BadPlan { .. })
         ));
+    }
+
+    /// What a killed plan left (a `_plan` folder without its plan file) is cleared by the next
+    /// plan; a plan still being made (it holds the folder's lock) is not touched; a plan that
+    /// fails leaves no output folder it made.
+    #[test]
+    fn an_interrupted_plan_is_made_again_and_a_running_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("in");
+        std::fs::create_dir_all(root.join("c")).unwrap();
+        std::fs::write(root.join("c/x.jpg"), b"bytes").unwrap();
+        let out = dir.path().join("out");
+        let debris = out.join(PLAN_DIR).join(STAGED_DIR).join("half.tar");
+        std::fs::create_dir_all(debris.parent().unwrap()).unwrap();
+        std::fs::write(&debris, b"half").unwrap();
+        let mut plan = PackPlan::new(InputSource::Folder(root.clone()), out.clone());
+        plan.shard_samples = Some(2);
+
+        let held = std::fs::File::open(&out).unwrap();
+        held.lock().unwrap();
+        assert!(matches!(
+            make_plan(&plan),
+            Err(PackError::PlanRunning { .. })
+        ));
+        assert!(debris.exists(), "a running plan's files stay");
+        drop(held);
+
+        let file = make_plan(&plan).unwrap();
+        assert_eq!(file.inputs, 1);
+        assert!(!debris.exists());
+        assert_eq!(read_plan(&out).unwrap(), file);
+
+        let empty = dir.path().join("empty");
+        std::fs::create_dir(&empty).unwrap();
+        let never = dir.path().join("never");
+        let plan = PackPlan::new(InputSource::Folder(empty), never.clone());
+        let mut plan = plan;
+        plan.shard_samples = Some(2);
+        assert!(matches!(make_plan(&plan), Err(PackError::NoImages { .. })));
+        assert!(!never.exists());
     }
 
     #[test]
