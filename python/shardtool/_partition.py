@@ -19,6 +19,11 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
     required: shard ``j`` holds positions ``[j*K, (j+1)*K)`` of the seeded order, whoever packs it.
     ``output`` is a folder every part can reach, or an empty ``s3://bucket/prefix/``. Returns
     ``plan`` (the plan hash), ``inputs``, ``shards`` and ``shard_samples``.
+
+    A plan already in ``output`` is an error, unless ``overwrite=True`` (replace it and everything
+    packed under it) or ``resume=True`` (keep it, when it was made from the same input and options;
+    ``DatasetError`` naming the options that differ otherwise). A plan killed while planning is
+    simply made again.
     """
     out = os.fspath(output)
     return json.loads(

@@ -1,8 +1,10 @@
 """Pack on a Ray cluster: plan once, one Ray task per part, then merge.
 
 Parts are idempotent (a part skips shards already done, and a repeated shard has the same
-bytes), so Ray's task retries and a rerun of this driver after a crash are both safe. OUTPUT
-must be reachable from every node: a shared file system or an ``s3://`` folder.
+bytes), so Ray's task retries and a rerun of this driver after a crash are both safe: a rerun
+keeps the plan already in OUTPUT when it was made from the same input and options, and refuses
+one made from others. OUTPUT must be reachable from every node: a shared file system or an
+``s3://`` folder.
 
 Run it as a module::
 
@@ -34,15 +36,13 @@ def pack(
     max_retries: int = 3,
     **options: Any,
 ) -> Dict[str, Any]:
-    """Plans (unless ``output`` already holds a plan), runs ``parts`` Ray tasks of
+    """Plans (keeping a plan already in ``output`` if it was made from the same input and
+    options; ``DatasetError`` naming the differences if not), runs ``parts`` Ray tasks of
     ``cpus_per_part`` CPUs each, and merges. Returns the merge result (``manifest``, ``errors``)
     with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first."""
     import ray
 
-    try:
-        _partition.status(output)
-    except FileNotFoundError:
-        _partition.plan(input, output, shard_samples=shard_samples, **options)
+    _partition.plan(input, output, shard_samples=shard_samples, resume=True, **options)
 
     @ray.remote(num_cpus=cpus_per_part, max_retries=max_retries)
     def part(index: int) -> Dict[str, Any]:

@@ -202,8 +202,15 @@ pub fn pack(
                 "shard_samples is required: a plan fixes what each shard holds by position",
             ));
         }
-        let file = interruptible(py, move || shardtool_pack::make_plan(&plan))?
-            .map_err(crate::partition::pack_error)?;
+        // With `resume`, a plan already there is kept if it is the same plan.
+        let file = interruptible(py, move || {
+            if plan.resume {
+                shardtool_pack::make_or_keep_plan(&plan)
+            } else {
+                shardtool_pack::make_plan(&plan)
+            }
+        })?
+        .map_err(crate::partition::pack_error)?;
         return json(&serde_json::json!({
             "plan": file.hash,
             "inputs": file.inputs,

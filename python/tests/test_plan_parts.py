@@ -83,6 +83,29 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     assert r.returncode == 0, r.stderr[-4000:]
     assert "packed 45 samples" in r.stdout
     assert published(out) == published(single)
+    # A rerun keeps the plan only when it asks for the same one: other options are refused
+    # (before any Ray task starts), naming what differs.
+    import shardtool.ray
+
+    with pytest.raises(ValueError, match="resize"):
+        shardtool.ray.pack(str(SAMPLE), str(out), parts=3, shard_samples=7, resize="crop:20x20", seed=3)
+    assert published(out) == published(single)
+
+
+def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: Path) -> None:
+    out = tmp_path / "kept"
+    first = shardtool.plan(SAMPLE, out, **OPTIONS)
+    with pytest.raises(ValueError, match="already planned"):
+        shardtool.plan(SAMPLE, out, **OPTIONS)
+    assert shardtool.plan(SAMPLE, out, resume=True, **OPTIONS)["plan"] == first["plan"]
+    with pytest.raises(ValueError, match=r"seed: 3 → 4"):
+        shardtool.plan(SAMPLE, out, resume=True, **dict(OPTIONS, seed=4))
+    # A plan killed while planning (its _plan folder without plan.json) is made again.
+    killed = tmp_path / "killed"
+    (killed / "_plan" / "staged").mkdir(parents=True)
+    (killed / "_plan" / "staged" / "half.tar").write_bytes(b"half")
+    assert shardtool.plan(SAMPLE, killed, **OPTIONS)["plan"] == first["plan"]
+    assert not (killed / "_plan" / "staged" / "half.tar").exists()
 
 
 def test_pack_resumes_what_a_plan_and_one_part_left(single: Path, tmp_path: Path) -> None:

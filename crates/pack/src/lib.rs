@@ -33,7 +33,7 @@ pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, Sta
 pub use plan::{
     Compression, FrozenOptions, KeyChoice, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED,
 };
-pub use plan_file::{make_plan, read_plan, PlanContainer, PlanFile, PLAN_DIR};
+pub use plan_file::{make_or_keep_plan, make_plan, read_plan, PlanContainer, PlanFile, PLAN_DIR};
 
 use std::path::PathBuf;
 
@@ -197,11 +197,13 @@ pub enum PackError {
         /// Whether the plan's staged inputs are gone (an earlier merge removed them).
         staged_gone: bool,
     },
-    /// `--resume` with options or inputs other than the interrupted pack's.
-    #[error("the interrupted pack in {path} was planned with other inputs or options; rerun with those, or with --overwrite to start over")]
+    /// `--resume` (or a plan kept) with options or inputs other than those planned.
+    #[error("the pack in {path} was planned with other inputs or options ({differs}); rerun with those, or with --overwrite to start over")]
     ResumeMismatch {
         /// The output folder.
         path: PathBuf,
+        /// The options that differ, as `name: planned → given`.
+        differs: String,
     },
     /// An object-store output could not be read or written.
     #[error("output {location}: {message}")]

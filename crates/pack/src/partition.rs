@@ -641,6 +641,7 @@ pub(crate) fn pack_planned(
         if file.options != plan.frozen() {
             return Err(PackError::ResumeMismatch {
                 path: output.clone(),
+                differs: file.options.differences(&plan.frozen()),
             });
         }
     } else {
@@ -696,6 +697,11 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
     if manifest.pack != plan.manifest_options() {
         return Err(PackError::ResumeMismatch {
             path: output.clone(),
+            differs: crate::plan::json_differences(
+                &serde_json::Value::Object(manifest.pack.clone()),
+                &serde_json::Value::Object(plan.manifest_options()),
+                4,
+            ),
         });
     }
     if !store.is_remote() {

@@ -95,6 +95,46 @@ pub struct PackPlan {
     pub resume: bool,
 }
 
+/// The members of two JSON objects that differ, as `name: a → b` (at most `max`, then `…`).
+pub(crate) fn json_differences(a: &serde_json::Value, b: &serde_json::Value, max: usize) -> String {
+    let empty = serde_json::Map::new();
+    let (a, b) = (
+        a.as_object().unwrap_or(&empty),
+        b.as_object().unwrap_or(&empty),
+    );
+    let null = serde_json::Value::Null;
+    let mut names: Vec<&String> = a.keys().chain(b.keys()).collect();
+    names.sort();
+    names.dedup();
+    let mut out: Vec<String> = names
+        .into_iter()
+        .filter(|n| a.get(*n) != b.get(*n))
+        .map(|n| {
+            let show = |v: Option<&serde_json::Value>| {
+                let text = v.unwrap_or(&null).to_string();
+                match text.char_indices().nth(60) {
+                    Some((i, _)) => format!("{}…", &text[..i]),
+                    None => text,
+                }
+            };
+            format!("{n}: {} → {}", show(a.get(n)), show(b.get(n)))
+        })
+        .collect();
+    if out.len() > max {
+        out.truncate(max);
+        out.push("…".into());
+    }
+    out.join("; ")
+}
+
+impl FrozenOptions {
+    /// How `given` differs from these (planned) options, for an error message.
+    pub(crate) fn differences(&self, given: &FrozenOptions) -> String {
+        let json = |o: &FrozenOptions| serde_json::to_value(o).unwrap_or_default();
+        json_differences(&json(self), &json(given), 4)
+    }
+}
+
 /// The options of a plan that decide its output, as `plan.json` records them (`jobs`,
 /// `max_errors` and the like are left out: they never change a byte of the dataset).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

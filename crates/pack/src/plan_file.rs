@@ -173,6 +173,24 @@ impl Drop for Planning {
     }
 }
 
+/// [`make_plan`], unless OUTPUT already holds a whole plan: then that plan, when it was made from
+/// the same inputs and options ([`PackError::ResumeMismatch`] naming the differences otherwise).
+/// For drivers that run again after a crash.
+pub fn make_or_keep_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
+    let store = Store::open(&plan.output)?;
+    if store.size(&format!("{PLAN_DIR}/{PLAN_FILE}"))?.is_some() {
+        let file = read_plan_in(&store, &plan.output)?;
+        if file.options != plan.frozen() {
+            return Err(PackError::ResumeMismatch {
+                path: plan.output.clone(),
+                differs: file.options.differences(&plan.frozen()),
+            });
+        }
+        return Ok(file);
+    }
+    make_plan_in(plan, &store)
+}
+
 /// [`make_plan`] into an opened output.
 pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, PackError> {
     plan.validate()?;
