@@ -844,3 +844,57 @@ fn twenty_kills_of_merge_leave_no_manifest_or_the_final_one() {
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     finished_whole(&out, &single);
 }
+
+/// A redundant attempt of a part (a replacement pod while the old one still runs) overtaken by
+/// another attempt and a merge, which removes its temporary shard as a leftover, ends as done:
+/// the shard it was writing is the other attempt's, and the dataset is unchanged.
+#[test]
+fn an_attempt_overtaken_by_a_merge_ends_as_done() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 30);
+    // Large PNGs: slow enough per shard to be stopped in the middle of one.
+    let opts = [
+        "--resize",
+        "shorter:768",
+        "--upscale",
+        "--encode",
+        "png",
+        "--shard-samples",
+        "8",
+    ];
+    let single = dir.path().join("single");
+    pack(&input, &single).args(opts).args(["-q"]).ok();
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(opts).ok();
+    let mut slow = part(&out, "0/1").spawn();
+    let pid = slow.id().to_string();
+    let signal = |sig: &str| {
+        let s = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(s.success());
+    };
+    // Stopped while it writes a shard (its temporary file is in OUTPUT).
+    let shard_tmp = |out: &Path| {
+        std::fs::read_dir(out).unwrap().any(|e| {
+            let name = e.unwrap().file_name().to_string_lossy().into_owned();
+            name.starts_with(".shard-") && name.ends_with(".tmp")
+        })
+    };
+    while !shard_tmp(&out) {
+        assert!(
+            slow.try_wait().unwrap().is_none(),
+            "the attempt ended before it could be stopped"
+        );
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    signal("-STOP");
+    part(&out, "0/1").ok();
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    assert!(!shard_tmp(&out), "merge removes the stopped attempt's file");
+    signal("-CONT");
+    let status = slow.wait().unwrap();
+    assert!(status.success(), "the overtaken attempt failed: {status}");
+    assert_same_dataset(&out, &single);
+}

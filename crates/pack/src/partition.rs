@@ -359,14 +359,27 @@ fn run_part(
     let mut counts_before: BTreeMap<String, u64> = BTreeMap::new();
     let mut open: Option<u64> = None;
     let mut cursor = 0usize;
+    // A shard this attempt could not publish because another attempt and a merge overtook it.
+    let mut abandoned: Option<u64> = None;
     let finish = |j: u64,
                   sink: &mut ShardSink<'_>,
                   shard_errors: &mut Vec<(usize, ErrorRecord)>,
                   counts_before: &mut BTreeMap<String, u64>,
-                  report: &mut PartReport|
+                  report: &mut PartReport,
+                  abandoned: &Option<u64>|
      -> Result<(), PackError> {
         // Shard j is the open one, if any of its inputs made it.
-        sink.roll()?;
+        let rolled = match sink.roll() {
+            Err(e) if !overtaken(&e, store, &file.hash, j)? => return Err(e),
+            r => r.is_ok(),
+        };
+        if !rolled || *abandoned == Some(j) {
+            shard_errors.clear();
+            *counts_before = sink.field_counts().clone();
+            sink.input_json = false;
+            report.skipped += 1;
+            return Ok(());
+        }
         let name = sink.file_name(j as usize);
         let entry = match sink.entries.last() {
             Some(e) if e.file == name => sink.entries.pop(),
@@ -437,6 +450,7 @@ fn run_part(
                     &mut shard_errors,
                     &mut counts_before,
                     &mut report,
+                    &abandoned,
                 )?;
                 cursor += 1;
                 tally.snapshot.shards += 1;
@@ -447,7 +461,13 @@ fn run_part(
             }
             tally.snapshot.done += 1;
             match r {
-                Ok(done) => write_sample(&mut sink, &loaded.ordered, position, &done, &mut tally)?,
+                Ok(done) => {
+                    match write_sample(&mut sink, &loaded.ordered, position, &done, &mut tally) {
+                        Err(e) if !overtaken(&e, store, &file.hash, j)? => return Err(e),
+                        Err(_) => abandoned = Some(j),
+                        Ok(()) => {}
+                    }
+                }
                 Err(e) => {
                     shard_errors.push((position, e));
                     tally.snapshot.failed += 1;
@@ -465,6 +485,7 @@ fn run_part(
             &mut shard_errors,
             &mut counts_before,
             &mut report,
+            &abandoned,
         )?;
         tally.snapshot.shards += 1;
     }
@@ -472,6 +493,15 @@ fn run_part(
     report.bytes_in = tally.bytes_in;
     report.stages = tally.stages;
     Ok(report)
+}
+
+/// Whether publishing shard `j` failed with `e` because another attempt of the part finished
+/// it and a merge (which runs once every shard is done) then removed this attempt's temporary
+/// file as a leftover: the shard is done, not failed.
+fn overtaken(e: &PackError, store: &Store, hash: &str, j: u64) -> Result<bool, PackError> {
+    let gone = matches!(e, PackError::Io { cause, .. }
+        if cause.kind() == std::io::ErrorKind::NotFound);
+    Ok(gone && read_done(store, hash, j)?.is_some())
 }
 
 /// Where a partitioned pack in `output` stands.
