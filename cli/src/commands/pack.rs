@@ -318,12 +318,26 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
 
 /// Runs `shardtool merge`.
 pub fn run_merge(a: MergeArgs) -> Result<(), Failure> {
-    let r = shardtool_pack::merge(&a.output).map_err(failure)?;
+    let r = shardtool_pack::merge(&a.output).map_err(|e| {
+        if a.json {
+            // Scripts read why, and which shards to redo, from stdout as well.
+            let missing = match &e {
+                PackError::Incomplete { missing, .. } => missing.clone(),
+                _ => Vec::new(),
+            };
+            outln!(
+                "{}",
+                serde_json::json!({ "merged": false, "missing": missing, "error": e.to_string() })
+            );
+        }
+        failure(e)
+    })?;
     let m = &r.manifest;
     if a.json {
         outln!(
             "{}",
             serde_json::json!({
+                "merged": true,
                 "inputs": m.inputs,
                 "shards": m.totals.shards,
                 "samples": m.totals.samples,

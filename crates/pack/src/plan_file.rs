@@ -598,5 +598,10 @@ mod tests {
                 Err(PackError::BadPlan { .. })
             ));
         }
+        // A file named as the output (the plan file itself, say) holds no plan.
+        assert!(matches!(
+            read_plan(&p.join(PLAN_FILE)),
+            Err(PackError::NoPlan { .. })
+        ));
     }
 }

@@ -92,7 +92,15 @@ impl Store {
                 let path = root.join(name);
                 match shardtool_core::read_within(&path, limit) {
                     Ok(b) => Ok(Some(b)),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    // A file where the output folder should be holds no file either.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                        ) =>
+                    {
+                        Ok(None)
+                    }
                     Err(e) => Err(PackError::io(path, e)),
                 }
             }
