@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 from . import _shardtool
 
 STATE_FORMAT = 1
+# Most whole batches each reader thread may hold ready (the Rust reader's bound).
+MAX_PREFETCH = 1024
 _OUTPUTS = ("torch", "numpy", "dlpack")
 _REMOTE = ("http://", "https://", "s3://", "file://")
 
@@ -68,7 +70,9 @@ def _field_values(name: str, values: List[Optional[bytes]], keys: List[str]) -> 
     return values
 
 
-def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> None:
+def _check_int(
+    name: str, value: Any, minimum: int, optional: bool = False, maximum: Optional[int] = None
+) -> None:
     if value is None and optional:
         return
     # bool is an int subclass, and never what the caller meant.
@@ -76,6 +80,8 @@ def _check_int(name: str, value: Any, minimum: int, optional: bool = False) -> N
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {value}")
 
 
 def _env_partition() -> Optional[Tuple[int, int]]:
@@ -179,9 +185,13 @@ class Loader:
     dataset's fields.
 
     ``workers`` Rust threads decode (default: all cores, divided among DataLoader worker
-    processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer``,
-    ``interleave`` and ``prefetch`` tune the two-level shuffle and read-ahead; ``skip_corrupt``
-    counts unreadable records instead of raising.
+    processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples)
+    and ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
+    number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
+    leaves unreadable records out of their batches instead of raising (``skipped`` counts them).
+
+    One ``iter()`` at a time: a second ``iter()`` (or ``close()``) stops the first, whose next
+    batch then raises ``RuntimeError`` rather than ending the pass early.
     """
 
     def __init__(
@@ -223,7 +233,7 @@ class Loader:
         _check_int("workers", workers, 1, optional=True)
         _check_int("shuffle_buffer", shuffle_buffer, 1, optional=True)
         _check_int("interleave", interleave, 1, optional=True)
-        _check_int("prefetch", prefetch, 1, optional=True)
+        _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and world_size is not None:
@@ -280,6 +290,8 @@ class Loader:
         # This process's share of the rank's batches, (index, count): set per DataLoader worker.
         self._split: Optional[Tuple[int, int]] = None
         self._reader: Optional[_shardtool.Reader] = None
+        # The position when the last reader was closed, for state_dict().
+        self._closed_state: Optional[Dict[str, Any]] = None
         self._partition: Optional[Tuple[int, int]] = None
         self._resume: Optional[Dict[str, Any]] = None
         self._samples = 0
@@ -364,6 +376,7 @@ class Loader:
 
     def __iter__(self) -> Iterator[Batch]:
         self.close()
+        self._closed_state = None
         self._resolve_device()
         rank, world = self._resolve_partition()
         resume = self._resume
@@ -399,21 +412,36 @@ class Loader:
 
     def _batches(self, reader: _shardtool.Reader, convert: Callable[[Any], Any]) -> Iterator[Batch]:
         for epoch, index, keys, labels, image, fields in reader:
+            try:
+                batch: Batch = {
+                    "image": [convert(t) for t in image] if isinstance(image, list) else convert(image),
+                    "label": convert(labels),
+                    "key": keys,
+                    "epoch": epoch,
+                    "index": index,
+                }
+                for name, values in fields:
+                    batch[name] = _field_values(name, values, keys)
+            except BaseException:
+                # Never handed out (Ctrl-C, a signal handler's exception): a state saved now
+                # must resume with it.
+                reader.forget(index, len(keys))
+                raise
             self._samples += len(keys)
-            batch: Batch = {
-                "image": [convert(t) for t in image] if isinstance(image, list) else convert(image),
-                "label": convert(labels),
-                "key": keys,
-                "epoch": epoch,
-                "index": index,
-            }
-            for name, values in fields:
-                batch[name] = _field_values(name, values, keys)
             yield batch
 
     def close(self) -> None:
-        """Stops the reader threads of the current iteration, if any (batches stay valid)."""
-        reader, self._reader = self._reader, None
+        """Stops the reader threads of the current iteration, if any (batches stay valid).
+        ``state_dict()`` still gives the position reached; the next ``iter()`` starts the epoch
+        afresh unless that state is loaded."""
+        reader = self._reader
+        if reader is not None:
+            try:
+                self._closed_state = self.state_dict()
+            except RuntimeError:
+                # Another thread is iterating it, or a fork inherited it: no position to keep.
+                self._closed_state = None
+        self._reader = None
         if reader is not None:
             try:
                 reader.close()
@@ -430,6 +458,9 @@ class Loader:
         and the reader's own state."""
         if self._resume is not None:
             return dict(self._resume)
+        closed = self.__dict__.get("_closed_state")
+        if self._reader is None and closed is not None:
+            return dict(closed)
         rank, world = self._partition if self._reader is not None and self._partition else self._resolve_partition()
         reader_state: Optional[Dict[str, Any]] = None
         if self._reader is not None:

@@ -33,6 +33,12 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
 
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
+        if info is not None and self.loader._output == "dlpack":
+            # The worker would fail to pickle every batch and the DataLoader wait forever.
+            raise TypeError(
+                "output='dlpack' batches (shardtool.Tensor) cannot leave a DataLoader worker "
+                "process (they do not pickle): use output='torch' or 'numpy', or num_workers=0"
+            )
         self.loader._split = None if info is None or info.num_workers == 1 else (info.id, info.num_workers)
         return iter(self.loader)
 

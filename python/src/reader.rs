@@ -13,6 +13,7 @@ use shardtool_reader::{
     Layout, Loader, LoaderState, Location, Next, Remainder, Transform,
 };
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, TryLockError};
 use std::time::Duration;
 
@@ -133,6 +134,8 @@ impl BufferPool {
 #[pyclass(module = "shardtool._shardtool", name = "Reader")]
 pub struct Reader {
     loader: Mutex<Option<Loader>>,
+    /// Set by `close`: a thread waiting in `__next__` stops the reader at its next wait slice.
+    closing: AtomicBool,
     /// The process that started the reader threads; a forked child has none of them.
     pid: u32,
 }
@@ -305,11 +308,12 @@ impl Reader {
         if let Some(text) = resume {
             let state: LoaderState = serde_json::from_str(&text)
                 .map_err(|e| PyValueError::new_err(format!("not a loader state: {e}")))?;
-            b = b.resume(state);
+            b = b.resume_matching(state);
         }
         let loader = py.detach(|| b.build()).map_err(read_error)?;
         Ok(Self {
             loader: Mutex::new(Some(loader)),
+            closing: AtomicBool::new(false),
             pid: std::process::id(),
         })
     }
@@ -334,17 +338,57 @@ impl Reader {
                 return Err(PyRuntimeError::new_err("a previous call panicked"))
             }
         };
+        let closed = || {
+            PyRuntimeError::new_err(
+                "this reader was closed (Loader.close(), or a later iter() of the same Loader: \
+                 one Loader reads one pass at a time)",
+            )
+        };
         let Some(loader) = guard.as_mut() else {
-            return Ok(None);
+            // A closed reader is no finished epoch: ending quietly would cut it short.
+            return Err(closed());
         };
         loop {
             match py.detach(|| loader.next_timeout(WAIT_SLICE)) {
-                Next::Ready(Ok(batch)) => return to_python(py, batch).map(Some),
+                Next::Ready(Ok(batch)) => {
+                    // A signal that arrived during the wait fires now, before the batch is
+                    // handed over; raised later, in the caller, it would lose the batch to a
+                    // resume (counted as delivered, never received).
+                    if let Err(e) = py.check_signals() {
+                        loader.put_back(batch);
+                        return Err(e);
+                    }
+                    return to_python(py, batch).map(Some);
+                }
                 Next::Ready(Err(e)) => return Err(read_error(e)),
                 Next::Done => return Ok(None),
-                Next::Pending => py.check_signals()?,
+                Next::Pending => {
+                    if self.closing.load(Ordering::Relaxed) {
+                        // Joined on a helper thread: a reader thread stuck in a slow read
+                        // (a network timeout) must not hold this one too.
+                        let taken = guard.take();
+                        let _ = std::thread::Builder::new()
+                            .name("shardtool-close".into())
+                            .spawn(move || drop(taken));
+                        return Err(closed());
+                    }
+                    py.check_signals()?
+                }
             }
         }
+    }
+
+    /// Counts delivered batch `index` (of `samples` samples) as not delivered: the caller lost
+    /// it before handing it on (an exception while converting it), so a state taken now resumes
+    /// with it.
+    fn forget(&self, index: u64, samples: usize) -> PyResult<()> {
+        self.check_process()?;
+        if let Ok(mut guard) = self.loader.try_lock() {
+            if let Some(loader) = guard.as_mut() {
+                loader.forget(index, samples);
+            }
+        }
+        Ok(())
     }
 
     /// The position after every batch returned so far, as the reader's JSON state.
@@ -369,9 +413,12 @@ impl Reader {
         Ok(guard.as_ref().map_or(0, |l| l.batches_per_epoch()))
     }
 
-    /// Stops the reader threads (batches already returned stay valid).
+    /// Stops the reader threads (batches already returned stay valid). A thread waiting for a
+    /// batch of this reader meanwhile stops them itself within one wait slice, and gets
+    /// `RuntimeError`.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.check_process()?;
+        self.closing.store(true, Ordering::Relaxed);
         let taken = self.loader.try_lock().ok().and_then(|mut g| g.take());
         py.detach(move || drop(taken));
         Ok(())

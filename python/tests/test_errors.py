@@ -50,6 +50,20 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
         shardtool.pack(tmp_path / "missing", tmp_path / "o")
     with pytest.raises(FileNotFoundError):
         shardtool.verify(tmp_path / "missing")
+    # prefetch counts whole batches: a byte count would have allocated hundreds of gigabytes.
+    with pytest.raises(ValueError, match="prefetch must be <= 1024"):
+        shardtool.Loader(p, batch_size=2, prefetch=256 << 20)
+
+
+def test_dlpack_batches_cannot_leave_a_dataloader_worker(datasets: Dict[str, Path]) -> None:
+    import torch.utils.data
+
+    import shardtool.torch
+
+    loader = shardtool.Loader(datasets["tar"], batch_size=8, output="dlpack")
+    dl = torch.utils.data.DataLoader(shardtool.torch.IterableDataset(loader), batch_size=None, num_workers=1)
+    with pytest.raises(TypeError, match="dlpack"):
+        next(iter(dl))
 
 
 def test_broken_manifest_raises_manifest_error(tmp_path: Path) -> None:

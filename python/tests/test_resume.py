@@ -53,6 +53,50 @@ def test_state_of_another_dataset_or_seed_raises(datasets: Dict[str, Path]) -> N
         shardtool.Loader(datasets["tar"], batch_size=3, seed=1).load_state_dict({"format": 99})
 
 
+def test_a_state_of_another_rank_or_order_is_refused_at_iter(datasets: Dict[str, Path]) -> None:
+    # One checkpoint saved on rank 0 and loaded on every rank would make every rank read rank
+    # 0's samples: the partition (read at iter(), like the rank itself) must match.
+    opts = dict(batch_size=3, seed=1, world_size=2, output="numpy")
+    zero = shardtool.Loader(datasets["tar"], rank=0, **opts)
+    next(iter(zero))
+    state = zero.state_dict()
+    one = shardtool.Loader(datasets["tar"], rank=1, **opts)
+    one.load_state_dict(state)
+    with pytest.raises(ValueError, match="rank: 0 of 2 in the state, 1 of 2 here"):
+        iter(one)
+    unshuffled = shardtool.Loader(datasets["tar"], rank=0, shuffle=False, **opts)
+    unshuffled.load_state_dict(state)
+    with pytest.raises(ValueError, match="shuffle: true in the state, false here"):
+        iter(unshuffled)
+    same = shardtool.Loader(datasets["tar"], rank=0, **opts)
+    same.load_state_dict(state)
+    full = [k for b in shardtool.Loader(datasets["tar"], rank=0, **opts) for k in b["key"]]
+    assert [k for b in same for k in b["key"]] == full[3:]
+
+
+def test_close_keeps_the_position_and_a_second_iter_stops_the_first(datasets: Dict[str, Path]) -> None:
+    opts = dict(batch_size=3, seed=4, output="numpy")
+    loader = shardtool.Loader(datasets["tar"], **opts)
+    it = iter(loader)
+    head = [next(it)["key"] for _ in range(2)]
+    loader.close()
+    state = loader.state_dict()
+    assert state["samples"] == 6 and state["reader"] is not None
+    with pytest.raises(RuntimeError, match="closed"):
+        next(it)
+    resumed = shardtool.Loader(datasets["tar"], **opts)
+    resumed.load_state_dict(state)
+    full = [b["key"] for b in shardtool.Loader(datasets["tar"], **opts)]
+    assert head + [b["key"] for b in resumed] == full
+    # A second iter() mid-pass: the first iterator raises instead of ending early.
+    first = iter(loader)
+    next(first)
+    peek = next(iter(loader))
+    assert peek["key"] == full[0]
+    with pytest.raises(RuntimeError, match="later iter"):
+        next(first)
+
+
 def test_worker_share_resumes_through_the_dataset_protocol(datasets: Dict[str, Path]) -> None:
     # What a StatefulDataLoader does per worker: the share's own state, restored in a loader of
     # the same share.

@@ -33,6 +33,7 @@ pub use dataset::{Dataset, ShardView};
 pub use fields::{available_fields, check_fields};
 pub use loader::{
     dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next, MAX_BATCH_BYTES,
+    MAX_PREFETCH,
 };
 pub use metrics::{Metrics, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
 pub use plan::{OrderOptions, Remainder};

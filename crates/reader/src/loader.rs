@@ -91,6 +91,8 @@ pub struct LoaderBuilder {
     region_decode: bool,
     corrupt: CorruptPolicy,
     resume: Option<LoaderState>,
+    /// Whether the state must match the builder's order, partition and batch size.
+    resume_strict: bool,
     split: Option<(u32, u32)>,
     allocator: Arc<dyn BatchAllocator>,
     fields: Vec<String>,
@@ -111,6 +113,45 @@ fn env_u32(name: &str) -> Result<Option<u32>, String> {
         Err(std::env::VarError::NotUnicode(v)) => Err(format!("{name}={v:?} is not a number")),
     }
 }
+
+/// What differs between a saved state and the builder it is loaded into, as `name state/builder`.
+fn strict_differences(s: &LoaderState, b: &LoaderBuilder) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut check = |name: &str, state: String, here: String| {
+        if state != here {
+            out.push(format!("{name}: {state} in the state, {here} here"));
+        }
+    };
+    check(
+        "rank",
+        format!("{} of {}", s.rank, s.world),
+        format!("{} of {}", b.rank, b.world),
+    );
+    check(
+        "batch size",
+        s.batch_size.to_string(),
+        b.batch_size.to_string(),
+    );
+    check("epoch", s.epoch.to_string(), b.epoch.to_string());
+    let (o, p) = (&s.order, &b.order);
+    check("seed", o.seed.to_string(), p.seed.to_string());
+    check("shuffle", o.shuffle.to_string(), p.shuffle.to_string());
+    check(
+        "interleave",
+        o.interleave.to_string(),
+        p.interleave.to_string(),
+    );
+    check("shuffle buffer", o.buffer.to_string(), p.buffer.to_string());
+    check(
+        "remainder",
+        format!("{:?}", o.remainder),
+        format!("{:?}", p.remainder),
+    );
+    out
+}
+
+/// Most batches each worker may have ready ahead of the consumer: each is a whole batch buffer.
+pub const MAX_PREFETCH: usize = 1024;
 
 /// The most bytes one fixed-shape batch may take (batch size x side x side x 3): a larger one is
 /// refused before anything is allocated.
@@ -143,6 +184,7 @@ impl LoaderBuilder {
             region_decode: true,
             corrupt: CorruptPolicy::Fail,
             resume: None,
+            resume_strict: false,
             split: None,
             allocator: Arc::new(CpuAllocator::default()),
             fields: Vec::new(),
@@ -200,7 +242,8 @@ impl LoaderBuilder {
         self.workers = k;
         self
     }
-    /// Batches each worker may have ready ahead of the consumer (default 2).
+    /// Batches each worker may have ready ahead of the consumer (default 2, at most
+    /// [`MAX_PREFETCH`]).
     pub fn prefetch(mut self, n: usize) -> Self {
         self.prefetch = n;
         self
@@ -246,6 +289,16 @@ impl LoaderBuilder {
     /// Continue from a saved state (its order, epoch, partition and batch size win).
     pub fn resume(mut self, state: LoaderState) -> Self {
         self.resume = Some(state);
+        self
+    }
+    /// Continue from a saved state made with this builder's order, partition and batch size
+    /// (and epoch): a state of another rank, world size, seed or shuffle is an error
+    /// ([`ReadError::BadState`] naming the difference), not silently followed. For callers whose
+    /// options are explicit, as a training script's are: a checkpoint saved on rank 0 and loaded
+    /// on every rank would otherwise make every rank read rank 0's samples.
+    pub fn resume_matching(mut self, state: LoaderState) -> Self {
+        self.resume = Some(state);
+        self.resume_strict = true;
         self
     }
     /// Read only batches `index`, `index + count`, … of the rank's plan: the share of one of
@@ -322,6 +375,16 @@ impl LoaderBuilder {
                     s.split, self.split
                 )));
             }
+            if self.resume_strict {
+                let differs = strict_differences(&s, &self);
+                if !differs.is_empty() {
+                    return Err(ReadError::BadState(format!(
+                        "the saved state was made by a loader with other options ({}); load \
+                         each rank's own state into a loader made as that one was",
+                        differs.join("; ")
+                    )));
+                }
+            }
             self.order = s.order;
             self.epoch = s.epoch;
             self.rank = s.rank;
@@ -333,6 +396,13 @@ impl LoaderBuilder {
             delivered_prefix = s.delivered_prefix;
             skip.extend(s.delivered_extra.iter().copied());
             partial = s.partial;
+        }
+        if self.prefetch > MAX_PREFETCH {
+            return Err(ReadError::BadOptions(format!(
+                "prefetch {} is over {MAX_PREFETCH}: it counts whole batches each worker holds \
+                 ready, not bytes",
+                self.prefetch
+            )));
         }
         if let Some((i, n)) = self.split {
             if i >= n {
@@ -533,6 +603,7 @@ impl LoaderBuilder {
             started: Instant::now(),
             expected_samples,
             delivered_samples: 0,
+            held: None,
             finished: false,
         })
     }
@@ -574,6 +645,8 @@ pub struct Loader {
     started: Instant,
     expected_samples: u64,
     delivered_samples: u64,
+    /// A delivered batch its consumer could not take (see [`Loader::put_back`]): delivered next.
+    held: Option<Batch>,
     finished: bool,
 }
 
@@ -688,7 +761,29 @@ impl Loader {
         }
     }
 
+    /// Takes back `batch`, the last one delivered, which its consumer could not take (an
+    /// interrupt arrived as it was handed over): it no longer counts in [`Loader::state`], and
+    /// is delivered again next.
+    pub fn put_back(&mut self, batch: Batch) {
+        self.forget(batch.index, batch.len());
+        self.held = Some(batch);
+    }
+
+    /// Counts delivered batch `index` of `samples` samples as not delivered, for a batch lost
+    /// after delivery before its consumer had it: a state taken now resumes with it, and this
+    /// loader's epoch ends with [`ReadError::Incomplete`] rather than without it.
+    pub fn forget(&mut self, index: u64, samples: usize) {
+        if self.delivered.remove(&index) {
+            self.delivered_samples = self.delivered_samples.saturating_sub(samples as u64);
+        }
+    }
+
     fn step(&mut self, timeout: Option<Duration>) -> Result<Option<Result<Batch, ReadError>>, ()> {
+        if let Some(batch) = self.held.take() {
+            self.delivered.insert(batch.index);
+            self.delivered_samples += batch.len() as u64;
+            return Ok(Some(Ok(batch)));
+        }
         if self.finished {
             return Ok(None);
         }

@@ -179,6 +179,69 @@ fn resume_refuses_another_dataset() {
     assert!(matches!(err, ReadError::BadState(_)), "{err}");
 }
 
+/// A state loaded with `resume_matching` must come from a loader made the same way: rank 0's
+/// state loaded on rank 1 (a checkpoint saved once and loaded everywhere) is refused, naming
+/// the difference; the same state on rank 0 resumes. A prefetch counted in bytes is refused.
+#[test]
+fn a_matching_resume_refuses_another_ranks_state_and_prefetch_is_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[20]);
+    let rank = |r| Loader::builder(dir.path()).batch_size(3).partition(r, 2);
+    let mut zero = rank(0).build().unwrap();
+    zero.next().unwrap().unwrap();
+    let state = zero.state();
+    drop(zero);
+    let err = rank(1)
+        .resume_matching(state.clone())
+        .build()
+        .err()
+        .unwrap();
+    assert!(matches!(err, ReadError::BadState(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("rank: 0 of 2 in the state, 1 of 2 here"),
+        "{err}"
+    );
+    let err = rank(0)
+        .seed(9)
+        .resume_matching(state.clone())
+        .build()
+        .err()
+        .unwrap();
+    assert!(
+        err.to_string().contains("seed: 0 in the state, 9 here"),
+        "{err}"
+    );
+    let all: usize = rank(0).build().unwrap().map(|b| b.unwrap().len()).sum();
+    let rest = rank(0).resume_matching(state).build().unwrap();
+    assert_eq!(rest.map(|b| b.unwrap().len()).sum::<usize>(), all - 3);
+    let err = rank(0).prefetch(1 << 30).build().err().unwrap();
+    assert!(matches!(err, ReadError::BadOptions(_)), "{err}");
+}
+
+/// A batch put back (its consumer was interrupted as it arrived) is not in the state and comes
+/// again next; one forgotten after delivery is not in the state, and the epoch then ends with
+/// an error rather than short.
+#[test]
+fn a_batch_put_back_comes_again_and_a_forgotten_one_fails_the_epoch() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[12]);
+    let build = || Loader::builder(dir.path()).batch_size(3).workers(1);
+    let mut loader = build().build().unwrap();
+    let first = loader.next().unwrap().unwrap();
+    let keys = first.keys.clone();
+    loader.put_back(first);
+    assert_eq!(loader.state().delivered_prefix, 0);
+    let again = loader.next().unwrap().unwrap();
+    assert_eq!(again.keys, keys);
+    assert_eq!(loader.state().delivered_prefix, 1);
+    let second = loader.next().unwrap().unwrap();
+    loader.forget(second.index, second.len());
+    assert_eq!(loader.state().delivered_prefix, 1);
+    let last = loader.last().unwrap();
+    assert!(matches!(last, Err(ReadError::Incomplete { .. })));
+}
+
 #[test]
 fn a_state_claiming_more_batches_than_the_epoch_has_resumes_to_its_end_at_once() {
     // Found while writing the `loader_state` fuzz target: the claimed prefix was expanded into a
