@@ -188,7 +188,7 @@ class Loader:
     processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples)
     and ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
-    leaves unreadable records out of their batches instead of raising (``skipped`` counts them).
+    leaves unreadable records out of their batches instead of raising (``metrics()`` counts them).
 
     One ``iter()`` at a time: a second ``iter()`` (or ``close()``) stops the first, whose next
     batch then raises ``RuntimeError`` rather than ending the pass early.
@@ -292,6 +292,7 @@ class Loader:
         self._reader: Optional[_shardtool.Reader] = None
         # The position when the last reader was closed, for state_dict().
         self._closed_state: Optional[Dict[str, Any]] = None
+        self._closed_metrics: Dict[str, Any] = {}
         self._partition: Optional[Tuple[int, int]] = None
         self._resume: Optional[Dict[str, Any]] = None
         self._samples = 0
@@ -438,6 +439,7 @@ class Loader:
         if reader is not None:
             try:
                 self._closed_state = self.state_dict()
+                self._closed_metrics = json.loads(reader.metrics())
             except RuntimeError:
                 # Another thread is iterating it, or a fork inherited it: no position to keep.
                 self._closed_state = None
@@ -448,6 +450,17 @@ class Loader:
             except RuntimeError:
                 # A reader inherited through fork: nothing of it runs in this process.
                 pass
+
+    def metrics(self) -> Dict[str, Any]:
+        """What the current (or last closed) pass has done so far, as a dict: ``samples``,
+        ``batches``, ``samples_per_s``, ``wait_p50``/``wait_p99`` (each ``{"secs", "nanos"}``),
+        ``corrupt_skipped`` (records left out with ``skip_corrupt=True``), ``lost_samples`` and
+        ``lost_shards`` (shards that could not be read at all, with why), ``slow_records``, and
+        ``cache`` for a remote dataset. Empty before the first ``iter()``."""
+        reader = self._reader
+        if reader is None:
+            return dict(self._closed_metrics)
+        return dict(json.loads(reader.metrics()))
 
     # -- resume --------------------------------------------------------------------------------
 
@@ -481,7 +494,8 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict``) at the next ``iter()``: the identical
         remaining batches. Raises ``ValueError`` for a state of another dataset, seed, batch size
-        or format."""
+        or format, and at that ``iter()`` for one saved by a loader of another rank, world size,
+        shuffle or remainder (save one state per rank; each rank loads its own)."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, not {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:

@@ -8,6 +8,7 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from . import _shardtool
+from ._tools import checked_options
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -26,6 +27,7 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
     simply made again.
     """
     out = os.fspath(output)
+    options = checked_options(options)
     return json.loads(
         _shardtool.pack(
             os.fspath(input), out, shard_samples=shard_samples, plan_only=True, **options
@@ -48,6 +50,9 @@ def pack_part(
     part's counts (``packed``, ``skipped``, ``samples``, ``failed``, ``seconds`` …). Raises
     ``FileNotFoundError`` when ``output`` holds no plan, ``ValueError`` for a bad part.
     """
+    for name, value in (("index", index), ("count", count)):
+        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < 2**63:
+            raise ValueError(f"{name} must be a non-negative integer, got {value}")
     return json.loads(
         _shardtool.pack_part(os.fspath(output), index, count, jobs=jobs, max_errors=max_errors)
     )

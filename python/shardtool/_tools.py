@@ -12,6 +12,29 @@ from ._loader import cache_limit_bytes
 PathLike = Union[str, "os.PathLike[str]"]
 
 
+# Integer options of pack and their least value (each at most 2**63 - 1).
+_INT_OPTIONS = {"seed": 0, "shard_samples": 1, "jobs": 1, "max_pixels": 1, "max_errors": 0}
+
+
+def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
+    """``options`` of :func:`pack` with integers range-checked (a ``ValueError`` naming the
+    option, not an ``OverflowError`` from the conversion) and an int ``shard_size`` as bytes."""
+    options = dict(options)
+
+    def integer(name: str, value: Any, least: int, most: int) -> None:
+        if isinstance(value, int) and not isinstance(value, bool) and not least <= value <= most:
+            raise ValueError(f"{name} must be in {least}..{most}, got {value}")
+
+    for name, least in _INT_OPTIONS.items():
+        integer(name, options.get(name), least, 2**63 - 1)
+    integer("quality", options.get("quality"), 1, 100)
+    size = options.get("shard_size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        integer("shard_size", size, 1, 2**63 - 1)
+        options["shard_size"] = str(size)
+    return options
+
+
 def pack(
     input: PathLike,
     output: PathLike,
@@ -38,8 +61,9 @@ def pack(
     and ``text`` (Parquet: ``text``, then ``caption``).
 
     The other options are the CLI's flags with underscores: ``format`` (``"wds"`` or
-    ``"packed"``), ``resize`` (``"none"``, ``"256x256"``, ``"shorter:256"``, …), ``upscale``,
-    ``filter``, ``encode`` (``"jpeg"``, ``"png"``, ``"raw"``, ``"keep"``), ``quality``,
+    ``"packed"``), ``resize`` (``"none"``, ``"shorter:256"``, ``"longer:512"``, ``"fit:512x512"``,
+    ``"crop:224x224"``), ``upscale``, ``filter`` (``"catmull-rom"``, ``"lanczos3"``), ``encode``
+    (``"jpeg"``, ``"png"``, ``"keep"``; ``format="packed"`` stores raw pixels), ``quality``,
     ``decode_scale`` (``"gap:2"``, the default: JPEGs shrink while decoding only while still
     twice the target, so the resize filter makes the last step; ``"gap:N"`` for another gap
     from 1 to 8; ``"fast"`` to shrink as far as the target allows, quicker but blurrier;
@@ -47,7 +71,8 @@ def pack(
     the default: an input's own key, a WebDataset sample's or a list's ``key`` column, refused
     when it breaks the key rules; ``"index"``: every sample numbered by its position, the input's
     key kept in its ``source``), ``seed``, ``shuffle``,
-    ``shard_size``, ``shard_samples``, ``prefix``, ``jobs``, ``max_pixels``, ``max_errors``,
+    ``shard_size`` (bytes, or a size like ``"64MiB"``), ``shard_samples``, ``prefix``, ``jobs``,
+    ``max_pixels``, ``max_errors``,
     ``overwrite``, ``resume`` (with ``shard_samples``: continue a pack that was interrupted in
     ``output``, keeping the shards it published).
 
@@ -58,6 +83,7 @@ def pack(
     ``DatasetError`` when too many inputs fail. The GIL is released while packing; Ctrl-C returns
     control at once (the pack in flight completes in the background).
     """
+    options = checked_options(options)
     return json.loads(
         _shardtool.pack(
             os.fspath(input),

@@ -46,8 +46,11 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         return len(self.loader)
 
     def set_epoch(self, epoch: int) -> None:
-        """Reads ``epoch`` from the next ``iter()`` (call it on the dataset before each epoch;
-        with persistent workers, the workers keep their own copy)."""
+        """Reads ``epoch`` from the next ``iter()`` (call it on the dataset before each epoch).
+        With ``persistent_workers=True`` the workers keep the copy of the dataset they started
+        with and this call never reaches them, so every epoch would repeat one order: make a new
+        DataLoader each epoch, or use ``num_workers=0`` (the Rust threads already decode in
+        parallel)."""
         self.loader.set_epoch(epoch)
 
     def state_dict(self) -> Dict[str, Any]:

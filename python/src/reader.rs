@@ -404,6 +404,20 @@ impl Reader {
         serde_json::to_string(&loader.state()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
+    /// The reader's metrics so far (throughput, waits, skipped records, lost shards, cache), as
+    /// JSON.
+    fn metrics(&self) -> PyResult<String> {
+        self.check_process()?;
+        let guard = self
+            .loader
+            .try_lock()
+            .map_err(|_| PyRuntimeError::new_err("this reader is busy in another thread"))?;
+        let loader = guard
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("the reader is closed"))?;
+        serde_json::to_string(&loader.metrics()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
     /// Batches of this rank's epoch (all shares together).
     fn batches_per_epoch(&self) -> PyResult<u64> {
         let guard = self

@@ -50,6 +50,12 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
         shardtool.pack(tmp_path / "missing", tmp_path / "o")
     with pytest.raises(FileNotFoundError):
         shardtool.verify(tmp_path / "missing")
+    # Integers out of range name their option (not a bare OverflowError).
+    for bad in (dict(seed=-1), dict(shard_samples=-1), dict(quality=300), dict(jobs=0)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            shardtool.pack(p, tmp_path / "o", **bad)
+    with pytest.raises(ValueError, match="index"):
+        shardtool.pack_part(tmp_path / "o", -1, 3)
     # prefetch counts whole batches: a byte count would have allocated hundreds of gigabytes.
     with pytest.raises(ValueError, match="prefetch must be <= 1024"):
         shardtool.Loader(p, batch_size=2, prefetch=256 << 20)
@@ -84,3 +90,17 @@ def test_corrupt_shard_raises_dataset_error(datasets: Dict[str, Path], tmp_path:
         list(shardtool.Loader(copy, batch_size=4, shuffle=False, output="numpy"))
     report = shardtool.verify(copy)
     assert report["ok"] is False and report["problems"]
+    # With skip_corrupt the pass completes without the damaged shard, and metrics() says what
+    # was left out and why (also after close()).
+    first = json.loads((copy / "manifest.json").read_text())["shards"][0]
+    loader = shardtool.Loader(copy, batch_size=4, shuffle=False, output="numpy", skip_corrupt=True)
+    assert loader.metrics() == {}
+    read = sum(len(b["key"]) for b in loader)
+    m = loader.metrics()
+    assert m["lost_samples"] + m["corrupt_skipped"] > 0
+    assert read + m["lost_samples"] + m["corrupt_skipped"] == sum(
+        s["samples"] for s in json.loads((copy / "manifest.json").read_text())["shards"]
+    )
+    assert [name for name, _ in m["lost_shards"]] == ([first["file"]] if m["lost_samples"] else [])
+    loader.close()
+    assert loader.metrics()["samples"] == read
