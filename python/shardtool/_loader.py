@@ -108,13 +108,14 @@ def _parse_device(device: Any) -> Optional[Tuple[str, Optional[int]]]:
     if not isinstance(device, str):
         raise TypeError(f"device must be a str or torch.device, not {type(device).__name__}")
     kind, sep, index = device.partition(":")
-    if device == "cpu":
+    if kind == "cpu" and (not sep or index == "0"):
+        # torch names its one CPU device "cpu" and also accepts "cpu:0".
         return ("cpu", None)
     if kind == "cuda" and not sep:
         return ("cuda", None)
     if kind == "cuda" and index.isdigit() and index.isascii():
         return ("cuda", int(index))
-    raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', not {device!r}")
+    raise ValueError(f"device must be 'cpu', 'cpu:0', 'cuda' or 'cuda:N', not {device!r}")
 
 
 def _converter(output: str) -> Callable[[Any], Any]:

@@ -16,7 +16,7 @@ from conftest import samples
 
 def test_cpu_device_reads_cpu_batches(datasets: Dict[str, Path]) -> None:
     path = datasets["packed"]
-    for device in ("cpu", torch.device("cpu")):
+    for device in ("cpu", "cpu:0", torch.device("cpu"), torch.device("cpu", 0)):
         batches = list(shardtool.Loader(path, batch_size=8, device=device))
         assert sum(len(b["key"]) for b in batches) == samples(path)
         assert all(b["image"].device.type == "cpu" for b in batches)

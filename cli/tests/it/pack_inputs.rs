@@ -656,6 +656,23 @@ fn a_repack_of_shardtool_shards_keeps_their_class_names() {
         .ok();
     let classes = manifest(&first).classes;
     assert!(classes.len() > 1 && classes.iter().all(|c| c.parse::<u32>().is_err()));
+    // Column options name list and Parquet columns: for these inputs they are refused, not
+    // ignored.
+    for (input, flag) in [
+        (&first, "--text-column"),
+        (&sample_data(), "--label-column"),
+    ] {
+        let r = pack(input, t.path().join("refused"))
+            .args([flag, "caption"])
+            .run();
+        r.assert_code(2);
+        assert!(
+            r.stderr
+                .contains(&format!("{flag} applies to list and Parquet")),
+            "{}",
+            r.stderr
+        );
+    }
     let again = t.path().join("again");
     pack(&first, &again)
         .args(["--input-format", "wds", "-q"])

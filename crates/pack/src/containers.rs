@@ -1,10 +1,9 @@
 //! Inputs that live inside other files: naming them (brace patterns, globs, folders, URLs, and
-//! which format a path holds), fetching remote ones into the staging folder, and listing the
-//! samples of WebDataset shards by their headers.
+//! which format a path holds), fetching remote ones into the staging folder, and decompressing
+//! compressed shards (listing their samples is `wds_input.rs`).
 
-use crate::failure;
-use crate::listing::{Container, ContainerKind, ListError, ListOptions, Listing, MAX_INT_LABEL};
-use shardtool_wds::{index_samples, is_image_field, parse_cls, SampleSpan, IMAGE_FIELDS};
+use crate::listing::{ListError, ListOptions};
+use shardtool_wds::IMAGE_FIELDS;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
@@ -147,7 +146,7 @@ pub(crate) const MAX_DECOMPRESSED_SHARD: u64 = 64 << 30;
 /// `.stage-<index>-<name>.tmp`, so the two never share a name), with why it stopped early if the
 /// stream is damaged (the bytes before the damage are kept), and open for reading from its
 /// start; `Ok(None)` for any other file, which is read as it is.
-fn decompress_shard(
+pub(crate) fn decompress_shard(
     file: &mut std::fs::File,
     index: usize,
     options: &ListOptions,
@@ -208,11 +207,11 @@ fn decompress_shard(
 }
 
 /// A shard decompressed by [`decompress_shard`].
-struct Decompressed {
-    path: PathBuf,
-    file: std::fs::File,
+pub(crate) struct Decompressed {
+    pub(crate) path: PathBuf,
+    pub(crate) file: std::fs::File,
     /// Why decompression stopped before the end of the stream, if it did.
-    damage: Option<String>,
+    pub(crate) damage: Option<String>,
 }
 
 /// Whether some entry directly in `dir` is one `f` accepts (false when `dir` cannot be read).
@@ -552,243 +551,6 @@ pub(crate) fn parallel_map<T: Sync, R: Send>(
         .into_iter()
         .filter_map(|m| m.into_inner().ok().flatten())
         .collect()
-}
-
-/// The samples of one shard, or why it could not be read (with the samples before the damage).
-struct ShardSamples {
-    fetched: Option<Fetched>,
-    samples: Vec<SampleSpan>,
-    labels: Vec<Result<Option<u32>, String>>,
-    error: Option<String>,
-}
-
-/// Reads a sample's `.cls` member: `Ok(None)` for none or a negative label (unlabelled).
-fn read_label(file: &std::fs::File, sample: &SampleSpan) -> Result<Option<u32>, String> {
-    use std::os::unix::fs::FileExt;
-    let Some(cls) = sample.members.iter().find(|m| m.field == "cls") else {
-        return Ok(None);
-    };
-    if cls.size > 64 {
-        return Err(format!("its .cls is {} bytes, not a label", cls.size));
-    }
-    let mut buf = vec![0u8; cls.size as usize];
-    file.read_exact_at(&mut buf, cls.data_offset)
-        .map_err(|e| format!("reading its .cls: {e}"))?;
-    match parse_cls(&buf) {
-        Some(l) if l < 0 => Ok(None),
-        Some(l) if l <= MAX_INT_LABEL => Ok(Some(l as u32)),
-        Some(l) => Err(format!("label {l} is outside 0..={MAX_INT_LABEL}")),
-        None => Err(format!(
-            "its .cls holds {:?}, not an integer",
-            String::from_utf8_lossy(&buf)
-        )),
-    }
-}
-
-/// A field that a sample's members name more than once (consecutive members sharing a key).
-fn repeated_field(s: &SampleSpan) -> Option<&str> {
-    let mut seen = std::collections::HashSet::with_capacity(s.members.len());
-    s.members
-        .iter()
-        .map(|m| m.field.as_str())
-        .find(|f| !seen.insert(*f))
-}
-
-fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples {
-    use std::os::unix::fs::FileExt;
-    let mut out = ShardSamples {
-        fetched: None,
-        samples: Vec::new(),
-        labels: Vec::new(),
-        error: None,
-    };
-    let fetched = match fetch_input(name, index, options) {
-        Ok(f) => f,
-        Err(e) => {
-            out.error = Some(format!("cannot fetch: {e}"));
-            return out;
-        }
-    };
-    let mut file = match std::fs::File::open(&fetched.path) {
-        Ok(f) => f,
-        Err(e) => {
-            out.error = Some(format!("cannot open: {e}"));
-            out.fetched = Some(fetched);
-            return out;
-        }
-    };
-    let mut damage = None;
-    let (file, fetched) = match decompress_shard(&mut file, index, options) {
-        Ok(None) => (file, fetched),
-        Ok(Some(d)) => {
-            damage = d.damage;
-            if fetched.staged {
-                let _ = std::fs::remove_file(&fetched.path);
-            }
-            let fetched = Fetched {
-                path: d.path,
-                staged: true,
-                etag: fetched.etag,
-            };
-            (d.file, fetched)
-        }
-        Err(e) => {
-            out.error = Some(e);
-            out.fetched = Some(fetched);
-            return out;
-        }
-    };
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let r = index_samples(
-        len,
-        |at, buf| file.read_exact_at(buf, at),
-        |s| out.samples.push(s),
-    );
-    // Damaged compression explains a tar cut short better than the tar's own error does.
-    out.error = match (damage, r) {
-        (Some(d), _) => Some(format!("{d}; the samples before the damage are kept")),
-        (None, Err(e)) => Some(format!("{e}; the rest of the shard is not read")),
-        (None, Ok(())) => None,
-    };
-    out.labels = out.samples.iter().map(|s| read_label(&file, s)).collect();
-    out.fetched = Some(fetched);
-    out
-}
-
-/// Lists the samples of WebDataset shards (local paths or URLs, in order). Each sample's members
-/// are found by the headers alone; its image is the first field of [`IMAGE_FIELDS`] it has, and
-/// its label its `.cls` (none, or a negative one, leaves it unlabelled).
-pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listing, ListError> {
-    let mut listing = Listing {
-        looked_for: format!(
-            "WebDataset samples with an image field ({}) in {} shard(s){}",
-            IMAGE_FIELDS.join(", "),
-            shards.len(),
-            shards
-                .first()
-                .map(|s| format!(", the first {s}"))
-                .unwrap_or_default()
-        ),
-        ..Listing::default()
-    };
-    let mut max_label: Option<u32> = None;
-    // A few shards are indexed at a time, so only their sample indexes are held at once (the
-    // compact input store keeps what lasts), however many shards there are.
-    let chunk = options.jobs.max(1) * 2;
-    for (c, names) in shards.chunks(chunk).enumerate() {
-        let indexed = parallel_map(names, options.jobs, |i, name| {
-            index_shard(name, c * chunk + i, options)
-        });
-        for (name, shard) in names.iter().zip(indexed) {
-            if let Some(f) = shard.fetched {
-                if f.staged {
-                    listing.staged.push(f.path.clone());
-                }
-                let ci = listing.containers.len() as u32;
-                listing.containers.push(Container {
-                    etag: f.etag,
-                    path: f.path,
-                    // URLs may carry credentials; what is shown never does.
-                    source: shardtool_core::redact_urls(name).into_owned(),
-                    kind: ContainerKind::Tar,
-                });
-                let dir = listing.inputs.add_container_dir(
-                    format!("{}:", shardtool_core::redact_urls(name)).as_bytes(),
-                    Some(ci),
-                );
-                for (s, label) in shard.samples.iter().zip(shard.labels) {
-                    let source = || format!("{name}:{}", s.key);
-                    if !s.members.iter().any(|m| is_image_field(&m.field)) {
-                        // The first few of its fields: a hostile sample may have millions.
-                        let fields: Vec<&str> = s
-                            .members
-                            .iter()
-                            .take(16)
-                            .map(|m| m.field.as_str())
-                            .collect();
-                        let more = match s.members.len() {
-                            n @ 17.. => format!(" and {} more", n - 16),
-                            _ => String::new(),
-                        };
-                        listing.errors.push(failure(
-                            source(),
-                            "no_image",
-                            format!(
-                                "the sample has no image field ({}); it has {}{more}",
-                                IMAGE_FIELDS.join(", "),
-                                fields.join(", ")
-                            ),
-                        ));
-                        continue;
-                    }
-                    if let Some(field) = repeated_field(s) {
-                        // webdataset refuses such a sample too ("duplicate file name").
-                        listing.errors.push(failure(
-                            source(),
-                            "bad_field",
-                            format!("the sample holds field {field:?} twice"),
-                        ));
-                        continue;
-                    }
-                    let label = match label {
-                        Ok(l) => l,
-                        Err(message) => {
-                            listing.errors.push(failure(source(), "bad_label", message));
-                            continue;
-                        }
-                    };
-                    if let Some(l) = label {
-                        max_label = max_label.max(Some(l));
-                    }
-                    listing.inputs.push_span(
-                        dir,
-                        s.key.as_bytes(),
-                        label,
-                        Some(&s.key),
-                        (s.start, s.end),
-                    )?;
-                }
-            }
-            if let Some(message) = shard.error {
-                listing
-                    .errors
-                    .push(failure(name.clone(), "bad_shard", message));
-            }
-        }
-    }
-    listing.labelled = max_label.is_some();
-    listing.classes = match (max_label, dataset_classes(shards)) {
-        (Some(m), Some(names)) if (m as usize) < names.len() => names,
-        _ => (0..max_label.map_or(0, |m| m + 1))
-            .map(|i| i.to_string())
-            .collect(),
-    };
-    Ok(listing)
-}
-
-/// The class names of the shardtool datasets local `shards` come from, when every shard lies in
-/// a folder whose manifest names the same classes: a re-pack keeps them rather than naming
-/// each class by its number.
-fn dataset_classes(shards: &[String]) -> Option<Vec<String>> {
-    let mut dirs: Vec<&Path> = shards
-        .iter()
-        .map(|s| (!s.contains("://")).then(|| Path::new(s).parent().unwrap_or(Path::new(""))))
-        .collect::<Option<_>>()?;
-    dirs.sort();
-    dirs.dedup();
-    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
-    let mut classes: Option<Vec<String>> = None;
-    for dir in dirs {
-        let bytes =
-            shardtool_core::read_within(&dir.join(shardtool_manifest::FILE_NAME), limit).ok()?;
-        let m = shardtool_manifest::Manifest::from_slice(&bytes, limit).ok()?;
-        match &classes {
-            _ if m.classes.is_empty() => return None,
-            Some(c) if *c != m.classes => return None,
-            _ => classes = Some(m.classes),
-        }
-    }
-    classes
 }
 
 #[cfg(test)]

@@ -2,12 +2,12 @@
 //! bytes (list files, Parquet files, a partitioned pack's plan, input list and done records),
 //! each run on arbitrary bytes and checked for what must hold beyond "no panic".
 
-use crate::containers::list_wds;
 use crate::list_file::{csv_crate_first_record, csv_fields, list_text, row_columns};
 use crate::listing::{Columns, ListOptions, Listing};
 use crate::parquet::list_parquet;
 use crate::partition::parse_done;
 use crate::plan_file::{check_plan, make_plan, parse_inputs, parse_plan, plan_hash, PlanContainer};
+use crate::wds_input::list_wds;
 use crate::{InputSource, PackPlan, PlanFile};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -7,6 +7,7 @@
 mod containers;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod imagefolder;
 mod labels;
 mod list_file;
 mod listing;
@@ -20,6 +21,7 @@ mod plan_file;
 mod robustness;
 mod sink;
 mod store;
+mod wds_input;
 
 pub use containers::{expand_braces, resolve_input, InputFormat};
 pub use listing::{

@@ -1,10 +1,11 @@
-//! Finding the inputs: an ImageFolder tree or a CSV/JSONL list, in a sorted, deterministic order,
+//! Finding the inputs of any kind (ImageFolder in `imagefolder.rs`, lists in `list_file.rs`,
+//! WebDataset shards in `wds_input.rs`, Parquet in `parquet/`), in a sorted, deterministic order,
 //! held in a compact [`Inputs`] store (a global shuffle keeps every input in memory at once).
 
 use crate::labels::Labels;
-use crate::{failure, ErrorRecord};
+use crate::ErrorRecord;
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
@@ -318,7 +319,7 @@ impl DirInterner {
 }
 
 /// The raw bytes of an OS string (lossy outside Unix, where names are not plain bytes).
-fn os_bytes(s: &OsStr) -> Cow<'_, [u8]> {
+pub(crate) fn os_bytes(s: &OsStr) -> Cow<'_, [u8]> {
     #[cfg(unix)]
     {
         Cow::Borrowed(std::os::unix::ffi::OsStrExt::as_bytes(s))
@@ -446,6 +447,12 @@ pub enum ListError {
         /// What is wrong.
         message: String,
     },
+    /// Options that do not fit the input.
+    #[error("{message}")]
+    BadInput {
+        /// What is wrong.
+        message: String,
+    },
     /// More inputs (or classes) than one pack can index.
     #[error("too many inputs for one pack ({count} so far); split the input")]
     TooMany {
@@ -469,190 +476,41 @@ impl ListError {
 /// Lists the inputs of `source`. Errors are only for unusable sources (missing folder, unreadable
 /// or header-less list); problems with single inputs are collected in [`Listing::errors`].
 pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listing, ListError> {
+    // Columns name what lists and Parquet files hold: given for another input, they would be
+    // silently ignored (a caption never carried).
+    let kind = match source {
+        InputSource::Folder(_) => Some("an ImageFolder"),
+        InputSource::Wds(_) => Some("WebDataset shards"),
+        _ => None,
+    };
+    let c = &options.columns;
+    if let (Some(kind), Some((flag, _))) = (
+        kind,
+        [
+            ("--image-column", &c.image),
+            ("--label-column", &c.label),
+            ("--text-column", &c.text),
+        ]
+        .into_iter()
+        .find(|(_, v)| v.is_some()),
+    ) {
+        return Err(ListError::BadInput {
+            message: format!(
+                "{flag} applies to list and Parquet inputs; this input is {kind}, whose fields \
+                 are its own"
+            ),
+        });
+    }
     let mut listing = match source {
-        InputSource::Folder(root) => list_folder(root, options.exclude.as_deref())?,
+        InputSource::Folder(root) => {
+            crate::imagefolder::list_folder(root, options.exclude.as_deref())?
+        }
         InputSource::List(file) => crate::list_file::list_file(file, &options.columns)?,
-        InputSource::Wds(shards) => crate::containers::list_wds(shards, options)?,
+        InputSource::Wds(shards) => crate::wds_input::list_wds(shards, options)?,
         InputSource::Parquet(files) => crate::parquet::list_parquet(files, options)?,
     };
     listing.inputs.shrink_to_fit();
     Ok(listing)
-}
-
-fn is_hidden(name: &OsStr) -> bool {
-    name.as_encoded_bytes().first() == Some(&b'.')
-}
-
-fn has_image_extension(path: &Path) -> bool {
-    path.extension()
-        .and_then(OsStr::to_str)
-        .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))
-}
-
-/// The names in one directory, sorted by their raw bytes so order never depends on the file
-/// system; held in one buffer (not one allocation per entry).
-struct SortedNames {
-    bytes: Vec<u8>,
-    spans: Vec<(usize, usize)>,
-}
-
-impl SortedNames {
-    fn read(dir: &Path) -> Result<Self, ListError> {
-        let mut s = SortedNames {
-            bytes: Vec::new(),
-            spans: Vec::new(),
-        };
-        let io = ListError::io(dir);
-        for entry in std::fs::read_dir(dir).map_err(io)? {
-            let name = entry.map_err(io)?.file_name();
-            let start = s.bytes.len();
-            s.bytes.extend_from_slice(name.as_encoded_bytes());
-            s.spans.push((start, s.bytes.len()));
-        }
-        let bytes = &s.bytes;
-        s.spans
-            .sort_by(|a, b| bytes[a.0..a.1].cmp(&bytes[b.0..b.1]));
-        Ok(s)
-    }
-
-    fn iter(&self) -> impl Iterator<Item = &OsStr> + '_ {
-        self.spans.iter().map(|&(a, b)| name_os(&self.bytes[a..b]))
-    }
-}
-
-/// A name read back from [`SortedNames`] (the bytes came from `as_encoded_bytes` of one name).
-fn name_os(b: &[u8]) -> &OsStr {
-    #[cfg(unix)]
-    {
-        std::os::unix::ffi::OsStrExt::from_bytes(b)
-    }
-    #[cfg(not(unix))]
-    {
-        // Outside Unix only UTF-8 names round-trip without `unsafe`; others become empty names,
-        // which match nothing and are reported as unreadable by the caller.
-        OsStr::new(std::str::from_utf8(b).unwrap_or(""))
-    }
-}
-
-fn list_folder(root: &Path, exclude: Option<&Path>) -> Result<Listing, ListError> {
-    let exclude = exclude.and_then(|p| std::fs::canonicalize(p).ok());
-    let meta = std::fs::metadata(root).map_err(ListError::io(root))?;
-    if !meta.is_dir() {
-        return Err(ListError::NotAFolder {
-            path: root.to_path_buf(),
-        });
-    }
-    let mut listing = Listing {
-        origin: Origin {
-            root: root.to_path_buf(),
-        },
-        looked_for: format!(
-            "image files ({}) in class folders {}/<class>/",
-            IMAGE_EXTENSIONS.join(", "),
-            root.display()
-        ),
-        labelled: true,
-        ..Listing::default()
-    };
-    let mut class_names = Vec::new();
-    for name in SortedNames::read(root)?.iter() {
-        if is_hidden(name) {
-            listing.ignored += 1;
-            continue;
-        }
-        let path = root.join(name);
-        if path.is_dir() {
-            // The output, or an earlier pack's output or plan, is no class.
-            if (exclude.is_some() && std::fs::canonicalize(&path).ok() == exclude)
-                || crate::output::holds_a_pack(&path)
-            {
-                continue;
-            }
-            class_names.push(name.to_os_string());
-        } else {
-            // Files beside the class folders belong to no class.
-            listing.ignored += 1;
-        }
-    }
-    let mut seen = HashSet::new();
-    for (label, class) in class_names.iter().enumerate() {
-        listing.classes.push(class.to_string_lossy().into_owned());
-        let label = u32::try_from(label).map_err(|_| ListError::TooMany {
-            count: label as u64,
-        })?;
-        let mut dir = root.join(class);
-        let mut prefix = os_bytes(class).into_owned();
-        prefix.push(b'/');
-        // Each class has its own set: a folder linked into two classes is listed in both.
-        seen.clear();
-        // The output is never input, wherever it lies below a class.
-        seen.extend(exclude.clone());
-        walk(&mut dir, &mut prefix, label, &mut listing, &mut seen, 0)?;
-    }
-    Ok(listing)
-}
-
-/// Recursion depth past which a tree is taken to be a link cycle.
-const MAX_DEPTH: usize = 64;
-
-/// Lists `dir` (whose path relative to the root is `prefix`, ending in `/`) and its
-/// subdirectories, in sorted order. `dir` and `prefix` are scratch buffers, restored on return.
-fn walk(
-    dir: &mut PathBuf,
-    prefix: &mut Vec<u8>,
-    label: u32,
-    out: &mut Listing,
-    seen: &mut HashSet<PathBuf>,
-    depth: usize,
-) -> Result<(), ListError> {
-    // Symlinked directories may form cycles: visit each real directory once.
-    let real = std::fs::canonicalize(&*dir).map_err(ListError::io(dir))?;
-    if !seen.insert(real) || depth > MAX_DEPTH {
-        return Ok(());
-    }
-    let names = SortedNames::read(dir)?;
-    let dir_index = out.inputs.add_dir(prefix);
-    for name in names.iter() {
-        if is_hidden(name) {
-            out.ignored += 1;
-            continue;
-        }
-        dir.push(name);
-        let step = match std::fs::metadata(&*dir) {
-            Ok(m) if m.is_dir() => {
-                let len = prefix.len();
-                prefix.extend_from_slice(&os_bytes(name));
-                prefix.push(b'/');
-                let r = walk(dir, prefix, label, out, seen, depth + 1);
-                prefix.truncate(len);
-                r
-            }
-            Ok(m) if m.is_file() && has_image_extension(dir) => {
-                out.inputs
-                    .push(dir_index, &os_bytes(name), Some(label), None)
-            }
-            Ok(_) => {
-                out.ignored += 1;
-                Ok(())
-            }
-            Err(e) if has_image_extension(dir) => {
-                let path = [&prefix[..], &os_bytes(name)].concat();
-                out.errors.push(failure(
-                    String::from_utf8_lossy(&path).into_owned(),
-                    "unreadable",
-                    format!("cannot open: {e}"),
-                ));
-                Ok(())
-            }
-            Err(_) => {
-                out.ignored += 1;
-                Ok(())
-            }
-        };
-        dir.pop();
-        step?;
-    }
-    Ok(())
 }
 
 /// Largest integer label accepted from a list: the manifest names every class from 0 up to the
