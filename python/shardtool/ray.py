@@ -44,7 +44,11 @@ def pack(
 
     _partition.plan(input, output, shard_samples=shard_samples, resume=True, **options)
 
-    @ray.remote(num_cpus=cpus_per_part, max_retries=max_retries)
+    from . import DatasetError
+
+    # Retried: a worker that died, and a part that failed on I/O or a store error (a part is
+    # idempotent); not a usage error (ValueError), which would fail again the same way.
+    @ray.remote(num_cpus=cpus_per_part, max_retries=max_retries, retry_exceptions=[OSError, DatasetError])
     def part(index: int) -> Dict[str, Any]:
         return _partition.pack_part(output, index, parts, jobs=cpus_per_part)
 
