@@ -335,7 +335,8 @@ pub struct PackArgs {
     #[arg(long, default_value_t = 100_000_000, value_name = "PIXELS")]
     pub max_pixels: u64,
 
-    /// Stop with exit code 1 once more than N inputs have failed.
+    /// Stop with exit code 1 once more than N inputs have failed (with --resume, counting those
+    /// of the shards earlier runs finished; for a part, those of its own shards).
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 

@@ -219,6 +219,38 @@ fn max_errors_counts_listing_failures_too() {
         .assert_code(1);
     assert!(!ds.join("manifest.json").exists());
     assert_eq!(errors(&ds).len(), 2);
+    // So in a planned pack (fixed shard sizes), whose listing failures belong to no shard.
+    let planned = t.path().join("planned");
+    pack(&root, &planned)
+        .args(["--max-errors", "1", "--shard-samples", "1"])
+        .run()
+        .assert_code(1);
+    assert!(!planned.join("manifest.json").exists());
+}
+
+/// A resumed pack counts the failures of the shards earlier runs finished: rerunning it never
+/// commits a dataset with more failures than --max-errors allows.
+#[test]
+fn max_errors_holds_across_resumes() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 6, 4);
+    let ds = t.path().join("ds");
+    let run = || {
+        pack(&root, &ds)
+            .args(["--max-errors", "2", "--shard-samples", "2", "--resume"])
+            .run()
+    };
+    for attempt in 0..6 {
+        let r = run();
+        r.assert_code(1);
+        assert!(
+            r.stderr.contains("max-errors"),
+            "attempt {attempt}: {}",
+            r.stderr
+        );
+        assert!(!ds.join("manifest.json").exists(), "attempt {attempt}");
+    }
 }
 
 #[test]

@@ -311,24 +311,31 @@ pub fn pack_part(
 ) -> Result<PartReport, PackError> {
     let start = Instant::now();
     let loaded = load(output, jobs)?;
-    let mut report = run_part(&loaded, assignment, max_errors, progress)?;
+    let mut report = run_part(&loaded, assignment, max_errors, 0, progress)?;
     report.elapsed = start.elapsed();
     Ok(report)
 }
 
+/// Packs the undone shards of `assignment`; `failed_listing` inputs that failed while listing
+/// count towards `max_errors` too (a whole pack's, not a part's).
 fn run_part(
     loaded: &Loaded,
     assignment: &Assignment,
     max_errors: Option<u64>,
+    failed_listing: u64,
     progress: &dyn Progress,
 ) -> Result<PartReport, PackError> {
     let file = &loaded.file;
     let store = &loaded.store;
     let shards = assigned(assignment, file.shards)?;
     let mut todo: Vec<u64> = Vec::new();
+    // Failures of this assignment's shards done by earlier runs count towards --max-errors: a
+    // resumed pack must not pass the limit one run at a time.
+    let mut failed_before = failed_listing;
     for &j in &shards {
-        if read_done(store, &file.hash, j)?.is_none() {
-            todo.push(j);
+        match read_done(store, &file.hash, j)? {
+            Some(rec) => failed_before += rec.errors.len() as u64,
+            None => todo.push(j),
         }
     }
     let mut report = PartReport {
@@ -424,14 +431,15 @@ fn run_part(
     };
     let check_max = |failed: u64| -> Result<(), PackError> {
         match max_errors {
-            Some(max) if failed > max => Err(PackError::TooManyErrors {
-                failed,
+            Some(max) if failed_before + failed > max => Err(PackError::TooManyErrors {
+                failed: failed_before + failed,
                 max,
                 report: plan_dir(store.local()).join(DONE_DIR),
             }),
             _ => Ok(()),
         }
     };
+    check_max(0)?;
     let positions = todo.iter().flat_map(|&j| range(j));
     let shared = std::sync::Arc::new(loaded.shared(positions.clone())?);
     transform_in_order(
@@ -695,6 +703,7 @@ pub(crate) fn pack_planned(
         &loaded,
         &Assignment::Part { index: 0, count: 1 },
         plan.max_errors,
+        loaded.file.errors.len() as u64,
         progress,
     )?;
     drop(loaded);
