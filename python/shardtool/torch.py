@@ -10,6 +10,7 @@ worker at its first ``iter()``, never before a fork.
 
 from __future__ import annotations
 
+import multiprocessing
 from typing import Any, Dict, Iterator
 
 import torch.utils.data
@@ -30,6 +31,10 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             raise TypeError(f"expected a shardtool.Loader, not {type(loader).__name__}")
         super().__init__()
         self.loader = loader
+        # The epoch in shared memory: DataLoader workers (persistent ones included) hold their
+        # own copy of this object, and read the epoch set_epoch() wrote here at each iter().
+        self._epoch = multiprocessing.Value("q", loader.epoch, lock=False)
+        self._seen_epoch = loader.epoch
 
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
@@ -40,18 +45,35 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                 "process (they do not pickle): use output='torch' or 'numpy', or num_workers=0"
             )
         self.loader._split = None if info is None or info.num_workers == 1 else (info.id, info.num_workers)
+        epoch = int(self._epoch.value)
+        if epoch != self._seen_epoch:
+            # set_epoch() was called (in the main process) since this copy last looked.
+            self._seen_epoch = epoch
+            self.loader.set_epoch(epoch)
         return iter(self.loader)
 
     def __len__(self) -> int:
         return len(self.loader)
 
+    def __getstate__(self) -> Dict[str, Any]:
+        d = dict(self.__dict__)
+        if multiprocessing.context.get_spawning_popen() is None:
+            # Shared memory travels only to a process being started (a DataLoader worker);
+            # another copy (deepcopy, a pickle to disk) takes the epoch's value.
+            d["_epoch"] = int(self._epoch.value)
+        return d
+
+    def __setstate__(self, d: Dict[str, Any]) -> None:
+        if isinstance(d["_epoch"], int):
+            d["_epoch"] = multiprocessing.Value("q", d["_epoch"], lock=False)
+        self.__dict__.update(d)
+
     def set_epoch(self, epoch: int) -> None:
-        """Reads ``epoch`` from the next ``iter()`` (call it on the dataset before each epoch).
-        With ``persistent_workers=True`` the workers keep the copy of the dataset they started
-        with and this call never reaches them, so every epoch would repeat one order: make a new
-        DataLoader each epoch, or use ``num_workers=0`` (the Rust threads already decode in
-        parallel)."""
+        """Reads ``epoch`` from the next ``iter()``: call it on the dataset before each epoch.
+        DataLoader workers see it too, persistent ones included (the epoch is shared memory)."""
         self.loader.set_epoch(epoch)
+        self._epoch.value = epoch
+        self._seen_epoch = epoch
 
     def state_dict(self) -> Dict[str, Any]:
         """The loader's position (of this worker's share inside a DataLoader worker)."""

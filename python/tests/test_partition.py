@@ -116,3 +116,27 @@ def test_rank_without_world_size_is_an_error(datasets: Dict[str, Path], monkeypa
     loader = shardtool.Loader(datasets["packed"], batch_size=2, output="numpy")
     with pytest.raises(ValueError, match="WORLD_SIZE is set but RANK is not"):
         next(iter(loader))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_set_epoch_reaches_persistent_workers(datasets: Dict[str, Path], context: str) -> None:
+    # Persistent workers keep their copy of the dataset: the epoch set in the main process
+    # must still reach them, or every epoch repeats one order.
+    path = datasets["tar"]
+    ds = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=5, seed=3, output="numpy"))
+    dl = torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=1, persistent_workers=True, multiprocessing_context=context
+    )
+    orders = []
+    for epoch in (0, 1, 0):
+        ds.set_epoch(epoch)
+        orders.append([k for b in dl for k in b["key"]])
+        want = [k for b in shardtool.Loader(path, batch_size=5, seed=3, epoch=epoch, output="numpy") for k in b["key"]]
+        assert orders[-1] == want, f"epoch {epoch}"
+    assert orders[0] != orders[1] and orders[0] == orders[2]
+    # A copy made outside a process start (deepcopy, pickle) takes the epoch's value.
+    import copy
+    import pickle
+
+    assert copy.deepcopy(ds)._epoch.value == 0
+    assert pickle.loads(pickle.dumps(ds))._epoch.value == 0
