@@ -424,12 +424,15 @@ class Loader:
                 }
                 for name, values in fields:
                     batch[name] = _field_values(name, values, keys)
+                n = len(keys)
             except BaseException:
                 # Never handed out (Ctrl-C, a signal handler's exception): a state saved now
                 # must resume with it.
                 reader.forget(index, len(keys))
                 raise
-            self._samples += len(keys)
+            # No call between here and the yield: a signal handler runs at calls, so it cannot
+            # raise after the batch is counted and before it is handed out.
+            self._samples += n
             yield batch
 
     def close(self) -> None:
