@@ -118,7 +118,22 @@ fn lists(dir: &Path) -> Result<()> {
         r#"{"label": 1}"#,
         "\nnot json\n"
     );
-    write(dir, "default.jsonl", &[b"\x01", jsonl.as_bytes()].concat())
+    write(dir, "default.jsonl", &[b"\x01", jsonl.as_bytes()].concat())?;
+    // Members named twice and labels that are numbers but no class index: error lines.
+    let twice = concat!(
+        r#"{"path": "a.jpg", "label": 1, "path": "b.jpg"}"#,
+        "\n",
+        r#"{"path": "c.jpg", "label": 3.5}"#,
+        "\n",
+        r#"{"path": "d.jpg", "label": 1e20, "x": 1, "x": 2}"#,
+        "\n",
+        r#"{"path": "e.jpg", "label": 2}"#,
+        "\n"
+    );
+    write(dir, "twice.jsonl", &[b"\x01", twice.as_bytes()].concat())?;
+    // A header naming a column twice (ignoring case): the list is refused.
+    let header = "path,label,Note,note\na.jpg,1,x,y\n";
+    write(dir, "header_twice.csv", &[b"\x00", header.as_bytes()].concat())
 }
 
 /// Option strings, as Python users pass them.
