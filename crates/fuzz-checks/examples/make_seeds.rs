@@ -133,7 +133,11 @@ fn lists(dir: &Path) -> Result<()> {
     write(dir, "twice.jsonl", &[b"\x01", twice.as_bytes()].concat())?;
     // A header naming a column twice (ignoring case): the list is refused.
     let header = "path,label,Note,note\na.jpg,1,x,y\n";
-    write(dir, "header_twice.csv", &[b"\x00", header.as_bytes()].concat())
+    write(
+        dir,
+        "header_twice.csv",
+        &[b"\x00", header.as_bytes()].concat(),
+    )
 }
 
 /// Option strings, as Python users pass them.
