@@ -3,6 +3,7 @@
 
 mod common;
 
+mod attempts;
 mod cli;
 mod colour;
 mod determinism;

@@ -21,7 +21,7 @@ const OPTS: [&str; 6] = [
 ];
 
 /// An ImageFolder of `n` small JPEGs in three classes, plus two files that fail to decode.
-fn inputs(dir: &Path, n: u32) -> PathBuf {
+pub(crate) fn inputs(dir: &Path, n: u32) -> PathBuf {
     let root = dir.join("in");
     for i in 0..n {
         let class = ["cat", "dog", "fox"][i as usize % 3];
@@ -36,7 +36,7 @@ fn inputs(dir: &Path, n: u32) -> PathBuf {
 }
 
 /// The published dataset: every plain file of `dir` (not `_plan/`), with its bytes.
-fn published(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+pub(crate) fn published(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap())
@@ -51,7 +51,7 @@ fn published(dir: &Path) -> BTreeMap<String, Vec<u8>> {
 }
 
 #[track_caller]
-fn assert_same_dataset(got: &Path, want: &Path) {
+pub(crate) fn assert_same_dataset(got: &Path, want: &Path) {
     assert_same_files(got, want, false);
 }
 
@@ -74,7 +74,7 @@ fn assert_same_files(got: &Path, want: &Path, skip_temporaries: bool) {
     }
 }
 
-fn part(out: &Path, spec: &str) -> Cmd {
+pub(crate) fn part(out: &Path, spec: &str) -> Cmd {
     Cmd::new(["pack", "--plan"])
         .arg(out)
         .args(["--part", spec, "--jobs", "1", "-q"])
@@ -684,7 +684,7 @@ fn duration_ms(cmd: Cmd) -> u64 {
 /// `killed(kills so far)` after each kill and `finished()` after each run that ended first.
 /// Returns the number of runs that finished.
 fn twenty_kills(
-    ms: u64,
+    mut ms: u64,
     mut cmd: impl FnMut() -> Cmd,
     mut killed: impl FnMut(u32),
     mut finished: impl FnMut(),
@@ -698,6 +698,8 @@ fn twenty_kills(
             killed(kills);
         } else {
             done += 1;
+            // A timing taken on a busy machine can be far too long: halve it every 20 misses.
+            ms = if done % 20 == 0 { (ms / 2).max(2) } else { ms };
             finished();
         }
     }
@@ -843,58 +845,4 @@ fn twenty_kills_of_merge_leave_no_manifest_or_the_final_one() {
     eprintln!("20 kills of merge ({ms} ms uninterrupted), {finished} merges finished between them");
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     finished_whole(&out, &single);
-}
-
-/// A redundant attempt of a part (a replacement pod while the old one still runs) overtaken by
-/// another attempt and a merge, which removes its temporary shard as a leftover, ends as done:
-/// the shard it was writing is the other attempt's, and the dataset is unchanged.
-#[test]
-fn an_attempt_overtaken_by_a_merge_ends_as_done() {
-    let dir = tempdir();
-    let input = inputs(dir.path(), 30);
-    // Large PNGs: slow enough per shard to be stopped in the middle of one.
-    let opts = [
-        "--resize",
-        "shorter:768",
-        "--upscale",
-        "--encode",
-        "png",
-        "--shard-samples",
-        "8",
-    ];
-    let single = dir.path().join("single");
-    pack(&input, &single).args(opts).args(["-q"]).ok();
-    let out = dir.path().join("out");
-    Cmd::new(["plan"]).arg(&input).arg(&out).args(opts).ok();
-    let mut slow = part(&out, "0/1").spawn();
-    let pid = slow.id().to_string();
-    let signal = |sig: &str| {
-        let s = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap();
-        assert!(s.success());
-    };
-    // Stopped while it writes a shard (its temporary file is in OUTPUT).
-    let shard_tmp = |out: &Path| {
-        std::fs::read_dir(out).unwrap().any(|e| {
-            let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            name.starts_with(".shard-") && name.ends_with(".tmp")
-        })
-    };
-    while !shard_tmp(&out) {
-        assert!(
-            slow.try_wait().unwrap().is_none(),
-            "the attempt ended before it could be stopped"
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    signal("-STOP");
-    part(&out, "0/1").ok();
-    Cmd::new(["merge", "-q"]).arg(&out).ok();
-    assert!(!shard_tmp(&out), "merge removes the stopped attempt's file");
-    signal("-CONT");
-    let status = slow.wait().unwrap();
-    assert!(status.success(), "the overtaken attempt failed: {status}");
-    assert_same_dataset(&out, &single);
 }

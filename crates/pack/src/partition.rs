@@ -366,26 +366,22 @@ fn run_part(
     let mut counts_before: BTreeMap<String, u64> = BTreeMap::new();
     let mut open: Option<u64> = None;
     let mut cursor = 0usize;
-    // A shard this attempt could not publish because another attempt and a merge overtook it.
+    // The shard this attempt could not publish because another attempt and a merge overtook it:
+    // every shard is then done and merged, so the attempt stops there, touching nothing more.
     let mut abandoned: Option<u64> = None;
     let finish = |j: u64,
                   sink: &mut ShardSink<'_>,
                   shard_errors: &mut Vec<(usize, ErrorRecord)>,
                   counts_before: &mut BTreeMap<String, u64>,
                   report: &mut PartReport,
-                  abandoned: &Option<u64>|
+                  abandoned: &mut Option<u64>|
      -> Result<(), PackError> {
         // Shard j is the open one, if any of its inputs made it.
-        let rolled = match sink.roll() {
-            Err(e) if !overtaken(&e, store, &file.hash, j)? => return Err(e),
-            r => r.is_ok(),
-        };
-        if !rolled || *abandoned == Some(j) {
-            shard_errors.clear();
-            *counts_before = sink.field_counts().clone();
-            sink.input_json = false;
-            report.skipped += 1;
-            return Ok(());
+        if let Err(e) = sink.roll() {
+            if overtaken(&e, store, &file.hash, j)? {
+                *abandoned = Some(j);
+            }
+            return Err(e);
         }
         let name = sink.file_name(j as usize);
         let entry = match sink.entries.last() {
@@ -442,7 +438,7 @@ fn run_part(
     check_max(0)?;
     let positions = todo.iter().flat_map(|&j| range(j));
     let shared = std::sync::Arc::new(loaded.shared(positions.clone())?);
-    transform_in_order(
+    let result = transform_in_order(
         &loaded.ordered,
         &file.classes,
         &shared,
@@ -458,7 +454,7 @@ fn run_part(
                     &mut shard_errors,
                     &mut counts_before,
                     &mut report,
-                    &abandoned,
+                    &mut abandoned,
                 )?;
                 cursor += 1;
                 tally.snapshot.shards += 1;
@@ -470,10 +466,13 @@ fn run_part(
             tally.snapshot.done += 1;
             match r {
                 Ok(done) => {
-                    match write_sample(&mut sink, &loaded.ordered, position, &done, &mut tally) {
-                        Err(e) if !overtaken(&e, store, &file.hash, j)? => return Err(e),
-                        Err(_) => abandoned = Some(j),
-                        Ok(()) => {}
+                    if let Err(e) =
+                        write_sample(&mut sink, &loaded.ordered, position, &done, &mut tally)
+                    {
+                        if overtaken(&e, store, &file.hash, j)? {
+                            abandoned = Some(j);
+                        }
+                        return Err(e);
                     }
                 }
                 Err(e) => {
@@ -485,17 +484,26 @@ fn run_part(
             progress.update(&tally.snapshot);
             Ok(())
         },
-    )?;
-    for &j in &todo[cursor..] {
-        finish(
-            j,
-            &mut sink,
-            &mut shard_errors,
-            &mut counts_before,
-            &mut report,
-            &abandoned,
-        )?;
-        tally.snapshot.shards += 1;
+    )
+    .and_then(|()| {
+        for &j in &todo[cursor..] {
+            finish(
+                j,
+                &mut sink,
+                &mut shard_errors,
+                &mut counts_before,
+                &mut report,
+                &mut abandoned,
+            )?;
+            tally.snapshot.shards += 1;
+        }
+        Ok(())
+    });
+    match (result, abandoned) {
+        (Ok(()), _) => {}
+        // Overtaken: shard `j` and every later one of this attempt were done by another.
+        (Err(_), Some(j)) => report.skipped += todo.iter().filter(|&&t| t >= j).count() as u64,
+        (Err(e), None) => return Err(e),
     }
     progress.update(&tally.snapshot);
     report.bytes_in = tally.bytes_in;
