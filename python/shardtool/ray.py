@@ -42,7 +42,8 @@ def pack(
     with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first."""
     import ray
 
-    _partition.plan(input, output, shard_samples=shard_samples, resume=True, **options)
+    # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
+    _partition.plan(input, output, shard_samples=shard_samples, **{"resume": True, **options})
 
     from . import DatasetError
 

@@ -100,6 +100,9 @@ def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: P
     assert shardtool.plan(SAMPLE, out, resume=True, **OPTIONS)["plan"] == first["plan"]
     with pytest.raises(ValueError, match=r"seed: 3 → 4"):
         shardtool.plan(SAMPLE, out, resume=True, **dict(OPTIONS, seed=4))
+    # overwrite wins over resume: the plan is made again with the new options.
+    other = shardtool.plan(SAMPLE, out, resume=True, overwrite=True, **dict(OPTIONS, seed=4))
+    assert other["plan"] != first["plan"]
     # A plan killed while planning (its _plan folder without plan.json) is made again.
     killed = tmp_path / "killed"
     (killed / "_plan" / "staged").mkdir(parents=True)

@@ -251,6 +251,21 @@ fn max_errors_holds_across_resumes() {
         );
         assert!(!ds.join("manifest.json").exists(), "attempt {attempt}");
     }
+    // A repeated key fails before any decoding: it counts in a planned pack as in a whole one.
+    let list = root.join("list.jsonl");
+    let rows = "{\"path\": \"c/good00.png\", \"key\": \"same\"}\n{\"path\": \"c/good01.png\", \"key\": \"same\"}\n{\"path\": \"c/good02.png\"}\n";
+    std::fs::write(&list, rows).unwrap();
+    for extra in [&[][..], &["--shard-samples", "2"]] {
+        let out = t.path().join(format!("keys{}", extra.len()));
+        let r = Cmd::new(["pack", "--list"])
+            .arg(&list)
+            .arg(&out)
+            .args(["--max-errors", "0"])
+            .args(extra)
+            .run();
+        r.assert_code(1);
+        assert!(!out.join("manifest.json").exists(), "{extra:?}");
+    }
 }
 
 #[test]

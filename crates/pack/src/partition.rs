@@ -360,6 +360,13 @@ fn run_part(
     };
     progress.update(&tally.snapshot);
     let rejected = &loaded.ordered.rejected;
+    // Inputs refused before transforming (a bad or repeated key) fail in their shard: counted
+    // from the start, as a whole pack counts them.
+    let in_range = |r: std::ops::Range<usize>| {
+        rejected.partition_point(|(p, _)| *p < r.end)
+            - rejected.partition_point(|(p, _)| *p < r.start)
+    };
+    failed_before += todo.iter().map(|&j| in_range(range(j)) as u64).sum::<u64>();
 
     // Per shard being written: its failures, and the field counts when it started.
     let mut shard_errors: Vec<(usize, ErrorRecord)> = Vec::new();

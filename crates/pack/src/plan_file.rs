@@ -137,11 +137,16 @@ struct Planning {
 
 impl Planning {
     fn start(output: &Path) -> Result<Self, PackError> {
-        let made = (!output.exists()).then(|| output.to_path_buf());
+        if output.exists() && !output.is_dir() {
+            return Err(PackError::OutputNotAFolder {
+                path: output.to_path_buf(),
+            });
+        }
+        let fresh = !output.exists();
         std::fs::create_dir_all(output).map_err(|e| PackError::io(output, e))?;
         let mut planning = Planning {
             _lock: None,
-            made,
+            made: None,
             done: false,
         };
         let dir = std::fs::File::open(output).map_err(|e| PackError::io(output, e))?;
@@ -152,16 +157,51 @@ impl Planning {
                     path: output.to_path_buf(),
                 })
             }
-            // No locks here (some network file systems): the checks below still refuse a
-            // non-empty output, but an interrupted plan then needs --overwrite.
+            // No locks here: the checks that follow still refuse a non-empty output, but an
+            // interrupted plan then needs --overwrite.
             Err(std::fs::TryLockError::Error(_)) => return Ok(planning),
         }
+        // Made here and locked by this process: removed again if planning fails.
+        planning.made = fresh.then(|| output.to_path_buf());
+        // A lock granted on a network file system may bind only this host, and a plan being
+        // made on another would look interrupted: leftovers are cleared on local ones only.
         let staging = plan_dir(output);
-        if staging.is_dir() && !staging.join(PLAN_FILE).exists() {
+        if staging.is_dir() && !staging.join(PLAN_FILE).exists() && locks_bind_all(output) {
             std::fs::remove_dir_all(&staging).map_err(|e| PackError::io(&staging, e))?;
         }
         Ok(planning)
     }
+}
+
+/// Whether `dir` is on a local file system, whose locks bind every process that can reach it:
+/// its mount's type (from `/proc/self/mountinfo`, the longest mount point above it) is one of
+/// the disk and memory file systems; network, cluster and FUSE file systems are not.
+fn locks_bind_all(dir: &Path) -> bool {
+    const LOCAL: &[&str] = &[
+        "ext2", "ext3", "ext4", "xfs", "btrfs", "tmpfs", "zfs", "f2fs", "overlay", "bcachefs",
+        "jfs", "reiserfs", "ramfs",
+    ];
+    let (Ok(dir), Ok(table)) = (
+        std::fs::canonicalize(dir),
+        std::fs::read_to_string("/proc/self/mountinfo"),
+    ) else {
+        return false;
+    };
+    let mut best: Option<(usize, &str)> = None;
+    for line in table.lines() {
+        let Some((mount, rest)) = line.split_once(" - ") else {
+            continue;
+        };
+        let (Some(point), Some(kind)) = (mount.split(' ').nth(4), rest.split(' ').next()) else {
+            continue;
+        };
+        // Mount points write a space as \040 (and a few other bytes in octal).
+        let point = point.replace("\\040", " ");
+        if dir.starts_with(&point) && best.is_none_or(|(len, _)| point.len() >= len) {
+            best = Some((point.len(), kind));
+        }
+    }
+    best.is_some_and(|(_, kind)| LOCAL.contains(&kind))
 }
 
 impl Drop for Planning {
@@ -173,12 +213,12 @@ impl Drop for Planning {
     }
 }
 
-/// [`make_plan`], unless OUTPUT already holds a whole plan: then that plan, when it was made from
+/// [`make_plan`], unless OUTPUT already holds a whole plan and `overwrite` is off: then that plan, when it was made from
 /// the same inputs and options ([`PackError::ResumeMismatch`] naming the differences otherwise).
 /// For drivers that run again after a crash.
 pub fn make_or_keep_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
     let store = Store::open(&plan.output)?;
-    if store.size(&format!("{PLAN_DIR}/{PLAN_FILE}"))?.is_some() {
+    if !plan.overwrite && store.size(&format!("{PLAN_DIR}/{PLAN_FILE}"))?.is_some() {
         let file = read_plan_in(&store, &plan.output)?;
         if file.options != plan.frozen() {
             return Err(PackError::ResumeMismatch {
@@ -580,6 +620,21 @@ mod tests {
         plan.shard_samples = Some(2);
         assert!(matches!(make_plan(&plan), Err(PackError::NoImages { .. })));
         assert!(!never.exists());
+        // A file as the output is no folder (a usage error, not an I/O one).
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"x").unwrap();
+        let mut plan = PackPlan::new(InputSource::Folder(root.clone()), file);
+        plan.shard_samples = Some(2);
+        assert!(matches!(
+            make_plan(&plan),
+            Err(PackError::OutputNotAFolder { .. })
+        ));
+        // Leftovers are cleared only where locks bind every host: never on /proc's kind.
+        assert!(
+            locks_bind_all(dir.path()),
+            "tests run on a local file system"
+        );
+        assert!(!locks_bind_all(Path::new("/proc/self")));
     }
 
     #[test]
