@@ -430,8 +430,9 @@ class Loader:
                 # must resume with it.
                 reader.forget(index, len(keys))
                 raise
-            # No call between here and the yield: a signal handler runs at calls, so it cannot
-            # raise after the batch is counted and before it is handed out.
+            # No call between here and the yield: from Python 3.11 a signal handler runs only at
+            # calls and jumps, so it cannot raise after the batch is counted and before it is
+            # handed out (3.9 and 3.10 check between most instructions: a window of a few).
             self._samples += n
             yield batch
 
@@ -486,7 +487,8 @@ class Loader:
             "format": STATE_FORMAT,
             "dataset": self._plan_info(world)[0],
             "seed": self._seed,
-            "epoch": self._epoch,
+            # The pass's own epoch: set_epoch() after it (for the next pass) must not relabel it.
+            "epoch": self._epoch if reader_state is None else int(reader_state["epoch"]),
             "batch_size": self._batch_size,
             "rank": rank,
             "world_size": world,

@@ -344,36 +344,46 @@ impl Reader {
                  one Loader reads one pass at a time)",
             )
         };
-        let Some(loader) = guard.as_mut() else {
+        if guard.is_none() {
             // A closed reader is no finished epoch: ending quietly would cut it short.
             return Err(closed());
-        };
+        }
         loop {
+            if self.closing.load(Ordering::Relaxed) {
+                // Another thread closed the reader while this one holds it: stopped here. The
+                // threads are joined on a helper thread (a reader thread stuck in a slow read,
+                // a network timeout, must not hold this one too), started without the GIL, so
+                // that a failed start drops them there too.
+                let taken = guard.take();
+                py.detach(move || {
+                    let _ = std::thread::Builder::new()
+                        .name("shardtool-close".into())
+                        .spawn(move || drop(taken));
+                });
+                return Err(closed());
+            }
+            let Some(loader) = guard.as_mut() else {
+                return Err(closed());
+            };
             match py.detach(|| loader.next_timeout(WAIT_SLICE)) {
                 Next::Ready(Ok(batch)) => {
                     // A signal that arrived during the wait fires now, before the batch is
                     // handed over; raised later, in the caller, it would lose the batch to a
-                    // resume (counted as delivered, never received).
+                    // resume (counted as delivered, never received). A close meanwhile stops
+                    // the reader before it is handed over.
                     if let Err(e) = py.check_signals() {
                         loader.put_back(batch);
                         return Err(e);
+                    }
+                    if self.closing.load(Ordering::Relaxed) {
+                        loader.put_back(batch);
+                        continue;
                     }
                     return to_python(py, batch).map(Some);
                 }
                 Next::Ready(Err(e)) => return Err(read_error(e)),
                 Next::Done => return Ok(None),
-                Next::Pending => {
-                    if self.closing.load(Ordering::Relaxed) {
-                        // Joined on a helper thread: a reader thread stuck in a slow read
-                        // (a network timeout) must not hold this one too.
-                        let taken = guard.take();
-                        let _ = std::thread::Builder::new()
-                            .name("shardtool-close".into())
-                            .spawn(move || drop(taken));
-                        return Err(closed());
-                    }
-                    py.check_signals()?
-                }
+                Next::Pending => py.check_signals()?,
             }
         }
     }

@@ -86,3 +86,29 @@ def test_close_from_another_thread_stops_a_waiting_iteration(datasets: Dict[str,
     closer.join()
     with pytest.raises(RuntimeError, match="closed"):
         next(reader)
+
+
+def test_close_from_another_thread_stops_a_busy_iteration(datasets: Dict[str, Path]) -> None:
+    path = datasets["tar"]
+    reader = _shardtool.Reader(
+        str(path), batch_size=1, seed=0, epoch=0, shuffle=False, rank=0, world_size=1, workers=1,
+    )
+    got: list = []
+    errors: list = []
+
+    def consume() -> None:
+        try:
+            for batch in reader:
+                got.append(batch)
+                time.sleep(0.01)
+        except RuntimeError as e:
+            errors.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    time.sleep(0.1)
+    reader.close()
+    t.join(timeout=10)
+    assert not t.is_alive()
+    assert errors and "closed" in str(errors[0])
+    assert 0 < len(got) < 45

@@ -120,3 +120,18 @@ def test_worker_share_resumes_through_the_dataset_protocol(datasets: Dict[str, P
     with pytest.raises(ValueError, match="share"):
         iter(wrong)
     assert isinstance(ds, torch.utils.data.IterableDataset)
+
+
+def test_a_state_saved_after_set_epoch_names_its_own_pass(datasets: Dict[str, Path]) -> None:
+    opts = dict(batch_size=3, seed=4, output="numpy")
+    loader = shardtool.Loader(datasets["tar"], **opts)
+    it = iter(loader)
+    next(it)
+    loader.set_epoch(1)  # for the next pass; the position is still epoch 0's
+    state = loader.state_dict()
+    assert state["epoch"] == 0
+    fresh = shardtool.Loader(datasets["tar"], **opts)
+    fresh.load_state_dict(state)
+    rest = [b["key"] for b in fresh]
+    full = [b["key"] for b in shardtool.Loader(datasets["tar"], **opts)]
+    assert rest == full[1:]

@@ -342,7 +342,8 @@ fn csv_rows(
     let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
     let names: Vec<String> = headers.iter().map(|h| h.trim().to_string()).collect();
     // Columns are found by name, ignoring case: a name given twice would leave one unread.
-    for (i, n) in names.iter().enumerate() {
+    // (Unnamed columns, as spreadsheets write trailing commas, are never looked up.)
+    for (i, n) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
         if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
             return Err(format!("the CSV header names the column `{n}` twice"));
         }
@@ -660,6 +661,16 @@ mod tests {
                 .contains("the CSV header names the column `caption` twice"),
             "{err}"
         );
+        // Trailing commas (unnamed columns) are no name given twice.
+        let trailing = list_text(
+            Path::new("l.csv"),
+            b"path,label,,
+a.jpg,1,,
+",
+            &cols,
+        )
+        .unwrap();
+        assert_eq!(trailing.inputs.len(), 1);
     }
 
     #[test]
