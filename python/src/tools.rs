@@ -255,7 +255,7 @@ pub fn pack(
 #[pyo3(signature = (path, *, decode=false, jobs=None, cache_dir=None, cache_limit=None))]
 pub fn verify(
     py: Python<'_>,
-    path: String,
+    path: PathBuf,
     decode: bool,
     jobs: Option<usize>,
     cache_dir: Option<PathBuf>,
@@ -265,7 +265,11 @@ pub fn verify(
         decode,
         ..VerifyOptions::with_jobs(jobs.unwrap_or(0))
     };
-    let location = Location::parse(&path).map_err(|e| read_error(ReadError::from(e)))?;
+    // A path that is not UTF-8 is local (URLs are text).
+    let location = match path.to_str() {
+        Some(text) => Location::parse(text).map_err(|e| read_error(ReadError::from(e)))?,
+        None => Location::Local(path),
+    };
     let r = match location {
         Location::Local(path) => interruptible(py, move || {
             shardtool_verify::verify(&path, &opts, &shardtool_verify::NoProgress)

@@ -142,7 +142,7 @@ fn failure(e: PackError) -> Failure {
     }
 }
 
-/// Most shards one range of `--shards` may name.
+/// Most shards `--shards` (or one of its ranges) may name.
 const MAX_SHARD_RANGE: u64 = 1 << 24;
 
 /// Parses `--part I/N` or `auto/N` (I from the Slurm array or Kubernetes indexed-Job
@@ -167,6 +167,9 @@ pub fn assignment(
                 return Err(bad());
             }
             parsed.extend(a..=b);
+            if parsed.len() as u64 > MAX_SHARD_RANGE {
+                return Err(bad());
+            }
         }
         return Ok(Assignment::Shards(parsed));
     }
@@ -550,7 +553,8 @@ mod tests {
             assignment(None, Some("0-2,7,9-9"), env(&[])),
             Ok(Assignment::Shards(vec![0, 1, 2, 7, 9]))
         );
-        for bad in ["3-1", "1-", "-2", "0-99999999999", "1,,2"] {
+        let many = vec!["0-16000000"; 3].join(",");
+        for bad in ["3-1", "1-", "-2", "0-99999999999", "1,,2", &many] {
             assert!(assignment(None, Some(bad), env(&[])).is_err(), "{bad}");
         }
         assert_eq!(

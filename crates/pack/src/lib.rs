@@ -234,15 +234,22 @@ pub enum PackError {
 }
 
 /// How to redo the `missing` shards of the plan in `output`.
-fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -> String {
+pub(crate) fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -> String {
     if staged_gone {
         return "the plan's staged inputs are gone (a merge removed them): plan again with \
                 --overwrite to redo them"
             .into();
     }
+    // Quoted for a shell when the path holds anything but the plainest characters.
+    let path = output.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./-+=:,@".contains(c);
+    let path = if path.chars().all(plain) {
+        path
+    } else {
+        format!("'{}'", path.replace('\'', "'\\''"))
+    };
     format!(
-        "run them again: shardtool pack --plan {} --shards {}",
-        output.display(),
+        "run them again: shardtool pack --plan {path} --shards {}",
         shard_ranges(missing)
     )
 }

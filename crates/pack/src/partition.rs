@@ -788,6 +788,15 @@ mod tests {
         assert_eq!(crate::shard_ranges(&[0, 1, 2, 5, 7, 8, 20]), "0-2,5,7-8,20");
         assert_eq!(crate::shard_ranges(&[4]), "4");
         assert_eq!(crate::shard_ranges(&[]), "");
+        let hint = |p: &str| crate::redo_hint(Path::new(p), &[1, 2], false);
+        assert_eq!(
+            hint("/data/out"),
+            "run them again: shardtool pack --plan /data/out --shards 1-2"
+        );
+        assert_eq!(
+            hint("/my data/it's"),
+            "run them again: shardtool pack --plan '/my data/it'\\''s' --shards 1-2"
+        );
     }
 
     #[test]
