@@ -553,7 +553,7 @@ mod tests {
             assignment(None, Some("0-2,7,9-9"), env(&[])),
             Ok(Assignment::Shards(vec![0, 1, 2, 7, 9]))
         );
-        let many = vec!["0-16000000"; 3].join(",");
+        let many = ["0-16000000"; 3].join(",");
         for bad in ["3-1", "1-", "-2", "0-99999999999", "1,,2", &many] {
             assert!(assignment(None, Some(bad), env(&[])).is_err(), "{bad}");
         }
