@@ -8,6 +8,7 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from . import _shardtool
+from ._loader import _check_int
 from ._tools import checked_options
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -51,8 +52,8 @@ def pack_part(
     ``FileNotFoundError`` when ``output`` holds no plan, ``ValueError`` for a bad part.
     """
     for name, value in (("index", index), ("count", count)):
-        if isinstance(value, int) and not isinstance(value, bool) and not 0 <= value < 2**63:
-            raise ValueError(f"{name} must be a non-negative integer, got {value}")
+        if isinstance(value, int) and not isinstance(value, bool):
+            _check_int(name, value, 0, maximum=2**63 - 1)
     return json.loads(
         _shardtool.pack_part(os.fspath(output), index, count, jobs=jobs, max_errors=max_errors)
     )

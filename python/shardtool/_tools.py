@@ -7,7 +7,7 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from . import _shardtool
-from ._loader import cache_limit_bytes
+from ._loader import _check_int, cache_limit_bytes
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -22,8 +22,9 @@ def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
     options = dict(options)
 
     def integer(name: str, value: Any, least: int, most: int) -> None:
-        if isinstance(value, int) and not isinstance(value, bool) and not least <= value <= most:
-            raise ValueError(f"{name} must be in {least}..{most}, got {value}")
+        # Other types are left for the bindings to refuse, naming the type.
+        if isinstance(value, int) and not isinstance(value, bool):
+            _check_int(name, value, least, maximum=most)
 
     for name, least in _INT_OPTIONS.items():
         integer(name, options.get(name), least, 2**63 - 1)

@@ -141,6 +141,19 @@ pub struct Reader {
 }
 
 impl Reader {
+    /// `f` of the open loader, as JSON; an error when another thread holds it or it is closed.
+    fn json_of<T: serde::Serialize>(&self, f: impl FnOnce(&Loader) -> T) -> PyResult<String> {
+        self.check_process()?;
+        let guard = self
+            .loader
+            .try_lock()
+            .map_err(|_| PyRuntimeError::new_err("this reader is busy in another thread"))?;
+        let loader = guard
+            .as_ref()
+            .ok_or_else(|| PyRuntimeError::new_err("the reader is closed"))?;
+        serde_json::to_string(&f(loader)).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
     fn check_process(&self) -> PyResult<()> {
         if std::process::id() != self.pid {
             return Err(PyRuntimeError::new_err(format!(
@@ -403,29 +416,13 @@ impl Reader {
 
     /// The position after every batch returned so far, as the reader's JSON state.
     fn state(&self) -> PyResult<String> {
-        self.check_process()?;
-        let guard = self
-            .loader
-            .try_lock()
-            .map_err(|_| PyRuntimeError::new_err("this reader is busy in another thread"))?;
-        let loader = guard
-            .as_ref()
-            .ok_or_else(|| PyRuntimeError::new_err("the reader is closed"))?;
-        serde_json::to_string(&loader.state()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+        self.json_of(Loader::state)
     }
 
     /// The reader's metrics so far (throughput, waits, skipped records, lost shards, cache), as
     /// JSON.
     fn metrics(&self) -> PyResult<String> {
-        self.check_process()?;
-        let guard = self
-            .loader
-            .try_lock()
-            .map_err(|_| PyRuntimeError::new_err("this reader is busy in another thread"))?;
-        let loader = guard
-            .as_ref()
-            .ok_or_else(|| PyRuntimeError::new_err("the reader is closed"))?;
-        serde_json::to_string(&loader.metrics()).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+        self.json_of(Loader::metrics)
     }
 
     /// Batches of this rank's epoch (all shares together).

@@ -33,6 +33,14 @@ fn resolved(path: &Path) -> PathBuf {
     cur
 }
 
+/// The manifest of the dataset in `dir`, if it holds one that parses (read within the manifest
+/// limit).
+pub(crate) fn manifest_in(dir: &Path) -> Option<Manifest> {
+    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
+    let bytes = shardtool_core::read_within(&dir.join(manifest::FILE_NAME), limit).ok()?;
+    Manifest::from_slice(&bytes, limit).ok()
+}
+
 /// Whether `dir` holds an earlier pack's output (its manifest, or a plan's `_plan` folder).
 pub(crate) fn holds_a_pack(dir: &Path) -> bool {
     dir.join(manifest::FILE_NAME).is_file() || dir.join(crate::PLAN_DIR).is_dir()
@@ -117,13 +125,9 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
     if !plan.overwrite {
         return Err(PackError::OutputNotEmpty { path: out.clone() });
     }
-    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
-    let listed: HashSet<String> =
-        shardtool_core::read_within(&out.join(manifest::FILE_NAME), limit)
-            .ok()
-            .and_then(|b| Manifest::from_slice(&b, limit).ok())
-            .map(|m| m.shards.into_iter().map(|s| s.file).collect())
-            .unwrap_or_default();
+    let listed: HashSet<String> = manifest_in(out)
+        .map(|m| m.shards.into_iter().map(|s| s.file).collect())
+        .unwrap_or_default();
     let mut ours = Vec::new();
     for e in &entries {
         let name = e.file_name();

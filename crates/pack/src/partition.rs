@@ -362,11 +362,13 @@ fn run_part(
     let rejected = &loaded.ordered.rejected;
     // Inputs refused before transforming (a bad or repeated key) fail in their shard: counted
     // from the start, as a whole pack counts them.
-    let in_range = |r: std::ops::Range<usize>| {
-        rejected.partition_point(|(p, _)| *p < r.end)
-            - rejected.partition_point(|(p, _)| *p < r.start)
+    // The refused inputs of shard j, by position.
+    let refused = |j: u64| {
+        let r = range(j);
+        &rejected[rejected.partition_point(|(p, _)| *p < r.start)
+            ..rejected.partition_point(|(p, _)| *p < r.end)]
     };
-    failed_before += todo.iter().map(|&j| in_range(range(j)) as u64).sum::<u64>();
+    failed_before += todo.iter().map(|&j| refused(j).len() as u64).sum::<u64>();
 
     // Per shard being written: its failures, and the field counts when it started.
     let mut shard_errors: Vec<(usize, ErrorRecord)> = Vec::new();
@@ -395,10 +397,7 @@ fn run_part(
             Some(e) if e.file == name => sink.entries.pop(),
             _ => None,
         };
-        let r = range(j);
-        let lo = rejected.partition_point(|(p, _)| *p < r.start);
-        let hi = rejected.partition_point(|(p, _)| *p < r.end);
-        let mut errors: Vec<(usize, ErrorRecord)> = rejected[lo..hi].to_vec();
+        let mut errors: Vec<(usize, ErrorRecord)> = refused(j).to_vec();
         errors.append(shard_errors);
         errors.sort_by_key(|(p, _)| *p);
         let counts = sink.field_counts();

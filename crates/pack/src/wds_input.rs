@@ -230,12 +230,9 @@ fn dataset_classes(shards: &[String]) -> Option<Vec<String>> {
         .collect::<Option<_>>()?;
     dirs.sort();
     dirs.dedup();
-    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
     let mut classes: Option<Vec<String>> = None;
     for dir in dirs {
-        let bytes =
-            shardtool_core::read_within(&dir.join(shardtool_manifest::FILE_NAME), limit).ok()?;
-        let m = shardtool_manifest::Manifest::from_slice(&bytes, limit).ok()?;
+        let m = crate::output::manifest_in(dir)?;
         match &classes {
             _ if m.classes.is_empty() => return None,
             Some(c) if *c != m.classes => return None,
