@@ -5,7 +5,8 @@
 use crate::common::*;
 use crate::partition::{assert_same_dataset, inputs, part, published};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::time::Duration;
 
 /// Every file under `dir`, with its bytes.
@@ -20,16 +21,15 @@ fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     out
 }
 
-#[test]
-fn an_attempt_overtaken_by_a_merge_ends_as_done_and_changes_nothing() {
-    let dir = tempdir();
-    let images = inputs(dir.path(), 30);
-    // Gzipped WebDataset shards: a plan stages them decompressed, and merge removes the copies.
-    let wds = dir.path().join("wds");
+/// Gzipped WebDataset shards of 30 images in `dir`: a plan stages them decompressed, and merge
+/// removes the copies.
+fn gzipped_input(dir: &Path) -> PathBuf {
+    let images = inputs(dir, 30);
+    let wds = dir.join("wds");
     pack(&images, &wds)
         .args(["--shard-samples", "8", "-q"])
         .ok();
-    let gz = dir.path().join("gz");
+    let gz = dir.join("gz");
     std::fs::create_dir(&gz).unwrap();
     for (name, _) in published(&wds) {
         if name.ends_with(".tar") {
@@ -43,50 +43,51 @@ fn an_attempt_overtaken_by_a_merge_ends_as_done_and_changes_nothing() {
             std::fs::rename(wds.join(&zipped), gz.join(&zipped)).unwrap();
         }
     }
-    // Large PNGs: slow enough per shard to be stopped in the middle of one.
-    let opts = [
+    gz
+}
+
+fn signal(child: &Child, sig: &str) {
+    let s = std::process::Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(s.success());
+}
+
+/// Plans a pack of staged inputs with `format` options, starts one attempt of its single part, stops it
+/// once `stop_when` holds of OUTPUT, finishes the pack with a second attempt and a merge, then
+/// lets the first attempt go on: it must end as done, changing nothing.
+fn overtaken_attempt(format: &[&str], stop_when: impl Fn(&Path) -> bool) {
+    let dir = tempdir();
+    let gz = gzipped_input(dir.path());
+    // Large images: slow enough per shard to be stopped in the middle of one.
+    let mut opts = vec![
         "--resize",
         "shorter:768",
         "--upscale",
-        "--encode",
-        "png",
         "--shard-samples",
         "8",
     ];
+    opts.extend(format);
     let single = dir.path().join("single");
-    pack(&gz, &single).args(opts).args(["-q"]).ok();
+    pack(&gz, &single).args(&opts).args(["-q"]).ok();
     let out = dir.path().join("out");
-    Cmd::new(["plan"]).arg(&gz).arg(&out).args(opts).ok();
+    Cmd::new(["plan"]).arg(&gz).arg(&out).args(&opts).ok();
     let mut slow = part(&out, "0/1").spawn();
-    let pid = slow.id().to_string();
-    let signal = |sig: &str| {
-        let s = std::process::Command::new("kill")
-            .args([sig, &pid])
-            .status()
-            .unwrap();
-        assert!(s.success());
-    };
-    // Stopped while it writes a shard (its temporary file is in OUTPUT).
-    let shard_tmp = |out: &Path| {
-        std::fs::read_dir(out).unwrap().any(|e| {
-            let name = e.unwrap().file_name().to_string_lossy().into_owned();
-            name.starts_with(".shard-") && name.ends_with(".tmp")
-        })
-    };
-    while !shard_tmp(&out) {
+    while !stop_when(&out) {
         assert!(
             slow.try_wait().unwrap().is_none(),
             "the attempt ended before it could be stopped"
         );
         std::thread::sleep(Duration::from_micros(200));
     }
-    signal("-STOP");
+    signal(&slow, "-STOP");
     part(&out, "0/1").ok();
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     assert!(!shard_tmp(&out), "merge removes the stopped attempt's file");
     assert!(!out.join("_plan/staged").exists());
     let (shards, done) = (tree(&out), tree(&out.join("_plan/done")));
-    signal("-CONT");
+    signal(&slow, "-CONT");
     let status = slow.wait().unwrap();
     assert!(status.success(), "the overtaken attempt failed: {status}");
     // (Compared whole, not printed: the files are megabytes.)
@@ -96,4 +97,76 @@ fn an_attempt_overtaken_by_a_merge_ends_as_done_and_changes_nothing() {
         "done records were rewritten"
     );
     assert_same_dataset(&out, &single);
+}
+
+/// Whether a shard's temporary file is in `out`.
+fn shard_tmp(out: &Path) -> bool {
+    std::fs::read_dir(out).unwrap().any(|e| {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        name.starts_with(".shard-") && name.ends_with(".tmp")
+    })
+}
+
+#[test]
+fn an_attempt_overtaken_by_a_merge_ends_as_done_and_changes_nothing() {
+    // Stopped while it writes a shard (its temporary file is in OUTPUT): the merge removes it.
+    overtaken_attempt(&["--encode", "png"], shard_tmp);
+}
+
+#[test]
+fn an_attempt_overtaken_between_shards_ends_as_done_and_changes_nothing() {
+    // A packed shard's file is written only when the shard is complete: stopped after its first
+    // shard is done, the attempt is making the next one with no file in OUTPUT, and would go on
+    // reading staged inputs the merge has removed.
+    overtaken_attempt(&["--format", "packed"], |out| {
+        out.join("_plan/done/000000.json").exists()
+    });
+}
+
+#[test]
+fn an_attempt_overtaken_by_another_before_the_merge_leaves_its_shards_alone() {
+    let dir = tempdir();
+    let gz = gzipped_input(dir.path());
+    let opts = [
+        "--resize",
+        "shorter:768",
+        "--upscale",
+        "--shard-samples",
+        "8",
+        "--format",
+        "packed",
+    ];
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&gz).arg(&out).args(opts).ok();
+    let mut slow = part(&out, "0/1").arg("--json").spawn_piped();
+    while !out.join("_plan/done/000000.json").exists() {
+        assert!(slow.try_wait().unwrap().is_none(), "ended before stopped");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    signal(&slow, "-STOP");
+    part(&out, "0/1").ok();
+    let stamps = |dir: &Path| -> BTreeMap<String, std::time::SystemTime> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.path().is_file())
+            .map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                (name, e.metadata().unwrap().modified().unwrap())
+            })
+            .collect()
+    };
+    let before = (stamps(&out), stamps(&out.join("_plan/done")));
+    signal(&slow, "-CONT");
+    let done = slow.wait_with_output().unwrap();
+    assert!(done.status.success(), "{done:?}");
+    // The shards the other attempt did are neither published again nor recorded again.
+    assert_eq!((stamps(&out), stamps(&out.join("_plan/done"))), before);
+    let report: serde_json::Value = serde_json::from_slice(&done.stdout).unwrap();
+    let shards = report["assigned"].as_u64().unwrap();
+    assert!(shards >= 3, "{report}");
+    assert_eq!(report["packed"].as_u64().unwrap(), 1, "{report}");
+    assert_eq!(report["skipped"].as_u64().unwrap(), shards - 1, "{report}");
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    Cmd::new(["verify"]).arg(&out).ok();
 }

@@ -155,6 +155,15 @@ impl Cmd {
             .unwrap_or_else(|e| panic!("cannot run {BIN}: {e}"))
     }
 
+    /// Starts it in the background, its output kept for `wait_with_output`.
+    pub fn spawn_piped(mut self) -> std::process::Child {
+        self.cmd
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {BIN}: {e}"))
+    }
+
     /// Runs and asserts success.
     #[track_caller]
     pub fn ok(self) -> Run {

@@ -346,9 +346,11 @@ fn run_part(
     let k = file.shard_samples;
     let n = loaded.ordered.len() as u64;
     let range = |j: u64| (j * k) as usize..((j + 1) * k).min(n) as usize;
-    // Shards roll only where the plan says: never on size.
+    // Shards roll only in `finish`, never on size or count: a shard is published only after
+    // checking that no other attempt did it meanwhile.
     let mut plan = loaded.plan.clone();
     plan.shard_bytes = u64::MAX;
+    plan.shard_samples = None;
     let spec = effective_spec(&plan);
     let mut sink = ShardSink::new(&plan);
     let mut tally = Tally {
@@ -385,6 +387,20 @@ fn run_part(
                   report: &mut PartReport,
                   abandoned: &mut Option<u64>|
      -> Result<(), PackError> {
+        // Done by another attempt meanwhile: its bytes stand. This attempt's copy may hold
+        // failures of inputs a merge has removed since, so it is never published over them.
+        let elsewhere = done_elsewhere(store, &file.hash, j)?;
+        if elsewhere != Elsewhere::No {
+            sink.discard();
+            if elsewhere == Elsewhere::Merged {
+                *abandoned = Some(j);
+                return Err(merged_meanwhile(j));
+            }
+            shard_errors.clear();
+            counts_before.clone_from(sink.field_counts());
+            report.skipped += 1;
+            return Ok(());
+        }
         // Shard j is the open one, if any of its inputs made it.
         if let Err(e) = sink.roll() {
             if overtaken(&e, store, &file.hash, j)? {
@@ -466,6 +482,11 @@ fn run_part(
                 tally.snapshot.shards += 1;
             }
             if open != Some(j) {
+                // A merged dataset needs nothing more of this attempt.
+                if done_elsewhere(store, &file.hash, j)? == Elsewhere::Merged {
+                    abandoned = Some(j);
+                    return Err(merged_meanwhile(j));
+                }
                 sink.start_shard(j as usize)?;
                 open = Some(j);
             }
@@ -515,6 +536,33 @@ fn run_part(
     report.bytes_in = tally.bytes_in;
     report.stages = tally.stages;
     Ok(report)
+}
+
+/// Whether another attempt did a shard this attempt has not finished.
+#[derive(Debug, PartialEq, Eq)]
+enum Elsewhere {
+    /// Not done.
+    No,
+    /// Done, the dataset not merged yet.
+    Done,
+    /// Done and the dataset merged: every shard is done.
+    Merged,
+}
+
+/// Where shard `j` of plan `hash` stands, as seen by an attempt that has not finished it.
+fn done_elsewhere(store: &Store, hash: &str, j: u64) -> Result<Elsewhere, PackError> {
+    Ok(if read_done(store, hash, j)?.is_none() {
+        Elsewhere::No
+    } else if store.size(shardtool_manifest::FILE_NAME)?.is_some() {
+        Elsewhere::Merged
+    } else {
+        Elsewhere::Done
+    })
+}
+
+/// Stops an attempt at shard `j` once the dataset is merged (reported as done, not as this).
+fn merged_meanwhile(j: u64) -> PackError {
+    PackError::io(done_name(j), std::io::Error::other("merged meanwhile"))
 }
 
 /// Whether publishing shard `j` failed with `e` because another attempt of the part finished

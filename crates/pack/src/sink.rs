@@ -295,6 +295,11 @@ impl<'p> ShardSink<'p> {
         Ok(())
     }
 
+    /// Drops the open shard, if any, unpublished (its temporary file is removed).
+    pub(crate) fn discard(&mut self) {
+        self.open = None;
+    }
+
     /// Finishes and publishes the open shard, if any.
     pub(crate) fn roll(&mut self) -> Result<(), PackError> {
         let Some(open) = self.open.take() else {
