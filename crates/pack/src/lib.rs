@@ -166,8 +166,11 @@ pub enum PackError {
         /// The plan file.
         path: PathBuf,
     },
-    /// Another process is making a plan in the output folder.
-    #[error("another plan is being made in {path}; wait for it, or stop it and plan again")]
+    /// Another process is planning or packing in the output folder.
+    #[error(
+        "another shardtool process is planning or packing in {path}; wait for it, or stop it and \
+         run again"
+    )]
     PlanRunning {
         /// The output folder.
         path: PathBuf,

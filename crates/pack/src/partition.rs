@@ -14,8 +14,8 @@ use crate::pipeline::{
 };
 use crate::plan::PackPlan;
 use crate::plan_file::{
-    bad_plan, make_plan_in, plan_dir, read_inputs, read_plan_in, PlanFile, DONE_DIR, PLAN_DIR,
-    PLAN_FILE, STAGED_DIR,
+    bad_plan, make_plan_in, plan_dir, read_inputs, read_plan_in, OutputLock, PlanFile, DONE_DIR,
+    PLAN_DIR, PLAN_FILE, STAGED_DIR,
 };
 use crate::sink::{split_fields, ShardSink};
 use crate::store::{is_remote, Store};
@@ -733,6 +733,13 @@ pub(crate) fn pack_planned(
 ) -> Result<PackReport, PackError> {
     let start = Instant::now();
     let output = &plan.output;
+    // One process packs here from plan to merge: a second `pack --resume` beside it, or a plain
+    // pack with --overwrite, is refused.
+    let lock = if is_remote(output) {
+        None
+    } else {
+        Some(OutputLock::take(output)?)
+    };
     let store = Store::open(output)?;
     let plan_name = format!("{PLAN_DIR}/{PLAN_FILE}");
     let resuming = plan.resume && store.size(&plan_name)?.is_some();
@@ -751,7 +758,7 @@ pub(crate) fn pack_planned(
         let mut fresh = plan.clone();
         // A resume that finds no plan starts over, clearing what an interrupted plan left.
         fresh.overwrite |= plan.resume;
-        make_plan_in(&fresh, &store).map_err(|e| match e {
+        make_plan_in(&fresh, &store, lock.as_ref()).map_err(|e| match e {
             // An interrupted pack left its plan: to `pack`, the output is simply not empty.
             PackError::PlanExists { .. } => PackError::OutputNotEmpty {
                 path: output.clone(),

@@ -417,7 +417,13 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         return crate::partition::pack_planned(plan, progress);
     }
     let start = Instant::now();
-    let mut listing = list_for(plan, &plan.output, || crate::output::prepare_output(plan))?;
+    // Held to the end: a plan or another pack beside this one is refused, and this one is
+    // refused beside them, before it clears anything.
+    let mut _lock = None;
+    let mut listing = list_for(plan, &plan.output, || {
+        _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
+        crate::output::prepare_output(plan)
+    })?;
     let _staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() && listing.errors.is_empty() {
         return Err(PackError::NoImages {

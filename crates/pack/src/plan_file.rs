@@ -121,37 +121,31 @@ pub(crate) fn plan_hash(file: &PlanFile) -> String {
 /// staged under `_plan/staged/`, where every part reads them, until the merge.
 pub fn make_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
     let store = Store::open(&plan.output)?;
-    make_plan_in(plan, &store)
+    make_plan_in(plan, &store, None)
 }
 
-/// The hold of one planning process on a local output folder: an exclusive lock on the folder
-/// itself, so that a second plan started beside it is refused, and a `_plan` folder without a
-/// plan file found under the lock is known to be left by an interrupted plan and is removed.
-struct Planning {
+/// An exclusive lock on a local output folder, held by the process that plans or packs there
+/// (not by parts, which run side by side): a plan or pack started beside it is refused.
+pub(crate) struct OutputLock {
     /// The locked folder (`None` where the file system has no locks).
-    _lock: Option<std::fs::File>,
-    /// The folder, when this plan made it: removed again if planning fails and leaves it empty.
-    made: Option<PathBuf>,
-    done: bool,
+    file: Option<std::fs::File>,
+    /// Whether the folder was made by this lock's taker (missing before).
+    made: bool,
 }
 
-impl Planning {
-    fn start(output: &Path) -> Result<Self, PackError> {
+impl OutputLock {
+    /// Takes the lock on `output`, making the folder if missing.
+    pub(crate) fn take(output: &Path) -> Result<Self, PackError> {
         if output.exists() && !output.is_dir() {
             return Err(PackError::OutputNotAFolder {
                 path: output.to_path_buf(),
             });
         }
-        let fresh = !output.exists();
+        let made = !output.exists();
         std::fs::create_dir_all(output).map_err(|e| PackError::io(output, e))?;
-        let mut planning = Planning {
-            _lock: None,
-            made: None,
-            done: false,
-        };
         let dir = std::fs::File::open(output).map_err(|e| PackError::io(output, e))?;
-        match dir.try_lock() {
-            Ok(()) => planning._lock = Some(dir),
+        let file = match dir.try_lock() {
+            Ok(()) => Some(dir),
             Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(PackError::PlanRunning {
                     path: output.to_path_buf(),
@@ -159,15 +153,48 @@ impl Planning {
             }
             // No locks here: the checks that follow still refuse a non-empty output, but an
             // interrupted plan then needs --overwrite.
-            Err(std::fs::TryLockError::Error(_)) => return Ok(planning),
-        }
-        // Made here and locked by this process: removed again if planning fails.
-        planning.made = fresh.then(|| output.to_path_buf());
-        // A lock granted on a network file system may bind only this host, and a plan being
-        // made on another would look interrupted: leftovers are cleared on local ones only.
-        let staging = plan_dir(output);
-        if staging.is_dir() && !staging.join(PLAN_FILE).exists() && locks_bind_all(output) {
-            std::fs::remove_dir_all(&staging).map_err(|e| PackError::io(&staging, e))?;
+            Err(std::fs::TryLockError::Error(_)) => None,
+        };
+        Ok(Self { file, made })
+    }
+}
+
+/// The hold of one planning process on a local output folder, under its [`OutputLock`]: a
+/// `_plan` folder without a plan file found under the lock is known to be left by an
+/// interrupted plan and is removed.
+struct Planning {
+    /// The lock, when planning took it itself.
+    _lock: Option<OutputLock>,
+    /// The folder, when this plan made it: removed again if planning fails and leaves it empty.
+    made: Option<PathBuf>,
+    done: bool,
+}
+
+impl Planning {
+    /// Starts planning in `output`, under `held` (the caller's lock) or a lock of its own.
+    fn start(output: &Path, held: Option<&OutputLock>) -> Result<Self, PackError> {
+        let own = match held {
+            Some(_) => None,
+            None => Some(OutputLock::take(output)?),
+        };
+        let (locked, made) = match (held, &own) {
+            (Some(l), _) | (None, Some(l)) => (l.file.is_some(), l.made),
+            (None, None) => (false, false),
+        };
+        let mut planning = Planning {
+            _lock: own,
+            made: None,
+            done: false,
+        };
+        if locked {
+            // Made and locked by this process: removed again if planning fails.
+            planning.made = made.then(|| output.to_path_buf());
+            // A lock granted on a network file system may bind only this host, and a plan being
+            // made on another would look interrupted: leftovers are cleared on local ones only.
+            let staging = plan_dir(output);
+            if staging.is_dir() && !staging.join(PLAN_FILE).exists() && locks_bind_all(output) {
+                std::fs::remove_dir_all(&staging).map_err(|e| PackError::io(&staging, e))?;
+            }
         }
         Ok(planning)
     }
@@ -228,11 +255,16 @@ pub fn make_or_keep_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
         }
         return Ok(file);
     }
-    make_plan_in(plan, &store)
+    make_plan_in(plan, &store, None)
 }
 
-/// [`make_plan`] into an opened output.
-pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, PackError> {
+/// [`make_plan`] into an opened output, under `held` (the caller's lock on a local output) or
+/// a lock of its own.
+pub(crate) fn make_plan_in(
+    plan: &PackPlan,
+    store: &Store,
+    held: Option<&OutputLock>,
+) -> Result<PlanFile, PackError> {
     plan.validate()?;
     let k = plan
         .shard_samples
@@ -255,7 +287,7 @@ pub(crate) fn make_plan_in(plan: &PackPlan, store: &Store) -> Result<PlanFile, P
     let mut _planning = if store.is_remote() {
         None
     } else {
-        Some(Planning::start(store.local())?)
+        Some(Planning::start(store.local(), held)?)
     };
     // Files are made under the local folder (the scratch folder of a remote output).
     let mut local_plan = plan.clone();
@@ -604,6 +636,17 @@ mod tests {
             make_plan(&plan),
             Err(PackError::PlanRunning { .. })
         ));
+        // Nor may a pack beside it clear it, planned (a second `--resume`) or not.
+        let mut single = plan.clone();
+        single.overwrite = true;
+        for shard_samples in [None, Some(2)] {
+            single.shard_samples = shard_samples;
+            single.resume = shard_samples.is_some();
+            assert!(matches!(
+                crate::pack(&single, &crate::NoProgress),
+                Err(PackError::PlanRunning { .. })
+            ));
+        }
         assert!(debris.exists(), "a running plan's files stay");
         drop(held);
 
