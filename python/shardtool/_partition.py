@@ -24,8 +24,9 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
 
     A plan already in ``output`` is an error, unless ``overwrite=True`` (replace it and everything
     packed under it) or ``resume=True`` (keep it, when it was made from the same input and options;
-    ``DatasetError`` naming the options that differ otherwise). A plan killed while planning is
-    simply made again.
+    ``ValueError`` naming the options that differ otherwise; the input is compared as the folder
+    or file it names, so another spelling of the same path, or another working directory, does
+    not matter). A plan killed while planning is simply made again.
     """
     out = os.fspath(output)
     options = checked_options(options)

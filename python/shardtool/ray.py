@@ -37,7 +37,8 @@ def pack(
     **options: Any,
 ) -> Dict[str, Any]:
     """Plans (keeping a plan already in ``output`` if it was made from the same input and
-    options; ``DatasetError`` naming the differences if not), runs ``parts`` Ray tasks of
+    options; ``ValueError`` naming the differences if not; ``overwrite=True`` plans again),
+    runs ``parts`` Ray tasks of
     ``cpus_per_part`` CPUs each, and merges. Returns the merge result (``manifest``, ``errors``)
     with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first."""
     import ray
@@ -74,8 +75,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--resize", default="none")
     p.add_argument("--format", default="wds", choices=["wds", "packed"])
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="plan again, replacing a plan (and what was packed under it) already in OUTPUT",
+    )
     a = p.parse_args(argv)
     import ray
+
+    from . import DatasetError
 
     ray.init(address=a.address, num_cpus=a.num_cpus)
     try:
@@ -88,7 +96,15 @@ def main(argv: Optional[List[str]] = None) -> int:
             resize=a.resize,
             format=a.format,
             seed=a.seed,
+            overwrite=a.overwrite,
         )
+    except (ValueError, FileNotFoundError) as e:
+        # A usage error (another plan in OUTPUT, a bad option): the message, not a traceback.
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except DatasetError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
     finally:
         ray.shutdown()
     m = r["manifest"]

@@ -4,6 +4,7 @@ installed, ``python -m shardtool.ray`` runs the parts as Ray tasks on a local cl
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,14 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     with pytest.raises(ValueError, match="resize"):
         shardtool.ray.pack(str(SAMPLE), str(out), parts=3, shard_samples=7, resize="crop:20x20", seed=3)
     assert published(out) == published(single)
+    # From the command line: the reason and exit 2, not a traceback; the flag it names exists.
+    r = subprocess.run(cmd[:-3] + ["4"] + cmd[-2:], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 2, r.stderr[-4000:]
+    assert "seed: 3 → 4" in r.stderr and "Traceback" not in r.stderr, r.stderr[-4000:]
+    assert "--overwrite" in r.stderr
+    help = subprocess.run(cmd[:3] + ["--help"], capture_output=True, text=True, timeout=60)
+    assert "--overwrite" in help.stdout
+    assert published(out) == published(single)
 
 
 def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: Path) -> None:
@@ -105,6 +114,27 @@ def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: P
     assert other["plan"] != first["plan"]
     # (A plan killed while planning is made again: plan_file::tests, which knows whether the
     # file system's locks bind every host.)
+
+
+def test_resume_knows_the_input_folder_whatever_it_is_named_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same folder by another spelling is the same input; another folder of the same name
+    # (a rerun from another working directory) is not.
+    here, there = tmp_path / "here", tmp_path / "there"
+    shutil.copytree(SAMPLE, here / "data")
+    shutil.copytree(SAMPLE / "flower", there / "data" / "flower")
+    (tmp_path / "link").symlink_to(here)
+    out = tmp_path / "out"
+    monkeypatch.chdir(here)
+    first = shardtool.plan("data", out, **OPTIONS)["plan"]
+    for same in ["data/", "./data", str(here / "data"), str(tmp_path / "link" / "data")]:
+        assert shardtool.plan(same, out, resume=True, **OPTIONS)["plan"] == first, same
+    monkeypatch.chdir(there)
+    with pytest.raises(ValueError, match="input"):
+        shardtool.plan("data", out, resume=True, **OPTIONS)
+    with pytest.raises(ValueError, match="input"):
+        shardtool.pack("data", out, resume=True, **OPTIONS)
 
 
 def test_pack_resumes_what_a_plan_and_one_part_left(single: Path, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// components do not exist yet: component by component, a prefix that exists stands for its real
 /// path (so `link/..` is the parent of the link's target), and `..` after a missing component
 /// undoes it.
-fn resolved(path: &Path) -> PathBuf {
+pub(crate) fn resolved(path: &Path) -> PathBuf {
     use std::path::Component;
     let mut cur = PathBuf::new();
     for c in std::path::absolute(path)

@@ -14,8 +14,8 @@ use crate::pipeline::{
 };
 use crate::plan::PackPlan;
 use crate::plan_file::{
-    bad_plan, make_plan_in, plan_dir, read_inputs, read_plan_in, OutputLock, PlanFile, DONE_DIR,
-    PLAN_DIR, PLAN_FILE, STAGED_DIR,
+    bad_plan, check_same_options, make_plan_in, plan_dir, read_inputs, read_plan_in, OutputLock,
+    PlanFile, DONE_DIR, PLAN_DIR, PLAN_FILE, STAGED_DIR,
 };
 use crate::sink::{split_fields, ShardSink};
 use crate::store::{is_remote, Store};
@@ -744,13 +744,7 @@ pub(crate) fn pack_planned(
     let plan_name = format!("{PLAN_DIR}/{PLAN_FILE}");
     let resuming = plan.resume && store.size(&plan_name)?.is_some();
     if resuming {
-        let file = read_plan_in(&store, output)?;
-        if file.options != plan.frozen() {
-            return Err(PackError::ResumeMismatch {
-                path: output.clone(),
-                differs: file.options.differences(&plan.frozen()),
-            });
-        }
+        check_same_options(&read_plan_in(&store, output)?, plan)?;
     } else {
         if plan.resume && store.size(shardtool_manifest::FILE_NAME)?.is_some() {
             return finished(plan, &store, start);

@@ -128,6 +128,22 @@ pub(crate) fn json_differences(a: &serde_json::Value, b: &serde_json::Value, max
 }
 
 impl FrozenOptions {
+    /// These options with every local input path absolute and its links resolved, so that a
+    /// plan names its inputs the same whatever folder it is made or resumed from (URLs stand).
+    pub(crate) fn resolved(mut self) -> Self {
+        for input in &mut self.input {
+            let url = crate::containers::is_remote(input)
+                || input
+                    .get(..7)
+                    .is_some_and(|p| p.eq_ignore_ascii_case("file://"));
+            if !url {
+                let path = crate::output::resolved(std::path::Path::new(input.as_str()));
+                *input = path.to_string_lossy().into_owned();
+            }
+        }
+        self
+    }
+
     /// How `given` differs from these (planned) options, for an error message.
     pub(crate) fn differences(&self, given: &FrozenOptions) -> String {
         let json = |o: &FrozenOptions| serde_json::to_value(o).unwrap_or_default();

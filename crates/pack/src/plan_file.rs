@@ -247,15 +247,24 @@ pub fn make_or_keep_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
     let store = Store::open(&plan.output)?;
     if !plan.overwrite && store.size(&format!("{PLAN_DIR}/{PLAN_FILE}"))?.is_some() {
         let file = read_plan_in(&store, &plan.output)?;
-        if file.options != plan.frozen() {
-            return Err(PackError::ResumeMismatch {
-                path: plan.output.clone(),
-                differs: file.options.differences(&plan.frozen()),
-            });
-        }
+        check_same_options(&file, plan)?;
         return Ok(file);
     }
     make_plan_in(plan, &store, None)
+}
+
+/// Refuses to go on with the plan `file` for `plan` unless both were made from the same inputs
+/// (wherever they were named from) and options: [`PackError::ResumeMismatch`] names the
+/// differences.
+pub(crate) fn check_same_options(file: &PlanFile, plan: &PackPlan) -> Result<(), PackError> {
+    let (planned, given) = (file.options.clone().resolved(), plan.frozen().resolved());
+    if planned == given {
+        return Ok(());
+    }
+    Err(PackError::ResumeMismatch {
+        path: plan.output.clone(),
+        differs: planned.differences(&given),
+    })
 }
 
 /// [`make_plan`] into an opened output, under `held` (the caller's lock on a local output) or
@@ -374,7 +383,7 @@ pub(crate) fn make_plan_in(
         version: PLAN_VERSION,
         hash: String::new(),
         tool: format!("shardtool {}", env!("CARGO_PKG_VERSION")),
-        options: plan.frozen(),
+        options: plan.frozen().resolved(),
         inputs: n,
         shard_samples: k,
         shards: n.div_ceil(k),
