@@ -221,11 +221,16 @@ fn max_errors_counts_listing_failures_too() {
     assert_eq!(errors(&ds).len(), 2);
     // So in a planned pack (fixed shard sizes), whose listing failures belong to no shard.
     let planned = t.path().join("planned");
-    pack(&root, &planned)
+    let r = pack(&root, &planned)
         .args(["--max-errors", "1", "--shard-samples", "1"])
-        .run()
-        .assert_code(1);
+        .run();
+    r.assert_code(1);
     assert!(!planned.join("manifest.json").exists());
+    // Listed where a whole pack lists them, and the message says where.
+    assert!(r.stderr.contains("errors.jsonl"), "{}", r.stderr);
+    let listed = errors(&planned);
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(listed.iter().all(|e| e.path.contains("dangling")));
 }
 
 /// A resumed pack counts the failures of the shards earlier runs finished: rerunning it never
@@ -250,6 +255,10 @@ fn max_errors_holds_across_resumes() {
             r.stderr
         );
         assert!(!ds.join("manifest.json").exists(), "attempt {attempt}");
+        // Every failure counted is listed, those of earlier runs' shards too.
+        let listed = errors(&ds);
+        assert!(listed.len() > 2, "attempt {attempt}: {listed:?}");
+        assert!(listed.iter().all(|e| e.path.starts_with("c/bad")));
     }
     // A repeated key fails before any decoding: it counts in a planned pack as in a whole one.
     let list = root.join("list.jsonl");
@@ -265,7 +274,34 @@ fn max_errors_holds_across_resumes() {
             .run();
         r.assert_code(1);
         assert!(!out.join("manifest.json").exists(), "{extra:?}");
+        let listed = errors(&out);
+        assert!(
+            listed.iter().any(|e| e.kind == "duplicate_key"),
+            "{extra:?}: {listed:?}"
+        );
     }
+    // A part stopped by --max-errors lists what it counted in the plan folder (OUTPUT's
+    // errors.jsonl is the merge's), and says where.
+    let out = t.path().join("parts");
+    Cmd::new(["plan", "--list"])
+        .arg(&list)
+        .arg(&out)
+        .args(["--shard-samples", "2"])
+        .ok();
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--part", "0/1", "--max-errors", "0"])
+        .run();
+    r.assert_code(1);
+    let report = out.join("_plan/failures-part-0-of-1.jsonl");
+    assert!(
+        r.stderr.contains(&report.display().to_string()),
+        "{}",
+        r.stderr
+    );
+    let text = std::fs::read_to_string(&report).unwrap();
+    assert!(text.contains("duplicate_key"), "{text}");
+    assert!(!out.join("errors.jsonl").exists());
 }
 
 #[test]

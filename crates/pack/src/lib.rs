@@ -11,6 +11,7 @@ mod imagefolder;
 mod labels;
 mod list_file;
 mod listing;
+mod merge;
 mod output;
 mod parquet;
 mod partition;
@@ -28,9 +29,8 @@ pub use listing::{
     list_inputs, Columns, Container, ContainerKind, InputItem, InputSource, Inputs, ListError,
     ListOptions, Listing, Origin, IMAGE_EXTENSIONS, MAX_LABEL,
 };
-pub use partition::{
-    merge, pack_part, status, Assignment, DoneRecord, MergeReport, PartReport, PlanStatus,
-};
+pub use merge::{merge, status, MergeReport, PlanStatus};
+pub use partition::{pack_part, Assignment, DoneRecord, PartReport};
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
 pub use plan::{
     Compression, FrozenOptions, KeyChoice, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED,

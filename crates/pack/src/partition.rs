@@ -4,20 +4,18 @@
 //! Shard `j` holds positions `[jK, (j+1)K)` of the seeded permutation, so what a shard holds
 //! never depends on how many parts run or in what order. A shard is published atomically, then
 //! its done record; a part skips shards whose done record matches the plan, and redoing one
-//! writes the same bytes, so a repeated or speculative attempt is harmless. The merge reads done
-//! records (never directory listings) and writes `errors.jsonl`, then `manifest.json` last.
+//! writes the same bytes, so a repeated or speculative attempt is harmless. The merge
+//! (`merge.rs`) reads done records (never directory listings) and writes `errors.jsonl`, then
+//! `manifest.json` last.
 
-use crate::listing::{Container, ContainerKind, Listing, Origin};
-use crate::pipeline::{
-    build_manifest, effective_spec, transform_in_order, write_sample, ManifestParts, Ordered,
-    Shared, Tally,
-};
+use crate::listing::{Container, ContainerKind, Origin};
+use crate::pipeline::{effective_spec, transform_in_order, write_sample, Ordered, Shared, Tally};
 use crate::plan::PackPlan;
 use crate::plan_file::{
     bad_plan, check_same_options, make_plan_in, plan_dir, read_inputs, read_plan_in, OutputLock,
     PlanFile, DONE_DIR, PLAN_DIR, PLAN_FILE, STAGED_DIR,
 };
-use crate::sink::{split_fields, ShardSink};
+use crate::sink::ShardSink;
 use crate::store::{is_remote, Store};
 use crate::{ErrorRecord, PackError, PackReport, Progress, ProgressSnapshot};
 use serde::{Deserialize, Serialize};
@@ -102,25 +100,6 @@ impl PartReport {
         };
         m
     }
-}
-
-/// Where a partitioned pack stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct PlanStatus {
-    /// The plan hash.
-    pub plan: String,
-    /// Shards in the plan.
-    pub shards: u64,
-    /// Shards done.
-    pub done: Vec<u64>,
-    /// Shards not done (no done record of this plan, or its shard file is missing).
-    pub missing: Vec<u64>,
-    /// Samples in done shards.
-    pub samples: u64,
-    /// Failed inputs in done shards.
-    pub failed: u64,
-    /// Whether a manifest has been written.
-    pub merged: bool,
 }
 
 /// A plan loaded for packing.
@@ -275,7 +254,11 @@ fn assigned(assignment: &Assignment, shards: u64) -> Result<Vec<u64>, PackError>
 
 /// The done record of `shard`, if it is done under plan `hash`: the record parses, names this
 /// plan, and its shard file is there with the recorded size.
-fn read_done(store: &Store, hash: &str, shard: u64) -> Result<Option<DoneRecord>, PackError> {
+pub(crate) fn read_done(
+    store: &Store,
+    hash: &str,
+    shard: u64,
+) -> Result<Option<DoneRecord>, PackError> {
     let Some(bytes) = store.read(&done_name(shard), MAX_DONE_BYTES)? else {
         return Ok(None);
     };
@@ -311,34 +294,78 @@ pub fn pack_part(
 ) -> Result<PartReport, PackError> {
     let start = Instant::now();
     let loaded = load(output, jobs)?;
-    let mut report = run_part(&loaded, assignment, max_errors, 0, progress)?;
+    let name = match assignment {
+        Assignment::Part { index, count } => format!("part-{index}-of-{count}"),
+        Assignment::Shards(_) => "shards".into(),
+    };
+    let failures = FailureReport {
+        name: format!("{PLAN_DIR}/failures-{name}.jsonl"),
+        shown: plan_dir(output).join(format!("failures-{name}.jsonl")),
+    };
+    let mut report = run_part(&loaded, assignment, max_errors, &[], &failures, progress)?;
     report.elapsed = start.elapsed();
     Ok(report)
 }
 
-/// Packs the undone shards of `assignment`; `failed_listing` inputs that failed while listing
-/// count towards `max_errors` too (a whole pack's, not a part's).
+/// Where a run that passes `--max-errors` lists the failures it counted: a store name, and how
+/// it is shown in the error.
+struct FailureReport {
+    name: String,
+    shown: std::path::PathBuf,
+}
+
+/// What `run_part` keeps of the shard being written and of the run.
+#[derive(Default)]
+struct Progressing {
+    /// The open shard's failures, by position.
+    shard_errors: Vec<(usize, ErrorRecord)>,
+    /// The field counts when the open shard started.
+    counts_before: BTreeMap<String, u64>,
+    /// With `--max-errors`: every failure counted so far but the open shard's (at most the
+    /// limit, as the run stops beyond it), for the report of a run that stops on it.
+    counted: Vec<ErrorRecord>,
+    /// The shard this attempt could not publish because another attempt and a merge overtook
+    /// it: every shard is then done and merged, so the attempt stops there, touching nothing
+    /// more.
+    abandoned: Option<u64>,
+    report: PartReport,
+}
+
+/// Packs the undone shards of `assignment`; `listing_errors`, inputs that failed while listing,
+/// count towards `max_errors` too (a whole pack's, not a part's). A run stopped by `max_errors`
+/// lists what it counted in `failures`.
 fn run_part(
     loaded: &Loaded,
     assignment: &Assignment,
     max_errors: Option<u64>,
-    failed_listing: u64,
+    listing_errors: &[ErrorRecord],
+    failures: &FailureReport,
     progress: &dyn Progress,
 ) -> Result<PartReport, PackError> {
     let file = &loaded.file;
     let store = &loaded.store;
     let shards = assigned(assignment, file.shards)?;
+    let keep = max_errors.is_some();
+    let mut st = Progressing::default();
+    if keep {
+        st.counted.extend_from_slice(listing_errors);
+    }
     let mut todo: Vec<u64> = Vec::new();
     // Failures of this assignment's shards done by earlier runs count towards --max-errors: a
     // resumed pack must not pass the limit one run at a time.
-    let mut failed_before = failed_listing;
+    let mut failed_before = listing_errors.len() as u64;
     for &j in &shards {
         match read_done(store, &file.hash, j)? {
-            Some(rec) => failed_before += rec.errors.len() as u64,
+            Some(rec) => {
+                failed_before += rec.errors.len() as u64;
+                if keep {
+                    st.counted.extend(rec.errors);
+                }
+            }
             None => todo.push(j),
         }
     }
-    let mut report = PartReport {
+    st.report = PartReport {
         assigned: shards.len() as u64,
         skipped: (shards.len() - todo.len()) as u64,
         ..Default::default()
@@ -370,168 +397,165 @@ fn run_part(
         &rejected[rejected.partition_point(|(p, _)| *p < r.start)
             ..rejected.partition_point(|(p, _)| *p < r.end)]
     };
-    failed_before += todo.iter().map(|&j| refused(j).len() as u64).sum::<u64>();
+    for &j in &todo {
+        failed_before += refused(j).len() as u64;
+        if keep {
+            st.counted.extend(refused(j).iter().map(|(_, e)| e.clone()));
+        }
+    }
 
-    // Per shard being written: its failures, and the field counts when it started.
-    let mut shard_errors: Vec<(usize, ErrorRecord)> = Vec::new();
-    let mut counts_before: BTreeMap<String, u64> = BTreeMap::new();
     let mut open: Option<u64> = None;
     let mut cursor = 0usize;
-    // The shard this attempt could not publish because another attempt and a merge overtook it:
-    // every shard is then done and merged, so the attempt stops there, touching nothing more.
-    let mut abandoned: Option<u64> = None;
-    let finish = |j: u64,
-                  sink: &mut ShardSink<'_>,
-                  shard_errors: &mut Vec<(usize, ErrorRecord)>,
-                  counts_before: &mut BTreeMap<String, u64>,
-                  report: &mut PartReport,
-                  abandoned: &mut Option<u64>|
-     -> Result<(), PackError> {
-        // Done by another attempt meanwhile: its bytes stand. This attempt's copy may hold
-        // failures of inputs a merge has removed since, so it is never published over them.
-        let elsewhere = done_elsewhere(store, &file.hash, j)?;
-        if elsewhere != Elsewhere::No {
-            sink.discard();
-            if elsewhere == Elsewhere::Merged {
-                *abandoned = Some(j);
-                return Err(merged_meanwhile(j));
+    let finish =
+        |j: u64, sink: &mut ShardSink<'_>, st: &mut Progressing| -> Result<(), PackError> {
+            // Done by another attempt meanwhile: its bytes stand. This attempt's copy may hold
+            // failures of inputs a merge has removed since, so it is never published over them.
+            let elsewhere = done_elsewhere(store, &file.hash, j)?;
+            if elsewhere != Elsewhere::No {
+                sink.discard();
+                if elsewhere == Elsewhere::Merged {
+                    st.abandoned = Some(j);
+                    return Err(merged_meanwhile(j));
+                }
+                st.shard_errors.clear();
+                st.counts_before.clone_from(sink.field_counts());
+                st.report.skipped += 1;
+                return Ok(());
             }
-            shard_errors.clear();
-            counts_before.clone_from(sink.field_counts());
-            report.skipped += 1;
-            return Ok(());
-        }
-        // Shard j is the open one, if any of its inputs made it.
-        if let Err(e) = sink.roll() {
-            if overtaken(&e, store, &file.hash, j)? {
-                *abandoned = Some(j);
+            // Shard j is the open one, if any of its inputs made it.
+            if let Err(e) = sink.roll() {
+                if overtaken(&e, store, &file.hash, j)? {
+                    st.abandoned = Some(j);
+                }
+                return Err(e);
             }
-            return Err(e);
-        }
-        let name = sink.file_name(j as usize);
-        let entry = match sink.entries.last() {
-            Some(e) if e.file == name => sink.entries.pop(),
-            _ => None,
+            let name = sink.file_name(j as usize);
+            let entry = match sink.entries.last() {
+                Some(e) if e.file == name => sink.entries.pop(),
+                _ => None,
+            };
+            if keep {
+                st.counted
+                    .extend(st.shard_errors.iter().map(|(_, e)| e.clone()));
+            }
+            let mut errors: Vec<(usize, ErrorRecord)> = refused(j).to_vec();
+            errors.append(&mut st.shard_errors);
+            errors.sort_by_key(|(p, _)| *p);
+            let counts = sink.field_counts();
+            let fields = counts
+                .iter()
+                .map(|(f, &c)| (f.clone(), c - st.counts_before.get(f).copied().unwrap_or(0)))
+                .filter(|(_, c)| *c > 0)
+                .collect();
+            st.counts_before = counts.clone();
+            let rec = DoneRecord {
+                plan: file.hash.clone(),
+                shard: j,
+                entry,
+                fields,
+                input_json: std::mem::take(&mut sink.input_json),
+                errors: errors.into_iter().map(|(_, e)| e).collect(),
+            };
+            // A shard made under a plan replaced meanwhile is neither published nor recorded.
+            if plan_stamp(store) != loaded.stamp {
+                return Err(PackError::PlanChanged {
+                    path: plan_dir(store.local()).join(PLAN_FILE),
+                });
+            }
+            if let Some(e) = &rec.entry {
+                store.publish(&e.file)?;
+                st.report.samples += e.samples;
+                st.report.bytes_out += e.bytes;
+            }
+            st.report.failed += rec.errors.len() as u64;
+            st.report.packed += 1;
+            let bytes =
+                serde_json::to_vec(&rec).map_err(|e| PackError::io(done_name(j), e.into()))?;
+            store.write(&done_name(j), &bytes)
         };
-        let mut errors: Vec<(usize, ErrorRecord)> = refused(j).to_vec();
-        errors.append(shard_errors);
-        errors.sort_by_key(|(p, _)| *p);
-        let counts = sink.field_counts();
-        let fields = counts
-            .iter()
-            .map(|(f, &c)| (f.clone(), c - counts_before.get(f).copied().unwrap_or(0)))
-            .filter(|(_, c)| *c > 0)
-            .collect();
-        *counts_before = counts.clone();
-        let rec = DoneRecord {
-            plan: file.hash.clone(),
-            shard: j,
-            entry,
-            fields,
-            input_json: std::mem::take(&mut sink.input_json),
-            errors: errors.into_iter().map(|(_, e)| e).collect(),
-        };
-        // A shard made under a plan replaced meanwhile is neither published nor recorded.
-        if plan_stamp(store) != loaded.stamp {
-            return Err(PackError::PlanChanged {
-                path: plan_dir(store.local()).join(PLAN_FILE),
-            });
-        }
-        if let Some(e) = &rec.entry {
-            store.publish(&e.file)?;
-            report.samples += e.samples;
-            report.bytes_out += e.bytes;
-        }
-        report.failed += rec.errors.len() as u64;
-        report.packed += 1;
-        let bytes = serde_json::to_vec(&rec).map_err(|e| PackError::io(done_name(j), e.into()))?;
-        store.write(&done_name(j), &bytes)
-    };
     let check_max = |failed: u64| -> Result<(), PackError> {
         match max_errors {
             Some(max) if failed_before + failed > max => Err(PackError::TooManyErrors {
                 failed: failed_before + failed,
                 max,
-                report: plan_dir(store.local()).join(DONE_DIR),
+                report: failures.shown.clone(),
             }),
             _ => Ok(()),
         }
     };
-    check_max(0)?;
     let positions = todo.iter().flat_map(|&j| range(j));
-    let shared = std::sync::Arc::new(loaded.shared(positions.clone())?);
-    let result = transform_in_order(
-        &loaded.ordered,
-        &file.classes,
-        &shared,
-        &spec,
-        plan.jobs,
-        positions,
-        |position, r| {
-            let j = position as u64 / k;
-            while todo[cursor] < j {
-                finish(
-                    todo[cursor],
-                    &mut sink,
-                    &mut shard_errors,
-                    &mut counts_before,
-                    &mut report,
-                    &mut abandoned,
-                )?;
-                cursor += 1;
-                tally.snapshot.shards += 1;
-            }
-            if open != Some(j) {
-                // A merged dataset needs nothing more of this attempt.
-                if done_elsewhere(store, &file.hash, j)? == Elsewhere::Merged {
-                    abandoned = Some(j);
-                    return Err(merged_meanwhile(j));
+    let result = check_max(0).and_then(|()| {
+        let shared = std::sync::Arc::new(loaded.shared(positions.clone())?);
+        transform_in_order(
+            &loaded.ordered,
+            &file.classes,
+            &shared,
+            &spec,
+            plan.jobs,
+            positions,
+            |position, r| {
+                let j = position as u64 / k;
+                while todo[cursor] < j {
+                    finish(todo[cursor], &mut sink, &mut st)?;
+                    cursor += 1;
+                    tally.snapshot.shards += 1;
                 }
-                sink.start_shard(j as usize)?;
-                open = Some(j);
-            }
-            tally.snapshot.done += 1;
-            match r {
-                Ok(done) => {
-                    if let Err(e) =
-                        write_sample(&mut sink, &loaded.ordered, position, &done, &mut tally)
-                    {
-                        if overtaken(&e, store, &file.hash, j)? {
-                            abandoned = Some(j);
+                if open != Some(j) {
+                    // A merged dataset needs nothing more of this attempt.
+                    if done_elsewhere(store, &file.hash, j)? == Elsewhere::Merged {
+                        st.abandoned = Some(j);
+                        return Err(merged_meanwhile(j));
+                    }
+                    sink.start_shard(j as usize)?;
+                    open = Some(j);
+                }
+                tally.snapshot.done += 1;
+                match r {
+                    Ok(done) => {
+                        if let Err(e) =
+                            write_sample(&mut sink, &loaded.ordered, position, &done, &mut tally)
+                        {
+                            if overtaken(&e, store, &file.hash, j)? {
+                                st.abandoned = Some(j);
+                            }
+                            return Err(e);
                         }
-                        return Err(e);
+                    }
+                    Err(e) => {
+                        st.shard_errors.push((position, e));
+                        tally.snapshot.failed += 1;
+                        check_max(tally.snapshot.failed)?;
                     }
                 }
-                Err(e) => {
-                    shard_errors.push((position, e));
-                    tally.snapshot.failed += 1;
-                    check_max(tally.snapshot.failed)?;
-                }
+                progress.update(&tally.snapshot);
+                Ok(())
+            },
+        )
+        .and_then(|()| {
+            for &j in &todo[cursor..] {
+                finish(j, &mut sink, &mut st)?;
+                tally.snapshot.shards += 1;
             }
-            progress.update(&tally.snapshot);
             Ok(())
-        },
-    )
-    .and_then(|()| {
-        for &j in &todo[cursor..] {
-            finish(
-                j,
-                &mut sink,
-                &mut shard_errors,
-                &mut counts_before,
-                &mut report,
-                &mut abandoned,
-            )?;
-            tally.snapshot.shards += 1;
-        }
-        Ok(())
+        })
     });
-    match (result, abandoned) {
-        (Ok(()), _) => {}
+    let mut report = match (result, st.abandoned) {
+        (Ok(()), _) => st.report,
         // Overtaken: shard `j` and every later one of this attempt were done by another.
-        (Err(_), Some(j)) => report.skipped += todo.iter().filter(|&&t| t >= j).count() as u64,
+        (Err(_), Some(j)) => {
+            let mut r = st.report;
+            r.skipped += todo.iter().filter(|&&t| t >= j).count() as u64;
+            r
+        }
+        (Err(e @ PackError::TooManyErrors { .. }), None) => {
+            // No failure counted goes unlisted: the open shard's have no done record yet.
+            let mut all = st.counted;
+            all.extend(st.shard_errors.into_iter().map(|(_, e)| e));
+            store.write(&failures.name, &errors::to_jsonl(&all))?;
+            return Err(e);
+        }
         (Err(e), None) => return Err(e),
-    }
+    };
     progress.update(&tally.snapshot);
     report.bytes_in = tally.bytes_in;
     report.stages = tally.stages;
@@ -574,157 +598,6 @@ fn overtaken(e: &PackError, store: &Store, hash: &str, j: u64) -> Result<bool, P
     Ok(gone && read_done(store, hash, j)?.is_some())
 }
 
-/// Where a partitioned pack in `output` stands.
-pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
-    let store = Store::open(output)?;
-    let file = read_plan_in(&store, output)?;
-    let mut s = PlanStatus {
-        plan: file.hash.clone(),
-        shards: file.shards,
-        done: Vec::new(),
-        missing: Vec::new(),
-        samples: 0,
-        failed: file.errors.len() as u64,
-        merged: store.size(shardtool_manifest::FILE_NAME)?.is_some(),
-    };
-    for j in 0..file.shards {
-        match read_done(&store, &file.hash, j)? {
-            Some(rec) => {
-                s.samples += rec.entry.as_ref().map_or(0, |e| e.samples);
-                s.failed += rec.errors.len() as u64;
-                s.done.push(j);
-            }
-            None => s.missing.push(j),
-        }
-    }
-    Ok(s)
-}
-
-/// What a merge published.
-#[derive(Debug, Clone)]
-pub struct MergeReport {
-    /// The manifest written.
-    pub manifest: Manifest,
-    /// Every failed input, in order (also in `errors.jsonl`).
-    pub errors: Vec<ErrorRecord>,
-}
-
-/// Commits a partitioned pack: checks that every shard is done (naming the missing ones
-/// otherwise), writes `errors.jsonl`, then `manifest.json` last. Running it again rewrites the
-/// same bytes.
-pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
-    let store = Store::open(output)?;
-    let file = read_plan_in(&store, output)?;
-    let plan = PackPlan::from_frozen(&file.options, store.local().to_path_buf())
-        .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
-    let mut records = Vec::with_capacity(file.shards as usize);
-    let mut missing = Vec::new();
-    for j in 0..file.shards {
-        match read_done(&store, &file.hash, j)? {
-            Some(r) => records.push(r),
-            None => missing.push(j),
-        }
-    }
-    if !missing.is_empty() {
-        let sink = ShardSink::new(&plan);
-        let staged_gone = file.containers.iter().any(|c| c.staged)
-            && !store.is_remote()
-            && !plan_dir(store.local()).join(STAGED_DIR).exists();
-        return Err(PackError::Incomplete {
-            output: output.to_path_buf(),
-            names: missing
-                .iter()
-                .map(|&j| sink.file_name(j as usize))
-                .collect(),
-            missing,
-            staged_gone,
-        });
-    }
-    let mut errors = file.errors.clone();
-    let mut entries = Vec::new();
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let mut input_json = false;
-    for r in records {
-        errors.extend(r.errors);
-        entries.extend(r.entry);
-        for (f, c) in r.fields {
-            *counts.entry(f).or_default() += c;
-        }
-        input_json |= r.input_json;
-    }
-    let samples: u64 = entries.iter().map(|e| e.samples).sum();
-    let errors_path = output.join(ERRORS_FILE);
-    store.write(ERRORS_FILE, &errors::to_jsonl(&errors))?;
-    if samples == 0 {
-        return Err(PackError::NoImages {
-            looked_for: file.looked_for,
-            failed: errors.len() as u64,
-            summary: crate::failure_summary(&errors),
-            report: errors_path,
-        });
-    }
-    let (fields, optional_fields) = split_fields(&counts, samples);
-    let listing = Listing {
-        classes: file.classes.clone(),
-        labelled: file.labelled,
-        ignored: file.ignored,
-        ..Default::default()
-    };
-    let manifest = build_manifest(
-        &plan,
-        &listing,
-        ManifestParts {
-            entries,
-            fields,
-            optional_fields,
-            input_json,
-            found: file.found,
-            failed: errors.len() as u64,
-        },
-    );
-    if !store.is_remote() {
-        remove_leftovers(store.local(), &plan.prefix);
-    }
-    store.write(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
-    if !store.is_remote() {
-        // Staged inputs were only for the parts.
-        let _ = std::fs::remove_dir_all(plan_dir(store.local()).join(STAGED_DIR));
-    }
-    Ok(MergeReport { manifest, errors })
-}
-
-/// Removes the temporary files that killed attempts left (a SIGKILL leaves no chance to clean
-/// up): once every shard is done, no live attempt of this plan needs one. Best effort.
-fn remove_leftovers(output: &Path, prefix: &str) {
-    let ours = |name: &str| {
-        name.ends_with(".tmp")
-            && [
-                format!(".{prefix}-"),
-                ".errors.jsonl.".into(),
-                ".manifest.json.".into(),
-            ]
-            .iter()
-            .any(|p| name.starts_with(p.as_str()))
-    };
-    let done = plan_dir(output).join(DONE_DIR);
-    for (dir, all_hidden) in [(output.to_path_buf(), false), (done, true)] {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let stale = if all_hidden {
-                name.starts_with('.') && name.ends_with(".tmp")
-            } else {
-                ours(&name)
-            };
-            if stale {
-                let _ = std::fs::remove_file(e.path());
-            }
-        }
-    }
-}
-
 /// A single-machine pack with `shard_samples`: plan, one part, merge, in one process (the same
 /// bytes as a partitioned run of the same plan). With `resume`, continues an interrupted one.
 pub(crate) fn pack_planned(
@@ -762,15 +635,21 @@ pub(crate) fn pack_planned(
     }
     drop(store);
     let loaded = load(output, Some(plan.jobs))?;
+    // Stopped by --max-errors, the pack lists what it counted where a whole pack would.
+    let failures = FailureReport {
+        name: ERRORS_FILE.into(),
+        shown: output.join(ERRORS_FILE),
+    };
     let part = run_part(
         &loaded,
         &Assignment::Part { index: 0, count: 1 },
         plan.max_errors,
-        loaded.file.errors.len() as u64,
+        &loaded.file.errors,
+        &failures,
         progress,
     )?;
     drop(loaded);
-    let merged = merge(output)?;
+    let merged = crate::merge::merge(output)?;
     if !is_remote(output) {
         let dir = plan_dir(output);
         std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;

@@ -1,0 +1,186 @@
+//! Status and merge of a partitioned pack: where its shards stand, and the commit that writes
+//! `errors.jsonl`, then `manifest.json` last, from the done records (never directory listings),
+//! removing what killed attempts left.
+
+use crate::listing::Listing;
+use crate::partition::read_done;
+use crate::pipeline::{build_manifest, ManifestParts};
+use crate::plan::PackPlan;
+use crate::plan_file::{bad_plan, plan_dir, read_plan_in, DONE_DIR, PLAN_FILE, STAGED_DIR};
+use crate::sink::{split_fields, ShardSink};
+use crate::store::Store;
+use crate::{ErrorRecord, PackError};
+use serde::Serialize;
+use shardtool_manifest::{errors, Manifest, ERRORS_FILE};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Where a partitioned pack stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PlanStatus {
+    /// The plan hash.
+    pub plan: String,
+    /// Shards in the plan.
+    pub shards: u64,
+    /// Shards done.
+    pub done: Vec<u64>,
+    /// Shards not done (no done record of this plan, or its shard file is missing).
+    pub missing: Vec<u64>,
+    /// Samples in done shards.
+    pub samples: u64,
+    /// Failed inputs in done shards.
+    pub failed: u64,
+    /// Whether a manifest has been written.
+    pub merged: bool,
+}
+
+/// Where a partitioned pack in `output` stands.
+pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
+    let store = Store::open(output)?;
+    let file = read_plan_in(&store, output)?;
+    let mut s = PlanStatus {
+        plan: file.hash.clone(),
+        shards: file.shards,
+        done: Vec::new(),
+        missing: Vec::new(),
+        samples: 0,
+        failed: file.errors.len() as u64,
+        merged: store.size(shardtool_manifest::FILE_NAME)?.is_some(),
+    };
+    for j in 0..file.shards {
+        match read_done(&store, &file.hash, j)? {
+            Some(rec) => {
+                s.samples += rec.entry.as_ref().map_or(0, |e| e.samples);
+                s.failed += rec.errors.len() as u64;
+                s.done.push(j);
+            }
+            None => s.missing.push(j),
+        }
+    }
+    Ok(s)
+}
+
+/// What a merge published.
+#[derive(Debug, Clone)]
+pub struct MergeReport {
+    /// The manifest written.
+    pub manifest: Manifest,
+    /// Every failed input, in order (also in `errors.jsonl`).
+    pub errors: Vec<ErrorRecord>,
+}
+
+/// Commits a partitioned pack: checks that every shard is done (naming the missing ones
+/// otherwise), writes `errors.jsonl`, then `manifest.json` last. Running it again rewrites the
+/// same bytes.
+pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
+    let store = Store::open(output)?;
+    let file = read_plan_in(&store, output)?;
+    let plan = PackPlan::from_frozen(&file.options, store.local().to_path_buf())
+        .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
+    let mut records = Vec::with_capacity(file.shards as usize);
+    let mut missing = Vec::new();
+    for j in 0..file.shards {
+        match read_done(&store, &file.hash, j)? {
+            Some(r) => records.push(r),
+            None => missing.push(j),
+        }
+    }
+    if !missing.is_empty() {
+        let sink = ShardSink::new(&plan);
+        let staged_gone = file.containers.iter().any(|c| c.staged)
+            && !store.is_remote()
+            && !plan_dir(store.local()).join(STAGED_DIR).exists();
+        return Err(PackError::Incomplete {
+            output: output.to_path_buf(),
+            names: missing
+                .iter()
+                .map(|&j| sink.file_name(j as usize))
+                .collect(),
+            missing,
+            staged_gone,
+        });
+    }
+    let mut errors = file.errors.clone();
+    let mut entries = Vec::new();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut input_json = false;
+    for r in records {
+        errors.extend(r.errors);
+        entries.extend(r.entry);
+        for (f, c) in r.fields {
+            *counts.entry(f).or_default() += c;
+        }
+        input_json |= r.input_json;
+    }
+    let samples: u64 = entries.iter().map(|e| e.samples).sum();
+    let errors_path = output.join(ERRORS_FILE);
+    store.write(ERRORS_FILE, &errors::to_jsonl(&errors))?;
+    if samples == 0 {
+        return Err(PackError::NoImages {
+            looked_for: file.looked_for,
+            failed: errors.len() as u64,
+            summary: crate::failure_summary(&errors),
+            report: errors_path,
+        });
+    }
+    let (fields, optional_fields) = split_fields(&counts, samples);
+    let listing = Listing {
+        classes: file.classes.clone(),
+        labelled: file.labelled,
+        ignored: file.ignored,
+        ..Default::default()
+    };
+    let manifest = build_manifest(
+        &plan,
+        &listing,
+        ManifestParts {
+            entries,
+            fields,
+            optional_fields,
+            input_json,
+            found: file.found,
+            failed: errors.len() as u64,
+        },
+    );
+    if !store.is_remote() {
+        remove_leftovers(store.local(), &plan.prefix);
+    }
+    store.write(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
+    if !store.is_remote() {
+        // Staged inputs were only for the parts.
+        let _ = std::fs::remove_dir_all(plan_dir(store.local()).join(STAGED_DIR));
+    }
+    Ok(MergeReport { manifest, errors })
+}
+
+/// Removes the temporary files that killed attempts left (a SIGKILL leaves no chance to clean
+/// up): once every shard is done, no live attempt of this plan needs one. Best effort.
+fn remove_leftovers(output: &Path, prefix: &str) {
+    let ours = |name: &str| {
+        name.ends_with(".tmp")
+            && [
+                format!(".{prefix}-"),
+                ".errors.jsonl.".into(),
+                ".manifest.json.".into(),
+            ]
+            .iter()
+            .any(|p| name.starts_with(p.as_str()))
+    };
+    let done = plan_dir(output).join(DONE_DIR);
+    for (dir, all_hidden) in [(output.to_path_buf(), false), (done, true)] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let stale = if all_hidden {
+                name.starts_with('.') && name.ends_with(".tmp")
+            } else {
+                ours(&name)
+            };
+            if stale {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
