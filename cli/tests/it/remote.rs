@@ -392,24 +392,34 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 1;
     std::fs::write(&shard, bytes).unwrap();
+    // So is it through a cache still holding the good copy: verify checks the server's.
     let fresh = tmp.path().join("cache2");
-    let out = run(&[
-        "verify",
-        &url,
-        "--cache-dir",
-        fresh.to_str().unwrap(),
-        "--fetch-attempts",
-        "1",
-        "--json",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let problems = doc["problems"].as_array().unwrap();
-    assert_eq!(problems.len(), 1, "{doc}");
-    let p = &problems[0];
-    assert_eq!(p["kind"], "fetch_failed", "{doc}");
-    assert_eq!(p["shard"], "shard-000003.tar.zst", "{doc}");
-    assert!(p["message"].as_str().unwrap().contains("checksum"), "{doc}");
+    for cache_dir in [fresh.as_path(), cache.as_path()] {
+        let out = run(&[
+            "verify",
+            &url,
+            "--cache-dir",
+            cache_dir.to_str().unwrap(),
+            "--fetch-attempts",
+            "1",
+            "--json",
+        ]);
+        assert_eq!(out.status.code(), Some(1), "{cache_dir:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let problems = doc["problems"].as_array().unwrap();
+        assert_eq!(problems.len(), 1, "{doc}");
+        let p = &problems[0];
+        assert_eq!(p["kind"], "fetch_failed", "{doc}");
+        assert_eq!(p["shard"], "shard-000003.tar.zst", "{doc}");
+        assert!(p["message"].as_str().unwrap().contains("checksum"), "{doc}");
+    }
+    // The good cached copy is left as it was, for readers that hold it.
+    let cached: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .map(|d| d.unwrap().path().join("shards/shard-000003.tar"))
+        .filter(|p| p.exists())
+        .collect();
+    assert_eq!(cached.len(), 1, "{cached:?}");
     // And a limit that cannot hold the whole dataset is refused before fetching.
     let out = run(&["verify", &url, "--cache-dir", c, "--cache-limit", "1000"]);
     assert_eq!(out.status.code(), Some(1));

@@ -83,15 +83,21 @@ pub struct Lease {
     path: PathBuf,
     // The shared lock is held by this open file and released when it is dropped.
     _lock: Option<File>,
+    /// Whether this acquisition fetched the shard (rather than finding it cached).
+    fetched: bool,
 }
 
 impl Lease {
     /// A lease on `path`, holding `lock` (shared) when given.
-    fn new(path: PathBuf, lock: Option<File>) -> Self {
+    fn new(path: PathBuf, lock: Option<File>, fetched: bool) -> Self {
         if lock.is_some() {
             crate::dir::held_here(&path, true);
         }
-        Self { path, _lock: lock }
+        Self {
+            path,
+            _lock: lock,
+            fetched,
+        }
     }
 
     /// The whole, checked, decompressed shard file.
@@ -296,6 +302,26 @@ impl RemoteDataset {
         workers: usize,
         hold: bool,
     ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
+        self.fetch_all(workers, hold, false)
+    }
+
+    /// [`RemoteDataset::acquire_all`], holding every shard, for a check of the dataset where it
+    /// lives: a shard already cached is fetched again too (into a temporary file, removed) and
+    /// must match the manifest's size and checksum, so the server's copy is proven as whole as
+    /// the cached one, which is left as it is.
+    pub fn acquire_all_checked_at_source(
+        &self,
+        workers: usize,
+    ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
+        self.fetch_all(workers, true, true)
+    }
+
+    fn fetch_all(
+        &self,
+        workers: usize,
+        hold: bool,
+        at_source: bool,
+    ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
         let n = self.shared.specs.len();
         let next = AtomicU64::new(0);
         let out = Mutex::new((Vec::new(), Vec::new()));
@@ -306,7 +332,12 @@ impl RemoteDataset {
                     if i >= n {
                         break;
                     }
-                    let r = self.shared.acquire(i, hold, true);
+                    let r = self.shared.acquire(i, hold, true).and_then(|lease| {
+                        if at_source && !lease.fetched {
+                            self.shared.check_at_source(i)?;
+                        }
+                        Ok(lease)
+                    });
                     let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
                     match r {
                         Ok(l) => o.0.push(l),
@@ -439,7 +470,11 @@ impl Shared {
                 if !fetched && count_hit {
                     Recorder::add(&self.remote.metrics.hits, 1);
                 }
-                return Ok(Lease::new(paths.data.clone(), hold.then_some(lock)));
+                return Ok(Lease::new(
+                    paths.data.clone(),
+                    hold.then_some(lock),
+                    fetched,
+                ));
             }
             drop(lock);
             let lock = open_lock(&paths.lock)?;
@@ -461,6 +496,35 @@ impl Shared {
     }
 
     /// Downloads, checks, decompresses and publishes one shard; the caller holds its lock.
+    /// Fetches shard `i` again into a temporary file, checking its size and checksum against
+    /// the manifest, and removes it: whether the server's copy is whole, whatever is cached.
+    fn check_at_source(&self, i: usize) -> Result<(), CacheError> {
+        let Some(spec) = self.specs.get(i) else {
+            return Ok(());
+        };
+        let (_reservation, evicted) = self.cache.reserve(spec.bytes)?;
+        Recorder::add(&self.remote.metrics.evictions, evicted);
+        let tmp = self.dir.join("tmp").join(format!(
+            "{}.check.{}.{}.part",
+            spec.cached_name(),
+            std::process::id(),
+            NEXT_TMP.fetch_add(1, Ordering::Relaxed)
+        ));
+        let mut file = File::options()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&tmp)
+            .map_err(CacheError::io(&tmp))?;
+        let checked = self
+            .remote
+            .download(&spec.file, spec.bytes, spec.checksum, &mut file);
+        // Only checked, never kept (one left by a killed process is cleared like a download's).
+        drop(file);
+        let _ = fs::remove_file(&tmp);
+        checked
+    }
+
     fn fetch_locked(&self, spec: &ShardSpec, paths: &ShardPaths) -> Result<(), CacheError> {
         let need = spec.cached_bytes() + spec.decompressed.map_or(0, |_| spec.bytes);
         let (_reservation, evicted) = self.cache.reserve(need)?;

@@ -11,9 +11,10 @@ const MAX_ERRORS_FILE: u64 = 64 << 20;
 
 /// Verifies the remote dataset `ds` with `workers` fetch threads: every shard is fetched into
 /// the cache (the size and checksum of the stored file, and of the decompressed one for `.zst`,
-/// are checked on the way in) and held there while its cached copy is verified like a local
-/// dataset, through a manifest that describes the shards as the cache stores them. The whole
-/// dataset must fit under the cache's limit.
+/// are checked on the way in; a shard already cached is fetched again and checked the same way,
+/// so a copy changed on the server since it was cached is found) and held there while its
+/// cached copy is verified like a local dataset, through a manifest that describes the shards
+/// as the cache stores them. The whole dataset must fit under the cache's limit.
 ///
 /// A shard that could not be fetched is a [`ProblemKind::FetchFailed`] problem; problems name
 /// shards as the server stores them (`.tar.zst`, not the cache's decompressed `.tar`).
@@ -26,7 +27,8 @@ pub fn verify_remote(
     let remote_error = |e: &dyn std::fmt::Display| VerifyError::Remote(e.to_string());
     let all: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
     ds.check_capacity(all).map_err(|e| remote_error(&e))?;
-    let (held, failed) = ds.acquire_all(workers.max(1), true);
+    // Cached shards are fetched again too: the server's copy is what is verified.
+    let (held, failed) = ds.acquire_all_checked_at_source(workers.max(1));
     // A shard that could not be fetched is absent from the view below: reported as such, not
     // as missing from the dataset.
     let failed: HashMap<String, String> = failed
@@ -51,7 +53,7 @@ pub fn verify_remote(
         }
         entry.compression = None;
         let cached = ds.cache_dir().join("shards").join(&entry.file);
-        if cached.exists() {
+        if cached.exists() && !failed.contains_key(&entry.file) {
             let link = view.path().join(&entry.file);
             std::os::unix::fs::symlink(&cached, &link).map_err(|e| VerifyError::io(&link, e))?;
         }
