@@ -204,9 +204,15 @@ pub fn assignment(
                 ))
             }
         };
-        if id >= count {
+        // Every task of an array numbered past the parts refuses (SLURM_ARRAY_TASK_MAX), not
+        // only the last: in a 1-based array the others would run while part 0 never does.
+        let (top, top_var) = match num("SLURM_ARRAY_TASK_MAX")? {
+            Some(max) if var == "SLURM_ARRAY_TASK_ID" && max > id => (max, "SLURM_ARRAY_TASK_MAX"),
+            _ => (id, var),
+        };
+        if top >= count {
             return Err(format!(
-                "--part {part}: {var} is {id}, not below the part count {count}; number the \
+                "--part {part}: {top_var} is {top}, not below the part count {count}; number the \
                  tasks from 0 (sbatch --array=0-{})",
                 count - 1
             ));
@@ -534,6 +540,23 @@ mod tests {
         );
         let one_based = part("auto/4", &[("SLURM_ARRAY_TASK_ID", "4")]).unwrap_err();
         assert!(one_based.contains("--array=0-3"), "{one_based}");
+        // Every task of a 1-based array refuses, not only the one numbered N.
+        let first = [
+            ("SLURM_ARRAY_TASK_ID", "1"),
+            ("SLURM_ARRAY_TASK_MIN", "1"),
+            ("SLURM_ARRAY_TASK_MAX", "4"),
+        ];
+        let refused = part("auto/4", &first).unwrap_err();
+        assert!(refused.contains("SLURM_ARRAY_TASK_MAX is 4"), "{refused}");
+        assert!(refused.contains("--array=0-3"), "{refused}");
+        // A sparse resubmission within the parts runs (--array=1,3).
+        assert_eq!(
+            part(
+                "auto/4",
+                &[("SLURM_ARRAY_TASK_ID", "1"), ("SLURM_ARRAY_TASK_MAX", "3")]
+            ),
+            Ok(Assignment::Part { index: 1, count: 4 })
+        );
         assert!(part("0/0", &[]).unwrap_err().contains("at least 1"));
         assert_eq!(
             part("auto/4", &[("JOB_COMPLETION_INDEX", "0")]),
