@@ -143,6 +143,58 @@ def test_pack_parquet_with_input_format_and_custom_columns(
         assert s["txt"].decode() == e["text"]
 
 
+def test_pack_parquet_with_class_names_as_string_labels(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root, _ = inputs
+    # Two files whose string labels are class names (some rows unlabelled: null or empty).
+    names = ["zebra", "ant", "moth", "bee"]
+    files = sorted((root / "parquet" / "data").glob("*.parquet"))
+    assert len(files) == 2
+    folder = tmp_path / "named"
+    folder.mkdir()
+    want: Dict[str, Any] = {}
+    for f in files:
+        table = pq.read_table(f)
+        labels = [
+            None if i % 7 == 3 else "" if i % 7 == 5 else names[(i + len(want)) % len(names)]
+            for i in range(table.num_rows)
+        ]
+        for i, l in enumerate(labels):
+            want[f"{f.name}:{i}"] = l or None
+        pq.write_table(
+            table.set_column(table.schema.get_field_index("label"), "label", pa.array(labels, pa.string())),
+            folder / f.name,
+            row_group_size=5,
+        )
+    out = tmp_path / "ds"
+    m = shardtool.pack(folder, out, resize="shorter:32")["manifest"]
+    classes = sorted(set(l for l in want.values() if l))
+    assert m["classes"] == classes
+    got = _members(out)
+    # (The inputs hold rows without a usable image; those fail as they do with integer labels.)
+    assert len(got) == m["inputs"]["packed"]
+    assert m["inputs"]["packed"] + m["inputs"]["failed"] == len(want)
+    labelled = 0
+    for s in got.values():
+        source = json.loads(s["json"])["source"]
+        name = want[source.rsplit("/", 1)[1]]
+        if name is None:
+            assert "cls" not in s, source
+        else:
+            assert classes[int(s["cls"])] == name, source
+            labelled += 1
+    assert 0 < labelled < len(got)
+    # Class indices in one file and names in another are refused, naming both.
+    table = pq.read_table(files[0])
+    pq.write_table(table, folder / files[0].name)
+    with pytest.raises(ValueError, match="mix class indices"):
+        shardtool.pack(folder, tmp_path / "mixed")
+
+
 def test_pack_input_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="input_format"):
         shardtool.pack(SAMPLE, tmp_path / "a", input_format="tfrecord")

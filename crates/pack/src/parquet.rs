@@ -6,7 +6,9 @@
 //! Columns: the image is the `image` column (or `--image-column`), a struct with `bytes` (and
 //! `path`) or a binary column, else the first such column; the label is `label` (or
 //! `--label-column`), an integer, with class names from the `ClassLabel` feature in the file's
-//! `huggingface` metadata when present (a negative label leaves the row unlabelled); the text is
+//! `huggingface` metadata when present (a negative label leaves the row unlabelled), or a string,
+//! a class name (classes numbered in sorted order; an empty one leaves the row unlabelled); the
+//! text is
 //! `text` or `caption` (or `--text-column`); other scalar columns go to the sample's metadata.
 
 mod guard;
@@ -34,7 +36,14 @@ const TEXT_COLUMNS: [&str; 2] = ["text", "caption"];
 struct StagedRow {
     row: u64,
     span: (u64, u64),
-    label: Option<u32>,
+    label: Option<RowLabel<u32>>,
+}
+
+/// A row's label: a class index, or a class name numbered once every file is read.
+#[derive(Debug, Clone, PartialEq)]
+enum RowLabel<I> {
+    Index(I),
+    Name(String),
 }
 
 /// One Parquet file, opened: where it is, how it is read, and its row groups.
@@ -133,13 +142,14 @@ fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, 
     let is_int = |l: &Type| {
         l.is_primitive() && matches!(l.get_physical_type(), Physical::INT32 | Physical::INT64)
     };
-    if let Some(l) = label.filter(|l| columns.label.is_some() && !is_int(l)) {
+    let usable = |l: &Type| is_int(l) || is_string(l);
+    if let Some(l) = label.filter(|l| columns.label.is_some() && !usable(l)) {
         return Err(format!(
-            "label column {:?} is not an integer column",
+            "label column {:?} holds neither integers (class indices) nor strings (class names)",
             l.name()
         ));
     }
-    let label = label.filter(|l| is_int(l));
+    let label = label.filter(|l| usable(l));
     let text = match &columns.text {
         Some(n) => {
             Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
@@ -210,7 +220,7 @@ fn scalar_json(f: &Field) -> Option<serde_json::Value> {
 struct RowParts<'r> {
     image: Option<&'r [u8]>,
     image_path: Option<&'r str>,
-    label: Option<i64>,
+    label: Option<RowLabel<i64>>,
     text: Option<String>,
     columns: serde_json::Map<String, serde_json::Value>,
 }
@@ -240,8 +250,9 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
             }
         } else if Some(name) == chosen.label.as_ref() {
             p.label = match field {
-                Field::Int(v) => Some(i64::from(*v)),
-                Field::Long(v) => Some(*v),
+                Field::Int(v) => Some(RowLabel::Index(i64::from(*v))),
+                Field::Long(v) => Some(RowLabel::Index(*v)),
+                Field::Str(name) if !name.is_empty() => Some(RowLabel::Name(name.clone())),
                 _ => None,
             };
         } else if Some(name) == chosen.text.as_ref() {
@@ -424,9 +435,12 @@ fn stage_rows(
         }
         let label = match p.label {
             None => None,
-            Some(l) if l < 0 => None,
-            Some(l) if l <= i64::from(MAX_LABEL).min(MAX_INT_LABEL) => Some(l as u32),
-            Some(l) => {
+            Some(RowLabel::Name(n)) => Some(RowLabel::Name(n)),
+            Some(RowLabel::Index(l)) if l < 0 => None,
+            Some(RowLabel::Index(l)) if l <= i64::from(MAX_LABEL).min(MAX_INT_LABEL) => {
+                Some(RowLabel::Index(l as u32))
+            }
+            Some(RowLabel::Index(l)) => {
                 out.errors.push(failure(
                     source(),
                     "bad_label",
@@ -484,9 +498,54 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     let staged = parallel_map(&units, options.jobs, |_, &(f, g)| {
         stage_group(&files[f], f, g, &opened[f], options)
     });
+    // Class names, numbered in sorted order across every file; names and indices together
+    // are refused (numbering `10` before `2` as names would silently relabel the indices).
+    let mut classes: std::collections::BTreeMap<String, u32> = Default::default();
+    let (mut first_index, mut first_name) = (None, None);
+    for (g, s) in units.iter().zip(&staged) {
+        for r in &s.rows {
+            let first = match &r.label {
+                Some(RowLabel::Name(n)) => {
+                    if !classes.contains_key(n) {
+                        classes.insert(n.clone(), 0);
+                    }
+                    &mut first_name
+                }
+                Some(RowLabel::Index(_)) => &mut first_index,
+                None => continue,
+            };
+            first.get_or_insert_with(|| format!("{}:{}", files[g.0], r.row));
+        }
+    }
+    if let (Some(i), Some(n)) = (&first_index, &first_name) {
+        return Err(ListError::BadInput {
+            message: format!(
+                "the Parquet label columns mix class indices ({i}) with class names ({n}): use \
+                 one kind throughout"
+            ),
+        });
+    }
+    if classes.len() > MAX_INT_LABEL as usize + 1 {
+        return Err(ListError::BadInput {
+            message: format!(
+                "{} class names in the Parquet label columns, more than {}",
+                classes.len(),
+                MAX_INT_LABEL + 1
+            ),
+        });
+    }
+    for (k, v) in classes.values_mut().enumerate() {
+        *v = k as u32;
+    }
+    let class_of = |l: &Option<RowLabel<u32>>| match l {
+        Some(RowLabel::Index(i)) => Some(*i),
+        Some(RowLabel::Name(n)) => classes.get(n.as_str()).copied(),
+        None => None,
+    };
     let mut staged = staged.into_iter();
     let mut max_label: Option<u32> = None;
-    let mut names: Option<Vec<String>> = None;
+    let mut names: Option<Vec<String>> =
+        (!classes.is_empty()).then(|| classes.keys().cloned().collect());
     for (name, o) in files.iter().zip(opened) {
         let mut etag = None;
         if let Some(f) = o.fetched.filter(|f| f.staged) {
@@ -510,13 +569,14 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
                     .inputs
                     .add_container_dir(format!("{shown}:").as_bytes(), Some(ci));
                 for r in &s.rows {
-                    if let Some(l) = r.label {
+                    let label = class_of(&r.label);
+                    if let Some(l) = label {
                         max_label = max_label.max(Some(l));
                     }
                     listing.inputs.push_span(
                         dir,
                         r.row.to_string().as_bytes(),
-                        r.label,
+                        label,
                         None,
                         r.span,
                     )?;
