@@ -458,7 +458,7 @@ class Loader:
 
     def metrics(self) -> Dict[str, Any]:
         """What the current (or last closed) pass has done so far, as a dict: ``samples``,
-        ``batches``, ``samples_per_s``, ``wait_p50``/``wait_p99`` (each ``{"secs", "nanos"}``),
+        ``batches``, ``samples_per_s``, ``elapsed_s``, ``wait_p50_s``/``wait_p99_s`` (seconds),
         ``corrupt_skipped`` (records left out with ``skip_corrupt=True``), ``lost_samples`` and
         ``lost_shards`` (shards that could not be read at all, with why), ``slow_records``, and
         ``cache`` for a remote dataset. Empty before the first ``iter()``."""

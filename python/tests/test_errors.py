@@ -102,5 +102,8 @@ def test_corrupt_shard_raises_dataset_error(datasets: Dict[str, Path], tmp_path:
         s["samples"] for s in json.loads((copy / "manifest.json").read_text())["shards"]
     )
     assert [name for name, _ in m["lost_shards"]] == ([first["file"]] if m["lost_samples"] else [])
+    # Times are seconds, as floats.
+    assert isinstance(m["wait_p99_s"], float) and 0 <= m["wait_p50_s"] <= m["wait_p99_s"]
+    assert 0 < m["elapsed_s"] < 600
     loader.close()
     assert loader.metrics()["samples"] == read

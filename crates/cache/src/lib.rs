@@ -27,7 +27,7 @@ pub use dir::{default_cache_dir, CacheDir, CachedDataset, ClearReport};
 #[cfg(feature = "remote")]
 pub use inputs::{Published, RemoteFolder};
 pub use location::{Location, RemoteUrl};
-pub use metrics::CacheMetrics;
+pub use metrics::{as_seconds, CacheMetrics};
 #[cfg(feature = "remote")]
 pub use remote::FetchPolicy;
 #[cfg(feature = "remote")]

@@ -18,9 +18,11 @@ pub struct CacheMetrics {
     pub bytes_fetched: u64,
     /// Whole-shard fetches completed.
     pub fetches: u64,
-    /// Median time of a completed shard fetch.
+    /// Median time of a completed shard fetch (`fetch_p50_s` in JSON).
+    #[serde(rename = "fetch_p50_s", serialize_with = "as_seconds")]
     pub fetch_p50: Duration,
-    /// Slowest completed shard fetch.
+    /// Slowest completed shard fetch (`fetch_max_s` in JSON).
+    #[serde(rename = "fetch_max_s", serialize_with = "as_seconds")]
     pub fetch_max: Duration,
     /// Attempts that failed and were retried.
     pub retries: u64,
@@ -30,6 +32,11 @@ pub struct CacheMetrics {
     pub repaired: u64,
     /// Shards evicted by this process to stay under the limit.
     pub evictions: u64,
+}
+
+/// Serialises a duration as seconds (a float), as metrics are reported in JSON.
+pub fn as_seconds<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64())
 }
 
 #[derive(Default)]

@@ -12,7 +12,8 @@ pub struct SlowRecord {
     pub shard: String,
     /// Sample key.
     pub key: String,
-    /// Time taken.
+    /// Time taken (`time_s`, seconds, in JSON).
+    #[serde(rename = "time_s", serialize_with = "shardtool_cache::as_seconds")]
     pub time: Duration,
 }
 
@@ -23,7 +24,8 @@ pub struct Metrics {
     pub samples: u64,
     /// Batch bytes assembled.
     pub bytes: u64,
-    /// Wall time since the loader started.
+    /// Wall time since the loader started (`elapsed_s`, seconds, in JSON).
+    #[serde(rename = "elapsed_s", serialize_with = "shardtool_cache::as_seconds")]
     pub elapsed: Duration,
     /// Samples per second.
     pub samples_per_s: f64,
@@ -31,9 +33,11 @@ pub struct Metrics {
     pub bytes_per_s: f64,
     /// Batches waited for.
     pub batches: u64,
-    /// Median consumer wait per batch.
+    /// Median consumer wait per batch (`wait_p50_s`, seconds, in JSON).
+    #[serde(rename = "wait_p50_s", serialize_with = "shardtool_cache::as_seconds")]
     pub wait_p50: Duration,
-    /// 99th-percentile consumer wait per batch.
+    /// 99th-percentile consumer wait per batch (`wait_p99_s`, seconds, in JSON).
+    #[serde(rename = "wait_p99_s", serialize_with = "shardtool_cache::as_seconds")]
     pub wait_p99: Duration,
     /// Records left out under the skip policy.
     pub corrupt_skipped: u64,
