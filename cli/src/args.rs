@@ -117,7 +117,8 @@ pub enum Command {
     ///   shardtool verify out/manifest.json --decode --jobs 8
     ///   shardtool verify out/ --json | jq '.problems[] | select(.kind == "checksum_mismatch")'
     ///   shardtool verify https://host/ds/ --cache-dir /nvme/cache
-    #[command(verbatim_doc_comment)]
+    // Every shard is fetched here, --fetch-concurrency at once: reading ahead does not apply.
+    #[command(verbatim_doc_comment, mut_arg("prefetch_shards", |a| a.hide(true)))]
     Verify(VerifyArgs),
 
     /// Summarise a dataset or a single shard: sample and shard counts, class histogram, image
@@ -132,7 +133,8 @@ pub enum Command {
     ///   shardtool inspect out/
     ///   shardtool inspect out/shard-000003.tar.zst
     ///   shardtool inspect out/ --json | jq .image_sizes
-    #[command(verbatim_doc_comment)]
+    ///   shardtool inspect https://host/ds/ --cache-dir /nvme/cache
+    #[command(verbatim_doc_comment, mut_arg("prefetch_shards", |a| a.hide(true)))]
     Inspect(InspectArgs),
 
     /// Draw a contact sheet (PNG) of randomly chosen samples with their class names, to judge
@@ -140,13 +142,15 @@ pub enum Command {
     ///
     /// Samples are chosen with a seeded shuffle (same seed, same samples); each thumbnail fits
     /// a --tile square (aspect kept, never enlarged) with the class name, stored size and key
-    /// under it. Only the shards holding chosen samples are read. The PNG is written atomically.
+    /// under it. Only the shards holding chosen samples are read (of a remote dataset, only
+    /// they are fetched). The PNG is written atomically.
     ///
     /// Examples:
     ///   shardtool preview out/ -o sheet.png
     ///   shardtool preview out/ -o sheet.png --count 36 --seed 7 --tile 160
     ///   shardtool preview out/shard-000000.safetensors -o s0.png
-    #[command(verbatim_doc_comment)]
+    ///   shardtool preview s3://bucket/ds/ -o sheet.png
+    #[command(verbatim_doc_comment, mut_arg("prefetch_shards", |a| a.hide(true)))]
     Preview(PreviewArgs),
 
     /// Stream a dataset through the loader (shuffle, partition, batches), optionally printing
@@ -416,9 +420,13 @@ pub struct VerifyArgs {
 /// Arguments of `shardtool inspect`.
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    /// A dataset directory, its manifest.json, or one shard file.
-    #[arg(value_name = "DATASET | SHARD")]
+    /// A dataset directory, its manifest.json, or one shard file; or the http(s):// or s3://
+    /// URL of a dataset folder or manifest, whose shards are fetched through the shard cache.
+    #[arg(value_name = "DATASET | SHARD | URL")]
     pub target: PathBuf,
+
+    #[command(flatten)]
+    pub cache: crate::commands::cache::CacheArgs,
 
     /// Print one JSON document on stdout instead of text.
     #[arg(long)]
@@ -432,9 +440,13 @@ pub struct InspectArgs {
 /// Arguments of `shardtool preview`.
 #[derive(Debug, Args)]
 pub struct PreviewArgs {
-    /// A dataset directory, its manifest.json, or one shard file.
-    #[arg(value_name = "DATASET | SHARD")]
+    /// A dataset directory, its manifest.json, or one shard file; or the http(s):// or s3://
+    /// URL of a dataset folder or manifest, whose chosen shards are fetched through the cache.
+    #[arg(value_name = "DATASET | SHARD | URL")]
     pub target: PathBuf,
+
+    #[command(flatten)]
+    pub cache: crate::commands::cache::CacheArgs,
 
     /// Where to write the contact sheet (PNG).
     #[arg(long, short = 'o', value_name = "PNG")]

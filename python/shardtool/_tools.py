@@ -129,6 +129,27 @@ def verify(
     )
 
 
-def inspect(path: PathLike, *, jobs: Union[int, None] = None) -> Dict[str, Any]:
-    """Counts, class histogram, image sizes and pack options of a dataset or one shard, as a dict."""
-    return json.loads(_shardtool.inspect(os.fspath(path), jobs=jobs))
+def inspect(
+    path: PathLike,
+    *,
+    jobs: Union[int, None] = None,
+    cache_dir: Optional[PathLike] = None,
+    cache_limit: Optional[Union[int, str]] = None,
+) -> Dict[str, Any]:
+    """Counts, class histogram, image sizes, fields and pack options of a dataset or one shard,
+    as a dict.
+
+    ``path`` is a dataset folder, its ``manifest.json`` or one shard file, or the ``http(s)://``
+    or ``s3://`` URL of a dataset: its shards are fetched into the shard cache (``cache_dir``, at
+    most ``cache_limit`` bytes, as for :class:`Loader`; the whole dataset must fit) and read
+    there, with stored sizes and formats as the server has them. Shards that cannot be read are
+    listed under ``problems`` and left out of the figures.
+    """
+    return json.loads(
+        _shardtool.inspect(
+            os.fspath(path),
+            jobs=jobs,
+            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_limit=cache_limit_bytes(cache_limit),
+        )
+    )

@@ -249,6 +249,39 @@ pub fn pack(
     }
 }
 
+/// Runs `local` on a local dataset path, or `remote` on a remote dataset (an `http(s)://` or
+/// `s3://` URL, opened through the cache `cache_dir`/`cache_limit` with its fetch thread count),
+/// on a thread Ctrl-C can interrupt; the result as JSON.
+fn on_dataset<T: serde::Serialize + Send + 'static>(
+    py: Python<'_>,
+    path: PathBuf,
+    cache_dir: Option<PathBuf>,
+    cache_limit: Option<u64>,
+    local: impl FnOnce(&std::path::Path) -> Result<T, VerifyError> + Send + 'static,
+    remote: impl FnOnce(&RemoteDataset, usize) -> Result<T, VerifyError> + Send + 'static,
+) -> PyResult<String> {
+    // A path that is not UTF-8 is local (URLs are text).
+    let location = match path.to_str() {
+        Some(text) => Location::parse(text).map_err(|e| read_error(ReadError::from(e)))?,
+        None => Location::Local(path),
+    };
+    let r = match location {
+        Location::Local(path) => interruptible(py, move || local(&path))?,
+        Location::Remote(url) => {
+            let mut cache = crate::reader::cache_options(cache_dir, cache_limit);
+            let workers = cache.concurrency.max(1);
+            // Every shard is fetched by the task itself: no prefetch threads.
+            cache.concurrency = 0;
+            interruptible(py, move || {
+                let ds = RemoteDataset::open(url, cache)
+                    .map_err(|e| VerifyError::Remote(e.to_string()))?;
+                remote(&ds, workers)
+            })?
+        }
+    };
+    json(&r.map_err(verify_error)?)
+}
+
 /// Verifies a dataset (a local folder or manifest, or an `http(s)://` or `s3://` URL whose shards
 /// are fetched through the cache); returns the report as JSON.
 #[pyfunction]
@@ -265,40 +298,41 @@ pub fn verify(
         decode,
         ..VerifyOptions::with_jobs(jobs.unwrap_or(0))
     };
-    // A path that is not UTF-8 is local (URLs are text).
-    let location = match path.to_str() {
-        Some(text) => Location::parse(text).map_err(|e| read_error(ReadError::from(e)))?,
-        None => Location::Local(path),
-    };
-    let r = match location {
-        Location::Local(path) => interruptible(py, move || {
-            shardtool_verify::verify(&path, &opts, &shardtool_verify::NoProgress)
-        })?,
-        Location::Remote(url) => {
-            let mut cache = crate::reader::cache_options(cache_dir, cache_limit);
-            let workers = cache.concurrency.max(1);
-            // Every shard is fetched by verify itself: no prefetch threads.
-            cache.concurrency = 0;
-            interruptible(py, move || {
-                let ds = RemoteDataset::open(url, cache)
-                    .map_err(|e| VerifyError::Remote(e.to_string()))?;
-                shardtool_verify::verify_remote(&ds, workers, &opts, &shardtool_verify::NoProgress)
-            })?
-        }
-    };
-    json(&r.map_err(verify_error)?)
+    on_dataset(
+        py,
+        path,
+        cache_dir,
+        cache_limit,
+        move |p| shardtool_verify::verify(p, &opts, &shardtool_verify::NoProgress),
+        move |ds, workers| {
+            shardtool_verify::verify_remote(ds, workers, &opts, &shardtool_verify::NoProgress)
+        },
+    )
 }
 
-/// Counts, class histogram and image sizes of a dataset or shard, as JSON.
+/// Counts, class histogram and image sizes of a dataset or shard (local, or an `http(s)://` or
+/// `s3://` URL whose shards are fetched through the cache), as JSON.
 #[pyfunction]
-#[pyo3(signature = (path, *, jobs=None))]
-pub fn inspect(py: Python<'_>, path: PathBuf, jobs: Option<usize>) -> PyResult<String> {
+#[pyo3(signature = (path, *, jobs=None, cache_dir=None, cache_limit=None))]
+pub fn inspect(
+    py: Python<'_>,
+    path: PathBuf,
+    jobs: Option<usize>,
+    cache_dir: Option<PathBuf>,
+    cache_limit: Option<u64>,
+) -> PyResult<String> {
     let mut opts = VerifyOptions::default();
     if let Some(j) = jobs {
         opts.jobs = j;
     }
-    let r = interruptible(py, move || shardtool_inspect::inspect(&path, &opts))?;
-    json(&r.map_err(verify_error)?)
+    on_dataset(
+        py,
+        path,
+        cache_dir,
+        cache_limit,
+        move |p| shardtool_inspect::inspect(p, &opts),
+        move |ds, workers| shardtool_inspect::inspect_remote(ds, workers, &opts),
+    )
 }
 
 /// A `transform=` value checked and written out in full (defaults filled in); `ValueError` says

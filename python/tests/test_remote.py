@@ -79,6 +79,15 @@ def test_loader_and_verify_over_http_through_the_cache(served: Path, tmp_path: P
     assert report["dataset"] == url + "manifest.json"
     assert report["samples"] == samples(ds)
 
+    # Inspect reads it as the local copy, naming it by URL (stored sizes as served: zstd).
+    remote = shardtool.inspect(url, cache_dir=cache)
+    local = shardtool.inspect(ds)
+    assert (remote["target"], remote["manifest"]) == (url, url + "manifest.json")
+    assert "wds+zstd" in remote["formats"]
+    assert {k: v for k, v in remote.items() if k not in ("target", "manifest")} == {
+        k: v for k, v in local.items() if k not in ("target", "manifest")
+    }
+
     # A shard damaged on the server fails its checksum on the way into the cache: reported under
     # its stored name, as a fetch failure. The cache is cleared first so it is fetched again.
     manifest = json.loads((ds / "manifest.json").read_text())

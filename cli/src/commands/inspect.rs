@@ -2,10 +2,10 @@
 //! dataset or a single shard, as text or one JSON document.
 
 use crate::args::InspectArgs;
-use crate::commands::verify::opened;
+use crate::commands::verify::{fetched, open_remote, opened};
 use crate::Failure;
 use anyhow::anyhow;
-use shardtool_inspect::{inspect, InspectReport};
+use shardtool_inspect::{inspect, inspect_remote, InspectReport};
 use shardtool_verify::VerifyOptions;
 
 /// Runs `shardtool inspect`.
@@ -14,7 +14,10 @@ pub fn run(a: InspectArgs) -> Result<(), Failure> {
     if let Some(j) = a.jobs {
         opts.jobs = j as usize;
     }
-    let report = opened(inspect(&a.target, &opts), a.json)?;
+    let report = match open_remote(&a.target, &a.cache, a.json)? {
+        Some((ds, workers)) => fetched(inspect_remote(&ds, workers, &opts), a.json)?,
+        None => opened(inspect(&a.target, &opts), a.json)?,
+    };
     if a.json {
         let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;
         outln!("{text}");

@@ -1,11 +1,11 @@
 //! `shardtool preview`: a contact sheet PNG of seeded-random samples, written atomically.
 
 use crate::args::PreviewArgs;
-use crate::commands::verify::opened;
+use crate::commands::verify::{fetched, open_remote, opened};
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_core::AtomicFile;
-use shardtool_inspect::{encode_png, preview, PreviewOptions};
+use shardtool_inspect::{encode_png, preview, preview_remote, PreviewOptions};
 
 /// Runs `shardtool preview`.
 pub fn run(a: PreviewArgs) -> Result<(), Failure> {
@@ -30,7 +30,10 @@ pub fn run(a: PreviewArgs) -> Result<(), Failure> {
     if let Some(j) = a.jobs {
         opts.jobs = j as usize;
     }
-    let sheet = opened(preview(&a.target, &opts), a.json)?;
+    let sheet = match open_remote(&a.target, &a.cache, a.json)? {
+        Some((ds, workers)) => fetched(preview_remote(&ds, workers, &opts), a.json)?,
+        None => opened(preview(&a.target, &opts), a.json)?,
+    };
     for s in &sheet.skipped {
         eprintln!("warning: skipped {s}");
     }

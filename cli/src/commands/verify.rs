@@ -5,7 +5,7 @@ use crate::args::VerifyArgs;
 use crate::Failure;
 use anyhow::anyhow;
 use indicatif::{ProgressBar, ProgressStyle};
-use shardtool_cache::{Location, RemoteDataset, RemoteUrl};
+use shardtool_cache::{Location, RemoteDataset};
 use shardtool_verify::{verify, Progress, Report, VerifyError, VerifyOptions};
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,13 +112,13 @@ fn print_error_json(e: &VerifyError) {
 /// Runs `shardtool verify`.
 pub fn run(a: VerifyArgs) -> Result<(), Failure> {
     let opts = options(&a);
-    let remote = match a.dataset.to_str().map(Location::parse) {
-        Some(Ok(Location::Remote(url))) => Some(url),
-        Some(Err(e)) => return Err(Failure::usage(e)),
-        _ => None,
-    };
-    let report = match remote {
-        Some(url) => verify_remote(&a, url, &opts)?,
+    let report = match open_remote(&a.dataset, &a.cache, a.json)? {
+        Some((ds, workers)) => {
+            let bar = Bar::new(!a.quiet && !a.json);
+            let result = shardtool_verify::verify_remote(&ds, workers, &opts, &bar);
+            bar.finish();
+            fetched(result, a.json)?
+        }
         None => {
             let bar = Bar::new(!a.quiet && !a.json);
             let result = verify(&a.dataset, &opts, &bar);
@@ -202,14 +202,25 @@ fn print_human(r: &Report) {
     }
 }
 
-/// Verifies a remote dataset through the cache (`shardtool_verify::verify_remote`).
-fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result<Report, Failure> {
-    let mut options = a.cache.options()?;
+/// The remote dataset `target` names, opened through the cache `cache` describes, with the
+/// number of fetch threads; `None` for a local target. A URL that cannot be opened is a usage
+/// failure (with `json`, printed as `{"ok": false, "error": …}` first).
+pub(crate) fn open_remote(
+    target: &std::path::Path,
+    cache: &crate::commands::cache::CacheArgs,
+    json: bool,
+) -> Result<Option<(RemoteDataset, usize)>, Failure> {
+    let url = match target.to_str().map(Location::parse) {
+        Some(Ok(Location::Remote(url))) => url,
+        Some(Err(e)) => return Err(Failure::usage(e)),
+        _ => return Ok(None),
+    };
+    let mut options = cache.options()?;
     let workers = options.concurrency.max(1);
-    // Every shard is fetched here: the reader's prefetch threads are not needed.
+    // Every shard is fetched by the command itself: the reader's prefetch threads are not needed.
     options.concurrency = 0;
     let ds = RemoteDataset::open(url, options).map_err(|e| {
-        if a.json {
+        if json {
             let doc = serde_json::json!({
                 "ok": false,
                 "error": { "kind": "unreadable", "message": e.to_string() },
@@ -218,17 +229,19 @@ fn verify_remote(a: &VerifyArgs, url: RemoteUrl, opts: &VerifyOptions) -> Result
         }
         Failure::usage(e)
     })?;
-    let bar = Bar::new(!a.quiet && !a.json);
-    let result = shardtool_verify::verify_remote(&ds, workers, opts, &bar);
-    bar.finish();
+    Ok(Some((ds, workers)))
+}
+
+/// The outcome of a command over a remote dataset: one that could not be fetched (the cache too
+/// small, the server failing) is a failed run, not a usage error.
+pub(crate) fn fetched<T>(result: Result<T, VerifyError>, json: bool) -> Result<T, Failure> {
     match result {
-        // The cache too small, or the server failing: a failed run, not a usage error.
         Err(e @ VerifyError::Remote(_)) => {
-            if a.json {
+            if json {
                 print_error_json(&e);
             }
             Err(Failure::run(e))
         }
-        r => opened(r, a.json),
+        r => opened(r, json),
     }
 }

@@ -426,6 +426,83 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("too small"));
 }
 
+#[test]
+fn inspect_and_preview_read_a_remote_dataset_as_a_local_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = tmp.path().join("www");
+    let local = www.join("ds");
+    pack(&local, &["--compress", "zstd"]);
+    let server = Lighttpd::start(&www);
+    let url = server.url("ds/");
+    let cache = tmp.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let json = |out: &Output| -> serde_json::Value { serde_json::from_str(&ok(out)).unwrap() };
+
+    // Inspect: the same figures as the local dataset's, the stored sizes and formats the
+    // server's (the cache holds .zst shards decompressed), named by URL.
+    let want = json(&run(&["inspect", local.to_str().unwrap(), "--json"]));
+    let mut got = json(&run(&["inspect", &url, "--cache-dir", c, "--json"]));
+    assert_eq!(got["target"], url.as_str());
+    assert_eq!(got["manifest"], format!("{url}manifest.json"));
+    assert!(got["formats"]["wds+zstd"].as_u64().unwrap() > 1, "{got}");
+    for k in ["target", "manifest"] {
+        got[k] = want[k].clone();
+    }
+    assert_eq!(got, want);
+
+    // Preview: the same samples as the local sheet, fetching only the shards that hold them.
+    let fresh = tmp.path().join("fresh");
+    std::fs::create_dir(&fresh).unwrap();
+    let c = fresh.to_str().unwrap();
+    let sheet = |target: &str, png: &Path| {
+        let mut a = vec![
+            "preview",
+            target,
+            "-o",
+            png.to_str().unwrap(),
+            "-n",
+            "2",
+            "--json",
+        ];
+        a.extend(["--seed", "5", "--cache-dir", c]);
+        json(&run(&a))
+    };
+    let want = sheet(local.to_str().unwrap(), &tmp.path().join("local.png"));
+    let got = sheet(&url, &tmp.path().join("remote.png"));
+    assert_eq!(got["items"], want["items"]);
+    let shards: std::collections::BTreeSet<&str> = got["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["shard"].as_str().unwrap())
+        .collect();
+    assert!(shards.iter().all(|s| s.ends_with(".tar.zst")), "{shards:?}");
+    let cached: Vec<PathBuf> = std::fs::read_dir(c)
+        .unwrap()
+        .map(|d| d.unwrap().path().join("shards"))
+        .filter(|d| d.is_dir())
+        .flat_map(|d| std::fs::read_dir(d).unwrap())
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(cached.len(), shards.len(), "{cached:?}");
+    assert!(manifest_shards(&local) > shards.len());
+    let png = std::fs::read(tmp.path().join("remote.png")).unwrap();
+    assert!(png.starts_with(b"\x89PNG"));
+
+    // A URL with no dataset behind it cannot be opened: exit 2, as a missing folder.
+    let gone = server.url("nothing/");
+    assert_eq!(
+        run(&["inspect", &gone, "--cache-dir", c]).status.code(),
+        Some(2)
+    );
+}
+
+fn manifest_shards(ds: &Path) -> usize {
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ds.join("manifest.json")).unwrap()).unwrap();
+    m["shards"].as_array().unwrap().len()
+}
+
 /// A proxy in front of the S3 server on `upstream` that cuts off every PUT of more than 1 MiB as
 /// a server ending a connection mid-request does: it reads the headers, half-closes, and closes
 /// with the body unread (the client, still writing, is reset after the server's FIN). Other

@@ -302,7 +302,18 @@ impl RemoteDataset {
         workers: usize,
         hold: bool,
     ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
-        self.fetch_all(workers, hold, false)
+        self.fetch_many(None, workers, hold, false)
+    }
+
+    /// Fetches shards `indices` with `workers` threads and holds them: the leases and, by shard
+    /// index, the errors of shards that could not be fetched (an index past the manifest's is
+    /// one).
+    pub fn acquire_some(
+        &self,
+        indices: &[usize],
+        workers: usize,
+    ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
+        self.fetch_many(Some(indices), workers, true, false)
     }
 
     /// [`RemoteDataset::acquire_all`], holding every shard, for a check of the dataset where it
@@ -313,25 +324,28 @@ impl RemoteDataset {
         &self,
         workers: usize,
     ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
-        self.fetch_all(workers, true, true)
+        self.fetch_many(None, workers, true, true)
     }
 
-    fn fetch_all(
+    /// Fetches shards `indices` (all when `None`) on `workers` threads.
+    fn fetch_many(
         &self,
+        indices: Option<&[usize]>,
         workers: usize,
         hold: bool,
         at_source: bool,
     ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
-        let n = self.shared.specs.len();
+        let n = indices.map_or(self.shared.specs.len(), <[usize]>::len);
         let next = AtomicU64::new(0);
         let out = Mutex::new((Vec::new(), Vec::new()));
         std::thread::scope(|s| {
             for _ in 0..workers.clamp(1, n.max(1)) {
                 s.spawn(|| loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
-                    if i >= n {
+                    let k = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    if k >= n {
                         break;
                     }
+                    let i = indices.map_or(k, |v| v[k]);
                     let r = self.shared.acquire(i, hold, true).and_then(|lease| {
                         if at_source && !lease.fetched {
                             self.shared.check_at_source(i)?;

@@ -6,7 +6,7 @@
 use crate::{read_shard, sniff, tar_meta_and_label};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use shardtool_manifest::{ShardFormat, ShardKind};
+use shardtool_manifest::{ShardEntry, ShardFormat, ShardKind};
 use shardtool_packed::{PackedShard, RECORD_FIELDS};
 use shardtool_verify::{
     map_on_threads, open_target, Problem, ProblemKind, Target, VerifyError, VerifyOptions,
@@ -165,10 +165,22 @@ impl Stats {
 
 /// Inspects a dataset (directory or manifest) or a single shard file.
 pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, VerifyError> {
+    inspect_as(target, opts, None)
+}
+
+/// [`inspect`]; with `as_stored`, the dataset's shards as stored elsewhere (a remote dataset's
+/// manifest entries, index for index, where the target holds decompressed copies), whose
+/// formats and sizes the report gives for the shards it reads.
+pub(crate) fn inspect_as(
+    target: &Path,
+    opts: &VerifyOptions,
+    as_stored: Option<&[ShardEntry]>,
+) -> Result<InspectReport, VerifyError> {
     match open_target(target, &opts.limits, true)? {
         Target::Dataset(ds) => {
             let m = &ds.manifest;
-            let parts = map_on_threads(opts.jobs_or_cores(), "inspect", &m.shards, |e| {
+            let indexed: Vec<(usize, &ShardEntry)> = m.shards.iter().enumerate().collect();
+            let parts = map_on_threads(opts.jobs_or_cores(), "inspect", &indexed, |&(i, e)| {
                 if !shardtool_manifest::is_safe_file_name(&e.file) {
                     return Stats::default();
                 }
@@ -176,13 +188,21 @@ pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, Ver
                     format: e.format,
                     compression: e.compression,
                 };
-                shard_stats(
+                let mut s = shard_stats(
                     &ds.dir.join(&e.file),
                     &e.file,
                     Some(kind),
                     e.uncompressed_bytes,
                     opts,
-                )
+                );
+                if let Some(stored) = as_stored.and_then(|v| v.get(i)).filter(|_| s.shards > 0) {
+                    s.stored = stored.bytes;
+                    s.formats = BTreeMap::from([(
+                        format_name(stored.format, stored.compression.is_some()),
+                        1,
+                    )]);
+                }
+                s
             })?;
             let mut all = Stats::default();
             for p in parts {
@@ -314,6 +334,19 @@ fn size_stats(sizes: &HashMap<(u32, u32), u64>) -> SizeStats {
     }
 }
 
+/// `wds`, `packed`, `wds+zstd` or `packed+zstd`.
+fn format_name(format: ShardFormat, compressed: bool) -> String {
+    let name = match format {
+        ShardFormat::Wds => "wds",
+        ShardFormat::Packed => "packed",
+    };
+    if compressed {
+        format!("{name}+zstd")
+    } else {
+        name.to_string()
+    }
+}
+
 fn shard_stats(
     path: &Path,
     name: &str,
@@ -336,16 +369,7 @@ fn shard_stats(
     s.shards = 1;
     s.stored = read.stored;
     s.uncompressed = data.len() as u64;
-    let fname = match format {
-        ShardFormat::Wds => "wds",
-        ShardFormat::Packed => "packed",
-    };
-    let fname = if read.compressed {
-        format!("{fname}+zstd")
-    } else {
-        fname.to_string()
-    };
-    s.formats.insert(fname, 1);
+    s.formats.insert(format_name(format, read.compressed), 1);
     match format {
         ShardFormat::Wds => wds_stats(data, name, &mut s),
         ShardFormat::Packed => packed_stats(data, name, &mut s),

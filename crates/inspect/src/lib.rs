@@ -11,9 +11,13 @@
 mod font;
 mod inspect;
 mod preview;
+#[cfg(feature = "remote")]
+mod remote;
 
 pub use inspect::{inspect, ClassCount, FieldStats, InspectReport, SizeCount, SizeStats, Spread};
 pub use preview::{encode_png, preview, PreviewItem, PreviewOptions, PreviewSheet};
+#[cfg(feature = "remote")]
+pub use remote::{inspect_remote, preview_remote};
 
 use serde_json::{Map, Value};
 use shardtool_core::{open_shard, OpenShard, OpenShardError, ShardBytes};

@@ -12,7 +12,7 @@ use shardtool_core::{shuffle, Limits, Rgb8Image, SplitMix64};
 use shardtool_image::{
     encode_png_rgb8, plan_size, resize_rgb8, transform, Encode, Filter, Resize, TransformSpec,
 };
-use shardtool_manifest::{ShardFormat, ShardKind};
+use shardtool_manifest::{Manifest, ShardFormat, ShardKind};
 use shardtool_packed::PackedShard;
 use shardtool_verify::{open_target, Target, VerifyError};
 use shardtool_wds::group_samples;
@@ -117,6 +117,46 @@ struct Want {
 
 /// Draws a contact sheet of `opts.count` samples of a dataset or a single shard.
 pub fn preview(target: &Path, opts: &PreviewOptions) -> Result<PreviewSheet, VerifyError> {
+    preview_titled(target, opts, None)
+}
+
+/// The manifest indices of the shards [`preview`] reads for a dataset described by `m`.
+pub(crate) fn preview_shards(m: &Manifest, opts: &PreviewOptions) -> Vec<usize> {
+    picks_by_shard(m, opts).into_keys().collect()
+}
+
+/// The samples `opts` picks from the dataset `m` describes: per shard index, the local sample
+/// indices wanted, with their sheet positions.
+fn picks_by_shard(m: &Manifest, opts: &PreviewOptions) -> BTreeMap<usize, Vec<(u64, usize)>> {
+    let total = m
+        .shards
+        .iter()
+        .fold(0u64, |a, s| a.saturating_add(s.samples));
+    let chosen = choose(total, opts.count, opts.seed);
+    // Global index → (shard, local index), by the manifest's counts.
+    let mut starts = Vec::with_capacity(m.shards.len());
+    let mut acc = 0u64;
+    for s in &m.shards {
+        starts.push(acc);
+        acc = acc.saturating_add(s.samples);
+    }
+    let mut by_shard: BTreeMap<usize, Vec<(u64, usize)>> = BTreeMap::new();
+    for (order, g) in chosen.into_iter().enumerate() {
+        let shard = starts.partition_point(|&s| s <= g).saturating_sub(1);
+        by_shard
+            .entry(shard)
+            .or_default()
+            .push((g - starts[shard], order));
+    }
+    by_shard
+}
+
+/// [`preview`], the sheet titled `title` (the target's path by default).
+pub(crate) fn preview_titled(
+    target: &Path,
+    opts: &PreviewOptions,
+    title_given: Option<&str>,
+) -> Result<PreviewSheet, VerifyError> {
     if opts.count == 0 || opts.tile < 16 || opts.jobs == 0 {
         return Err(VerifyError::Usage(
             "--count and --jobs must be at least 1, --tile at least 16".into(),
@@ -141,23 +181,7 @@ pub fn preview(target: &Path, opts: &PreviewOptions) -> Result<PreviewSheet, Ver
                 .shards
                 .iter()
                 .fold(0u64, |a, s| a.saturating_add(s.samples));
-            let chosen = choose(total, opts.count, opts.seed);
-            // Global index → (shard, local index), by the manifest's counts.
-            let mut starts = Vec::with_capacity(m.shards.len());
-            let mut acc = 0u64;
-            for s in &m.shards {
-                starts.push(acc);
-                acc = acc.saturating_add(s.samples);
-            }
-            let mut by_shard: BTreeMap<usize, Vec<(u64, usize)>> = BTreeMap::new();
-            for (order, g) in chosen.into_iter().enumerate() {
-                let shard = starts.partition_point(|&s| s <= g).saturating_sub(1);
-                by_shard
-                    .entry(shard)
-                    .or_default()
-                    .push((g - starts[shard], order));
-            }
-            let wants = by_shard
+            let wants = picks_by_shard(m, opts)
                 .into_iter()
                 .filter(|(i, _)| shardtool_manifest::is_safe_file_name(&m.shards[*i].file))
                 .map(|(i, picks)| {
@@ -226,7 +250,7 @@ pub fn preview(target: &Path, opts: &PreviewOptions) -> Result<PreviewSheet, Ver
         available,
         opts.seed
     );
-    let image = render(&title, &subtitle, &picked, opts);
+    let image = render(title_given.unwrap_or(&title), &subtitle, &picked, opts);
     Ok(PreviewSheet {
         image,
         items: picked.into_iter().map(|p| p.item).collect(),

@@ -33,7 +33,7 @@ mod shard;
 
 pub use dataset::{open_target, Dataset, ShardKind, Target, SHARD_SUFFIXES};
 #[cfg(feature = "remote")]
-pub use remote::verify_remote;
+pub use remote::{verify_remote, Fetch, RemoteView};
 pub use report::{Problem, ProblemKind, Report};
 pub use run::{map_on_threads, verify, NoProgress, Progress, VerifyOptions};
 

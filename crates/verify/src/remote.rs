@@ -1,20 +1,164 @@
-//! Verification of a remote dataset: every shard is fetched through the local cache and the
-//! cached copies are verified as a local dataset, with problems named as the server stores them.
+//! Remote datasets seen as local ones: shards fetched through the local cache and held there,
+//! behind a folder whose manifest describes them as the cache stores them (`RemoteView`), which
+//! verify (and inspect and preview) read like any local dataset, naming shards as the server
+//! stores them.
 
 use crate::{verify, Problem, ProblemKind, Progress, Report, VerifyError, VerifyOptions};
-use shardtool_cache::RemoteDataset;
+use shardtool_cache::{Lease, RemoteDataset};
 use shardtool_manifest::{ERRORS_FILE, FILE_NAME as MANIFEST_FILE};
 use std::collections::HashMap;
+use std::path::Path;
 
 /// Largest `errors.jsonl` fetched for a remote verify.
 const MAX_ERRORS_FILE: u64 = 64 << 20;
+
+/// Which shards a [`RemoteView`] fetches, and how.
+#[derive(Debug, Clone, Copy)]
+pub enum Fetch<'a> {
+    /// Every shard, as the cache has it (a cached copy is trusted).
+    All,
+    /// Every shard, a cached copy fetched again and checked: the server's copies are proven.
+    AllAtSource,
+    /// These shards only (by manifest index); the others are absent from the view.
+    Some(&'a [usize]),
+}
+
+/// The shards of a remote dataset held in the cache, behind a temporary folder (inside the
+/// cache) holding a manifest that describes them as the cache stores them (decompressed) and
+/// links to them. Removed, and the shards released, when it drops.
+pub struct RemoteView {
+    dir: tempfile::TempDir,
+    _held: Vec<Lease>,
+    /// Shards that could not be fetched, by cached name, with why.
+    failed: HashMap<String, String>,
+    /// Cached name → the name the server stores it under.
+    remote_names: HashMap<String, String>,
+    shown: String,
+}
+
+impl RemoteView {
+    /// Fetches the shards `which` names from `ds` with `workers` threads and makes the view.
+    /// What is fetched must fit under the cache's limit.
+    pub fn fetch(
+        ds: &RemoteDataset,
+        workers: usize,
+        which: Fetch<'_>,
+    ) -> Result<Self, VerifyError> {
+        let remote_error = |e: &dyn std::fmt::Display| VerifyError::Remote(e.to_string());
+        let specs = ds.specs();
+        let need: u64 = match which {
+            Fetch::Some(v) => v
+                .iter()
+                .filter_map(|&i| specs.get(i))
+                .map(|s| s.cached_bytes())
+                .sum(),
+            _ => specs.iter().map(|s| s.cached_bytes()).sum(),
+        };
+        ds.check_capacity(need).map_err(|e| remote_error(&e))?;
+        let workers = workers.max(1);
+        let (held, failed) = match which {
+            Fetch::All => ds.acquire_all(workers, true),
+            Fetch::AllAtSource => ds.acquire_all_checked_at_source(workers),
+            Fetch::Some(v) => ds.acquire_some(v, workers),
+        };
+        // A shard that could not be fetched is absent from the view: reported as such, not as
+        // missing from the dataset.
+        let failed: HashMap<String, String> = failed
+            .into_iter()
+            .filter_map(|(i, e)| Some((specs.get(i)?.cached_name().to_string(), e.to_string())))
+            .collect();
+        let held_paths: std::collections::HashSet<&Path> = held.iter().map(Lease::path).collect();
+        let dir = tempfile::Builder::new()
+            .prefix("view-")
+            .tempdir_in(ds.cache_dir())
+            .map_err(|e| VerifyError::io(ds.cache_dir(), e))?;
+        let mut manifest = ds.manifest().clone();
+        for (entry, spec) in manifest.shards.iter_mut().zip(specs) {
+            entry.file = spec.cached_name().to_string();
+            if let (Some(b), Some(c)) = (
+                entry.uncompressed_bytes.take(),
+                entry.uncompressed_checksum.take(),
+            ) {
+                entry.bytes = b;
+                entry.checksum = c;
+            }
+            entry.compression = None;
+            // Only shards held for this view: a copy another process cached, not fetched or
+            // checked here, is not what was asked for.
+            let cached = ds.cache_dir().join("shards").join(&entry.file);
+            if held_paths.contains(cached.as_path()) {
+                let link = dir.path().join(&entry.file);
+                std::os::unix::fs::symlink(&cached, &link)
+                    .map_err(|e| VerifyError::io(&link, e))?;
+            }
+        }
+        manifest.totals.bytes = manifest.shards.iter().map(|s| s.bytes).sum();
+        let path = dir.path().join(MANIFEST_FILE);
+        std::fs::write(&path, manifest.to_json()).map_err(|e| VerifyError::io(&path, e))?;
+        if let Some(errors) = ds
+            .fetch_small(ERRORS_FILE, MAX_ERRORS_FILE)
+            .map_err(|e| remote_error(&e))?
+        {
+            let path = dir.path().join(ERRORS_FILE);
+            std::fs::write(&path, errors).map_err(|e| VerifyError::io(&path, e))?;
+        }
+        let remote_names = specs
+            .iter()
+            .map(|s| (s.cached_name().to_string(), s.file.clone()))
+            .collect();
+        Ok(Self {
+            dir,
+            _held: held,
+            failed,
+            remote_names,
+            shown: ds.url().file_url(&ds.url().manifest),
+        })
+    }
+
+    /// The view's folder: a local dataset.
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The URL of the dataset's manifest, to show in place of the view's folder.
+    pub fn shown(&self) -> &str {
+        &self.shown
+    }
+
+    /// The name the server stores the shard cached as `cached` under.
+    pub fn stored_name<'a>(&'a self, cached: &'a str) -> &'a str {
+        self.remote_names.get(cached).map_or(cached, String::as_str)
+    }
+
+    /// Why the shard cached as `cached` could not be fetched, if it could not.
+    pub fn fetch_failure(&self, cached: &str) -> Option<&str> {
+        self.failed.get(cached).map(String::as_str)
+    }
+
+    /// Names problem `p`'s shard as the server stores it; a missing shard that could not be
+    /// fetched is a fetch failure, with the reason.
+    pub fn rename(&self, p: &mut Problem) {
+        let Some(shard) = p.shard.as_mut() else {
+            return;
+        };
+        if let Some(why) = self.failed.get(shard.as_str()) {
+            if p.kind == ProblemKind::MissingShard {
+                p.kind = ProblemKind::FetchFailed;
+                p.message = format!("could not be fetched whole: {why}");
+            }
+        }
+        if let Some(name) = self.remote_names.get(shard.as_str()) {
+            *shard = name.clone();
+        }
+    }
+}
 
 /// Verifies the remote dataset `ds` with `workers` fetch threads: every shard is fetched into
 /// the cache (the size and checksum of the stored file, and of the decompressed one for `.zst`,
 /// are checked on the way in; a shard already cached is fetched again and checked the same way,
 /// so a copy changed on the server since it was cached is found) and held there while its
-/// cached copy is verified like a local dataset, through a manifest that describes the shards
-/// as the cache stores them. The whole dataset must fit under the cache's limit.
+/// cached copy is verified like a local dataset, through a [`RemoteView`]. The whole dataset
+/// must fit under the cache's limit.
 ///
 /// A shard that could not be fetched is a [`ProblemKind::FetchFailed`] problem; problems name
 /// shards as the server stores them (`.tar.zst`, not the cache's decompressed `.tar`).
@@ -24,80 +168,13 @@ pub fn verify_remote(
     opts: &VerifyOptions,
     progress: &dyn Progress,
 ) -> Result<Report, VerifyError> {
-    let remote_error = |e: &dyn std::fmt::Display| VerifyError::Remote(e.to_string());
-    let all: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
-    ds.check_capacity(all).map_err(|e| remote_error(&e))?;
-    // Cached shards are fetched again too: the server's copy is what is verified.
-    let (held, failed) = ds.acquire_all_checked_at_source(workers.max(1));
-    // A shard that could not be fetched is absent from the view below: reported as such, not
-    // as missing from the dataset.
-    let failed: HashMap<String, String> = failed
-        .into_iter()
-        .filter_map(|(i, e)| Some((ds.specs().get(i)?.cached_name().to_string(), e.to_string())))
-        .collect();
-    // A view folder inside the cache: the manifest as the cache stores the shards, and links to
-    // them (removed when it drops).
-    let view = tempfile::Builder::new()
-        .prefix("verify-")
-        .tempdir_in(ds.cache_dir())
-        .map_err(|e| VerifyError::io(ds.cache_dir(), e))?;
-    let mut manifest = ds.manifest().clone();
-    for (entry, spec) in manifest.shards.iter_mut().zip(ds.specs()) {
-        entry.file = spec.cached_name().to_string();
-        if let (Some(b), Some(c)) = (
-            entry.uncompressed_bytes.take(),
-            entry.uncompressed_checksum.take(),
-        ) {
-            entry.bytes = b;
-            entry.checksum = c;
-        }
-        entry.compression = None;
-        let cached = ds.cache_dir().join("shards").join(&entry.file);
-        if cached.exists() && !failed.contains_key(&entry.file) {
-            let link = view.path().join(&entry.file);
-            std::os::unix::fs::symlink(&cached, &link).map_err(|e| VerifyError::io(&link, e))?;
-        }
-    }
-    manifest.totals.bytes = manifest.shards.iter().map(|s| s.bytes).sum();
-    let path = view.path().join(MANIFEST_FILE);
-    std::fs::write(&path, manifest.to_json()).map_err(|e| VerifyError::io(&path, e))?;
-    if let Some(errors) = ds
-        .fetch_small(ERRORS_FILE, MAX_ERRORS_FILE)
-        .map_err(|e| remote_error(&e))?
-    {
-        let path = view.path().join(ERRORS_FILE);
-        std::fs::write(&path, errors).map_err(|e| VerifyError::io(&path, e))?;
-    }
+    let view = RemoteView::fetch(ds, workers, Fetch::AllAtSource)?;
     let mut report = verify(view.path(), opts, progress)?;
-    drop(held);
-    let remote_names: HashMap<&str, &str> = ds
-        .specs()
-        .iter()
-        .map(|s| (s.cached_name(), s.file.as_str()))
-        .collect();
     for p in &mut report.problems {
-        rename(p, &failed, &remote_names);
+        view.rename(p);
     }
     report.finish();
-    let shown = ds.url().file_url(&ds.url().manifest);
-    report.dataset = shown.clone();
-    report.manifest = shown;
+    report.dataset = view.shown().to_string();
+    report.manifest = view.shown().to_string();
     Ok(report)
-}
-
-/// Names a problem's shard as the server stores it; a missing shard that could not be fetched
-/// is a fetch failure, with the reason.
-fn rename(p: &mut Problem, failed: &HashMap<String, String>, remote_names: &HashMap<&str, &str>) {
-    let Some(shard) = p.shard.as_mut() else {
-        return;
-    };
-    if let Some(why) = failed.get(shard.as_str()) {
-        if p.kind == ProblemKind::MissingShard {
-            p.kind = ProblemKind::FetchFailed;
-            p.message = format!("could not be fetched whole: {why}");
-        }
-    }
-    if let Some(name) = remote_names.get(shard.as_str()) {
-        *shard = name.to_string();
-    }
 }

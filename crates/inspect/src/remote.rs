@@ -1,0 +1,56 @@
+//! Inspect and preview of a remote (HTTP or S3) dataset: the shards they read are fetched
+//! through the local cache into a [`RemoteView`] and read like a local dataset's; reports name
+//! the dataset by its URL and shards as the server stores them.
+
+use crate::inspect::inspect_as;
+use crate::preview::{preview_shards, preview_titled};
+use crate::{InspectReport, PreviewOptions, PreviewSheet};
+use shardtool_cache::RemoteDataset;
+use shardtool_verify::{Fetch, RemoteView, VerifyError, VerifyOptions};
+
+/// [`inspect`](crate::inspect) of the remote dataset `ds`: every shard is fetched into the cache
+/// (a cached copy is used as it is) with `workers` threads and held while it is read; formats
+/// and stored sizes are the server's (`.zst` shards are cached decompressed). The whole dataset
+/// must fit under the cache's limit. A shard that could not be fetched is a `fetch_failed`
+/// problem, left out of the figures.
+pub fn inspect_remote(
+    ds: &RemoteDataset,
+    workers: usize,
+    opts: &VerifyOptions,
+) -> Result<InspectReport, VerifyError> {
+    let view = RemoteView::fetch(ds, workers, Fetch::All)?;
+    let mut report = inspect_as(view.path(), opts, Some(&ds.manifest().shards))?;
+    for p in &mut report.problems {
+        view.rename(p);
+    }
+    report.target = ds.url().folder.to_string();
+    report.manifest = Some(view.shown().to_string());
+    Ok(report)
+}
+
+/// [`preview`](crate::preview) of the remote dataset `ds`: only the shards holding the picked
+/// samples are fetched (with `workers` threads); the sheet is titled with the dataset's URL and
+/// names shards as the server stores them.
+pub fn preview_remote(
+    ds: &RemoteDataset,
+    workers: usize,
+    opts: &PreviewOptions,
+) -> Result<PreviewSheet, VerifyError> {
+    let wanted = preview_shards(ds.manifest(), opts);
+    let view = RemoteView::fetch(ds, workers, Fetch::Some(&wanted))?;
+    let title = ds.url().folder.to_string();
+    let mut sheet = preview_titled(view.path(), opts, Some(&title))?;
+    for item in &mut sheet.items {
+        item.shard = view.stored_name(&item.shard).to_string();
+    }
+    for line in &mut sheet.skipped {
+        if let Some((shard, why)) = line.split_once(": ") {
+            let why = match view.fetch_failure(shard) {
+                Some(fetch) => format!("could not be fetched whole: {fetch}"),
+                None => why.to_string(),
+            };
+            *line = format!("{}: {why}", view.stored_name(shard));
+        }
+    }
+    Ok(sheet)
+}
