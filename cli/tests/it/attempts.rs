@@ -73,7 +73,8 @@ fn overtaken_attempt(format: &[&str], stop_when: impl Fn(&Path) -> bool) {
     pack(&gz, &single).args(&opts).args(["-q"]).ok();
     let out = dir.path().join("out");
     Cmd::new(["plan"]).arg(&gz).arg(&out).args(&opts).ok();
-    let mut slow = part(&out, "0/1").spawn();
+    // With --max-errors 0: the staged inputs the merge removes must not count as failures.
+    let mut slow = part(&out, "0/1").args(["--max-errors", "0"]).spawn();
     while !stop_when(&out) {
         assert!(
             slow.try_wait().unwrap().is_none(),
@@ -168,5 +169,48 @@ fn an_attempt_overtaken_by_another_before_the_merge_leaves_its_shards_alone() {
     assert_eq!(report["packed"].as_u64().unwrap(), 1, "{report}");
     assert_eq!(report["skipped"].as_u64().unwrap(), shards - 1, "{report}");
     Cmd::new(["merge", "-q"]).arg(&out).ok();
+    Cmd::new(["verify"]).arg(&out).ok();
+}
+
+#[test]
+fn an_attempt_of_a_replaced_plan_publishes_nothing_into_the_new_dataset() {
+    let dir = tempdir();
+    let images = inputs(dir.path(), 30);
+    // Packed shards are written whole when the shard is done: the stopped attempt still holds
+    // its next shard in memory, to be written after the plan is replaced.
+    let opts = [
+        "--resize",
+        "shorter:768",
+        "--upscale",
+        "--shard-samples",
+        "8",
+        "--format",
+        "packed",
+    ];
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&images).arg(&out).args(opts).ok();
+    let mut old = part(&out, "0/1").spawn();
+    while !out.join("_plan/done/000000.json").exists() {
+        assert!(old.try_wait().unwrap().is_none(), "ended before stopped");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    signal(&old, "-STOP");
+    // Planned again (another seed: other shards), packed and merged.
+    Cmd::new(["plan"])
+        .arg(&images)
+        .arg(&out)
+        .args(opts)
+        .args(["--seed", "7", "--overwrite"])
+        .ok();
+    part(&out, "0/1").ok();
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    let merged = tree(&out);
+    signal(&old, "-CONT");
+    let status = old.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the old plan's attempt must fail: {status}"
+    );
+    assert!(tree(&out) == merged, "the new dataset was touched");
     Cmd::new(["verify"]).arg(&out).ok();
 }

@@ -422,12 +422,42 @@ fn run_part(
                 st.report.skipped += 1;
                 return Ok(());
             }
-            // Shard j is the open one, if any of its inputs made it.
-            if let Err(e) = sink.roll() {
-                if overtaken(&e, store, &file.hash, j)? {
-                    st.abandoned = Some(j);
+            // A shard made under a plan replaced meanwhile is neither published nor recorded.
+            let replaced = || PackError::PlanChanged {
+                path: plan_dir(store.local()).join(PLAN_FILE),
+            };
+            if plan_stamp(store) != loaded.stamp {
+                sink.discard();
+                return Err(replaced());
+            }
+            // Shard j is the open one, if any of its inputs made it. Writing it takes a while:
+            // both checks again just before its file takes its name.
+            let verdict = std::cell::Cell::new(Elsewhere::No);
+            let check = || -> Result<bool, PackError> {
+                if plan_stamp(store) != loaded.stamp {
+                    return Err(replaced());
                 }
-                return Err(e);
+                verdict.set(done_elsewhere(store, &file.hash, j)?);
+                Ok(verdict.get() == Elsewhere::No)
+            };
+            match sink.roll_checked(&check) {
+                Err(e) => {
+                    if overtaken(&e, store, &file.hash, j)? {
+                        st.abandoned = Some(j);
+                    }
+                    return Err(e);
+                }
+                Ok(false) if verdict.get() == Elsewhere::Merged => {
+                    st.abandoned = Some(j);
+                    return Err(merged_meanwhile(j));
+                }
+                Ok(false) if verdict.get() == Elsewhere::Done => {
+                    st.shard_errors.clear();
+                    st.counts_before.clone_from(sink.field_counts());
+                    st.report.skipped += 1;
+                    return Ok(());
+                }
+                Ok(_) => {}
             }
             let name = sink.file_name(j as usize);
             let entry = match sink.entries.last() {
@@ -456,12 +486,6 @@ fn run_part(
                 input_json: std::mem::take(&mut sink.input_json),
                 errors: errors.into_iter().map(|(_, e)| e).collect(),
             };
-            // A shard made under a plan replaced meanwhile is neither published nor recorded.
-            if plan_stamp(store) != loaded.stamp {
-                return Err(PackError::PlanChanged {
-                    path: plan_dir(store.local()).join(PLAN_FILE),
-                });
-            }
             if let Some(e) = &rec.entry {
                 store.publish(&e.file)?;
                 st.report.samples += e.samples;
@@ -524,7 +548,14 @@ fn run_part(
                     Err(e) => {
                         st.shard_errors.push((position, e));
                         tally.snapshot.failed += 1;
-                        check_max(tally.snapshot.failed)?;
+                        if let Err(stop) = check_max(tally.snapshot.failed) {
+                            // Inputs a merge removed fail too: once the dataset is merged,
+                            // they are no failures of it, and this attempt is done.
+                            if done_elsewhere(store, &file.hash, j)? == Elsewhere::Merged {
+                                st.abandoned = Some(j);
+                            }
+                            return Err(stop);
+                        }
                     }
                 }
                 progress.update(&tally.snapshot);
@@ -563,7 +594,7 @@ fn run_part(
 }
 
 /// Whether another attempt did a shard this attempt has not finished.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Elsewhere {
     /// Not done.
     No,

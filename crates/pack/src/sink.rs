@@ -57,19 +57,21 @@ impl ShardFile {
         })
     }
 
-    fn finish(self) -> io::Result<Finished> {
+    /// Writes the rest of the file, not yet under its name (the temporary file is removed if
+    /// it is dropped uncommitted).
+    fn finish(self) -> io::Result<(Finished, AtomicFile)> {
         let (stage, ubytes, usum) = self.outer.into_parts();
         let (file, compressed) = match stage {
             Stage::Plain(f) => (f, false),
             Stage::Zstd(enc) => (enc.finish()?, true),
         };
         let (atomic, bytes, checksum) = file.into_parts();
-        atomic.commit()?;
-        Ok(Finished {
+        let finished = Finished {
             bytes,
             checksum,
             uncompressed: compressed.then_some((ubytes, usum)),
-        })
+        };
+        Ok((finished, atomic))
     }
 }
 
@@ -302,13 +304,23 @@ impl<'p> ShardSink<'p> {
 
     /// Finishes and publishes the open shard, if any.
     pub(crate) fn roll(&mut self) -> Result<(), PackError> {
+        self.roll_checked(&|| Ok(true)).map(|_| ())
+    }
+
+    /// Finishes the open shard, if any, and publishes it if `check`, asked once its file is
+    /// written and just before it takes its name, says so; dropped otherwise. Returns whether a
+    /// shard was published.
+    pub(crate) fn roll_checked(
+        &mut self,
+        check: &dyn Fn() -> Result<bool, PackError>,
+    ) -> Result<bool, PackError> {
         let Some(open) = self.open.take() else {
-            return Ok(());
+            return Ok(false);
         };
         let name = self.file_name(self.next_index);
         let path = self.plan.output.join(&name);
         let io_err = |e| PackError::io(&path, e);
-        let (finished, samples, format) = match open {
+        let ((finished, atomic), samples, format) = match open {
             Open::Wds { tar, samples } => {
                 let file = tar.finish().map_err(io_err)?;
                 (file.finish().map_err(io_err)?, samples, ShardFormat::Wds)
@@ -323,6 +335,10 @@ impl<'p> ShardSink<'p> {
                 (file.finish().map_err(io_err)?, samples, ShardFormat::Packed)
             }
         };
+        if !check()? {
+            return Ok(false);
+        }
+        atomic.commit().map_err(io_err)?;
         self.bytes_out += finished.bytes;
         self.entries.push(ShardEntry {
             file: name,
@@ -335,7 +351,7 @@ impl<'p> ShardSink<'p> {
             uncompressed_checksum: finished.uncompressed.map(|(_, c)| c.to_string()),
         });
         self.next_index += 1;
-        Ok(())
+        Ok(true)
     }
 }
 
