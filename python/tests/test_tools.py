@@ -188,11 +188,48 @@ def test_pack_parquet_with_class_names_as_string_labels(
             assert classes[int(s["cls"])] == name, source
             labelled += 1
     assert 0 < labelled < len(got)
+    # A "class name" of a kilobyte fails its row (it would swell every sample's metadata).
+    long = tmp_path / "long"
+    long.mkdir()
+    table = pq.read_table(files[0])
+    names_long = ["x" * 1000] + ["ant"] * (table.num_rows - 1)
+    at = table.schema.get_field_index("label")
+    pq.write_table(table.set_column(at, "label", pa.array(names_long)), long / "l.parquet")
+    m = shardtool.pack(long, tmp_path / "ds-long", resize="shorter:16")["manifest"]
+    assert m["classes"] == ["ant"]
+    lines = [json.loads(x) for x in (tmp_path / "ds-long" / "errors.jsonl").read_text().splitlines()]
+    assert [x["path"] for x in lines if x["kind"] == "bad_label"] == [f"{long / 'l.parquet'}:0"]
     # Class indices in one file and names in another are refused, naming both.
     table = pq.read_table(files[0])
     pq.write_table(table, folder / files[0].name)
     with pytest.raises(ValueError, match="mix class indices"):
         shardtool.pack(folder, tmp_path / "mixed")
+
+
+def test_pack_parquet_keeps_labels_of_every_integer_width(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root, _ = inputs
+    # (Without the Hugging Face metadata, whose ClassLabel names would name the classes.)
+    table = pq.read_table(sorted((root / "parquet" / "data").glob("*.parquet"))[0])
+    table = table.replace_schema_metadata(None)
+    labels = [i % 3 for i in range(table.num_rows)]
+    at = table.schema.get_field_index("label")
+    for t in [pa.int8(), pa.int16(), pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]:
+        folder = tmp_path / str(t)
+        folder.mkdir()
+        pq.write_table(table.set_column(at, "label", pa.array(labels, t)), folder / "x.parquet")
+        out = tmp_path / f"ds-{t}"
+        m = shardtool.pack(folder, out, resize="shorter:16")["manifest"]
+        assert m["classes"] == ["0", "1", "2"], t
+        got = _members(out)
+        assert got and all("cls" in s for s in got.values()), t
+        for s in got.values():
+            row = int(json.loads(s["json"])["source"].rsplit(":", 1)[1])
+            assert int(s["cls"]) == labels[row], t
 
 
 def test_pack_input_errors(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 
 use crate::failure;
 use crate::listing::{
-    Columns, Container, ContainerKind, DirInterner, ListError, Listing, Origin, MAX_INT_LABEL,
+    Columns, Container, ContainerKind, DirInterner, ListError, Listing, Origin,
+    MAX_CLASS_NAME_BYTES, MAX_INT_LABEL,
 };
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -161,7 +162,7 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
         any_text |= row.text;
         any_label |= row.odd_label;
         // Rows reported as errors below teach nothing about the labels.
-        if row.twice.is_some() || row.odd_label {
+        if row.twice.is_some() || row.odd_label || too_long(row.label.as_deref()) {
             return Ok(());
         }
         if let Some(l) = row.label.as_deref() {
@@ -253,6 +254,18 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
             ));
             return Ok(());
         }
+        if let Some(l) = label.filter(|l| too_long(Some(l))) {
+            listing.errors.push(failure(
+                where_(),
+                "bad_label",
+                format!(
+                    "its {} is a class name of {} bytes, over {MAX_CLASS_NAME_BYTES}",
+                    cols.label,
+                    l.len()
+                ),
+            ));
+            return Ok(());
+        }
         let (Some(path), true) = (row.path.as_deref(), label.is_some() || !labelled) else {
             listing.errors.push(failure(
                 where_(),
@@ -313,6 +326,11 @@ fn int_part(l: &str) -> Option<usize> {
 
 fn whole_number(l: &str) -> bool {
     int_part(l).is_some()
+}
+
+/// Whether label `l` is a class name longer than a class name may be.
+fn too_long(l: Option<&str>) -> bool {
+    l.is_some_and(|l| l.len() > MAX_CLASS_NAME_BYTES && !whole_number(l))
 }
 
 fn non_empty(s: &str) -> Option<Cow<'_, str>> {
@@ -594,6 +612,16 @@ mod tests {
         assert!(odd.labelled && odd.inputs.is_empty());
         assert_eq!(odd.errors.len(), 1);
         assert_eq!(odd.errors[0].kind, "bad_label");
+        // So is a "class name" longer than a class name may be; the others are still named.
+        let rows = format!(
+            "{{\"path\":\"a.jpg\",\"label\":\"{}\"}}\n{{\"path\":\"b.jpg\",\"label\":\"cat\"}}\n",
+            "n".repeat(MAX_CLASS_NAME_BYTES + 1)
+        );
+        let long = list(&rows).unwrap();
+        assert_eq!(long.classes, ["cat"]);
+        assert_eq!(labels(&long), [0]);
+        assert_eq!(long.errors.len(), 1);
+        assert_eq!(long.errors[0].kind, "bad_label");
         let rows = "{\"path\":\"a.jpg\",\"text\":\"x\"}\n";
         let err = list_text(Path::new("l.jsonl"), rows.as_bytes(), &named).unwrap_err();
         assert!(err.to_string().contains("no `caption` column"), "{err}");

@@ -517,6 +517,10 @@ pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listin
 /// largest label, so this bounds its size (a million classes is beyond any public dataset).
 pub const MAX_INT_LABEL: i64 = 999_999;
 
+/// The longest class name taken from a list or Parquet label column (a folder name's limit): a
+/// longer one fails its row, being no class name, and would swell the manifest.
+pub(crate) const MAX_CLASS_NAME_BYTES: usize = 255;
+
 #[cfg(test)]
 mod tests {
     use super::*;

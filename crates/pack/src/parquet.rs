@@ -15,7 +15,7 @@ mod guard;
 
 use crate::containers::{fetch_input, parallel_map, Fetched};
 use crate::listing::{Columns, Container, ContainerKind, ListError, ListOptions, Listing};
-use crate::listing::{MAX_INT_LABEL, MAX_LABEL};
+use crate::listing::{MAX_CLASS_NAME_BYTES, MAX_INT_LABEL, MAX_LABEL};
 use crate::{failure, ErrorRecord};
 use guard::{check_row_group, max_page_bytes, open_reader, Bounded};
 use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
@@ -36,14 +36,15 @@ const TEXT_COLUMNS: [&str; 2] = ["text", "caption"];
 struct StagedRow {
     row: u64,
     span: (u64, u64),
-    label: Option<RowLabel<u32>>,
+    /// A class index, or a name by its place in the group's [`StagedGroup::names`].
+    label: Option<RowLabel<u32, u32>>,
 }
 
 /// A row's label: a class index, or a class name numbered once every file is read.
 #[derive(Debug, Clone, PartialEq)]
-enum RowLabel<I> {
+enum RowLabel<I, N> {
     Index(I),
-    Name(String),
+    Name(N),
 }
 
 /// One Parquet file, opened: where it is, how it is read, and its row groups.
@@ -61,6 +62,8 @@ struct Opened {
 struct StagedGroup {
     tar: Option<PathBuf>,
     rows: Vec<StagedRow>,
+    /// The class names its rows carry, each once.
+    names: Vec<String>,
     errors: Vec<ErrorRecord>,
     /// A problem that stopped this row group; its rows before it are kept.
     failure: Option<String>,
@@ -220,7 +223,7 @@ fn scalar_json(f: &Field) -> Option<serde_json::Value> {
 struct RowParts<'r> {
     image: Option<&'r [u8]>,
     image_path: Option<&'r str>,
-    label: Option<RowLabel<i64>>,
+    label: Option<RowLabel<i64, String>>,
     text: Option<String>,
     columns: serde_json::Map<String, serde_json::Value>,
 }
@@ -250,8 +253,15 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
             }
         } else if Some(name) == chosen.label.as_ref() {
             p.label = match field {
+                Field::Byte(v) => Some(RowLabel::Index(i64::from(*v))),
+                Field::Short(v) => Some(RowLabel::Index(i64::from(*v))),
                 Field::Int(v) => Some(RowLabel::Index(i64::from(*v))),
                 Field::Long(v) => Some(RowLabel::Index(*v)),
+                Field::UByte(v) => Some(RowLabel::Index(i64::from(*v))),
+                Field::UShort(v) => Some(RowLabel::Index(i64::from(*v))),
+                Field::UInt(v) => Some(RowLabel::Index(i64::from(*v))),
+                // Past i64: out of range, as any label over the limit.
+                Field::ULong(v) => Some(RowLabel::Index(i64::try_from(*v).unwrap_or(i64::MAX))),
                 Field::Str(name) if !name.is_empty() => Some(RowLabel::Name(name.clone())),
                 _ => None,
             };
@@ -334,6 +344,7 @@ fn stage_group(
     let mut out = StagedGroup {
         tar: None,
         rows: Vec::new(),
+        names: Vec::new(),
         errors: Vec::new(),
         failure: None,
     };
@@ -400,6 +411,8 @@ fn stage_rows(
         .map_err(|e| format!("cannot read rows: {e}"))?;
     let io = |e: std::io::Error| format!("{}: {e}", tar_path.display());
     let mut result = Ok(());
+    // Class name → its place in `out.names`.
+    let mut ids: std::collections::HashMap<String, u32> = Default::default();
     for (k, row) in rows.enumerate() {
         let i = first_row + k as u64;
         let source = || format!("{name}:{i}");
@@ -435,7 +448,34 @@ fn stage_rows(
         }
         let label = match p.label {
             None => None,
-            Some(RowLabel::Name(n)) => Some(RowLabel::Name(n)),
+            Some(RowLabel::Name(n)) if n.len() > MAX_CLASS_NAME_BYTES => {
+                out.errors.push(failure(
+                    source(),
+                    "bad_label",
+                    format!(
+                        "a class name of {} bytes, over {MAX_CLASS_NAME_BYTES}",
+                        n.len()
+                    ),
+                ));
+                continue;
+            }
+            Some(RowLabel::Name(n)) => match ids.get(&n) {
+                Some(&id) => Some(RowLabel::Name(id)),
+                None if out.names.len() > MAX_INT_LABEL as usize => {
+                    result = Err(format!(
+                        "row {i}: more than {} class names; the rest of row group {group} is \
+                         not read",
+                        MAX_INT_LABEL + 1
+                    ));
+                    break;
+                }
+                None => {
+                    let id = out.names.len() as u32;
+                    ids.insert(n.clone(), id);
+                    out.names.push(n);
+                    Some(RowLabel::Name(id))
+                }
+            },
             Some(RowLabel::Index(l)) if l < 0 => None,
             Some(RowLabel::Index(l)) if l <= i64::from(MAX_LABEL).min(MAX_INT_LABEL) => {
                 Some(RowLabel::Index(l as u32))
@@ -503,14 +543,22 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     let mut classes: std::collections::BTreeMap<String, u32> = Default::default();
     let (mut first_index, mut first_name) = (None, None);
     for (g, s) in units.iter().zip(&staged) {
+        for n in &s.names {
+            if !classes.contains_key(n) {
+                if classes.len() > MAX_INT_LABEL as usize {
+                    return Err(ListError::BadInput {
+                        message: format!(
+                            "more than {} class names in the Parquet label columns",
+                            MAX_INT_LABEL + 1
+                        ),
+                    });
+                }
+                classes.insert(n.clone(), 0);
+            }
+        }
         for r in &s.rows {
             let first = match &r.label {
-                Some(RowLabel::Name(n)) => {
-                    if !classes.contains_key(n) {
-                        classes.insert(n.clone(), 0);
-                    }
-                    &mut first_name
-                }
+                Some(RowLabel::Name(_)) => &mut first_name,
                 Some(RowLabel::Index(_)) => &mut first_index,
                 None => continue,
             };
@@ -525,21 +573,14 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
             ),
         });
     }
-    if classes.len() > MAX_INT_LABEL as usize + 1 {
-        return Err(ListError::BadInput {
-            message: format!(
-                "{} class names in the Parquet label columns, more than {}",
-                classes.len(),
-                MAX_INT_LABEL + 1
-            ),
-        });
-    }
     for (k, v) in classes.values_mut().enumerate() {
         *v = k as u32;
     }
-    let class_of = |l: &Option<RowLabel<u32>>| match l {
+    let class_of = |l: &Option<RowLabel<u32, u32>>, names: &[String]| match l {
         Some(RowLabel::Index(i)) => Some(*i),
-        Some(RowLabel::Name(n)) => classes.get(n.as_str()).copied(),
+        Some(RowLabel::Name(id)) => names
+            .get(*id as usize)
+            .and_then(|n| classes.get(n.as_str()).copied()),
         None => None,
     };
     let mut staged = staged.into_iter();
@@ -569,7 +610,7 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
                     .inputs
                     .add_container_dir(format!("{shown}:").as_bytes(), Some(ci));
                 for r in &s.rows {
-                    let label = class_of(&r.label);
+                    let label = class_of(&r.label, &s.names);
                     if let Some(l) = label {
                         max_label = max_label.max(Some(l));
                     }
