@@ -385,6 +385,26 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
     assert_eq!(doc["samples"], 45);
     assert_eq!(doc["dataset"], format!("{url}manifest.json"));
     assert!(doc["images_decoded"].as_u64().unwrap() >= 45, "{doc}");
+    // A cache folder named relative to the working directory serves as well.
+    let out = bin()
+        .current_dir(tmp.path())
+        .args(["verify", &url, "--cache-dir", "cache"])
+        .output()
+        .unwrap();
+    ok(&out);
+    // Again with the cache warm and limited to what the dataset takes there: the shards are
+    // checked at the server again without needing room beside the cached copies.
+    let m: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(www.join("ds/manifest.json")).unwrap()).unwrap();
+    let cached: u64 = m["shards"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["uncompressed_bytes"].as_u64().unwrap())
+        .sum();
+    let limit = cached.to_string();
+    let out = run(&["verify", &url, "--cache-dir", c, "--cache-limit", &limit]);
+    ok(&out);
 
     // A shard damaged on the server is caught on the way in and named.
     let shard = www.join("ds/shard-000003.tar.zst");

@@ -141,7 +141,10 @@ impl CacheDir {
     /// An existing non-empty folder without our tag is refused, so a mistyped `--cache-dir`
     /// can never make eviction or `clear` delete someone's data.
     pub fn open(root: impl Into<PathBuf>, limit: Option<u64>) -> Result<Self, CacheError> {
+        // Absolute: paths under it are handed out (leases, views linking to shards) and must
+        // not depend on the working directory.
         let root = root.into();
+        let root = std::path::absolute(&root).map_err(CacheError::io(&root))?;
         let tag = root.join(TAG);
         if !tag.exists() {
             // Only our own tag being written by a racing process may be there already.

@@ -274,7 +274,13 @@ impl Remote {
         sum: Checksum,
         file: &mut std::fs::File,
     ) -> Result<(), CacheError> {
-        self.download_checked(name, size, Some(sum), file)
+        self.download_checked(name, size, Some(sum), Some(file))
+    }
+
+    /// Streams object `name` and checks that it is exactly `size` bytes with checksum `sum`,
+    /// keeping nothing (retried and resumed by range like [`Remote::download`]).
+    pub fn check(&self, name: &str, size: u64, sum: Checksum) -> Result<(), CacheError> {
+        self.download_checked(name, size, Some(sum), None)
     }
 
     /// The size of object `name`, by one HEAD request (retried like a download).
@@ -352,20 +358,21 @@ impl Remote {
         size: u64,
         file: &mut std::fs::File,
     ) -> Result<(), CacheError> {
-        self.download_checked(name, size, None, file)
+        self.download_checked(name, size, None, Some(file))
     }
 
+    /// Streams object `name` into `file` (or only through the checks, with none).
     fn download_checked(
         &self,
         name: &str,
         size: u64,
         sum: Option<Checksum>,
-        file: &mut std::fs::File,
+        file: Option<&mut std::fs::File>,
     ) -> Result<(), CacheError> {
         let path = self.path(name);
         let started = Instant::now();
         // Bytes written and their running hash live across attempts, so a retry resumes.
-        let file = &*file;
+        let file = file.map(|f| &*f);
         self.with_retries(
             name,
             (0u64, ChecksumHasher::new()),
@@ -389,7 +396,7 @@ impl Remote {
         path: &StorePath,
         size: u64,
         sum: Option<Checksum>,
-        mut file: &std::fs::File,
+        mut file: Option<&std::fs::File>,
         written: &mut u64,
         hasher: &mut ChecksumHasher,
     ) -> Result<(), AttemptError> {
@@ -399,10 +406,12 @@ impl Remote {
         }
         if *written == 0 {
             *hasher = ChecksumHasher::new();
-            file.set_len(0)
-                .map_err(|e| AttemptError::fatal(e.to_string()))?;
-            file.rewind()
-                .map_err(|e| AttemptError::fatal(e.to_string()))?;
+            if let Some(mut file) = file {
+                file.set_len(0)
+                    .map_err(|e| AttemptError::fatal(e.to_string()))?;
+                file.rewind()
+                    .map_err(|e| AttemptError::fatal(e.to_string()))?;
+            }
         }
         let options = GetOptions {
             range: (*written > 0).then_some(GetRange::Offset(*written)),
@@ -439,11 +448,9 @@ impl Remote {
         // Body chunks are small (kilobytes). Batched into aligned 2 MiB writes they cost fewer
         // system calls, and the page cache keeps the shard in large folios, which makes reading
         // it from a warm cache as cheap as from a local dataset packed by shardtool.
-        let mut out = shardtool_core::BlockWriter::with_offset(
-            &mut file,
-            *written,
-            shardtool_core::WRITE_BLOCK,
-        );
+        let mut out = file.as_mut().map(|file| {
+            shardtool_core::BlockWriter::with_offset(file, *written, shardtool_core::WRITE_BLOCK)
+        });
         // Write-back of whole steps starts as they complete, overlapping the disk with the
         // network; the fsync before publishing then only waits for the tail.
         let mut flushing = *written - *written % writeback::STEP;
@@ -453,13 +460,15 @@ impl Remote {
                     *written = 0;
                     return Err(AttemptError::retry("the body is longer than the object"));
                 }
-                out.write_all(&chunk)
-                    .map_err(|e| AttemptError::fatal(format!("writing the cache: {e}")))?;
+                if let Some(out) = out.as_mut() {
+                    out.write_all(&chunk)
+                        .map_err(|e| AttemptError::fatal(format!("writing the cache: {e}")))?;
+                }
                 hasher.update(&chunk);
                 *written += chunk.len() as u64;
                 Recorder::add(&self.metrics.bytes, chunk.len() as u64);
                 let whole = *written - *written % writeback::STEP;
-                if whole > flushing {
+                if let Some(out) = out.as_ref().filter(|_| whole > flushing) {
                     writeback::start(out.get_ref(), flushing, whole - flushing);
                     flushing = whole;
                 }
@@ -468,8 +477,10 @@ impl Remote {
         }
         .await;
         // Whatever arrived is on disk before a retry resumes after it.
-        out.flush()
-            .map_err(|e| AttemptError::fatal(format!("writing the cache: {e}")))?;
+        if let Some(out) = out.as_mut() {
+            out.flush()
+                .map_err(|e| AttemptError::fatal(format!("writing the cache: {e}")))?;
+        }
         received?;
         if *written != size {
             return Err(AttemptError::retry(format!(

@@ -317,9 +317,9 @@ impl RemoteDataset {
     }
 
     /// [`RemoteDataset::acquire_all`], holding every shard, for a check of the dataset where it
-    /// lives: a shard already cached is fetched again too (into a temporary file, removed) and
-    /// must match the manifest's size and checksum, so the server's copy is proven as whole as
-    /// the cached one, which is left as it is.
+    /// lives: a shard already cached is fetched again too (streamed through the checks, nothing
+    /// kept, so no room is needed for it) and must match the manifest's size and checksum, so
+    /// the server's copy is proven as whole as the cached one, which is left as it is.
     pub fn acquire_all_checked_at_source(
         &self,
         workers: usize,
@@ -509,36 +509,16 @@ impl Shared {
         }
     }
 
-    /// Downloads, checks, decompresses and publishes one shard; the caller holds its lock.
-    /// Fetches shard `i` again into a temporary file, checking its size and checksum against
-    /// the manifest, and removes it: whether the server's copy is whole, whatever is cached.
+    /// Fetches shard `i` again, checking its size and checksum against the manifest, keeping
+    /// nothing: whether the server's copy is whole, whatever is cached.
     fn check_at_source(&self, i: usize) -> Result<(), CacheError> {
         let Some(spec) = self.specs.get(i) else {
             return Ok(());
         };
-        let (_reservation, evicted) = self.cache.reserve(spec.bytes)?;
-        Recorder::add(&self.remote.metrics.evictions, evicted);
-        let tmp = self.dir.join("tmp").join(format!(
-            "{}.check.{}.{}.part",
-            spec.cached_name(),
-            std::process::id(),
-            NEXT_TMP.fetch_add(1, Ordering::Relaxed)
-        ));
-        let mut file = File::options()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(&tmp)
-            .map_err(CacheError::io(&tmp))?;
-        let checked = self
-            .remote
-            .download(&spec.file, spec.bytes, spec.checksum, &mut file);
-        // Only checked, never kept (one left by a killed process is cleared like a download's).
-        drop(file);
-        let _ = fs::remove_file(&tmp);
-        checked
+        self.remote.check(&spec.file, spec.bytes, spec.checksum)
     }
 
+    /// Downloads, checks, decompresses and publishes one shard; the caller holds its lock.
     fn fetch_locked(&self, spec: &ShardSpec, paths: &ShardPaths) -> Result<(), CacheError> {
         let need = spec.cached_bytes() + spec.decompressed.map_or(0, |_| spec.bytes);
         let (_reservation, evicted) = self.cache.reserve(need)?;

@@ -155,7 +155,7 @@ impl RemoteView {
 
 /// Verifies the remote dataset `ds` with `workers` fetch threads: every shard is fetched into
 /// the cache (the size and checksum of the stored file, and of the decompressed one for `.zst`,
-/// are checked on the way in; a shard already cached is fetched again and checked the same way,
+/// are checked on the way in; a shard already cached is streamed again through the same checks, nothing kept,
 /// so a copy changed on the server since it was cached is found) and held there while its
 /// cached copy is verified like a local dataset, through a [`RemoteView`]. The whole dataset
 /// must fit under the cache's limit.
