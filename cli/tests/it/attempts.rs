@@ -1,6 +1,7 @@
-//! Redundant attempts of one part (a replacement pod while the old one still runs, a Slurm
-//! requeue): an attempt overtaken by another attempt and a merge ends as done and touches
-//! nothing of the merged dataset, even when the merge has removed the staged inputs it read.
+//! Part attempts as schedulers run them. Redundant attempts of one part (a replacement pod while
+//! the old one still runs, a Slurm requeue): one overtaken by another attempt and a merge ends
+//! as done and touches nothing of the merged dataset, even when the merge has removed the staged
+//! inputs it read; one of a replaced plan publishes nothing. Parts started from any folder.
 
 use crate::common::*;
 use crate::partition::{assert_same_dataset, inputs, part, published};
@@ -213,4 +214,30 @@ fn an_attempt_of_a_replaced_plan_publishes_nothing_into_the_new_dataset() {
     );
     assert!(tree(&out) == merged, "the new dataset was touched");
     Cmd::new(["verify"]).arg(&out).ok();
+}
+
+/// Parts run wherever the scheduler starts them: a plan made from a list in the working folder
+/// (its paths relative to it) is packed by parts started from other folders.
+#[test]
+fn parts_started_from_another_folder_read_a_relative_list() {
+    let dir = tempdir();
+    let images = inputs(dir.path(), 12);
+    let mut rows = String::from("path,label\n");
+    for e in std::fs::read_dir(images.join("cat")).unwrap() {
+        let name = e.unwrap().file_name().to_string_lossy().into_owned();
+        rows.push_str(&format!("in/cat/{name},0\n"));
+    }
+    std::fs::write(dir.path().join("list.csv"), rows).unwrap();
+    let out = dir.path().join("out");
+    Cmd::new(["plan", "--list", "list.csv"])
+        .arg(&out)
+        .args(["--shard-samples", "2"])
+        .current_dir(dir.path())
+        .ok();
+    for (i, from) in ["/", "/tmp"].iter().enumerate() {
+        part(&out, &format!("{i}/2")).current_dir(from).ok();
+    }
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    let m = manifest(&out);
+    assert_eq!((m.inputs.packed, m.inputs.failed), (4, 0));
 }

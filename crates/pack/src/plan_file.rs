@@ -317,12 +317,15 @@ pub(crate) fn make_plan_in(
         });
     }
     std::fs::create_dir_all(dir.join(DONE_DIR)).map_err(|e| PackError::io(&dir, e))?;
-    // Absolute, so parts may run from another folder (inputs read from containers have none).
-    let root = if listing.origin.root.as_os_str().is_empty() {
-        PathBuf::new()
-    } else {
-        std::path::absolute(&listing.origin.root)
-            .map_err(|e| PackError::io(&listing.origin.root, e))?
+    // Absolute, so parts may run from another folder (inputs read from containers have none;
+    // a list in the working folder names its paths from there).
+    let root = match (&plan.source, listing.origin.root.as_os_str().is_empty()) {
+        (crate::InputSource::List(_), true) => {
+            std::path::absolute(".").map_err(|e| PackError::io(".", e))?
+        }
+        (_, true) => PathBuf::new(),
+        (_, false) => std::path::absolute(&listing.origin.root)
+            .map_err(|e| PackError::io(&listing.origin.root, e))?,
     };
     let staged_abs = std::path::absolute(&staged_dir).map_err(|e| PackError::io(&staged_dir, e))?;
     let mut containers = Vec::with_capacity(listing.containers.len());
