@@ -128,17 +128,28 @@ pub(crate) fn json_differences(a: &serde_json::Value, b: &serde_json::Value, max
 }
 
 impl FrozenOptions {
-    /// These options with every local input path absolute and its links resolved, so that a
-    /// plan names its inputs the same whatever folder it is made or resumed from (URLs stand).
-    pub(crate) fn resolved(mut self) -> Self {
+    /// These options with every local input path made absolute as spelled (not resolving
+    /// links: a link may point elsewhere on another host), so that a plan names its inputs the
+    /// same whatever folder it is made or resumed from. URLs stand.
+    pub(crate) fn absolute(self) -> Self {
+        self.with_local_inputs(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+    }
+
+    /// These options with every local input path absolute and its links resolved, on this host.
+    pub(crate) fn resolved(self) -> Self {
+        self.with_local_inputs(crate::output::resolved)
+    }
+
+    fn with_local_inputs(mut self, f: impl Fn(&std::path::Path) -> std::path::PathBuf) -> Self {
         for input in &mut self.input {
             let url = crate::containers::is_remote(input)
                 || input
                     .get(..7)
                     .is_some_and(|p| p.eq_ignore_ascii_case("file://"));
             if !url {
-                let path = crate::output::resolved(std::path::Path::new(input.as_str()));
-                *input = path.to_string_lossy().into_owned();
+                *input = f(std::path::Path::new(input.as_str()))
+                    .to_string_lossy()
+                    .into_owned();
             }
         }
         self

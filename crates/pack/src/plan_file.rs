@@ -257,7 +257,12 @@ pub fn make_or_keep_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
 /// (wherever they were named from) and options: [`PackError::ResumeMismatch`] names the
 /// differences.
 pub(crate) fn check_same_options(file: &PlanFile, plan: &PackPlan) -> Result<(), PackError> {
-    let (planned, given) = (file.options.clone().resolved(), plan.frozen().resolved());
+    // The same paths as spelled (absolute), or the same folders once links are resolved here.
+    let (planned, given) = (file.options.clone().absolute(), plan.frozen().absolute());
+    if planned == given {
+        return Ok(());
+    }
+    let (planned, given) = (planned.resolved(), given.resolved());
     if planned == given {
         return Ok(());
     }
@@ -386,7 +391,7 @@ pub(crate) fn make_plan_in(
         version: PLAN_VERSION,
         hash: String::new(),
         tool: format!("shardtool {}", env!("CARGO_PKG_VERSION")),
-        options: plan.frozen().resolved(),
+        options: plan.frozen().absolute(),
         inputs: n,
         shard_samples: k,
         shards: n.div_ceil(k),
