@@ -373,13 +373,12 @@ fn run_part(
     let k = file.shard_samples;
     let n = loaded.ordered.len() as u64;
     let range = |j: u64| (j * k) as usize..((j + 1) * k).min(n) as usize;
-    // Shards roll only in `finish`, never on size or count: a shard is published only after
-    // checking that no other attempt did it meanwhile.
-    let mut plan = loaded.plan.clone();
-    plan.shard_bytes = u64::MAX;
-    plan.shard_samples = None;
-    let spec = effective_spec(&plan);
-    let mut sink = ShardSink::new(&plan);
+    let plan = &loaded.plan;
+    let spec = effective_spec(plan);
+    // Shards are published only in `finish`, never on size or count inside the writer: each is
+    // checked first against the plan and other attempts.
+    let mut sink = ShardSink::new(plan);
+    sink.rolls_itself = false;
     let mut tally = Tally {
         snapshot: ProgressSnapshot {
             total: todo.iter().map(|&j| range(j).len() as u64).sum(),
@@ -452,6 +451,7 @@ fn run_part(
                     return Err(merged_meanwhile(j));
                 }
                 Ok(false) if verdict.get() == Elsewhere::Done => {
+                    sink.input_json = false;
                     st.shard_errors.clear();
                     st.counts_before.clone_from(sink.field_counts());
                     st.report.skipped += 1;

@@ -118,6 +118,9 @@ pub(crate) struct ShardSink<'p> {
     field_counts: BTreeMap<String, u64>,
     /// Whether any sample's `.json` is the input's, carried byte for byte.
     pub(crate) input_json: bool,
+    /// Whether a full shard is published by `add` (the shard size or count reached); off, only
+    /// `roll` publishes (a part, which checks each shard first).
+    pub(crate) rolls_itself: bool,
 }
 
 impl<'p> ShardSink<'p> {
@@ -131,6 +134,7 @@ impl<'p> ShardSink<'p> {
             samples: 0,
             field_counts: BTreeMap::new(),
             input_json: false,
+            rolls_itself: true,
         }
     }
 
@@ -291,7 +295,9 @@ impl<'p> ShardSink<'p> {
             self.input_json = true;
         }
         // A shard passes its byte budget by less than one sample.
-        if size >= self.plan.shard_bytes || self.plan.shard_samples.is_some_and(|n| samples >= n) {
+        let full =
+            size >= self.plan.shard_bytes || self.plan.shard_samples.is_some_and(|n| samples >= n);
+        if full && self.rolls_itself {
             self.roll()?;
         }
         Ok(())
@@ -300,6 +306,7 @@ impl<'p> ShardSink<'p> {
     /// Drops the open shard, if any, unpublished (its temporary file is removed).
     pub(crate) fn discard(&mut self) {
         self.open = None;
+        self.input_json = false;
     }
 
     /// Finishes and publishes the open shard, if any.
@@ -373,5 +380,37 @@ impl Write for ShardFile {
     }
     fn flush(&mut self) -> io::Result<()> {
         self.outer.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::InputSource;
+
+    /// A sink that does not roll itself publishes nothing until `roll`, even past the packed
+    /// record cap where it would roll (a part checks each shard before it is published).
+    #[test]
+    fn a_sink_that_does_not_roll_itself_publishes_only_on_roll() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut plan = PackPlan::new(InputSource::Folder(dir.path().into()), dir.path().into());
+        plan.format = ShardFormatChoice::Packed;
+        plan.shard_samples = Some(MAX_PACKED_RECORDS as u64);
+        let mut sink = ShardSink::new(&plan);
+        sink.rolls_itself = false;
+        let meta = serde_json::json!({});
+        for i in 0..MAX_PACKED_RECORDS {
+            let one = Payload::Pixels {
+                height: 1,
+                width: 1,
+                pixels: &[1, 2, 3],
+            };
+            sink.add(&format!("{i:07}"), 0, one, &meta, &[]).unwrap();
+        }
+        assert!(sink.entries.is_empty(), "published inside add");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        sink.roll().unwrap();
+        assert_eq!(sink.entries.len(), 1);
+        assert_eq!(sink.entries[0].samples, MAX_PACKED_RECORDS as u64);
     }
 }
