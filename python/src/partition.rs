@@ -5,7 +5,7 @@ use crate::errors::DatasetError;
 use crate::tools::interruptible;
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyValueError};
 use pyo3::prelude::*;
-use shardtool_pack::{Assignment, NoProgress, PackError};
+use shardtool_pack::{Assignment, PackError};
 use std::path::PathBuf;
 
 /// A pack error as the Python exception a user would catch.
@@ -39,8 +39,8 @@ pub fn pack_part(
     }
     let out = PathBuf::from(output);
     let which = Assignment::Part { index, count };
-    let r = interruptible(py, move || {
-        shardtool_pack::pack_part(&out, &which, jobs, max_errors, &NoProgress)
+    let r = crate::tools::cancellable(py, move |cancel| {
+        shardtool_pack::pack_part(&out, &which, jobs, max_errors, cancel)
     })?
     .map_err(pack_error)?;
     let mut summary = r.summary();

@@ -7,8 +7,8 @@ use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueEr
 use pyo3::prelude::*;
 use shardtool_cache::{Location, RemoteDataset};
 use shardtool_pack::{
-    pack as pack_dataset, resolve_input, Columns, Compression, InputFormat, ListError, NoProgress,
-    PackError, PackPlan, ShardFormatChoice,
+    pack as pack_dataset, resolve_input, Columns, Compression, InputFormat, ListError, PackError,
+    PackPlan, ShardFormatChoice,
 };
 use shardtool_reader::ReadError;
 use shardtool_verify::{VerifyError, VerifyOptions};
@@ -23,6 +23,36 @@ pub(crate) fn interruptible<T: Send + 'static>(
     py: Python<'_>,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> PyResult<T> {
+    run_on_thread(py, None, work)
+}
+
+/// A pack's [`shardtool_pack::Progress`] that asks it to stop once `stop` is set.
+pub(crate) struct Cancel(pub(crate) std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl shardtool_pack::Progress for Cancel {
+    fn update(&self, _: &shardtool_pack::ProgressSnapshot) {}
+    fn cancelled(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
+/// [`interruptible`] for a pack that stops when asked: on Ctrl-C it is told to stop (at its next
+/// input, cleaning up and releasing the output's lock, so a retry may start at once), and the
+/// exception is raised once it has; a second Ctrl-C stops waiting.
+pub(crate) fn cancellable<T: Send + 'static>(
+    py: Python<'_>,
+    work: impl FnOnce(&Cancel) -> T + Send + 'static,
+) -> PyResult<T> {
+    let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cancel = Cancel(flag.clone());
+    run_on_thread(py, Some(flag), move || work(&cancel))
+}
+
+fn run_on_thread<T: Send + 'static>(
+    py: Python<'_>,
+    stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> PyResult<T> {
     let (tx, rx) = mpsc::channel();
     std::thread::Builder::new()
         .name("shardtool-task".into())
@@ -31,13 +61,25 @@ pub(crate) fn interruptible<T: Send + 'static>(
         })
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start a thread: {e}")))?;
     let mut rx = rx;
+    let mut interrupted: Option<PyErr> = None;
     loop {
         // The receiver moves into the GIL-free section and back (it is not Sync).
         let (got, back) = py.detach(move || (rx.recv_timeout(Duration::from_millis(100)), rx));
         rx = back;
         match got {
-            Ok(v) => return Ok(v),
-            Err(mpsc::RecvTimeoutError::Timeout) => py.check_signals()?,
+            Ok(v) => return interrupted.map_or(Ok(v), Err),
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Err(e) = py.check_signals() {
+                    match (&stop, interrupted.is_some()) {
+                        // Told to stop; the exception waits until it has.
+                        (Some(flag), false) => {
+                            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                            interrupted = Some(e);
+                        }
+                        _ => return Err(e),
+                    }
+                }
+            }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 return Err(PyRuntimeError::new_err("the task panicked"))
             }
@@ -219,7 +261,7 @@ pub fn pack(
             "failed_listing": file.errors.len(),
         }));
     }
-    let report = interruptible(py, move || pack_dataset(&plan, &NoProgress))?;
+    let report = cancellable(py, move |cancel| pack_dataset(&plan, cancel))?;
     match report {
         Ok(r) => json(&serde_json::json!({
             "manifest": r.manifest,

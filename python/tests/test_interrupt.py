@@ -47,6 +47,22 @@ def test_ctrl_c_interrupts_pack(tmp_path: Path) -> None:
     timer.join()
 
 
+def test_an_interrupted_pack_stops_so_it_can_be_resumed_at_once(tmp_path: Path) -> None:
+    # The interrupted pack stops (releasing OUTPUT) rather than going on in the background:
+    # resuming it right away is allowed and gives the whole dataset.
+    out = tmp_path / "out"
+    options = dict(jobs=1, resize="shorter:1024", upscale=True, encode="png", shard_samples=5)
+    timer = _sigint_after(0.3)
+    with pytest.raises(KeyboardInterrupt):
+        shardtool.pack(SAMPLE, out, **options)
+    timer.join()
+    assert not (out / "manifest.json").exists()
+    assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    report = shardtool.pack(SAMPLE, out, resume=True, **options)
+    assert report["manifest"]["totals"]["samples"] == 45
+    assert shardtool.verify(out)["ok"]
+
+
 def test_an_interrupt_as_a_batch_arrives_loses_no_batch(datasets: Dict[str, Path]) -> None:
     # Batches arrive every few milliseconds, so the signal mostly lands in a wait that ends with
     # a batch: that batch must not count as handed out (a resume would skip it).

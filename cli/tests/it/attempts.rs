@@ -241,3 +241,41 @@ fn parts_started_from_another_folder_read_a_relative_list() {
     let m = manifest(&out);
     assert_eq!((m.inputs.packed, m.inputs.failed), (4, 0));
 }
+
+/// Parts and merges share OUTPUT; a plan or a pack needs it alone: `pack --overwrite` beside a
+/// running part would delete the plan under it, a part beside a plan being made would read half
+/// of it. Each is refused (exit 2), touching nothing.
+#[test]
+fn parts_and_merges_share_output_and_plans_and_packs_need_it_alone() {
+    let dir = tempdir();
+    let images = inputs(dir.path(), 12);
+    let out = dir.path().join("out");
+    Cmd::new(["plan"])
+        .arg(&images)
+        .arg(&out)
+        .args(["--shard-samples", "4"])
+        .ok();
+    let planned = tree(&out.join("_plan"));
+    let held = std::fs::File::open(&out).unwrap();
+    held.lock_shared().unwrap();
+    // As if a part ran: another part and a merge may run beside it; a pack may not.
+    part(&out, "0/2").ok();
+    Cmd::new(["merge", "-q"]).arg(&out).run().assert_code(1);
+    let r = pack(&images, &out).args(["--overwrite", "-q"]).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("another shardtool process"),
+        "{}",
+        r.stderr
+    );
+    assert!(tree(&out.join("_plan")) == planned, "the plan was touched");
+    held.unlock().unwrap();
+    // As if a plan were being made: parts and merges wait for it.
+    held.lock().unwrap();
+    part(&out, "1/2").run().assert_code(2);
+    Cmd::new(["merge", "-q"]).arg(&out).run().assert_code(2);
+    held.unlock().unwrap();
+    part(&out, "1/2").ok();
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    Cmd::new(["verify"]).arg(&out).ok();
+}

@@ -166,15 +166,19 @@ pub enum PackError {
         /// The plan file.
         path: PathBuf,
     },
-    /// Another process is planning or packing in the output folder.
+    /// Another process holds the output folder: a plan or pack beside anything, or a part or
+    /// merge beside a plan or pack.
     #[error(
-        "another shardtool process is planning or packing in {path}; wait for it, or stop it and \
-         run again"
+        "another shardtool process is using {path} (planning or packing it, or running a part or \
+         merge while this plans or packs); wait for it, or stop it and run again"
     )]
     PlanRunning {
         /// The output folder.
         path: PathBuf,
     },
+    /// Stopped because its [`Progress`] asked it to (an interrupted caller).
+    #[error("interrupted")]
+    Interrupted,
     /// The plan was replaced while a part ran; what the part wrote belongs to the old one.
     #[error("{path} was replaced while this part ran; run the part again")]
     PlanChanged {

@@ -73,6 +73,17 @@ pub struct MergeReport {
 /// otherwise), writes `errors.jsonl`, then `manifest.json` last. Running it again rewrites the
 /// same bytes.
 pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
+    // Shared with parts and other merges; a plan or pack beside it is refused.
+    let _lock = if crate::store::is_remote(output) {
+        None
+    } else {
+        Some(crate::plan_file::OutputLock::share(output)?)
+    };
+    merge_held(output)
+}
+
+/// [`merge`], by a process that holds the output's lock already.
+pub(crate) fn merge_held(output: &Path) -> Result<MergeReport, PackError> {
     let store = Store::open(output)?;
     let file = read_plan_in(&store, output)?;
     let plan = PackPlan::from_frozen(&file.options, store.local().to_path_buf())

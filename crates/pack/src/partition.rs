@@ -293,6 +293,12 @@ pub fn pack_part(
     progress: &dyn Progress,
 ) -> Result<PartReport, PackError> {
     let start = Instant::now();
+    // Shared with other parts and merges; a plan or pack beside it is refused, as it beside one.
+    let _lock = if is_remote(output) {
+        None
+    } else {
+        Some(OutputLock::share(output)?)
+    };
     let loaded = load(output, jobs)?;
     let name = match assignment {
         Assignment::Part { index, count } => format!("part-{index}-of-{count}"),
@@ -559,6 +565,9 @@ fn run_part(
                     }
                 }
                 progress.update(&tally.snapshot);
+                if progress.cancelled() {
+                    return Err(PackError::Interrupted);
+                }
                 Ok(())
             },
         )
@@ -680,7 +689,7 @@ pub(crate) fn pack_planned(
         progress,
     )?;
     drop(loaded);
-    let merged = crate::merge::merge(output)?;
+    let merged = crate::merge::merge_held(output)?;
     if !is_remote(output) {
         let dir = plan_dir(output);
         std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;

@@ -66,6 +66,12 @@ pub struct ProgressSnapshot {
 pub trait Progress {
     /// Called after each input.
     fn update(&self, snapshot: &ProgressSnapshot);
+
+    /// Whether the run should stop (asked after each input): it then ends with
+    /// [`PackError::Interrupted`], cleaning up as after any error.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// Ignores progress.
@@ -496,6 +502,9 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                     }
                 }
                 progress.update(&tally.snapshot);
+                if progress.cancelled() {
+                    return Err(PackError::Interrupted);
+                }
                 Ok(())
             },
         )

@@ -124,8 +124,9 @@ pub fn make_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
     make_plan_in(plan, &store, None)
 }
 
-/// An exclusive lock on a local output folder, held by the process that plans or packs there
-/// (not by parts, which run side by side): a plan or pack started beside it is refused.
+/// A lock on a local output folder: exclusive for the process that plans or packs there, shared
+/// by parts and merges (which run side by side), so that a plan or pack is refused beside any
+/// of them, and they beside it.
 pub(crate) struct OutputLock {
     /// The locked folder (`None` where the file system has no locks).
     file: Option<std::fs::File>,
@@ -156,6 +157,28 @@ impl OutputLock {
             Err(std::fs::TryLockError::Error(_)) => None,
         };
         Ok(Self { file, made })
+    }
+
+    /// Takes the shared lock on `output`, an existing folder (none when it is not one: what
+    /// runs next says what is missing).
+    pub(crate) fn share(output: &Path) -> Result<Self, PackError> {
+        let unlocked = Self {
+            file: None,
+            made: false,
+        };
+        let Ok(dir) = std::fs::File::open(output) else {
+            return Ok(unlocked);
+        };
+        match dir.try_lock_shared() {
+            Ok(()) => Ok(Self {
+                file: Some(dir),
+                made: false,
+            }),
+            Err(std::fs::TryLockError::WouldBlock) => Err(PackError::PlanRunning {
+                path: output.to_path_buf(),
+            }),
+            Err(std::fs::TryLockError::Error(_)) => Ok(unlocked),
+        }
     }
 }
 
