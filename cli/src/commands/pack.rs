@@ -204,17 +204,30 @@ pub fn assignment(
                 ))
             }
         };
-        // Every task of an array numbered past the parts refuses (SLURM_ARRAY_TASK_MAX), not
-        // only the last: in a 1-based array the others would run while part 0 never does.
-        let (top, top_var) = match num("SLURM_ARRAY_TASK_MAX")? {
-            Some(max) if var == "SLURM_ARRAY_TASK_ID" && max > id => (max, "SLURM_ARRAY_TASK_MAX"),
+        // Every task of a 1-based array refuses (its SLURM_ARRAY_TASK_MIN is 1 and MAX reaches
+        // N), not only the last: the others would run while part 0 never does. A 0-based array
+        // with more tasks than parts runs the parts; the tasks past them refuse.
+        let slurm = var == "SLURM_ARRAY_TASK_ID";
+        let (min, max) = if slurm {
+            (num("SLURM_ARRAY_TASK_MIN")?, num("SLURM_ARRAY_TASK_MAX")?)
+        } else {
+            (None, None)
+        };
+        let (top, top_var) = match (min, max) {
+            (Some(lo), Some(hi)) if lo >= 1 && hi >= count => (hi, "SLURM_ARRAY_TASK_MAX"),
             _ => (id, var),
         };
         if top >= count {
+            let hint = if slurm {
+                format!("number the tasks from 0 (sbatch --array=0-{})", count - 1)
+            } else {
+                format!(
+                    "run the Job with completions: {count} (indexes 0-{})",
+                    count - 1
+                )
+            };
             return Err(format!(
-                "--part {part}: {top_var} is {top}, not below the part count {count}; number the \
-                 tasks from 0 (sbatch --array=0-{})",
-                count - 1
+                "--part {part}: {top_var} is {top}, not below the part count {count}; {hint}"
             ));
         }
         id
@@ -549,6 +562,34 @@ mod tests {
         let refused = part("auto/4", &first).unwrap_err();
         assert!(refused.contains("SLURM_ARRAY_TASK_MAX is 4"), "{refused}");
         assert!(refused.contains("--array=0-3"), "{refused}");
+        // A 0-based array with more tasks than parts runs the parts; the others refuse.
+        let over = |id: &'static str| {
+            [
+                ("SLURM_ARRAY_TASK_ID", id),
+                ("SLURM_ARRAY_TASK_MIN", "0"),
+                ("SLURM_ARRAY_TASK_MAX", "5"),
+            ]
+        };
+        assert_eq!(
+            part("auto/4", &over("3")),
+            Ok(Assignment::Part { index: 3, count: 4 })
+        );
+        assert!(part("auto/4", &over("4")).is_err());
+        // A Kubernetes index past the parts is told about completions, not sbatch; Slurm's
+        // variables are not read then.
+        let k8s = part(
+            "auto/3",
+            &[("JOB_COMPLETION_INDEX", "3"), ("SLURM_ARRAY_TASK_MAX", "x")],
+        )
+        .unwrap_err();
+        assert!(k8s.contains("completions: 3"), "{k8s}");
+        assert_eq!(
+            part(
+                "auto/3",
+                &[("JOB_COMPLETION_INDEX", "2"), ("SLURM_ARRAY_TASK_MAX", "x")]
+            ),
+            Ok(Assignment::Part { index: 2, count: 3 })
+        );
         // A sparse resubmission within the parts runs (--array=1,3).
         assert_eq!(
             part(
