@@ -302,6 +302,23 @@ fn max_errors_holds_across_resumes() {
     let text = std::fs::read_to_string(&report).unwrap();
     assert!(text.contains("duplicate_key"), "{text}");
     assert!(!out.join("errors.jsonl").exists());
+    // Run again within a limit it meets, the part succeeds and its stale list goes.
+    Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--part", "0/1", "--max-errors", "5"])
+        .ok();
+    assert!(!report.exists());
+    // A --shards run names its list by the shards it packs.
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--shards", "0-1", "--max-errors", "0"])
+        .run();
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("failures-shards-0-1.jsonl"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

@@ -302,13 +302,20 @@ pub fn pack_part(
     let loaded = load(output, jobs)?;
     let name = match assignment {
         Assignment::Part { index, count } => format!("part-{index}-of-{count}"),
-        Assignment::Shards(_) => "shards".into(),
+        Assignment::Shards(v) => match (v.first(), v.last()) {
+            (Some(a), Some(b)) => format!("shards-{a}-{b}"),
+            _ => "shards".into(),
+        },
     };
     let failures = FailureReport {
         name: format!("{PLAN_DIR}/failures-{name}.jsonl"),
         shown: plan_dir(output).join(format!("failures-{name}.jsonl")),
     };
     let mut report = run_part(&loaded, assignment, max_errors, &[], &failures, progress)?;
+    // A list an earlier, stopped run left is stale now (best effort; local outputs).
+    if !is_remote(output) {
+        let _ = std::fs::remove_file(&failures.shown);
+    }
     report.elapsed = start.elapsed();
     Ok(report)
 }
@@ -327,14 +334,27 @@ struct Progressing {
     shard_errors: Vec<(usize, ErrorRecord)>,
     /// The field counts when the open shard started.
     counts_before: BTreeMap<String, u64>,
-    /// With `--max-errors`: every failure counted so far but the open shard's (at most the
-    /// limit, as the run stops beyond it), for the report of a run that stops on it.
+    /// With `--max-errors`: every failure counted so far but the open shard's (the failures of
+    /// earlier runs' shards and the refused inputs up front, then each shard's as it is done),
+    /// for the report of a run that stops on it.
     counted: Vec<ErrorRecord>,
     /// The shard this attempt could not publish because another attempt and a merge overtook
     /// it: every shard is then done and merged, so the attempt stops there, touching nothing
     /// more.
     abandoned: Option<u64>,
     report: PartReport,
+}
+
+impl Progressing {
+    /// Forgets the open shard, which another attempt did: its failures stay counted (they are
+    /// the other attempt's too).
+    fn drop_shard(&mut self, keep: bool) {
+        if keep {
+            self.counted
+                .extend(self.shard_errors.drain(..).map(|(_, e)| e));
+        }
+        self.shard_errors.clear();
+    }
 }
 
 /// Packs the undone shards of `assignment`; `listing_errors`, inputs that failed while listing,
@@ -422,7 +442,7 @@ fn run_part(
                     st.abandoned = Some(j);
                     return Err(merged_meanwhile(j));
                 }
-                st.shard_errors.clear();
+                st.drop_shard(keep);
                 st.counts_before.clone_from(sink.field_counts());
                 st.report.skipped += 1;
                 return Ok(());
@@ -458,7 +478,7 @@ fn run_part(
                 }
                 Ok(false) if verdict.get() == Elsewhere::Done => {
                     sink.input_json = false;
-                    st.shard_errors.clear();
+                    st.drop_shard(keep);
                     st.counts_before.clone_from(sink.field_counts());
                     st.report.skipped += 1;
                     return Ok(());
@@ -591,7 +611,8 @@ fn run_part(
             // No failure counted goes unlisted: the open shard's have no done record yet.
             let mut all = st.counted;
             all.extend(st.shard_errors.into_iter().map(|(_, e)| e));
-            store.write(&failures.name, &errors::to_jsonl(&all))?;
+            // Best effort: a report that cannot be written must not hide why the run stopped.
+            let _ = store.write(&failures.name, &errors::to_jsonl(&all));
             return Err(e);
         }
         (Err(e), None) => return Err(e),
