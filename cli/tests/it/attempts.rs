@@ -47,12 +47,54 @@ fn gzipped_input(dir: &Path) -> PathBuf {
     gz
 }
 
-fn signal(child: &Child, sig: &str) {
-    let s = std::process::Command::new("kill")
-        .args([sig, &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(s.success());
+/// A part attempt run in the background, to be stopped and resumed; killed (and reaped) if a
+/// test fails before it ends, so no stopped process outlives the test.
+struct Attempt(Option<Child>);
+
+impl Attempt {
+    fn child(&mut self) -> &mut Child {
+        self.0.as_mut().expect("the attempt is running")
+    }
+
+    fn signal(&mut self, sig: &str) {
+        let pid = self.child().id().to_string();
+        let s = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .unwrap();
+        assert!(s.success());
+    }
+
+    /// Waits until `ready` holds (the attempt still running), then stops it.
+    fn stop_when(&mut self, ready: impl Fn() -> bool) {
+        while !ready() {
+            assert!(
+                self.child().try_wait().unwrap().is_none(),
+                "the attempt ended before it could be stopped"
+            );
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        self.signal("-STOP");
+    }
+
+    /// Lets it go on and waits for it to end.
+    fn resume(mut self) -> std::process::Output {
+        self.signal("-CONT");
+        let child = self.0.take().expect("the attempt is running");
+        child.wait_with_output().unwrap()
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.0.take() {
+            let _ = c.kill();
+            let _ = std::process::Command::new("kill")
+                .args(["-CONT", &c.id().to_string()])
+                .status();
+            let _ = c.wait();
+        }
+    }
 }
 
 /// Plans a pack of staged inputs with `format` options, starts one attempt of its single part, stops it
@@ -75,22 +117,14 @@ fn overtaken_attempt(format: &[&str], stop_when: impl Fn(&Path) -> bool) {
     let out = dir.path().join("out");
     Cmd::new(["plan"]).arg(&gz).arg(&out).args(&opts).ok();
     // With --max-errors 0: the staged inputs the merge removes must not count as failures.
-    let mut slow = part(&out, "0/1").args(["--max-errors", "0"]).spawn();
-    while !stop_when(&out) {
-        assert!(
-            slow.try_wait().unwrap().is_none(),
-            "the attempt ended before it could be stopped"
-        );
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    signal(&slow, "-STOP");
+    let mut slow = Attempt(Some(part(&out, "0/1").args(["--max-errors", "0"]).spawn()));
+    slow.stop_when(|| stop_when(&out));
     part(&out, "0/1").ok();
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     assert!(!shard_tmp(&out), "merge removes the stopped attempt's file");
     assert!(!out.join("_plan/staged").exists());
     let (shards, done) = (tree(&out), tree(&out.join("_plan/done")));
-    signal(&slow, "-CONT");
-    let status = slow.wait().unwrap();
+    let status = slow.resume().status;
     assert!(status.success(), "the overtaken attempt failed: {status}");
     // (Compared whole, not printed: the files are megabytes.)
     assert!(tree(&out) == shards, "the merged dataset was touched");
@@ -140,12 +174,8 @@ fn an_attempt_overtaken_by_another_before_the_merge_leaves_its_shards_alone() {
     ];
     let out = dir.path().join("out");
     Cmd::new(["plan"]).arg(&gz).arg(&out).args(opts).ok();
-    let mut slow = part(&out, "0/1").arg("--json").spawn_piped();
-    while !out.join("_plan/done/000000.json").exists() {
-        assert!(slow.try_wait().unwrap().is_none(), "ended before stopped");
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    signal(&slow, "-STOP");
+    let mut slow = Attempt(Some(part(&out, "0/1").arg("--json").spawn_piped()));
+    slow.stop_when(|| out.join("_plan/done/000000.json").exists());
     part(&out, "0/1").ok();
     let stamps = |dir: &Path| -> BTreeMap<String, std::time::SystemTime> {
         std::fs::read_dir(dir)
@@ -159,8 +189,7 @@ fn an_attempt_overtaken_by_another_before_the_merge_leaves_its_shards_alone() {
             .collect()
     };
     let before = (stamps(&out), stamps(&out.join("_plan/done")));
-    signal(&slow, "-CONT");
-    let done = slow.wait_with_output().unwrap();
+    let done = slow.resume();
     assert!(done.status.success(), "{done:?}");
     // The shards the other attempt did are neither published again nor recorded again.
     assert_eq!((stamps(&out), stamps(&out.join("_plan/done"))), before);
@@ -190,24 +219,30 @@ fn an_attempt_of_a_replaced_plan_publishes_nothing_into_the_new_dataset() {
     ];
     let out = dir.path().join("out");
     Cmd::new(["plan"]).arg(&images).arg(&out).args(opts).ok();
-    let mut old = part(&out, "0/1").spawn();
-    while !out.join("_plan/done/000000.json").exists() {
-        assert!(old.try_wait().unwrap().is_none(), "ended before stopped");
-        std::thread::sleep(Duration::from_micros(200));
+    let mut old = Attempt(Some(part(&out, "0/1").spawn()));
+    old.stop_when(|| out.join("_plan/done/000000.json").exists());
+    // Planning again beside the running part is refused here (it shares OUTPUT's lock)...
+    let again = || {
+        Cmd::new(["plan"])
+            .arg(&images)
+            .args(opts)
+            .args(["--seed", "7", "--overwrite"])
+    };
+    again().arg(&out).run().assert_code(2);
+    // ...but not from a host whose lock does not bind this one (a network file system): as if,
+    // the new plan is made, packed and merged beside, then moved in (another seed: other
+    // shards).
+    let new = dir.path().join("new");
+    again().arg(&new).ok();
+    part(&new, "0/1").ok();
+    Cmd::new(["merge", "-q"]).arg(&new).ok();
+    std::fs::remove_dir_all(out.join("_plan")).unwrap();
+    for e in std::fs::read_dir(&new).unwrap() {
+        let e = e.unwrap();
+        std::fs::rename(e.path(), out.join(e.file_name())).unwrap();
     }
-    signal(&old, "-STOP");
-    // Planned again (another seed: other shards), packed and merged.
-    Cmd::new(["plan"])
-        .arg(&images)
-        .arg(&out)
-        .args(opts)
-        .args(["--seed", "7", "--overwrite"])
-        .ok();
-    part(&out, "0/1").ok();
-    Cmd::new(["merge", "-q"]).arg(&out).ok();
     let merged = tree(&out);
-    signal(&old, "-CONT");
-    let status = old.wait().unwrap();
+    let status = old.resume().status;
     assert!(
         !status.success(),
         "the old plan's attempt must fail: {status}"
