@@ -448,6 +448,12 @@ fn a_killed_pack_resumes_from_its_done_shards_to_the_same_bytes() {
         .run();
     r.assert_code(2);
     assert!(r.stderr.contains("other inputs or options"), "{}", r.stderr);
+    // So is another input with the same options: the finished dataset is not another's.
+    let other = inputs(&dir.path().join("other"), 20);
+    let r = pack(&other, &out).args(OPTS).args(["--resume"]).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("input: "), "{}", r.stderr);
+    assert_same_dataset(&out, &single);
 }
 
 #[test]

@@ -725,6 +725,27 @@ pub(crate) fn pack_planned(
     })
 }
 
+/// How many inputs a local folder or list input holds now (listed again: cheap for these, not
+/// for shards or Parquet files, which are read to be listed), if it is one.
+fn found_now(plan: &PackPlan) -> Option<Result<u64, crate::ListError>> {
+    if !matches!(
+        plan.source,
+        crate::InputSource::Folder(_) | crate::InputSource::List(_)
+    ) {
+        return None;
+    }
+    let options = crate::ListOptions {
+        columns: plan.columns.clone(),
+        exclude: Some(plan.output.clone()),
+        jobs: plan.jobs,
+        ..Default::default()
+    };
+    Some(
+        crate::list_inputs(&plan.source, &options)
+            .map(|l| l.inputs.len() as u64 + l.errors.len() as u64),
+    )
+}
+
 /// `--resume` of a pack that had already published its manifest (killed while tidying up, or
 /// run twice): nothing to pack; what is left of the plan goes, and the dataset is reported.
 fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport, PackError> {
@@ -745,6 +766,27 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
                 4,
             ),
         });
+    }
+    // The manifest does not name the input. A plan left beside it (killed while tidying up)
+    // does; otherwise a local folder or list is listed again and must hold as many inputs.
+    if store.size(&format!("{PLAN_DIR}/{PLAN_FILE}"))?.is_some() {
+        check_same_options(&read_plan_in(store, output)?, plan)?;
+    } else if let Some(found) = found_now(plan) {
+        let input = plan.frozen().input.join(" ");
+        let differs = match found {
+            Ok(n) if n == manifest.inputs.found => None,
+            Ok(n) => Some(format!(
+                "input: {} inputs when packed, {n} in {input} now",
+                manifest.inputs.found
+            )),
+            Err(e) => Some(format!("input: {input} cannot be listed now ({e})")),
+        };
+        if let Some(differs) = differs {
+            return Err(PackError::ResumeMismatch {
+                path: output.clone(),
+                differs,
+            });
+        }
     }
     if !store.is_remote() {
         let dir = plan_dir(store.local());
