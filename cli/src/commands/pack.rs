@@ -162,13 +162,20 @@ pub fn assignment(
             let (Ok(a), Ok(b)) = (a, b) else {
                 return Err(bad());
             };
+            if b < a {
+                return Err(format!(
+                    "--shards {list:?}: the range {a}-{b} runs backwards"
+                ));
+            }
             // A plan has at most as many shards as inputs; a range past that is a typo.
-            if b < a || b - a >= MAX_SHARD_RANGE {
-                return Err(bad());
+            let too_many =
+                || format!("--shards {list:?}: more than {MAX_SHARD_RANGE} shards named at once");
+            if b - a >= MAX_SHARD_RANGE {
+                return Err(too_many());
             }
             parsed.extend(a..=b);
             if parsed.len() as u64 > MAX_SHARD_RANGE {
-                return Err(bad());
+                return Err(too_many());
             }
         }
         return Ok(Assignment::Shards(parsed));
@@ -621,6 +628,10 @@ mod tests {
         for bad in ["3-1", "1-", "-2", "0-99999999999", "1,,2", &many] {
             assert!(assignment(None, Some(bad), env(&[])).is_err(), "{bad}");
         }
+        let says = |list: &str| assignment(None, Some(list), env(&[])).unwrap_err();
+        assert!(says("3-1").contains("runs backwards"), "{}", says("3-1"));
+        assert!(says("0-4000000000").contains("more than"));
+        assert!(says(&many).contains("more than"));
         assert_eq!(
             assignment(None, None, env(&[])),
             Ok(Assignment::Part { index: 0, count: 1 })
