@@ -29,12 +29,8 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
     not matter). A plan killed while planning is simply made again.
     """
     out = os.fspath(output)
-    options = checked_options(options)
-    return json.loads(
-        _shardtool.pack(
-            os.fspath(input), out, shard_samples=shard_samples, plan_only=True, **options
-        )
-    )
+    options = checked_options(dict(options, shard_samples=shard_samples))
+    return json.loads(_shardtool.pack(os.fspath(input), out, plan_only=True, **options))
 
 
 def pack_part(
@@ -52,9 +48,10 @@ def pack_part(
     part's counts (``packed``, ``skipped``, ``samples``, ``failed``, ``seconds`` …). Raises
     ``FileNotFoundError`` when ``output`` holds no plan, ``ValueError`` for a bad part.
     """
-    for name, value in (("index", index), ("count", count)):
-        if isinstance(value, int) and not isinstance(value, bool):
-            _check_int(name, value, 0, maximum=2**63 - 1)
+    _check_int("index", index, 0, maximum=2**63 - 1)
+    _check_int("count", count, 1, maximum=2**63 - 1)
+    _check_int("jobs", jobs, 1, optional=True, maximum=2**63 - 1)
+    _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
     return json.loads(
         _shardtool.pack_part(os.fspath(output), index, count, jobs=jobs, max_errors=max_errors)
     )

@@ -22,8 +22,9 @@ def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
     options = dict(options)
 
     def integer(name: str, value: Any, least: int, most: int) -> None:
-        # Other types are left for the bindings to refuse, naming the type.
-        if isinstance(value, int) and not isinstance(value, bool):
+        # Other types are left for the bindings to refuse, naming the type; a bool (an int to
+        # the bindings) is never what was meant.
+        if isinstance(value, int):
             _check_int(name, value, least, maximum=most)
 
     for name, least in _INT_OPTIONS.items():

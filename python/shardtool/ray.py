@@ -99,8 +99,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             overwrite=a.overwrite,
         )
     except (ValueError, FileNotFoundError) as e:
-        # A usage error (another plan in OUTPUT, a bad option): the message, not a traceback.
-        print(f"error: {e}", file=sys.stderr)
+        # A usage error (another plan in OUTPUT, a bad option): the message, not a traceback,
+        # naming this command's flag rather than the keyword argument.
+        print(f"error: {str(e).replace('overwrite=True', '--overwrite')}", file=sys.stderr)
         return 2
     except DatasetError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -44,9 +44,26 @@ create_exception!(
     "An epoch ended with a different number of samples than its plan."
 );
 
+/// A message from the Rust crates, which name the CLI's flags, with the keyword arguments the
+/// Python API takes for them.
+pub(crate) fn pythonic(text: String) -> String {
+    const FLAGS: [(&str, &str); 7] = [
+        ("--overwrite", "overwrite=True"),
+        ("--resume", "resume=True"),
+        ("--max-errors", "max_errors"),
+        ("--shard-samples", "shard_samples"),
+        ("--cache-limit", "cache_limit"),
+        ("--cache-dir", "cache_dir"),
+        ("--remainder pad", "remainder=\"pad\""),
+    ];
+    FLAGS
+        .iter()
+        .fold(text, |t, (flag, kwarg)| t.replace(flag, kwarg))
+}
+
 /// A reader error as the Python exception a user would catch.
 pub fn read_error(e: ReadError) -> PyErr {
-    let text = e.to_string();
+    let text = pythonic(e.to_string());
     match e {
         ReadError::Io { cause, .. } if cause.kind() == std::io::ErrorKind::NotFound => {
             PyFileNotFoundError::new_err(text)

@@ -10,11 +10,12 @@ use std::path::PathBuf;
 
 /// A pack error as the Python exception a user would catch.
 pub(crate) fn pack_error(e: PackError) -> PyErr {
+    let text = crate::errors::pythonic(e.to_string());
     match e {
-        PackError::NoPlan { .. } => PyFileNotFoundError::new_err(e.to_string()),
-        e if e.is_usage() => PyValueError::new_err(e.to_string()),
-        e @ PackError::Io { .. } => PyOSError::new_err(e.to_string()),
-        e => DatasetError::new_err(e.to_string()),
+        PackError::NoPlan { .. } => PyFileNotFoundError::new_err(text),
+        e if e.is_usage() => PyValueError::new_err(text),
+        PackError::Io { .. } => PyOSError::new_err(text),
+        _ => DatasetError::new_err(text),
     }
 }
 

@@ -88,7 +88,7 @@ fn run_on_thread<T: Send + 'static>(
 }
 
 fn verify_error(e: VerifyError) -> PyErr {
-    let text = e.to_string();
+    let text = crate::errors::pythonic(e.to_string());
     match e {
         VerifyError::NotFound { .. } => PyFileNotFoundError::new_err(text),
         VerifyError::NoManifest { .. }

@@ -53,11 +53,20 @@ def test_parts_in_any_order_merge_to_the_single_pack(single: Path, tmp_path: Pat
 def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         shardtool.pack_part(tmp_path / "nothing", 0, 1)
-    with pytest.raises(ValueError, match="samples per shard"):
-        shardtool.plan(SAMPLE, tmp_path / "p", shard_samples=0)
+    for bad in [0, -1, 2**64]:
+        with pytest.raises(ValueError, match="shard_samples"):
+            shardtool.plan(SAMPLE, tmp_path / "p", shard_samples=bad)
+    with pytest.raises(TypeError, match="shard_samples"):
+        shardtool.plan(SAMPLE, tmp_path / "p", shard_samples=True)
     shardtool.plan(SAMPLE, tmp_path / "p", shard_samples=10)
     with pytest.raises(ValueError, match="below"):
         shardtool.pack_part(tmp_path / "p", 3, 3)
+    with pytest.raises(TypeError, match="index"):
+        shardtool.pack_part(tmp_path / "p", True, 2)
+    with pytest.raises(ValueError, match="max_errors"):
+        shardtool.pack_part(tmp_path / "p", 0, 2, max_errors=-1)
+    with pytest.raises(ValueError, match="max_errors"):
+        shardtool.pack(SAMPLE, tmp_path / "q", max_errors=-1)
 
 
 def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -> None:
@@ -107,8 +116,10 @@ def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: P
     with pytest.raises(ValueError, match="already planned"):
         shardtool.plan(SAMPLE, out, **OPTIONS)
     assert shardtool.plan(SAMPLE, out, resume=True, **OPTIONS)["plan"] == first["plan"]
-    with pytest.raises(ValueError, match=r"seed: 3 → 4"):
+    with pytest.raises(ValueError, match=r"seed: 3 → 4") as refused:
         shardtool.plan(SAMPLE, out, resume=True, **dict(OPTIONS, seed=4))
+    # The way out is named as Python takes it.
+    assert "overwrite=True" in str(refused.value) and "--" not in str(refused.value)
     # overwrite wins over resume: the plan is made again with the new options.
     other = shardtool.plan(SAMPLE, out, resume=True, overwrite=True, **dict(OPTIONS, seed=4))
     assert other["plan"] != first["plan"]
