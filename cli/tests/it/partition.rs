@@ -454,6 +454,10 @@ fn a_killed_pack_resumes_from_its_done_shards_to_the_same_bytes() {
     r.assert_code(2);
     assert!(r.stderr.contains("input: "), "{}", r.stderr);
     assert_same_dataset(&out, &single);
+    // Its plan is gone: status says what is there instead.
+    let r = Cmd::new(["status"]).arg(&out).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("finished dataset"), "{}", r.stderr);
 }
 
 #[test]

@@ -147,7 +147,15 @@ pub enum PackError {
         report: PathBuf,
     },
     /// OUTPUT holds no plan.
-    #[error("{path} holds no plan (_plan/plan.json); make one with `shardtool plan`")]
+    #[error(
+        "{path} holds no plan (_plan/plan.json); {}",
+        if path.join(shardtool_manifest::FILE_NAME).is_file() {
+            "it holds a finished dataset (manifest.json), whose plan is gone: nothing to run or \
+             merge (`shardtool verify` checks it)"
+        } else {
+            "make one with `shardtool plan`"
+        }
+    )]
     NoPlan {
         /// The output folder.
         path: PathBuf,
