@@ -399,7 +399,14 @@ pub fn run_status(a: MergeArgs) -> Result<(), Failure> {
             s.shards,
             s.samples,
             s.failed,
-            if s.merged { "; merged" } else { "" }
+            match (s.merged, s.missing.is_empty()) {
+                (true, true) => "; merged",
+                // Shards the manifest lists went missing or changed size after the merge.
+                (true, false) =>
+                    "; merged, but shards it lists are missing or changed since \
+                                  (shardtool verify checks the dataset)",
+                _ => "",
+            }
         );
         if !s.missing.is_empty() {
             let list: Vec<String> = s.missing.iter().take(50).map(u64::to_string).collect();

@@ -313,4 +313,9 @@ fn parts_and_merges_share_output_and_plans_and_packs_need_it_alone() {
     part(&out, "1/2").ok();
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     Cmd::new(["verify"]).arg(&out).ok();
+    // A shard lost after the merge: status says the merged dataset is no longer whole.
+    std::fs::remove_file(out.join("shard-000001.tar")).unwrap();
+    let r = Cmd::new(["status"]).arg(&out).run();
+    r.assert_code(1);
+    assert!(r.stdout.contains("merged, but"), "{}", r.stdout);
 }
