@@ -189,7 +189,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
             let source = match &dataset {
                 Some(d) => match Location::parse(d).map_err(Failure::usage)? {
-                    Location::Remote(r) => Some(r.folder.to_string()),
+                    Location::Remote(r) => Some(r.key()),
                     Location::Local(p) => {
                         return Err(Failure::usage(anyhow!(
                             "{} is local: local datasets are never cached",

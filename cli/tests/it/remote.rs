@@ -509,6 +509,27 @@ fn inspect_and_preview_read_a_remote_dataset_as_a_local_one() {
     let png = std::fs::read(tmp.path().join("remote.png")).unwrap();
     assert!(png.starts_with(b"\x89PNG"));
 
+    // Credentials in the URL are never shown, nor written into the cache.
+    let secret = url.replace("http://", "http://alice:s3cret@");
+    let creds = tmp.path().join("creds");
+    let cc = creds.to_str().unwrap();
+    for cmd in [&["inspect", "--json"][..], &["verify", "--json"]] {
+        let out = run(&[cmd[0], &secret, "--cache-dir", cc, cmd[1]]);
+        let text = ok(&out) + &String::from_utf8_lossy(&out.stderr);
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("127.0.0.1"), "{text}");
+    }
+    let mut on_disk = String::new();
+    for d in std::fs::read_dir(&creds).unwrap() {
+        let d = d.unwrap().path();
+        on_disk.push_str(&d.display().to_string());
+        on_disk.push_str(&std::fs::read_to_string(d.join("source")).unwrap_or_default());
+    }
+    assert!(
+        on_disk.contains("127.0.0.1") && !on_disk.contains("s3cret"),
+        "{on_disk}"
+    );
+
     // A URL with no dataset behind it cannot be opened: exit 2, as a missing folder.
     let gone = server.url("nothing/");
     assert_eq!(

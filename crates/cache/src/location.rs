@@ -34,6 +34,22 @@ impl RemoteUrl {
         format!("{}{}", self.folder, name)
     }
 
+    /// The URL of a file in the dataset folder as it may be shown (printed, drawn, stored in a
+    /// report): without the user and password a URL may carry.
+    pub fn shown(&self, name: &str) -> String {
+        format!("{}{name}", self.key())
+    }
+
+    /// The folder URL without user and password: what the cache knows the dataset by (its
+    /// folder name and `source` file), so credentials are never written to disk.
+    pub fn key(&self) -> String {
+        let mut u = self.folder.clone();
+        // Only URLs with a host can carry credentials; failures leave nothing to remove.
+        let _ = u.set_username("");
+        let _ = u.set_password(None);
+        u.to_string()
+    }
+
     /// The folder's path inside its bucket or server, without leading or trailing `/`.
     pub fn prefix(&self) -> String {
         self.folder.path().trim_matches('/').to_string()

@@ -23,7 +23,7 @@ pub fn inspect_remote(
     for p in &mut report.problems {
         view.rename(p);
     }
-    report.target = ds.url().folder.to_string();
+    report.target = ds.url().shown("");
     report.manifest = Some(view.shown().to_string());
     Ok(report)
 }
@@ -38,7 +38,7 @@ pub fn preview_remote(
 ) -> Result<PreviewSheet, VerifyError> {
     let wanted = preview_shards(ds.manifest(), opts);
     let view = RemoteView::fetch(ds, workers, Fetch::Some(&wanted))?;
-    let title = ds.url().folder.to_string();
+    let title = ds.url().shown("");
     let mut sheet = preview_titled(view.path(), opts, Some(&title))?;
     for item in &mut sheet.items {
         item.shard = view.stored_name(&item.shard).to_string();

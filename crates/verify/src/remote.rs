@@ -111,7 +111,7 @@ impl RemoteView {
             _held: held,
             failed,
             remote_names,
-            shown: ds.url().file_url(&ds.url().manifest),
+            shown: ds.url().shown(&ds.url().manifest),
         })
     }
 
