@@ -230,6 +230,23 @@ def test_pack_parquet_keeps_labels_of_every_integer_width(
         for s in got.values():
             row = int(json.loads(s["json"])["source"].rsplit(":", 1)[1])
             assert int(s["cls"]) == labels[row], t
+    # -1 (ClassLabel's "no label") leaves a row unlabelled; another negative, or a value past
+    # the limit, fails it naming the value as stored.
+    folder = tmp_path / "odd"
+    folder.mkdir()
+    column = pa.array([-1, -5, 0] + labels[3:], pa.int64())
+    pq.write_table(table.set_column(at, "label", column), folder / "a.parquet")
+    big = pa.array([0, 0, 2**63 + 5] + labels[3:], pa.uint64())
+    pq.write_table(table.set_column(at, "label", big), folder / "b.parquet")
+    out = tmp_path / "ds-odd"
+    shardtool.pack(folder, out, resize="shorter:16")
+    lines = [json.loads(x) for x in (out / "errors.jsonl").read_text().splitlines()]
+    bad = {x["path"].rsplit("/", 1)[1]: x["message"] for x in lines if x["kind"] == "bad_label"}
+    assert set(bad) == {"a.parquet:1", "b.parquet:2"}, lines
+    assert "-5" in bad["a.parquet:1"] and str(2**63 + 5) in bad["b.parquet:2"]
+    got = _members(out)
+    unlabelled = [s for s in got.values() if "cls" not in s]
+    assert [json.loads(s["json"])["source"].rsplit("/", 1)[1] for s in unlabelled] == ["a.parquet:0"]
 
 
 def test_pack_input_errors(tmp_path: Path) -> None:

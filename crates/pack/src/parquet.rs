@@ -6,7 +6,8 @@
 //! Columns: the image is the `image` column (or `--image-column`), a struct with `bytes` (and
 //! `path`) or a binary column, else the first such column; the label is `label` (or
 //! `--label-column`), an integer, with class names from the `ClassLabel` feature in the file's
-//! `huggingface` metadata when present (a negative label leaves the row unlabelled), or a string,
+//! `huggingface` metadata when present (-1, `ClassLabel`'s "none", leaves the row unlabelled; any
+//! other negative fails it), or a string,
 //! a class name (classes numbered in sorted order; an empty one leaves the row unlabelled); the
 //! text is
 //! `text` or `caption` (or `--text-column`); other scalar columns go to the sample's metadata.
@@ -223,7 +224,7 @@ fn scalar_json(f: &Field) -> Option<serde_json::Value> {
 struct RowParts<'r> {
     image: Option<&'r [u8]>,
     image_path: Option<&'r str>,
-    label: Option<RowLabel<i64, String>>,
+    label: Option<RowLabel<i128, String>>,
     text: Option<String>,
     columns: serde_json::Map<String, serde_json::Value>,
 }
@@ -253,15 +254,14 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
             }
         } else if Some(name) == chosen.label.as_ref() {
             p.label = match field {
-                Field::Byte(v) => Some(RowLabel::Index(i64::from(*v))),
-                Field::Short(v) => Some(RowLabel::Index(i64::from(*v))),
-                Field::Int(v) => Some(RowLabel::Index(i64::from(*v))),
-                Field::Long(v) => Some(RowLabel::Index(*v)),
-                Field::UByte(v) => Some(RowLabel::Index(i64::from(*v))),
-                Field::UShort(v) => Some(RowLabel::Index(i64::from(*v))),
-                Field::UInt(v) => Some(RowLabel::Index(i64::from(*v))),
-                // Past i64: out of range, as any label over the limit.
-                Field::ULong(v) => Some(RowLabel::Index(i64::try_from(*v).unwrap_or(i64::MAX))),
+                Field::Byte(v) => Some(RowLabel::Index(i128::from(*v))),
+                Field::Short(v) => Some(RowLabel::Index(i128::from(*v))),
+                Field::Int(v) => Some(RowLabel::Index(i128::from(*v))),
+                Field::Long(v) => Some(RowLabel::Index(i128::from(*v))),
+                Field::UByte(v) => Some(RowLabel::Index(i128::from(*v))),
+                Field::UShort(v) => Some(RowLabel::Index(i128::from(*v))),
+                Field::UInt(v) => Some(RowLabel::Index(i128::from(*v))),
+                Field::ULong(v) => Some(RowLabel::Index(i128::from(*v))),
                 Field::Str(name) if !name.is_empty() => Some(RowLabel::Name(name.clone())),
                 _ => None,
             };
@@ -476,8 +476,12 @@ fn stage_rows(
                     Some(RowLabel::Name(id))
                 }
             },
-            Some(RowLabel::Index(l)) if l < 0 => None,
-            Some(RowLabel::Index(l)) if l <= i64::from(MAX_LABEL).min(MAX_INT_LABEL) => {
+            // -1 is the Hugging Face `ClassLabel` for "no label" (test splits); any other
+            // negative is a bad label, as in a list.
+            Some(RowLabel::Index(-1)) => None,
+            Some(RowLabel::Index(l))
+                if (0..=i128::from(i64::from(MAX_LABEL).min(MAX_INT_LABEL))).contains(&l) =>
+            {
                 Some(RowLabel::Index(l as u32))
             }
             Some(RowLabel::Index(l)) => {
