@@ -14,6 +14,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "the reader without its default features (local datasets only: no HTTP, S3, TLS or async runtime)"
 cargo clippy -p shardtool-reader --no-default-features --lib --locked -- -D warnings
+step "inspect and verify without their remote feature"
+cargo clippy -p shardtool-inspect -p shardtool-verify --lib --locked -- -D warnings
 
 step "cargo doc (warnings are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet

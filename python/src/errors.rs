@@ -45,20 +45,70 @@ create_exception!(
 );
 
 /// A message from the Rust crates, which name the CLI's flags, with the keyword arguments the
-/// Python API takes for them.
+/// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
+/// parenthesis, and not followed by more of a word), never part of a path.
 pub(crate) fn pythonic(text: String) -> String {
-    const FLAGS: [(&str, &str); 7] = [
+    const FLAGS: [(&str, &str); 8] = [
         ("--overwrite", "overwrite=True"),
         ("--resume", "resume=True"),
         ("--max-errors", "max_errors"),
         ("--shard-samples", "shard_samples"),
         ("--cache-limit", "cache_limit"),
         ("--cache-dir", "cache_dir"),
+        ("--label-column", "label_column"),
         ("--remainder pad", "remainder=\"pad\""),
     ];
-    FLAGS
-        .iter()
-        .fold(text, |t, (flag, kwarg)| t.replace(flag, kwarg))
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text.as_str();
+    'scan: while let Some(at) = rest.find("--") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let starts = out
+            .chars()
+            .next_back()
+            .is_none_or(|c| matches!(c, ' ' | '`' | '\'' | '"' | '('));
+        for (flag, kwarg) in FLAGS {
+            let ends = tail
+                .get(flag.len()..)
+                .and_then(|r| r.chars().next())
+                .is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'));
+            if starts && ends && tail.starts_with(flag) {
+                out.push_str(kwarg);
+                rest = &tail[flag.len()..];
+                continue 'scan;
+            }
+        }
+        out.push_str("--");
+        rest = &tail[2..];
+    }
+    out.push_str(rest);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pythonic;
+
+    #[test]
+    fn only_whole_flags_become_keyword_arguments() {
+        assert_eq!(
+            pythonic("rerun with --overwrite to start over".into()),
+            "rerun with overwrite=True to start over"
+        );
+        assert_eq!(
+            pythonic("see `--max-errors` (--cache-limit)".into()),
+            "see `max_errors` (cache_limit)"
+        );
+        // Parts of paths stay as they are.
+        for path in [
+            "/tmp/run--resume--overwrite-x holds no plan",
+            "/x/my--cache-dir",
+        ] {
+            assert_eq!(pythonic(path.into()), path);
+        }
+        assert_eq!(pythonic("--overwrite-all".into()), "--overwrite-all");
+        assert_eq!(pythonic("a -- b --".into()), "a -- b --");
+    }
 }
 
 /// A reader error as the Python exception a user would catch.

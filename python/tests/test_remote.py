@@ -37,6 +37,8 @@ def served(tmp_path: Path) -> Iterator[Path]:
     conf.write_text(
         f'server.document-root = "{root}"\nserver.bind = "127.0.0.1"\nserver.port = {port}\n'
         f'server.errorlog = "{tmp_path / "error.log"}"\n'
+        # The test changes a served file: no stat cache serving its old size for a second.
+        'server.stat-cache-engine = "disable"\n'
     )
     server = subprocess.Popen([binary, "-D", "-f", str(conf)], stdout=subprocess.DEVNULL)
     try:

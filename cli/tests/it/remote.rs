@@ -530,6 +530,38 @@ fn inspect_and_preview_read_a_remote_dataset_as_a_local_one() {
         "{on_disk}"
     );
 
+    // An errors.jsonl over the size verify fetches (a sparse file: no disk): inspect and
+    // preview do not read it; verify reports it as a problem of the dataset.
+    let report = local.join("errors.jsonl");
+    let kept = std::fs::read(&report).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&report)
+        .unwrap()
+        .set_len(65 << 20)
+        .unwrap();
+    ok(&run(&["inspect", &url, "--cache-dir", c]));
+    let png = tmp.path().join("again.png");
+    ok(&run(&[
+        "preview",
+        &url,
+        "--cache-dir",
+        c,
+        "-o",
+        png.to_str().unwrap(),
+    ]));
+    let out = run(&["verify", &url, "--cache-dir", c, "--json"]);
+    std::fs::write(&report, kept).unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kinds: Vec<&str> = doc["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["error_report"], "{doc}");
+
     // A URL with no dataset behind it cannot be opened: exit 2, as a missing folder.
     let gone = server.url("nothing/");
     assert_eq!(

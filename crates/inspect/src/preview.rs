@@ -121,6 +121,7 @@ pub fn preview(target: &Path, opts: &PreviewOptions) -> Result<PreviewSheet, Ver
 }
 
 /// The manifest indices of the shards [`preview`] reads for a dataset described by `m`.
+#[cfg(feature = "remote")]
 pub(crate) fn preview_shards(m: &Manifest, opts: &PreviewOptions) -> Vec<usize> {
     picks_by_shard(m, opts).into_keys().collect()
 }

@@ -18,7 +18,7 @@ pub fn inspect_remote(
     workers: usize,
     opts: &VerifyOptions,
 ) -> Result<InspectReport, VerifyError> {
-    let view = RemoteView::fetch(ds, workers, Fetch::All)?;
+    let view = RemoteView::fetch(ds, workers, Fetch::All, false)?;
     let mut report = inspect_as(view.path(), opts, Some(&ds.manifest().shards))?;
     for p in &mut report.problems {
         view.rename(p);
@@ -37,7 +37,7 @@ pub fn preview_remote(
     opts: &PreviewOptions,
 ) -> Result<PreviewSheet, VerifyError> {
     let wanted = preview_shards(ds.manifest(), opts);
-    let view = RemoteView::fetch(ds, workers, Fetch::Some(&wanted))?;
+    let view = RemoteView::fetch(ds, workers, Fetch::Some(&wanted), false)?;
     let title = ds.url().shown("");
     let mut sheet = preview_titled(view.path(), opts, Some(&title))?;
     for item in &mut sheet.items {

@@ -31,18 +31,22 @@ pub struct RemoteView {
     _held: Vec<Lease>,
     /// Shards that could not be fetched, by cached name, with why.
     failed: HashMap<String, String>,
+    /// Why the dataset's `errors.jsonl` could not be fetched, when it was asked for.
+    errors_failed: Option<String>,
     /// Cached name → the name the server stores it under.
     remote_names: HashMap<String, String>,
     shown: String,
 }
 
 impl RemoteView {
-    /// Fetches the shards `which` names from `ds` with `workers` threads and makes the view.
-    /// What is fetched must fit under the cache's limit.
+    /// Fetches the shards `which` names from `ds` with `workers` threads and makes the view,
+    /// with the dataset's `errors.jsonl` when `with_errors` (verify checks it; others do not
+    /// read it). What is fetched must fit under the cache's limit.
     pub fn fetch(
         ds: &RemoteDataset,
         workers: usize,
         which: Fetch<'_>,
+        with_errors: bool,
     ) -> Result<Self, VerifyError> {
         let remote_error = |e: &dyn std::fmt::Display| VerifyError::Remote(e.to_string());
         let specs = ds.specs();
@@ -95,12 +99,18 @@ impl RemoteView {
         manifest.totals.bytes = manifest.shards.iter().map(|s| s.bytes).sum();
         let path = dir.path().join(MANIFEST_FILE);
         std::fs::write(&path, manifest.to_json()).map_err(|e| VerifyError::io(&path, e))?;
-        if let Some(errors) = ds
-            .fetch_small(ERRORS_FILE, MAX_ERRORS_FILE)
-            .map_err(|e| remote_error(&e))?
-        {
-            let path = dir.path().join(ERRORS_FILE);
-            std::fs::write(&path, errors).map_err(|e| VerifyError::io(&path, e))?;
+        let mut errors_failed = None;
+        if with_errors {
+            // One that cannot be fetched (too large, the server failing) is a problem of the
+            // dataset, as a local one verify cannot read.
+            match ds.fetch_small(ERRORS_FILE, MAX_ERRORS_FILE) {
+                Ok(Some(errors)) => {
+                    let path = dir.path().join(ERRORS_FILE);
+                    std::fs::write(&path, errors).map_err(|e| VerifyError::io(&path, e))?;
+                }
+                Ok(None) => {}
+                Err(e) => errors_failed = Some(e.to_string()),
+            }
         }
         let remote_names = specs
             .iter()
@@ -110,6 +120,7 @@ impl RemoteView {
             dir,
             _held: held,
             failed,
+            errors_failed,
             remote_names,
             shown: ds.url().shown(&ds.url().manifest),
         })
@@ -155,10 +166,11 @@ impl RemoteView {
 
 /// Verifies the remote dataset `ds` with `workers` fetch threads: every shard is fetched into
 /// the cache (the size and checksum of the stored file, and of the decompressed one for `.zst`,
-/// are checked on the way in; a shard already cached is streamed again through the same checks, nothing kept,
-/// so a copy changed on the server since it was cached is found) and held there while its
-/// cached copy is verified like a local dataset, through a [`RemoteView`]. The whole dataset
-/// must fit under the cache's limit.
+/// are checked on the way in; a shard already cached is streamed again through the same
+/// checks, nothing kept, so a copy changed on the server since it was cached is found) and held
+/// there while its cached copy is verified like a local dataset, through a [`RemoteView`]. The
+/// whole dataset must fit under the cache's limit. An `errors.jsonl` that cannot be fetched is
+/// an `error_report` problem.
 ///
 /// A shard that could not be fetched is a [`ProblemKind::FetchFailed`] problem; problems name
 /// shards as the server stores them (`.tar.zst`, not the cache's decompressed `.tar`).
@@ -168,10 +180,20 @@ pub fn verify_remote(
     opts: &VerifyOptions,
     progress: &dyn Progress,
 ) -> Result<Report, VerifyError> {
-    let view = RemoteView::fetch(ds, workers, Fetch::AllAtSource)?;
+    let view = RemoteView::fetch(ds, workers, Fetch::AllAtSource, true)?;
     let mut report = verify(view.path(), opts, progress)?;
     for p in &mut report.problems {
         view.rename(p);
+    }
+    if let Some(why) = &view.errors_failed {
+        // Not fetched, so verify found none: the reason replaces what it said of a missing one.
+        report
+            .problems
+            .retain(|p| p.kind != ProblemKind::ErrorReport);
+        report.problems.push(Problem::dataset(
+            ProblemKind::ErrorReport,
+            format!("{ERRORS_FILE} could not be fetched: {why}"),
+        ));
     }
     report.finish();
     report.dataset = view.shown().to_string();

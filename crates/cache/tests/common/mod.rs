@@ -84,6 +84,8 @@ webdav.opts = ("propfind-depth-infinity" => "enable")
 accesslog.filename = "|/bin/sh -c \"exec cat >> {log}\""
 accesslog.format = "%r %>s %b"
 server.errorlog = "{err}"
+# Tests change files between requests: no stat cache serving the old size for a second.
+server.stat-cache-engine = "disable"
 server.max-connections = 256
 "#,
             root = root.display(),
