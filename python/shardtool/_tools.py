@@ -82,10 +82,16 @@ def pack(
     ``bytes_out`` and ``seconds``. Raises ``FileNotFoundError`` for a missing input (a plain
     local path at once; the files of a pattern or URL when the pack reaches them),
     ``ValueError`` for bad options (the message names the argument, e.g. ``input_format``),
-    ``DatasetError`` when too many inputs fail. The GIL is released while packing; Ctrl-C returns
-    control at once (the pack in flight completes in the background).
+    ``DatasetError`` when too many inputs fail. The GIL is released while packing; Ctrl-C stops
+    the pack at its next input (listing a large input is waited for), removes its temporary
+    files and raises ``KeyboardInterrupt``: rerun with ``resume=True`` (with ``shard_samples``)
+    or ``overwrite=True``. ``resume`` and ``overwrite`` together are refused.
     """
     options = checked_options(options)
+    if options.get("resume") and options.get("overwrite"):
+        raise ValueError(
+            "resume=True continues an interrupted pack, overwrite=True starts over: pass one"
+        )
     return json.loads(
         _shardtool.pack(
             os.fspath(input),

@@ -55,7 +55,9 @@ pub fn pack_part(
 #[pyfunction]
 pub fn merge(py: Python<'_>, output: String) -> PyResult<String> {
     let out = PathBuf::from(output);
-    let r = interruptible(py, move || shardtool_pack::merge(&out))?.map_err(pack_error)?;
+    // Ctrl-C waits for the merge (it holds OUTPUT's lock), unless pressed twice.
+    let r =
+        crate::tools::cancellable(py, move |_| shardtool_pack::merge(&out))?.map_err(pack_error)?;
     Ok(json(serde_json::json!({
         "manifest": r.manifest,
         "errors": r.errors,

@@ -36,9 +36,10 @@ impl shardtool_pack::Progress for Cancel {
     }
 }
 
-/// [`interruptible`] for a pack that stops when asked: on Ctrl-C it is told to stop (at its next
-/// input, cleaning up and releasing the output's lock, so a retry may start at once), and the
-/// exception is raised once it has; a second Ctrl-C stops waiting.
+/// [`interruptible`] for a task that holds OUTPUT's lock: on Ctrl-C it is told to stop (a pack
+/// at its next input, cleaning up; planning and merging have no such point and finish), and the
+/// exception is raised once it has ended and released the lock, so a retry may start at once;
+/// a second Ctrl-C stops waiting.
 pub(crate) fn cancellable<T: Send + 'static>(
     py: Python<'_>,
     work: impl FnOnce(&Cancel) -> T + Send + 'static,
@@ -244,8 +245,9 @@ pub fn pack(
                 "shard_samples is required: a plan fixes what each shard holds by position",
             ));
         }
-        // With `resume`, a plan already there is kept if it is the same plan.
-        let file = interruptible(py, move || {
+        // With `resume`, a plan already there is kept if it is the same plan. Listing has no
+        // point to stop at: Ctrl-C waits for it (holding OUTPUT's lock) unless pressed twice.
+        let file = cancellable(py, move |_| {
             if plan.resume {
                 shardtool_pack::make_or_keep_plan(&plan)
             } else {

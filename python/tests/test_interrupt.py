@@ -63,6 +63,21 @@ def test_an_interrupted_pack_stops_so_it_can_be_resumed_at_once(tmp_path: Path) 
     assert shardtool.verify(out)["ok"]
 
 
+def test_an_interrupted_plan_releases_its_output_before_raising(tmp_path: Path) -> None:
+    # A plan of a million-row list takes seconds; interrupted, it raises once it has let go of
+    # OUTPUT, so planning again in the same process is not refused as "another process".
+    rows = "".join(f"img/{i:07d}.jpg,{i % 10}\n" for i in range(1_000_000))
+    listing = tmp_path / "big.csv"
+    listing.write_text("path,label\n" + rows)
+    out = tmp_path / "out"
+    timer = _sigint_after(0.3)
+    with pytest.raises(KeyboardInterrupt):
+        shardtool.plan(listing, out, shard_samples=1000)
+    timer.join()
+    shardtool.plan(SAMPLE, out, shard_samples=10, overwrite=True)
+    assert shardtool.status(out)["shards"] == 5
+
+
 def test_an_interrupt_as_a_batch_arrives_loses_no_batch(datasets: Dict[str, Path]) -> None:
     # Batches arrive every few milliseconds, so the signal mostly lands in a wait that ends with
     # a batch: that batch must not count as handed out (a resume would skip it).

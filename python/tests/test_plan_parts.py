@@ -67,6 +67,8 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
         shardtool.pack_part(tmp_path / "p", 0, 2, max_errors=-1)
     with pytest.raises(ValueError, match="max_errors"):
         shardtool.pack(SAMPLE, tmp_path / "q", max_errors=-1)
+    with pytest.raises(ValueError, match="pass one"):
+        shardtool.pack(SAMPLE, tmp_path / "q", shard_samples=5, resume=True, overwrite=True)
 
 
 def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -> None:
