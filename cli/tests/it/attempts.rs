@@ -228,7 +228,13 @@ fn an_attempt_of_a_replaced_plan_publishes_nothing_into_the_new_dataset() {
             .args(opts)
             .args(["--seed", "7", "--overwrite"])
     };
-    again().arg(&out).run().assert_code(2);
+    let r = again().arg(&out).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("another shardtool process"),
+        "{}",
+        r.stderr
+    );
     // ...but not from a host whose lock does not bind this one (a network file system): as if,
     // the new plan is made, packed and merged beside, then moved in (another seed: other
     // shards).

@@ -319,6 +319,25 @@ fn max_errors_holds_across_resumes() {
         "{}",
         r.stderr
     );
+    // Named by the set, in order: `1,0,1` is the same run.
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--shards", "1,0,1", "--max-errors", "0"])
+        .run();
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("failures-shards-0-1.jsonl"),
+        "{}",
+        r.stderr
+    );
+    // A merge, every shard done, leaves no stale list.
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    let left: Vec<_> = std::fs::read_dir(out.join("_plan"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("failures-"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]

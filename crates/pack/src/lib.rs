@@ -149,7 +149,7 @@ pub enum PackError {
     /// OUTPUT holds no plan.
     #[error(
         "{path} holds no plan (_plan/plan.json); {}",
-        if path.join(shardtool_manifest::FILE_NAME).is_file() {
+        if *finished {
             "it holds a finished dataset (manifest.json), whose plan is gone: nothing to run or \
              merge (`shardtool verify` checks it)"
         } else {
@@ -159,6 +159,8 @@ pub enum PackError {
     NoPlan {
         /// The output folder.
         path: PathBuf,
+        /// Whether it holds a finished dataset (a manifest) instead.
+        finished: bool,
     },
     /// The plan file cannot be used.
     #[error("plan {path}: {message}")]

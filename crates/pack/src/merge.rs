@@ -158,8 +158,16 @@ pub(crate) fn merge_held(output: &Path) -> Result<MergeReport, PackError> {
     }
     store.write(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
     if !store.is_remote() {
-        // Staged inputs were only for the parts.
-        let _ = std::fs::remove_dir_all(plan_dir(store.local()).join(STAGED_DIR));
+        // Staged inputs were only for the parts; lists of failures that stopped runs are stale
+        // now that every shard is done (the dataset's are in errors.jsonl).
+        let dir = plan_dir(store.local());
+        let _ = std::fs::remove_dir_all(dir.join(STAGED_DIR));
+        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("failures-") && name.ends_with(".jsonl") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
     Ok(MergeReport { manifest, errors })
 }

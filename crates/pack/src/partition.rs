@@ -302,10 +302,19 @@ pub fn pack_part(
     let loaded = load(output, jobs)?;
     let name = match assignment {
         Assignment::Part { index, count } => format!("part-{index}-of-{count}"),
-        Assignment::Shards(v) => match (v.first(), v.last()) {
-            (Some(a), Some(b)) => format!("shards-{a}-{b}"),
-            _ => "shards".into(),
-        },
+        // The set it names, as ranges: `--shards 0,9` and `--shards 0-9` differ. A long one
+        // is its ends and a hash of the whole.
+        Assignment::Shards(_) => {
+            let set = assigned(assignment, loaded.file.shards)?;
+            let ranges = crate::shard_ranges(&set);
+            if ranges.len() <= 64 {
+                format!("shards-{ranges}")
+            } else {
+                let sum = shardtool_core::Checksum::of(ranges.as_bytes());
+                let (a, b) = (set.first().unwrap_or(&0), set.last().unwrap_or(&0));
+                format!("shards-{a}-{b}-{:08x}", sum.0 as u32)
+            }
+        }
     };
     let failures = FailureReport {
         name: format!("{PLAN_DIR}/failures-{name}.jsonl"),

@@ -476,6 +476,7 @@ pub(crate) fn read_plan_in(store: &Store, output: &Path) -> Result<PlanFile, Pac
     let Some(bytes) = store.read(&format!("{PLAN_DIR}/{PLAN_FILE}"), MAX_PLAN_BYTES)? else {
         return Err(PackError::NoPlan {
             path: output.to_path_buf(),
+            finished: matches!(store.size(shardtool_manifest::FILE_NAME), Ok(Some(_))),
         });
     };
     parse_plan(&bytes, &plan_dir(output).join(PLAN_FILE))

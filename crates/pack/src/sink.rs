@@ -159,6 +159,8 @@ impl<'p> ShardSink<'p> {
 
     /// Publishes the open shard, if any, and names the next one shard `index`.
     pub(crate) fn start_shard(&mut self, index: usize) -> Result<(), PackError> {
+        // A sink that does not roll itself publishes only through its owner's checked roll.
+        debug_assert!(self.rolls_itself || self.open.is_none());
         self.roll()?;
         self.next_index = index;
         Ok(())
