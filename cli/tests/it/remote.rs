@@ -408,7 +408,8 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
 
     // A shard damaged on the server is caught on the way in and named.
     let shard = www.join("ds/shard-000003.tar.zst");
-    let mut bytes = std::fs::read(&shard).unwrap();
+    let good = std::fs::read(&shard).unwrap();
+    let mut bytes = good.clone();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 1;
     std::fs::write(&shard, bytes).unwrap();
@@ -440,10 +441,38 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
         .filter(|p| p.exists())
         .collect();
     assert_eq!(cached.len(), 1, "{cached:?}");
-    // And a limit that cannot hold the whole dataset is refused before fetching.
-    let out = run(&["verify", &url, "--cache-dir", c, "--cache-limit", "1000"]);
+    // And a limit that cannot hold the whole dataset is refused before fetching, saying what
+    // would do; that does, from a cold cache (shards fetched 4 at a time, each .zst one beside
+    // its decompressed copy while it is decompressed).
+    std::fs::write(&shard, &good).unwrap();
+    let cold = tmp.path().join("cold");
+    let out = run(&[
+        "verify",
+        &url,
+        "--cache-dir",
+        cold.to_str().unwrap(),
+        "--cache-limit",
+        "1000",
+    ]);
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("too small"));
+    let text = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(text.contains("too small"), "{text}");
+    let least = text
+        .split("at least ")
+        .nth(1)
+        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+        .unwrap_or_else(|| panic!("no advice in {text}"))
+        .to_string();
+    for _ in 0..2 {
+        ok(&run(&[
+            "verify",
+            &url,
+            "--cache-dir",
+            cold.to_str().unwrap(),
+            "--cache-limit",
+            &least,
+        ]));
+    }
 }
 
 #[test]

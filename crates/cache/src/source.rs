@@ -240,32 +240,98 @@ impl RemoteDataset {
     }
 
     /// Fails unless the cache limit can hold `open_bytes` (the most bytes of shards that are
-    /// open at once in the reader's plan) plus the largest shard being fetched next to them.
-    /// What is left over bounds how far ahead the prefetcher may fetch.
+    /// open at once in the reader's plan) plus the compressed copy a `.zst` shard needs while it
+    /// is decompressed. What is left over bounds how far ahead the prefetcher may fetch.
     pub fn check_capacity(&self, open_bytes: u64) -> Result<(), CacheError> {
+        let need = open_bytes
+            .saturating_add(self.transient())
+            .max(self.largest_fetch());
         let Some(limit) = self.shared.cache.limit() else {
             return Ok(());
         };
-        let largest = self
-            .shared
-            .specs
-            .iter()
-            .map(|s| s.cached_bytes() + s.decompressed.map_or(0, |_| s.bytes))
-            .max()
-            .unwrap_or(0);
-        if limit < open_bytes.max(largest) {
+        if limit < need {
             return Err(CacheError::TooSmall {
                 limit,
                 message: format!(
-                    "the reader keeps up to {open_bytes} bytes of shards open at once and the largest shard needs {largest} bytes \
-                     to fetch; raise --cache-limit to at least {}, or open fewer shards at once (smaller interleave, fewer workers)",
-                    open_bytes.max(largest)
+                    "the reader keeps up to {open_bytes} bytes of shards open at once and a shard \
+                     being fetched needs up to {} more; raise --cache-limit to at least {need}, or \
+                     open fewer shards at once (smaller interleave, fewer workers)",
+                    need - open_bytes
                 ),
             });
         }
         let mut p = self.shared.lock();
-        p.max_ahead_bytes = limit - open_bytes.max(largest);
+        p.max_ahead_bytes = limit - need;
         Ok(())
+    }
+
+    /// Fails unless the cache limit can hold the shards `indices` names (all when `None`), held
+    /// at once (all a command reads), those not cached yet fetched `fetching` at a time, each
+    /// `.zst` one with its compressed copy while it is decompressed.
+    pub fn check_room(&self, indices: Option<&[usize]>, fetching: usize) -> Result<(), CacheError> {
+        let all: Vec<usize>;
+        let indices = match indices {
+            Some(v) => v,
+            None => {
+                all = (0..self.shared.specs.len()).collect();
+                &all
+            }
+        };
+        let specs: Vec<&ShardSpec> = indices
+            .iter()
+            .filter_map(|&i| self.shared.specs.get(i))
+            .collect();
+        let held: u64 = specs.iter().map(|s| s.cached_bytes()).sum();
+        // Only shards not cached whole yet are fetched.
+        let to_fetch: Vec<&&ShardSpec> = specs
+            .iter()
+            .filter(|s| {
+                let paths = CacheDir::shard_paths(&self.shared.dir, s.cached_name());
+                !CacheDir::is_whole(&paths, s.cached_bytes(), s.cached_checksum()).unwrap_or(false)
+            })
+            .collect();
+        let transient = to_fetch
+            .iter()
+            .filter(|s| s.decompressed.is_some())
+            .map(|s| s.bytes)
+            .max()
+            .unwrap_or(0);
+        let extra = transient.saturating_mul(fetching.clamp(1, to_fetch.len().max(1)) as u64);
+        let need = held.saturating_add(extra);
+        match self.shared.cache.limit() {
+            Some(limit) if limit < need => Err(CacheError::TooSmall {
+                limit,
+                message: format!(
+                    "the {held} bytes of shards read here are held in the cache at once, and \
+                     those fetched {fetching} at a time need up to {extra} more while \
+                     decompressed; raise --cache-limit to at least {need}, or fetch fewer at \
+                     once (--fetch-concurrency)"
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The most bytes a `.zst` shard's compressed copy takes beside its decompressed one while
+    /// it is fetched (0 when no shard is compressed).
+    fn transient(&self) -> u64 {
+        self.shared
+            .specs
+            .iter()
+            .filter(|s| s.decompressed.is_some())
+            .map(|s| s.bytes)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The most bytes one shard takes while it is fetched.
+    fn largest_fetch(&self) -> u64 {
+        self.shared
+            .specs
+            .iter()
+            .map(|s| s.cached_bytes() + s.decompressed.map_or(0, |_| s.bytes))
+            .max()
+            .unwrap_or(0)
     }
 
     /// Tells the prefetcher the order in which shards will be opened (first use, this epoch).

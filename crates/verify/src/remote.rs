@@ -50,16 +50,13 @@ impl RemoteView {
     ) -> Result<Self, VerifyError> {
         let remote_error = |e: &dyn std::fmt::Display| VerifyError::Remote(e.to_string());
         let specs = ds.specs();
-        let need: u64 = match which {
-            Fetch::Some(v) => v
-                .iter()
-                .filter_map(|&i| specs.get(i))
-                .map(|s| s.cached_bytes())
-                .sum(),
-            _ => specs.iter().map(|s| s.cached_bytes()).sum(),
-        };
-        ds.check_capacity(need).map_err(|e| remote_error(&e))?;
         let workers = workers.max(1);
+        let wanted = match which {
+            Fetch::Some(v) => Some(v),
+            _ => None,
+        };
+        ds.check_room(wanted, workers)
+            .map_err(|e| remote_error(&e))?;
         let (held, failed) = match which {
             Fetch::All => ds.acquire_all(workers, true),
             Fetch::AllAtSource => ds.acquire_all_checked_at_source(workers),
