@@ -38,6 +38,17 @@ impl Failure {
         }
     }
 
+    /// Stopped cleanly by `signal`: exit 128 + its number, as a shell reports one it ended.
+    pub(crate) fn signalled(signal: i32) -> Self {
+        Self {
+            code: u8::try_from(128 + signal).unwrap_or(1),
+            error: anyhow::anyhow!(
+                "stopped by signal {signal}; its temporary files are removed (a part, or a pack \
+                 with --shard-samples and --resume, goes on from its done shards when run again)"
+            ),
+        }
+    }
+
     /// The run started but failed: exit 1.
     pub(crate) fn run(error: impl Into<anyhow::Error>) -> Self {
         Self {

@@ -3,6 +3,7 @@
 use indicatif::{ProgressBar, ProgressStyle};
 use shardtool_pack::{Progress, ProgressSnapshot};
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,40 @@ enum Mode {
         /// When a line was last printed, and the latest snapshot (printed once more at the end).
         last: Mutex<(Instant, Option<ProgressSnapshot>)>,
     },
+}
+
+/// The signal that asked a running pack to stop (0: none).
+static STOP: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop(signal: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP.store(signal, Ordering::Relaxed);
+}
+
+/// Makes SIGTERM (`scancel`, a pod's deletion) and SIGINT (Ctrl-C) ask a running pack to stop
+/// cleanly: it stops at its next input, removes its temporary files and exits 128 + the
+/// signal's number. A second signal of the same kind ends the process at once.
+#[allow(unsafe_code)]
+pub fn stop_on_signals() {
+    for signal in [libc::SIGTERM, libc::SIGINT] {
+        // SAFETY: the handler only stores to an atomic; SA_RESETHAND restores the default
+        // disposition once it has run, so a second signal takes the default action.
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            action.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(signal, &action, std::ptr::null_mut());
+        }
+    }
+}
+
+/// The signal that asked the pack to stop, if one did.
+pub fn stopped_by() -> Option<i32> {
+    match STOP.load(Ordering::Relaxed) {
+        0 => None,
+        s => Some(s),
+    }
 }
 
 /// Progress for `pack`.
@@ -63,6 +98,10 @@ impl PackProgress {
 }
 
 impl Progress for PackProgress {
+    fn cancelled(&self) -> bool {
+        stopped_by().is_some()
+    }
+
     fn update(&self, s: &ProgressSnapshot) {
         match &self.mode {
             Mode::Quiet => {}

@@ -128,6 +128,10 @@ fn flag_of(e: &PlanError) -> &'static str {
 /// Maps a pack error to its exit code.
 fn failure(e: PackError) -> Failure {
     match e {
+        // Stopped by a signal, cleaned up: the status a shell gives a process the signal ends.
+        PackError::Interrupted => {
+            Failure::signalled(crate::progress::stopped_by().unwrap_or(libc::SIGINT))
+        }
         PackError::OutputNotEmpty { path } => Failure::usage(anyhow!(
             "output {} is not empty; pass --overwrite to replace the dataset in it{}",
             path.display(),
@@ -260,6 +264,7 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
         std::env::var(k).ok()
     })
     .map_err(|e| Failure::usage(anyhow!(e)))?;
+    crate::progress::stop_on_signals();
     let progress = PackProgress::new(a.quiet);
     let result = shardtool_pack::pack_part(&output, &which, a.jobs, a.max_errors, &progress);
     progress.finish();
@@ -440,6 +445,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
     let quiet = a.quiet;
     let json = a.json;
     let plan = plan(a).map_err(|e| Failure::usage(anyhow!(e)))?;
+    crate::progress::stop_on_signals();
     let progress = PackProgress::new(quiet);
     let result = pack(&plan, &progress);
     progress.finish();

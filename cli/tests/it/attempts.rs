@@ -325,3 +325,37 @@ fn parts_and_merges_share_output_and_plans_and_packs_need_it_alone() {
     r.assert_code(1);
     assert!(r.stdout.contains("merged, but"), "{}", r.stdout);
 }
+
+/// `scancel` and a pod's deletion send SIGTERM, Ctrl-C SIGINT: a part stops at its next input,
+/// removes its temporary shard and exits 128 + the signal; run again, it goes on.
+#[test]
+fn a_signalled_part_stops_cleanly_and_goes_on_when_run_again() {
+    let dir = tempdir();
+    let images = inputs(dir.path(), 30);
+    let out = dir.path().join("out");
+    let opts = [
+        "--resize",
+        "shorter:768",
+        "--upscale",
+        "--encode",
+        "png",
+        "--shard-samples",
+        "8",
+    ];
+    Cmd::new(["plan"]).arg(&images).arg(&out).args(opts).ok();
+    for (signal, code) in [("-TERM", 143), ("-INT", 130)] {
+        let mut attempt = Attempt(Some(part(&out, "0/1").spawn_piped()));
+        attempt.stop_when(|| shard_tmp(&out));
+        attempt.signal("-CONT");
+        attempt.signal(signal);
+        let child = attempt.0.take().unwrap();
+        let done = child.wait_with_output().unwrap();
+        assert_eq!(done.status.code(), Some(code), "{done:?}");
+        assert!(!shard_tmp(&out), "a temporary shard was left");
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert!(err.contains("stopped by signal"), "{err}");
+    }
+    part(&out, "0/1").ok();
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    Cmd::new(["verify"]).arg(&out).ok();
+}
