@@ -14,6 +14,10 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 # Integer options of pack and their least value (each at most 2**63 - 1).
 _INT_OPTIONS = {"seed": 0, "shard_samples": 1, "jobs": 1, "max_pixels": 1, "max_errors": 0}
+_BOOL_OPTIONS = ("upscale", "shuffle", "overwrite", "resume")
+_STR_OPTIONS = (
+    "format", "resize", "filter", "encode", "decode_scale", "compress", "keys", "prefix"
+)
 
 
 def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
@@ -30,10 +34,22 @@ def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
     for name, least in _INT_OPTIONS.items():
         integer(name, options.get(name), least, 2**63 - 1)
     integer("quality", options.get("quality"), 1, 100)
+    # Flags and texts checked here too, so a wrong type names the argument.
+    for name in _BOOL_OPTIONS:
+        value = options.get(name)
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+    for name in _STR_OPTIONS:
+        value = options.get(name)
+        if value is not None and not isinstance(value, str):
+            raise TypeError(f"{name} must be a str, not {type(value).__name__}")
     size = options.get("shard_size")
-    if isinstance(size, int) and not isinstance(size, bool):
+    if isinstance(size, int):
         integer("shard_size", size, 1, 2**63 - 1)
         options["shard_size"] = str(size)
+    elif size is not None and not isinstance(size, str):
+        kind = type(size).__name__
+        raise TypeError(f"shard_size must be bytes (int) or a size (str), not {kind}")
     return options
 
 

@@ -254,7 +254,7 @@ pub fn pack(
                 shardtool_pack::make_plan(&plan)
             }
         })?
-        .map_err(crate::partition::pack_error)?;
+        .map_err(python_pack_error)?;
         return json(&serde_json::json!({
             "plan": file.hash,
             "inputs": file.inputs,
@@ -280,16 +280,28 @@ pub fn pack(
                 path.display()
             )))
         }
-        Err(PackError::OutputNotEmpty { path }) => Err(PyValueError::new_err(format!(
-            "output {} is not empty; pass overwrite=True to replace the dataset in it{}",
+        Err(e) => Err(python_pack_error(e)),
+    }
+}
+
+/// A pack or plan error as Python raises it: an output not empty says which keyword gets past.
+fn python_pack_error(e: PackError) -> PyErr {
+    match e {
+        PackError::OutputNotEmpty { path } => PyValueError::new_err(format!(
+            "output {} is not empty{}; pass overwrite=True to replace what it holds{}",
             path.display(),
+            if path.join("manifest.json").is_file() {
+                " (it holds a dataset)"
+            } else {
+                ""
+            },
             if path.join(shardtool_pack::PLAN_DIR).exists() {
                 ", or resume=True (with the same options) to continue an interrupted pack"
             } else {
                 ""
             }
-        ))),
-        Err(e) => Err(crate::partition::pack_error(e)),
+        )),
+        e => crate::partition::pack_error(e),
     }
 }
 

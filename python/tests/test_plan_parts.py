@@ -67,6 +67,20 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
         shardtool.pack_part(tmp_path / "p", 0, 2, max_errors=-1)
     with pytest.raises(ValueError, match="max_errors"):
         shardtool.pack(SAMPLE, tmp_path / "q", max_errors=-1)
+    for bad, name in [
+        (dict(shard_size=True), "shard_size"),
+        (dict(shard_size=1.5), "shard_size"),
+        (dict(upscale="yes"), "upscale"),
+        (dict(overwrite=1), "overwrite"),
+        (dict(resize=224), "resize"),
+    ]:
+        with pytest.raises(TypeError, match=name):
+            shardtool.pack(SAMPLE, tmp_path / "q", **bad)
+    # Planning into a finished dataset says what is there and how to replace it.
+    done = tmp_path / "done"
+    shardtool.pack(SAMPLE, done, resize="crop:16x16")
+    with pytest.raises(ValueError, match=r"holds a dataset\).*overwrite=True"):
+        shardtool.plan(SAMPLE, done, shard_samples=10)
     with pytest.raises(ValueError, match="pass one"):
         shardtool.pack(SAMPLE, tmp_path / "q", shard_samples=5, resume=True, overwrite=True)
 
