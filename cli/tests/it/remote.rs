@@ -591,6 +591,31 @@ fn inspect_and_preview_read_a_remote_dataset_as_a_local_one() {
         .collect();
     assert_eq!(kinds, ["error_report"], "{doc}");
 
+    // A picked shard damaged on the server: skipped, named as stored, with why.
+    let png = tmp.path().join("damaged.png");
+    let args = |c: &str| {
+        let mut a = vec!["preview", &url, "-o", png.to_str().unwrap(), "-n", "8"];
+        a.extend(["--json", "--cache-dir"]);
+        a.push(c);
+        a.into_iter().map(String::from).collect::<Vec<_>>()
+    };
+    let first: serde_json::Value = json(&bin().args(args(c)).output().unwrap());
+    let victim = first["items"][0]["shard"].as_str().unwrap().to_string();
+    let served = local.join(&victim);
+    let kept = std::fs::read(&served).unwrap();
+    let mut bad = kept.clone();
+    let mid = bad.len() / 2;
+    bad[mid] ^= 1;
+    std::fs::write(&served, bad).unwrap();
+    let cold = tmp.path().join("cold-preview");
+    let out = bin().args(args(cold.to_str().unwrap())).output().unwrap();
+    std::fs::write(&served, kept).unwrap();
+    let skipped = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        skipped.contains(&format!("{victim}: could not be fetched whole")),
+        "{skipped}"
+    );
+
     // A URL with no dataset behind it cannot be opened: exit 2, as a missing folder.
     let gone = server.url("nothing/");
     assert_eq!(

@@ -43,8 +43,15 @@ pub fn preview_remote(
     for item in &mut sheet.items {
         item.shard = view.stored_name(&item.shard).to_string();
     }
+    // A skipped line is `<shard>: <why>`; a shard's name may hold ": " too, so it is found by
+    // the names the view knows (skipped lines are few: shards that failed).
     for line in &mut sheet.skipped {
-        if let Some((shard, why)) = line.split_once(": ") {
+        let shard = ds.specs().iter().map(|s| s.cached_name()).find(|name| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(": "))
+        });
+        if let Some(shard) = shard {
+            let why = &line[shard.len() + 2..];
             let why = match view.fetch_failure(shard) {
                 Some(fetch) => format!("could not be fetched whole: {fetch}"),
                 None => why.to_string(),
