@@ -74,11 +74,7 @@ pub struct MergeReport {
 /// same bytes.
 pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
     // Shared with parts and other merges; a plan or pack beside it is refused.
-    let _lock = if crate::store::is_remote(output) {
-        None
-    } else {
-        Some(crate::plan_file::OutputLock::share(output)?)
-    };
+    let _lock = crate::plan_file::OutputLock::share(output)?;
     merge_held(output)
 }
 

@@ -294,11 +294,7 @@ pub fn pack_part(
 ) -> Result<PartReport, PackError> {
     let start = Instant::now();
     // Shared with other parts and merges; a plan or pack beside it is refused, as it beside one.
-    let _lock = if is_remote(output) {
-        None
-    } else {
-        Some(OutputLock::share(output)?)
-    };
+    let _lock = OutputLock::share(output)?;
     let loaded = load(output, jobs)?;
     let name = match assignment {
         Assignment::Part { index, count } => format!("part-{index}-of-{count}"),

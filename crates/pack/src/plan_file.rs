@@ -145,39 +145,37 @@ impl OutputLock {
         let made = !output.exists();
         std::fs::create_dir_all(output).map_err(|e| PackError::io(output, e))?;
         let dir = std::fs::File::open(output).map_err(|e| PackError::io(output, e))?;
-        let file = match dir.try_lock() {
-            Ok(()) => Some(dir),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(PackError::PlanRunning {
-                    path: output.to_path_buf(),
-                })
-            }
-            // No locks here: the checks that follow still refuse a non-empty output, but an
-            // interrupted plan then needs --overwrite.
-            Err(std::fs::TryLockError::Error(_)) => None,
-        };
+        // Without locks, the checks that follow still refuse a non-empty output, but an
+        // interrupted plan then needs --overwrite.
+        let file = Self::lock(dir, output, std::fs::File::try_lock)?;
         Ok(Self { file, made })
     }
 
-    /// Takes the shared lock on `output`, an existing folder (none when it is not one: what
-    /// runs next says what is missing).
+    /// Takes the shared lock on a local `output` that exists (none on an object-store output,
+    /// or when it is no folder: what runs next says what is missing).
     pub(crate) fn share(output: &Path) -> Result<Self, PackError> {
-        let unlocked = Self {
-            file: None,
-            made: false,
+        let file = match std::fs::File::open(output) {
+            Ok(dir) if !crate::store::is_remote(output) => {
+                Self::lock(dir, output, std::fs::File::try_lock_shared)?
+            }
+            _ => None,
         };
-        let Ok(dir) = std::fs::File::open(output) else {
-            return Ok(unlocked);
-        };
-        match dir.try_lock_shared() {
-            Ok(()) => Ok(Self {
-                file: Some(dir),
-                made: false,
-            }),
+        Ok(Self { file, made: false })
+    }
+
+    /// `dir` once `try_lock` locked it; `None` where the file system has no locks; refused
+    /// while another process holds the lock.
+    fn lock(
+        dir: std::fs::File,
+        output: &Path,
+        try_lock: fn(&std::fs::File) -> Result<(), std::fs::TryLockError>,
+    ) -> Result<Option<std::fs::File>, PackError> {
+        match try_lock(&dir) {
+            Ok(()) => Ok(Some(dir)),
             Err(std::fs::TryLockError::WouldBlock) => Err(PackError::PlanRunning {
                 path: output.to_path_buf(),
             }),
-            Err(std::fs::TryLockError::Error(_)) => Ok(unlocked),
+            Err(std::fs::TryLockError::Error(_)) => Ok(None),
         }
     }
 }
