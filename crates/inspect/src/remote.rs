@@ -51,11 +51,9 @@ pub fn preview_remote(
                 .is_some_and(|rest| rest.starts_with(": "))
         });
         if let Some(shard) = shard {
-            let why = &line[shard.len() + 2..];
-            let why = match view.fetch_failure(shard) {
-                Some(fetch) => format!("could not be fetched whole: {fetch}"),
-                None => why.to_string(),
-            };
+            let why = view
+                .fetch_failure(shard)
+                .unwrap_or_else(|| line[shard.len() + 2..].to_string());
             *line = format!("{}: {why}", view.stored_name(shard));
         }
     }

@@ -138,9 +138,10 @@ impl RemoteView {
         self.remote_names.get(cached).map_or(cached, String::as_str)
     }
 
-    /// Why the shard cached as `cached` could not be fetched, if it could not.
-    pub fn fetch_failure(&self, cached: &str) -> Option<&str> {
-        self.failed.get(cached).map(String::as_str)
+    /// What to say of the shard cached as `cached`, if it could not be fetched.
+    pub fn fetch_failure(&self, cached: &str) -> Option<String> {
+        let why = self.failed.get(cached)?;
+        Some(format!("could not be fetched whole: {why}"))
     }
 
     /// Names problem `p`'s shard as the server stores it; a missing shard that could not be
@@ -149,15 +150,13 @@ impl RemoteView {
         let Some(shard) = p.shard.as_mut() else {
             return;
         };
-        if let Some(why) = self.failed.get(shard.as_str()) {
-            if p.kind == ProblemKind::MissingShard {
+        if p.kind == ProblemKind::MissingShard {
+            if let Some(message) = self.fetch_failure(shard) {
                 p.kind = ProblemKind::FetchFailed;
-                p.message = format!("could not be fetched whole: {why}");
+                p.message = message;
             }
         }
-        if let Some(name) = self.remote_names.get(shard.as_str()) {
-            *shard = name.clone();
-        }
+        *shard = self.stored_name(shard).to_string();
     }
 }
 
