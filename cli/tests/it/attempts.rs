@@ -10,6 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::time::Duration;
 
+/// Options that make a pack of the test images slow enough per shard to stop in one: large
+/// images, shards of 8.
+const SLOW: [&str; 5] = [
+    "--resize",
+    "shorter:768",
+    "--upscale",
+    "--shard-samples",
+    "8",
+];
+
 /// Every file under `dir`, with its bytes.
 fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let mut out = BTreeMap::new();
@@ -103,14 +113,7 @@ impl Drop for Attempt {
 fn overtaken_attempt(format: &[&str], stop_when: impl Fn(&Path) -> bool) {
     let dir = tempdir();
     let gz = gzipped_input(dir.path());
-    // Large images: slow enough per shard to be stopped in the middle of one.
-    let mut opts = vec![
-        "--resize",
-        "shorter:768",
-        "--upscale",
-        "--shard-samples",
-        "8",
-    ];
+    let mut opts = SLOW.to_vec();
     opts.extend(format);
     let single = dir.path().join("single");
     pack(&gz, &single).args(&opts).args(["-q"]).ok();
@@ -163,17 +166,9 @@ fn an_attempt_overtaken_between_shards_ends_as_done_and_changes_nothing() {
 fn an_attempt_overtaken_by_another_before_the_merge_leaves_its_shards_alone() {
     let dir = tempdir();
     let gz = gzipped_input(dir.path());
-    let opts = [
-        "--resize",
-        "shorter:768",
-        "--upscale",
-        "--shard-samples",
-        "8",
-        "--format",
-        "packed",
-    ];
+    let opts = [&SLOW[..], &["--format", "packed"]].concat();
     let out = dir.path().join("out");
-    Cmd::new(["plan"]).arg(&gz).arg(&out).args(opts).ok();
+    Cmd::new(["plan"]).arg(&gz).arg(&out).args(&opts).ok();
     let mut slow = Attempt(Some(part(&out, "0/1").arg("--json").spawn_piped()));
     slow.stop_when(|| out.join("_plan/done/000000.json").exists());
     part(&out, "0/1").ok();
@@ -208,24 +203,16 @@ fn an_attempt_of_a_replaced_plan_publishes_nothing_into_the_new_dataset() {
     let images = inputs(dir.path(), 30);
     // Packed shards are written whole when the shard is done: the stopped attempt still holds
     // its next shard in memory, to be written after the plan is replaced.
-    let opts = [
-        "--resize",
-        "shorter:768",
-        "--upscale",
-        "--shard-samples",
-        "8",
-        "--format",
-        "packed",
-    ];
+    let opts = [&SLOW[..], &["--format", "packed"]].concat();
     let out = dir.path().join("out");
-    Cmd::new(["plan"]).arg(&images).arg(&out).args(opts).ok();
+    Cmd::new(["plan"]).arg(&images).arg(&out).args(&opts).ok();
     let mut old = Attempt(Some(part(&out, "0/1").spawn()));
     old.stop_when(|| out.join("_plan/done/000000.json").exists());
     // Planning again beside the running part is refused here (it shares OUTPUT's lock)...
     let again = || {
         Cmd::new(["plan"])
             .arg(&images)
-            .args(opts)
+            .args(&opts)
             .args(["--seed", "7", "--overwrite"])
     };
     let r = again().arg(&out).run();
@@ -333,16 +320,8 @@ fn a_signalled_part_stops_cleanly_and_goes_on_when_run_again() {
     let dir = tempdir();
     let images = inputs(dir.path(), 30);
     let out = dir.path().join("out");
-    let opts = [
-        "--resize",
-        "shorter:768",
-        "--upscale",
-        "--encode",
-        "png",
-        "--shard-samples",
-        "8",
-    ];
-    Cmd::new(["plan"]).arg(&images).arg(&out).args(opts).ok();
+    let opts = [&SLOW[..], &["--encode", "png"]].concat();
+    Cmd::new(["plan"]).arg(&images).arg(&out).args(&opts).ok();
     for (signal, code) in [("-TERM", 143), ("-INT", 130)] {
         let mut attempt = Attempt(Some(part(&out, "0/1").spawn_piped()));
         attempt.stop_when(|| shard_tmp(&out));

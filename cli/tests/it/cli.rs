@@ -288,17 +288,18 @@ fn max_errors_holds_across_resumes() {
         .arg(&out)
         .args(["--shard-samples", "2"])
         .ok();
-    let r = Cmd::new(["pack", "--plan"])
-        .arg(&out)
-        .args(["--part", "0/1", "--max-errors", "0"])
-        .run();
-    r.assert_code(1);
+    // Runs `pack --plan OUT SELECTION --max-errors 0`, which stops: it names `list`.
+    let stopped = |selection: [&str; 2], list: &str| {
+        let r = Cmd::new(["pack", "--plan"])
+            .arg(&out)
+            .args(selection)
+            .args(["--max-errors", "0"])
+            .run();
+        r.assert_code(1);
+        assert!(r.stderr.contains(list), "{}", r.stderr);
+    };
     let report = out.join("_plan/failures-part-0-of-1.jsonl");
-    assert!(
-        r.stderr.contains(&report.display().to_string()),
-        "{}",
-        r.stderr
-    );
+    stopped(["--part", "0/1"], &report.display().to_string());
     let text = std::fs::read_to_string(&report).unwrap();
     assert!(text.contains("duplicate_key"), "{text}");
     assert!(!out.join("errors.jsonl").exists());
@@ -308,28 +309,9 @@ fn max_errors_holds_across_resumes() {
         .args(["--part", "0/1", "--max-errors", "5"])
         .ok();
     assert!(!report.exists());
-    // A --shards run names its list by the shards it packs.
-    let r = Cmd::new(["pack", "--plan"])
-        .arg(&out)
-        .args(["--shards", "0-1", "--max-errors", "0"])
-        .run();
-    r.assert_code(1);
-    assert!(
-        r.stderr.contains("failures-shards-0-1.jsonl"),
-        "{}",
-        r.stderr
-    );
-    // Named by the set, in order: `1,0,1` is the same run.
-    let r = Cmd::new(["pack", "--plan"])
-        .arg(&out)
-        .args(["--shards", "1,0,1", "--max-errors", "0"])
-        .run();
-    r.assert_code(1);
-    assert!(
-        r.stderr.contains("failures-shards-0-1.jsonl"),
-        "{}",
-        r.stderr
-    );
+    // A --shards run names its list by the set it packs, in order: `1,0,1` is `0-1`.
+    stopped(["--shards", "0-1"], "failures-shards-0-1.jsonl");
+    stopped(["--shards", "1,0,1"], "failures-shards-0-1.jsonl");
     // A merge, every shard done, leaves no stale list.
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     let left: Vec<_> = std::fs::read_dir(out.join("_plan"))
