@@ -438,57 +438,39 @@ fn run_part(
     let mut cursor = 0usize;
     let finish =
         |j: u64, sink: &mut ShardSink<'_>, st: &mut Progressing| -> Result<(), PackError> {
-            // Done by another attempt meanwhile: its bytes stand. This attempt's copy may hold
-            // failures of inputs a merge has removed since, so it is never published over them.
-            let elsewhere = done_elsewhere(store, &file.hash, j)?;
-            if elsewhere != Elsewhere::No {
-                sink.discard();
-                if elsewhere == Elsewhere::Merged {
-                    st.abandoned = Some(j);
-                    return Err(merged_meanwhile(j));
-                }
-                st.drop_shard(keep);
-                st.counts_before.clone_from(sink.field_counts());
-                st.report.skipped += 1;
-                return Ok(());
-            }
-            // A shard made under a plan replaced meanwhile is neither published nor recorded.
-            let replaced = || PackError::PlanChanged {
-                path: plan_dir(store.local()).join(PLAN_FILE),
-            };
-            if plan_stamp(store) != loaded.stamp {
-                sink.discard();
-                return Err(replaced());
-            }
-            // Shard j is the open one, if any of its inputs made it. Writing it takes a while:
-            // both checks again just before its file takes its name.
+            // Shard j is the open one, if any of its inputs made it. Just before its file takes
+            // its name (or, with none, before it is recorded done), two checks:
+            // - a plan replaced meanwhile: the shard is neither published nor recorded;
+            // - done by another attempt meanwhile: its bytes stand. This attempt's copy may hold
+            //   failures of inputs a merge has removed since, so it never replaces them.
             let verdict = std::cell::Cell::new(Elsewhere::No);
             let check = || -> Result<bool, PackError> {
                 if plan_stamp(store) != loaded.stamp {
-                    return Err(replaced());
+                    return Err(PackError::PlanChanged {
+                        path: plan_dir(store.local()).join(PLAN_FILE),
+                    });
                 }
                 verdict.set(done_elsewhere(store, &file.hash, j)?);
                 Ok(verdict.get() == Elsewhere::No)
             };
-            match sink.roll_checked(&check) {
-                Err(e) => {
+            match (sink.roll_checked(&check), verdict.get()) {
+                (Err(e), _) => {
                     if overtaken(&e, store, &file.hash, j)? {
                         st.abandoned = Some(j);
                     }
                     return Err(e);
                 }
-                Ok(false) if verdict.get() == Elsewhere::Merged => {
+                (Ok(_), Elsewhere::Merged) => {
                     st.abandoned = Some(j);
                     return Err(merged_meanwhile(j));
                 }
-                Ok(false) if verdict.get() == Elsewhere::Done => {
-                    sink.input_json = false;
+                (Ok(_), Elsewhere::Done) => {
                     st.drop_shard(keep);
                     st.counts_before.clone_from(sink.field_counts());
                     st.report.skipped += 1;
                     return Ok(());
                 }
-                Ok(_) => {}
+                (Ok(_), Elsewhere::No) => {}
             }
             let name = sink.file_name(j as usize);
             let entry = match sink.entries.last() {

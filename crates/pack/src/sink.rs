@@ -305,26 +305,20 @@ impl<'p> ShardSink<'p> {
         Ok(())
     }
 
-    /// Drops the open shard, if any, unpublished (its temporary file is removed).
-    pub(crate) fn discard(&mut self) {
-        self.open = None;
-        self.input_json = false;
-    }
-
     /// Finishes and publishes the open shard, if any.
     pub(crate) fn roll(&mut self) -> Result<(), PackError> {
         self.roll_checked(&|| Ok(true)).map(|_| ())
     }
 
     /// Finishes the open shard, if any, and publishes it if `check`, asked once its file is
-    /// written and just before it takes its name, says so; dropped otherwise. Returns whether a
-    /// shard was published.
+    /// written and just before it takes its name, says so; dropped otherwise. `check` is asked
+    /// when no shard is open too; its answer is returned.
     pub(crate) fn roll_checked(
         &mut self,
         check: &dyn Fn() -> Result<bool, PackError>,
     ) -> Result<bool, PackError> {
         let Some(open) = self.open.take() else {
-            return Ok(false);
+            return check();
         };
         let name = self.file_name(self.next_index);
         let path = self.plan.output.join(&name);
@@ -345,6 +339,7 @@ impl<'p> ShardSink<'p> {
             }
         };
         if !check()? {
+            self.input_json = false;
             return Ok(false);
         }
         atomic.commit().map_err(io_err)?;
