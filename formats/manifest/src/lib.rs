@@ -336,6 +336,18 @@ impl Manifest {
             if !names.insert(s.file.as_str()) {
                 bad(shard, "listed twice in the manifest".into());
             }
+            // A reader's cache keeps a `.zst` shard decompressed under the name without `.zst`:
+            // `a.tar` beside `a.tar.zst` would be two shards in one cached file.
+            if let Some(plain) = (s.compression.is_some())
+                .then(|| s.file.strip_suffix(".zst"))
+                .flatten()
+                .filter(|plain| self.shards.iter().any(|o| o.file == *plain))
+            {
+                bad(
+                    shard,
+                    format!("decompressed, it would take the name of the shard {plain:?}"),
+                );
+            }
             if !is_checksum(&s.checksum) {
                 bad(
                     shard,
@@ -597,6 +609,26 @@ mod tests {
         let mut m = sample();
         m.shards[0].compression = Some(Compression::Zstd);
         assert!(Manifest::from_slice(&m.to_json(), 1 << 20).is_err());
+        // `a.tar.zst` beside `a.tar`: one cached file for two shards.
+        let mut m = sample();
+        let mut zst = m.shards[0].clone();
+        zst.file.push_str(".zst");
+        zst.compression = Some(Compression::Zstd);
+        zst.uncompressed_bytes = Some(zst.bytes);
+        zst.uncompressed_checksum = Some(zst.checksum.clone());
+        m.shards.push(zst);
+        m.totals.shards += 1;
+        m.totals.samples += m.shards[0].samples;
+        m.totals.bytes += m.shards[0].bytes;
+        m.inputs.packed += m.shards[0].samples;
+        m.inputs.found += m.shards[0].samples;
+        let err = Manifest::from_slice(&m.to_json(), 1 << 20).unwrap_err();
+        assert!(
+            err.to_string().contains("would take the name of the shard"),
+            "{err}"
+        );
+        m.shards[0].file = "other.tar".into();
+        Manifest::from_slice(&m.to_json(), 1 << 20).unwrap();
         let mut m = sample();
         m.version = 99;
         assert!(Manifest::from_slice(&m.to_json(), 1 << 20).is_err());
