@@ -95,7 +95,8 @@ def pack(
     ``output``, keeping the shards it published).
 
     Returns a dict with the published ``manifest``, the failed inputs (``errors``), ``bytes_in``,
-    ``bytes_out`` and ``seconds``. Raises ``FileNotFoundError`` for a missing input (a plain
+    ``bytes_out``, ``packed_now`` (images this call packed: fewer than the manifest's on a
+    resume) and ``seconds``. Raises ``FileNotFoundError`` for a missing input (a plain
     local path at once; the files of a pattern or URL when the pack reaches them),
     ``ValueError`` for bad options (the message names the argument, e.g. ``input_format``),
     ``DatasetError`` when too many inputs fail. The GIL is released while packing; Ctrl-C stops

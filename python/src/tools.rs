@@ -270,6 +270,7 @@ pub fn pack(
             "errors": r.errors,
             "bytes_in": r.bytes_in,
             "bytes_out": r.bytes_out,
+            "packed_now": r.packed_now,
             "seconds": r.elapsed.as_secs_f64(),
         })),
         Err(PackError::Inputs(ListError::Io { path, cause }))

@@ -58,8 +58,11 @@ def test_an_interrupted_pack_stops_so_it_can_be_resumed_at_once(tmp_path: Path) 
     timer.join()
     assert not (out / "manifest.json").exists()
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]
+    published = [p for p in out.iterdir() if p.name.endswith(".tar")]
     report = shardtool.pack(SAMPLE, out, resume=True, **options)
     assert report["manifest"]["totals"]["samples"] == 45
+    # The resume packed only what the interrupted run had not published (5 images a shard).
+    assert report["packed_now"] == 45 - 5 * len(published)
     assert shardtool.verify(out)["ok"]
 
 

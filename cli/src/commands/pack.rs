@@ -451,11 +451,14 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
     progress.finish();
     match result {
         Ok(report) => {
-            for e in report
-                .errors
-                .iter()
-                .take(if quiet { usize::MAX } else { 10 })
-            {
+            // A resume of a finished pack had no failures of its own to report: `-q` prints none.
+            let finished_before = report.packed_now == 0 && report.manifest.inputs.packed > 0;
+            let shown = match (quiet, finished_before) {
+                (true, true) => 0,
+                (true, false) => usize::MAX,
+                (false, _) => 10,
+            };
+            for e in report.errors.iter().take(shown) {
                 eprintln!("failed: {} ({}): {}", e.path, e.kind, e.message);
             }
             if json {
@@ -478,8 +481,9 @@ fn summary_json(r: &PackReport) -> serde_json::Value {
         "classes": m.classes.len(),
         "bytes_in": r.bytes_in,
         "bytes_out": r.bytes_out,
+        "packed_now": r.packed_now,
         "seconds": r.elapsed.as_secs_f64(),
-        "images_per_s": m.inputs.packed as f64 / r.elapsed.as_secs_f64().max(1e-9),
+        "images_per_s": r.packed_now as f64 / r.elapsed.as_secs_f64().max(1e-9),
         "stage_ms_total": {
             "read": ms(r.stages.read),
             "decode": ms(r.stages.decode),
@@ -498,8 +502,15 @@ fn print_summary(out: &Path, r: &PackReport) {
     let m = &r.manifest;
     let secs = r.elapsed.as_secs_f64().max(1e-9);
     let i = &m.inputs;
+    // A resume packs what earlier runs left: its speed is of its own images.
+    let earlier = i.packed.saturating_sub(r.packed_now);
+    let resumed = match (earlier, r.packed_now) {
+        (0, _) => String::new(),
+        (_, 0) => " (all by earlier runs: it was finished)".into(),
+        (e, _) => format!(" ({e} by earlier runs)"),
+    };
     outln!(
-        "packed {} of {} images into {} shard(s) in {}",
+        "packed {} of {} images into {} shard(s) in {}{resumed}",
         i.packed,
         i.found,
         m.totals.shards,
@@ -526,10 +537,13 @@ fn print_summary(out: &Path, r: &PackReport) {
         mb(r.bytes_in),
         mb(r.bytes_out),
         secs,
-        i.packed as f64 / secs
+        r.packed_now as f64 / secs
     );
+    if r.packed_now == 0 {
+        return;
+    }
     let s = &r.stages;
-    let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / (i.packed.max(1) as f64);
+    let per = |d: std::time::Duration| d.as_secs_f64() * 1e3 / (r.packed_now as f64);
     outln!(
         "  per image (worker ms): read {:.3}, decode {:.3}, resize {:.3}, encode {:.3}, write {:.3}",
         per(s.read),

@@ -433,7 +433,21 @@ fn a_killed_pack_resumes_from_its_done_shards_to_the_same_bytes() {
     assert_same_dataset(&out, &single);
     assert!(!out.join("_plan").exists());
     // Resuming a finished pack packs nothing and changes nothing; other options are refused.
-    pack(&input, &out).args(OPTS).args(["--resume", "-q"]).ok();
+    let r = pack(&input, &out)
+        .args(OPTS)
+        .args(["--resume", "--json"])
+        .ok();
+    let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(summary["packed_now"], 0, "{summary}");
+    assert_eq!(summary["images_per_s"], 0.0, "{summary}");
+    assert!(
+        summary["inputs"]["packed"].as_u64() > Some(100),
+        "{summary}"
+    );
+    let r = pack(&input, &out).args(OPTS).args(["--resume"]).ok();
+    assert!(r.stdout.contains("all by earlier runs"), "{}", r.stdout);
+    let r = pack(&input, &out).args(OPTS).args(["--resume", "-q"]).ok();
+    assert_eq!((r.stdout.as_str(), r.stderr.as_str()), ("", ""));
     assert_same_dataset(&out, &single);
     let r = pack(&input, &out)
         .args([

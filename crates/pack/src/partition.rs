@@ -707,6 +707,7 @@ pub(crate) fn pack_planned(
         manifest: merged.manifest,
         errors: merged.errors,
         bytes_in: part.bytes_in,
+        packed_now: part.samples,
         elapsed: start.elapsed(),
         stages: part.stages,
     })
@@ -791,6 +792,7 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
         manifest,
         errors,
         bytes_in: 0,
+        packed_now: 0,
         elapsed: start.elapsed(),
         stages: Default::default(),
     })

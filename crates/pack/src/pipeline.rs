@@ -41,6 +41,9 @@ pub struct PackReport {
     pub bytes_in: u64,
     /// Bytes of shard files written.
     pub bytes_out: u64,
+    /// Images this run packed: the manifest's count less what earlier runs of a resumed pack
+    /// had packed (0 when the dataset was already finished). Speeds are per these.
+    pub packed_now: u64,
     /// Wall time.
     pub elapsed: Duration,
     /// Time per stage.
@@ -549,6 +552,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     publish_manifest(&plan.output, &manifest)?;
     Ok(PackReport {
         bytes_out: manifest.totals.bytes,
+        packed_now: manifest.inputs.packed,
         manifest,
         errors,
         bytes_in: tally.bytes_in,
