@@ -693,3 +693,112 @@ fn a_repack_of_shardtool_shards_keeps_their_class_names() {
     assert!(!want.is_empty());
     assert_eq!(m.classes, want);
 }
+
+#[test]
+fn samples_a_shard_cannot_hold_are_refused_with_their_reason_and_the_rest_packed() {
+    let t = tempdir();
+    let images = shard_images();
+    let (image, other) = (
+        std::fs::read(&images[0]).unwrap(),
+        std::fs::read(&images[1]).unwrap(),
+    );
+    // A 36-byte key and a 64-byte field name each follow the rules, but `key.field` passes the
+    // 100 bytes a tar member name holds; `both` carries a `.png` beside its `.jpg` image; `big`
+    // carries more than a sample may.
+    let long = "a".repeat(36);
+    let long_field = format!("{long}.{}", "z".repeat(64));
+    let big = vec![7u8; (16 << 20) + 1];
+    // Our writer keeps to 100-byte names: the long one goes first, under a GNU long-name entry.
+    let mut tar = Vec::new();
+    let block = |b: &mut Vec<u8>, data: &[u8]| {
+        b.extend_from_slice(data);
+        b.resize(b.len().div_ceil(512) * 512, 0);
+    };
+    let name = format!("{long_field}\0");
+    let header = shardtool_wds::ustar_header("././@LongLink", name.len() as u64, b'L', "");
+    block(&mut tar, &header.unwrap());
+    block(&mut tar, name.as_bytes());
+    block(
+        &mut tar,
+        &shardtool_wds::ustar_header("x", 1, b'0', "").unwrap(),
+    );
+    block(&mut tar, b"x");
+    let members: [(&str, &[u8]); 6] = [
+        (&format!("{long}.jpg"), &image),
+        ("both.jpg", &image),
+        ("both.png", &other),
+        ("big.bin", &big),
+        ("big.jpg", &image),
+        ("fine.jpg", &image),
+    ];
+    let rest = shardtool_wds::tar_bytes(members).unwrap();
+    let input = t.path().join("in");
+    write_file(input.join("shard-000000.tar"), [tar, rest].concat());
+    let refused = |ds: &Path, want: &[(&str, &str, &str)]| {
+        let errs = check_accounting(ds, &[]);
+        assert_eq!(errs.len(), want.len(), "{errs:?}");
+        for (key, kind, says) in want {
+            let e = (errs.values())
+                .find(|e| e.path.ends_with(&format!(":{key}")))
+                .unwrap_or_else(|| panic!("no error line for {key}: {errs:?}"));
+            assert_eq!(&e.kind, kind, "{e:?}");
+            assert!(e.message.contains(says), "{key}: {e:?}");
+        }
+        verify_ok(ds);
+    };
+    let too_long = (long.as_str(), "bad_key", "would be named in 101 bytes");
+    let too_big = ("big", "too_large", "take 16777217 bytes");
+    let jpeg = t.path().join("jpeg");
+    pack(&input, &jpeg).args(["--resize", "shorter:32"]).ok();
+    refused(&jpeg, &[too_long, too_big]);
+    assert_eq!(tar_fields(&jpeg)["both"]["png"], other);
+    let png = t.path().join("png");
+    pack(&input, &png)
+        .args(["--resize", "shorter:32", "--encode", "png"])
+        .ok();
+    let clash = ("both", "bad_field", "the image would replace it");
+    refused(&png, &[too_long, too_big, clash]);
+    let numbered = t.path().join("numbered");
+    pack(&input, &numbered)
+        .args([
+            "--resize",
+            "shorter:32",
+            "--encode",
+            "png",
+            "--keys",
+            "index",
+        ])
+        .ok();
+    refused(&numbered, &[too_big, clash]);
+
+    // Captions of 1 MiB of `"` take 4 MiB each of a packed shard's header (escaped twice): 23
+    // fit under its 100 MB cap. A pack by size starts another shard; a planned shard holds
+    // fixed positions, so that pack stops saying how to plan it.
+    let caption = "\"".repeat((1 << 20) - 16);
+    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    for i in 0..30 {
+        w.append(&format!("s{i:02}.jpg"), &image).unwrap();
+        w.append(&format!("s{i:02}.txt"), caption.as_bytes())
+            .unwrap();
+    }
+    let input = t.path().join("captions");
+    write_file(input.join("shard-000000.tar"), w.finish().unwrap());
+    let packed = t.path().join("packed");
+    let args = ["--format", "packed", "--resize", "crop:16x16"];
+    pack(&input, &packed).args(args).ok();
+    let m = manifest(&packed);
+    assert_eq!((m.inputs.packed, m.totals.shards), (30, 2));
+    assert!(m.shards.iter().all(|s| s.samples < 30), "{:?}", m.shards);
+    verify_ok(&packed);
+    let planned = t.path().join("planned");
+    let r = pack(&input, &planned)
+        .args(args)
+        .args(["--shard-samples", "30"])
+        .run();
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("--shard-samples below 23"),
+        "{}",
+        r.stderr
+    );
+}

@@ -547,17 +547,24 @@ fn run_part(
                     open = Some(j);
                 }
                 tally.snapshot.done += 1;
-                match r {
+                let r = match r {
                     Ok(done) => {
-                        if let Err(e) =
-                            write_sample(&mut sink, &loaded.ordered, position, &done, &mut tally)
+                        match write_sample(&mut sink, &loaded.ordered, position, &done, &mut tally)
                         {
-                            if overtaken(&e, store, &file.hash, j)? {
-                                st.abandoned = Some(j);
+                            Ok(None) => Ok(()),
+                            Ok(Some(refused)) => Err(refused),
+                            Err(e) => {
+                                if overtaken(&e, store, &file.hash, j)? {
+                                    st.abandoned = Some(j);
+                                }
+                                return Err(e);
                             }
-                            return Err(e);
                         }
                     }
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(()) => {}
                     Err(e) => {
                         st.shard_errors.push((position, e));
                         tally.snapshot.failed += 1;

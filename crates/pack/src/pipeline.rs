@@ -35,7 +35,8 @@ pub struct StageTimes {
 pub struct PackReport {
     /// The manifest that was published.
     pub manifest: Manifest,
-    /// Inputs that failed, in input order (also in `errors.jsonl`).
+    /// Inputs that failed (also in `errors.jsonl`): those failed while listing, then the rest in
+    /// packing order.
     pub errors: Vec<ErrorRecord>,
     /// Bytes of input files read.
     pub bytes_in: u64,
@@ -269,14 +270,15 @@ pub(crate) struct Tally {
     pub(crate) snapshot: ProgressSnapshot,
 }
 
-/// Adds one transformed input to `sink` as the sample at `position`.
+/// Adds one transformed input to `sink` as the sample at `position`. `Ok(Some(failure))`: the
+/// sink refused it, and it fails as an input would.
 pub(crate) fn write_sample(
     sink: &mut ShardSink<'_>,
     ordered: &Ordered,
     position: usize,
     done: &Done,
     tally: &mut Tally,
-) -> Result<(), PackError> {
+) -> Result<Option<ErrorRecord>, PackError> {
     tally.bytes_in += done.bytes_in;
     tally.snapshot.bytes_in = tally.bytes_in;
     tally.stages.read += done.read;
@@ -300,7 +302,10 @@ pub(crate) fn write_sample(
         &done.carried,
     );
     tally.stages.write += t.elapsed();
-    res
+    Ok(res?.map(|why| {
+        let item = ordered.inputs.get(ordered.order[position] as usize);
+        failure(ordered.origin.source(&item), "too_large", why)
+    }))
 }
 
 /// Transforms the inputs at `positions` (ascending; rejected ones are skipped) on `jobs` worker
@@ -493,11 +498,17 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             0..n,
             |position, r| {
                 tally.snapshot.done += 1;
-                match r {
+                let r = match r {
                     Ok(done) => {
-                        write_sample(&mut sink, &ordered, position, &done, &mut tally)?;
-                        tally.snapshot.shards = sink.entries.len() as u64;
+                        match write_sample(&mut sink, &ordered, position, &done, &mut tally)? {
+                            Some(refused) => Err(refused),
+                            None => Ok(()),
+                        }
                     }
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok(()) => tally.snapshot.shards = sink.entries.len() as u64,
                     Err(e) => {
                         errors.push((position, e));
                         tally.snapshot.failed += 1;
@@ -732,6 +743,16 @@ fn process(
         }
     };
     carried.sort_by(|a, b| a.0.cmp(&b.0));
+    let carried_bytes: u64 = carried.iter().map(|(_, d)| d.len() as u64).sum();
+    if carried_bytes > MAX_CARRIED_BYTES {
+        return Err(fail(
+            "too_large",
+            format!(
+                "its fields besides the image take {carried_bytes} bytes, over the \
+                 {MAX_CARRIED_BYTES} a sample may carry"
+            ),
+        ));
+    }
     if let Some(why) = carried
         .iter()
         .find_map(|(field, data)| carried_problem(field, data, &job.key, shared.renumbered))
@@ -741,6 +762,11 @@ fn process(
     let read = t.elapsed();
     let out =
         transform(&bytes[image.clone()], spec).map_err(|e| fail(e.kind.as_str(), e.message))?;
+    if let Output::Encoded { field, .. } = &out.output {
+        if let Some((kind, why)) = tar_member_problem(&job.key, field, &carried) {
+            return Err(fail(kind, why));
+        }
+    }
     let mut meta = serde_json::json!({
         "key": job.key,
         "source": src,
@@ -794,6 +820,39 @@ fn carried_problem(field: &str, data: &[u8], key: &str, renumbered: bool) -> Opt
         .map(|why| format!("its json {why}")),
         _ => None,
     }
+}
+
+/// Why a tar sample of `key` with its image as `image` (`jpg`, `png`) and the `carried` fields
+/// cannot be written, if it cannot: a carried field of the image's name would be replaced by it,
+/// and a member name (`key.field`) holds at most 100 bytes.
+fn tar_member_problem(
+    key: &str,
+    image: &str,
+    carried: &[(String, Vec<u8>)],
+) -> Option<(&'static str, String)> {
+    if carried.iter().any(|(f, _)| f == image) {
+        return Some((
+            "bad_field",
+            format!(
+                "the sample carries a `{image}` field besides its image, which is stored as \
+                 `{image}`: the image would replace it (another --encode keeps both)"
+            ),
+        ));
+    }
+    let fields = carried.iter().map(|(f, _)| f.as_str());
+    let longest = fields
+        .chain([image, "json", "cls"])
+        .max_by_key(|f| f.len())?;
+    let len = key.len() + 1 + longest.len();
+    (len > 100).then(|| {
+        (
+            "bad_key",
+            format!(
+                "the tar member `{key}.{longest}` would be named in {len} bytes, and a name \
+                 holds at most 100 (keys \"index\" numbers samples in 9 digits instead)"
+            ),
+        )
+    })
 }
 
 /// Bytes a sample may carry besides its image (captions, metadata, other fields).

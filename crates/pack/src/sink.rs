@@ -91,6 +91,7 @@ enum Open {
 pub(crate) const MAX_PACKED_RECORDS: usize = 200_000;
 
 /// What a record carries into a shard.
+#[derive(Clone, Copy)]
 pub(crate) enum Payload<'a> {
     /// Encoded image bytes and their field (`jpg`, `png`).
     Encoded(&'a [u8], &'static str),
@@ -183,7 +184,9 @@ impl<'p> ShardSink<'p> {
         self.plan.output.join(self.file_name(self.next_index))
     }
 
-    /// Appends one sample, rolling to a new shard when the current one is full.
+    /// Appends one sample, rolling to a new shard when the current one is full. `Ok(Some(why))`
+    /// refuses the sample (it fails as an input would): its metadata alone would pass a packed
+    /// shard's header cap.
     pub(crate) fn add(
         &mut self,
         key: &str,
@@ -191,7 +194,7 @@ impl<'p> ShardSink<'p> {
         payload: Payload<'_>,
         meta: &serde_json::Value,
         carried: &[(String, Vec<u8>)],
-    ) -> Result<(), PackError> {
+    ) -> Result<Option<String>, PackError> {
         let path = self.current_path();
         let io_err = |e| PackError::io(&path, e);
         if self.open.is_none() {
@@ -255,9 +258,9 @@ impl<'p> ShardSink<'p> {
                     pixels,
                 },
             ) => {
-                let mut meta = meta.clone();
+                let mut record = meta.clone();
                 if !carried.is_empty() {
-                    if let Some(m) = meta.as_object_mut() {
+                    if let Some(m) = record.as_object_mut() {
                         let fields = carried
                             .iter()
                             .map(|(f, d)| (f.clone(), shardtool_packed::field_value(d)))
@@ -265,12 +268,19 @@ impl<'p> ShardSink<'p> {
                         m.insert("fields".into(), serde_json::Value::Object(fields));
                     }
                 }
-                writer
-                    .add(key, label, height, width, pixels, meta)
-                    .map_err(|e| PackError::Shard {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    })?;
+                match writer.add(key, label, height, width, pixels, record) {
+                    Ok(()) => {}
+                    Err(shardtool_packed::Error::HeaderTooLarge { .. }) => {
+                        let held = writer.len();
+                        return self.header_full(held, key, label, payload, meta, carried);
+                    }
+                    Err(e) => {
+                        return Err(PackError::Shard {
+                            path,
+                            message: e.to_string(),
+                        })
+                    }
+                }
                 let names = ["key", "label", "pixels"]
                     .into_iter()
                     .chain(carried.iter().map(|(f, _)| f.as_str()))
@@ -302,7 +312,40 @@ impl<'p> ShardSink<'p> {
         if full && self.rolls_itself {
             self.roll()?;
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// A packed shard holding `held` records has no header room for the next: a sink that rolls
+    /// itself starts a new shard for it; a part's shard holds fixed positions, so the pack stops
+    /// saying how to plan it. A record too large for any header is refused.
+    fn header_full(
+        &mut self,
+        held: usize,
+        key: &str,
+        label: i64,
+        payload: Payload<'_>,
+        meta: &serde_json::Value,
+        carried: &[(String, Vec<u8>)],
+    ) -> Result<Option<String>, PackError> {
+        let max_mb = shardtool_packed::MAX_HEADER_LEN / 1_000_000;
+        if held == 0 {
+            return Ok(Some(format!(
+                "its metadata and carried fields would take more than the {max_mb} MB a packed \
+                 shard's header holds (--format tar stores fields as files)"
+            )));
+        }
+        if self.rolls_itself {
+            self.roll()?;
+            return self.add(key, label, payload, meta, carried);
+        }
+        Err(PackError::Shard {
+            path: self.current_path(),
+            message: format!(
+                "the shard's header would pass the {max_mb} MB a packed shard's header holds \
+                 after {held} samples (their metadata and carried fields): plan again with \
+                 --shard-samples below {held}, or with --format tar"
+            ),
+        })
     }
 
     /// Finishes and publishes the open shard, if any.

@@ -115,6 +115,9 @@ impl Layout {
     }
 }
 
+/// Room left in [`PackedWriter::add`]'s header bound for the layout's growth by one record.
+const HEADER_SLACK: u64 = 1024;
+
 /// Length of `s` once escaped inside a JSON string, quotes excluded.
 fn escaped_len(s: &str) -> Result<u64, Error> {
     let quoted = serde_json::to_string(s)
@@ -165,7 +168,11 @@ impl PackedWriter {
     /// must be an object of [`field_value`](crate::field_value)s. In
     /// [`Mode::Fixed`] the shape must equal the first record's.
     ///
-    /// On error nothing is added.
+    /// Fails with [`Error::HeaderTooLarge`] when the shard's header would pass
+    /// [`MAX_HEADER_LEN`] with this record (a shard to finish first, or a
+    /// record whose metadata alone is too large when the writer is empty), so
+    /// [`finish`](Self::finish) never fails for the header's size. On error
+    /// nothing is added.
     pub fn add(
         &mut self,
         key: &str,
@@ -234,6 +241,18 @@ impl PackedWriter {
         let sample = serde_json::to_string(&obj)
             .map_err(|e| Error::BadInput(format!("metadata of record `{key}`: {e}")))?;
         let sample_escaped = escaped_len(&sample)?;
+        // An upper bound of the header with this record: the layout's numbers may grow by a
+        // digit each and an automatic layout may turn variable (a few tensor entries more).
+        let json_len = (header_json(&self.layout(), "").len() as u64 + HEADER_SLACK)
+            .saturating_add(self.samples_array_escaped_len() + 1)
+            .saturating_add(sample_escaped);
+        let header_len = padded_header_len(json_len);
+        if header_len > MAX_HEADER_LEN {
+            return Err(Error::HeaderTooLarge {
+                len: header_len,
+                max: MAX_HEADER_LEN,
+            });
+        }
 
         let len = pixels.len();
         let padded = round_up(expected, RECORD_ALIGN)
@@ -557,6 +576,34 @@ mod tests {
             .unwrap();
         }
         c
+    }
+
+    #[test]
+    fn a_record_that_would_pass_the_header_cap_is_refused_so_finish_never_fails_for_it() {
+        // Captions of 30 MB (`"` escapes twice: 4 bytes each in the header): the first record
+        // takes ~126 MB alone, so is refused on an empty writer; of 6 MiB ones (~25 MB each in
+        // the header) three fit and the fourth would pass 100 MB.
+        let caption = |n: usize| json!({"fields": {"txt": "\"".repeat(n)}});
+        let mut w = PackedWriter::new(Mode::Auto);
+        let err = (w.add("big", 0, 1, 1, &[1, 2, 3], caption(30 << 20))).unwrap_err();
+        assert!(matches!(err, Error::HeaderTooLarge { .. }), "{err:?}");
+        assert!(w.is_empty());
+        let mut added = 0;
+        loop {
+            match w.add(&format!("k{added}"), 0, 1, 1, &[1, 2, 3], caption(6 << 20)) {
+                Ok(()) => added += 1,
+                Err(Error::HeaderTooLarge { len, max }) => {
+                    assert!(len > max, "{len} {max}");
+                    break;
+                }
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+        assert_eq!(added, 3);
+        assert_eq!(w.len(), added);
+        let mut out = Vec::new();
+        let s = w.finish(&mut out).unwrap();
+        assert!(s.data_offset > 75_000_000, "{}", s.data_offset);
     }
 
     #[test]
