@@ -616,6 +616,10 @@ fn remote_inputs_over_http_and_s3_pack_like_local_ones() {
         "byte-identical shards"
     );
     assert!(shard_names(&ds).len() > 1);
+    // The folder by URL, listed by WebDAV (whose answer names paths from the server's root).
+    let ds = t.path().join("http-folder");
+    pack(server.url("wds/"), &ds).args(args).ok();
+    assert_eq!(manifest(&ds).shards, manifest(&local).shards);
 
     let s3 = S3::start();
     let bucket = s3.root.path().join("bucket/hf");

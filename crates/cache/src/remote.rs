@@ -123,6 +123,9 @@ pub(crate) struct Remote {
     pub url: RemoteUrl,
     store: Arc<dyn ObjectStore>,
     prefix: String,
+    /// What listed names start with besides their name in the folder: an S3 folder's prefix;
+    /// over HTTP the folder's path on the server (WebDAV answers with paths from its root).
+    listed_base: String,
     rt: tokio::runtime::Runtime,
     pub policy: FetchPolicy,
     pub metrics: Arc<Recorder>,
@@ -181,10 +184,23 @@ impl Remote {
             .enable_all()
             .build()
             .map_err(CacheError::io("tokio runtime"))?;
+        let listed_base = match url.scheme.as_str() {
+            "s3" => prefix.clone(),
+            _ => percent_encoding::percent_decode_str(url.folder.path())
+                .decode_utf8_lossy()
+                .trim_matches('/')
+                .to_string(),
+        };
+        let listed_base = if listed_base.is_empty() {
+            listed_base
+        } else {
+            format!("{listed_base}/")
+        };
         Ok(Self {
             url,
             store,
             prefix,
+            listed_base,
             rt,
             policy,
             metrics,
@@ -292,15 +308,10 @@ impl Remote {
     /// by name.
     pub fn list(&self) -> Result<Vec<(String, u64)>, CacheError> {
         let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(self.prefix.as_str()));
-        let base = if self.prefix.is_empty() {
-            String::new()
-        } else {
-            format!("{}/", self.prefix)
-        };
+        let base = &self.listed_base;
         let (_, mut out) = self
             .with_retries("", (), |()| {
                 let prefix = prefix.clone();
-                let base = &base;
                 async move {
                     let r = async {
                         let mut stream = self.store.list(prefix.as_ref());
