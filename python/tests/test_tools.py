@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import pytest
 
@@ -247,6 +247,68 @@ def test_pack_parquet_keeps_labels_of_every_integer_width(
     got = _members(out)
     unlabelled = [s for s in got.values() if "cls" not in s]
     assert [json.loads(s["json"])["source"].rsplit("/", 1)[1] for s in unlabelled] == ["a.parquet:0"]
+
+
+def test_pack_parquet_float_labels_and_class_label_names(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root, _ = inputs
+    first = sorted((root / "parquet" / "data").glob("*.parquet"))[0]
+    table = pq.read_table(first)
+    at = table.schema.get_field_index("label")
+    names = json.loads(table.schema.metadata[b"huggingface"])["info"]["features"]["label"]["names"]
+    rows = table.num_rows
+
+    def errors_of(out: Path) -> Dict[str, str]:
+        lines = [json.loads(x) for x in (out / "errors.jsonl").read_text().splitlines()]
+        return {x["path"].rsplit("/", 1)[1]: x["message"] for x in lines if x["kind"] == "bad_label"}
+
+    def cls_by_row(out: Path) -> Dict[int, Optional[int]]:
+        got = {}
+        for s in _members(out).values():
+            row = int(json.loads(s["json"])["source"].rsplit(":", 1)[1])
+            got[row] = int(s["cls"]) if "cls" in s else None
+        return got
+
+    # Floats, as pandas stores an integer column with missing values: whole ones are indices,
+    # NaN is no label, a fraction is a bad label.
+    floats = [0.0, 1.0, float("nan"), 1.5] + [float(i % 3) for i in range(4, rows)]
+    folder = tmp_path / "floats"
+    folder.mkdir()
+    plain = table.replace_schema_metadata(None)
+    pq.write_table(plain.set_column(at, "label", pa.array(floats, pa.float64())), folder / "f.parquet")
+    out = tmp_path / "ds-floats"
+    m = shardtool.pack(folder, out, resize="shorter:16")["manifest"]
+    assert m["classes"] == ["0", "1", "2"]
+    assert errors_of(out) == {"f.parquet:3": "label 1.5 is not a whole number (a class index)"}
+    got = cls_by_row(out)
+    assert (got[0], got[1], got[2]) == (0, 1, None) and 3 not in got
+    assert all(got[r] == r % 3 for r in range(4, rows))
+
+    # An index past the ClassLabel names fails its row; the names stay the dataset's classes.
+    folder = tmp_path / "past"
+    folder.mkdir()
+    labels = [len(names)] + [i % len(names) for i in range(1, rows)]
+    pq.write_table(table.set_column(at, "label", pa.array(labels, pa.int64())), folder / "p.parquet")
+    out = tmp_path / "ds-past"
+    m = shardtool.pack(folder, out, resize="shorter:16")["manifest"]
+    assert m["classes"] == names
+    assert list(errors_of(out)) == ["p.parquet:0"]
+    assert "names no class" in errors_of(out)["p.parquet:0"]
+
+    # Files whose ClassLabel features name other classes are refused, naming both.
+    folder = tmp_path / "other-names"
+    folder.mkdir()
+    pq.write_table(table, folder / "a.parquet")
+    meta = json.loads(table.schema.metadata[b"huggingface"])
+    meta["info"]["features"]["label"]["names"] = list(reversed(names))
+    other = table.replace_schema_metadata({b"huggingface": json.dumps(meta).encode()})
+    pq.write_table(other, folder / "b.parquet")
+    with pytest.raises(ValueError, match="name other classes"):
+        shardtool.pack(folder, tmp_path / "ds-other-names")
 
 
 def test_pack_input_errors(tmp_path: Path) -> None:

@@ -5,12 +5,13 @@
 //!
 //! Columns: the image is the `image` column (or `--image-column`), a struct with `bytes` (and
 //! `path`) or a binary column, else the first such column; the label is `label` (or
-//! `--label-column`), an integer, with class names from the `ClassLabel` feature in the file's
-//! `huggingface` metadata when present (-1, `ClassLabel`'s "none", leaves the row unlabelled; any
-//! other negative fails it), or a string,
+//! `--label-column`), an integer (or a whole float; NaN leaves the row unlabelled), with class
+//! names from the `ClassLabel` feature in the files' `huggingface` metadata when present (every
+//! file stating it must name the same classes; an index past them fails the row; -1,
+//! `ClassLabel`'s "none", leaves the row unlabelled; any other negative fails it), or a string,
 //! a class name (classes numbered in sorted order; an empty one leaves the row unlabelled); the
-//! text is
-//! `text` or `caption` (or `--text-column`); other scalar columns go to the sample's metadata.
+//! text is `text` or `caption` (or `--text-column`); other scalar columns go to the sample's
+//! metadata.
 
 mod guard;
 
@@ -143,8 +144,13 @@ fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, 
         }
         None => find("label"),
     };
+    // Floats too: pandas stores an integer column with missing values as float64 (NaN).
     let is_int = |l: &Type| {
-        l.is_primitive() && matches!(l.get_physical_type(), Physical::INT32 | Physical::INT64)
+        l.is_primitive()
+            && matches!(
+                l.get_physical_type(),
+                Physical::INT32 | Physical::INT64 | Physical::FLOAT | Physical::DOUBLE
+            )
     };
     let usable = |l: &Type| is_int(l) || is_string(l);
     if let Some(l) = label.filter(|l| columns.label.is_some() && !usable(l)) {
@@ -225,6 +231,8 @@ struct RowParts<'r> {
     image: Option<&'r [u8]>,
     image_path: Option<&'r str>,
     label: Option<RowLabel<i128, String>>,
+    /// A label that is no class index (a float with a fraction, an infinity).
+    bad_label: Option<String>,
     text: Option<String>,
     columns: serde_json::Map<String, serde_json::Value>,
 }
@@ -234,6 +242,7 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
         image: None,
         image_path: None,
         label: None,
+        bad_label: None,
         text: None,
         columns: serde_json::Map::new(),
     };
@@ -263,6 +272,9 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                 Field::UInt(v) => Some(RowLabel::Index(i128::from(*v))),
                 Field::ULong(v) => Some(RowLabel::Index(i128::from(*v))),
                 Field::Str(name) if !name.is_empty() => Some(RowLabel::Name(name.clone())),
+                // A whole float is a class index (as `3.0` in a list); NaN is a missing label.
+                Field::Float(v) => float_label(f64::from(*v), &mut p.bad_label),
+                Field::Double(v) => float_label(*v, &mut p.bad_label),
                 _ => None,
             };
         } else if Some(name) == chosen.text.as_ref() {
@@ -280,6 +292,19 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
             .insert("image_path".into(), serde_json::Value::String(path.into()));
     }
     p
+}
+
+/// The class index a float label states: a whole number is one, NaN none (pandas' missing
+/// value); anything else is no index, said in `bad`.
+fn float_label(v: f64, bad: &mut Option<String>) -> Option<RowLabel<i128, String>> {
+    if v.is_nan() {
+        return None;
+    }
+    if v.fract() == 0.0 && v.abs() < 1e18 {
+        return Some(RowLabel::Index(v as i128));
+    }
+    *bad = Some(format!("label {v} is not a whole number (a class index)"));
+    None
 }
 
 /// Fetches file `index` (a path or URL) and reads its footer: columns, class names, row groups.
@@ -446,6 +471,10 @@ fn stage_rows(
             ));
             continue;
         }
+        if let Some(why) = p.bad_label {
+            out.errors.push(failure(source(), "bad_label", why));
+            continue;
+        }
         let label = match p.label {
             None => None,
             Some(RowLabel::Name(n)) if n.len() > MAX_CLASS_NAME_BYTES => {
@@ -534,6 +563,35 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     // as its own tar in parallel: one large file uses every core. What a row group holds, and so
     // the listing, does not depend on the thread count.
     let opened = parallel_map(files, options.jobs, |i, name| open_file(name, i, options));
+    // Class indices mean the names of the `ClassLabel` feature: files that state it must state
+    // the same names, or the same index would be two classes.
+    let mut stated: Option<(&String, &Vec<String>)> = None;
+    for (name, o) in files.iter().zip(&opened) {
+        let Some(names) = &o.class_names else {
+            continue;
+        };
+        match stated {
+            None => stated = Some((name, names)),
+            Some((first, theirs)) if theirs != names => {
+                let show = |f: &str, n: &[String]| {
+                    let head: Vec<&str> = n.iter().take(4).map(String::as_str).collect();
+                    let more = if n.len() > 4 { ", …" } else { "" };
+                    let f = shardtool_core::redact_urls(f);
+                    format!("{f} names {} ({}{more})", n.len(), head.join(", "))
+                };
+                return Err(ListError::BadInput {
+                    message: format!(
+                        "the Parquet files' ClassLabel features name other classes: {} and {}; \
+                         pack them apart, or give every file the same names",
+                        show(first, theirs),
+                        show(name, names)
+                    ),
+                });
+            }
+            Some(_) => {}
+        }
+    }
+    let class_label = stated.map(|(_, n)| n.clone());
     let units: Vec<(usize, usize)> = opened
         .iter()
         .enumerate()
@@ -589,8 +647,10 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     };
     let mut staged = staged.into_iter();
     let mut max_label: Option<u32> = None;
-    let mut names: Option<Vec<String>> =
-        (!classes.is_empty()).then(|| classes.keys().cloned().collect());
+    let names: Option<Vec<String>> = match classes.is_empty() {
+        false => Some(classes.keys().cloned().collect()),
+        true => class_label,
+    };
     for (name, o) in files.iter().zip(opened) {
         let mut etag = None;
         if let Some(f) = o.fetched.filter(|f| f.staged) {
@@ -615,6 +675,19 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
                     .add_container_dir(format!("{shown}:").as_bytes(), Some(ci));
                 for r in &s.rows {
                     let label = class_of(&r.label, &s.names);
+                    if let (Some(l), Some(n)) = (label, &names) {
+                        if l as usize >= n.len() {
+                            listing.errors.push(failure(
+                                format!("{shown}:{}", r.row),
+                                "bad_label",
+                                format!(
+                                    "label {l} names no class: the ClassLabel feature names {}",
+                                    n.len()
+                                ),
+                            ));
+                            continue;
+                        }
+                    }
                     if let Some(l) = label {
                         max_label = max_label.max(Some(l));
                     }
@@ -634,9 +707,6 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
                     .push(failure(name.clone(), "bad_parquet", message));
             }
         }
-        if names.is_none() {
-            names = o.class_names;
-        }
         if let Some(message) = o.failure {
             listing
                 .errors
@@ -645,8 +715,8 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     }
     listing.labelled = max_label.is_some() || names.is_some();
     listing.classes = match names {
-        Some(n) if max_label.is_none_or(|m| (m as usize) < n.len()) => n,
-        _ => (0..max_label.map_or(0, |m| m + 1))
+        Some(n) => n,
+        None => (0..max_label.map_or(0, |m| m + 1))
             .map(|i| i.to_string())
             .collect(),
     };
