@@ -27,8 +27,10 @@ struct Row<'a> {
     /// Whether its label is there but neither a string nor a whole number (a JSON `true`, a
     /// list, `3.5`).
     odd_label: bool,
-    /// A member a JSONL row names twice (JSON parsers keep one of the two values, silently).
-    twice: Option<String>,
+    /// Why the row cannot be read as it stands (a JSONL member named twice, which JSON parsers
+    /// would keep one of silently; a line that is no JSON object; a CSV row with more fields
+    /// than the header names): a `bad_list_row` line.
+    problem: Option<String>,
 }
 
 /// A JSONL row's members in their order, repeats kept: a `serde_json` map keeps only the last.
@@ -162,7 +164,7 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
         any_text |= row.text;
         any_label |= row.odd_label;
         // Rows reported as errors below teach nothing about the labels.
-        if row.twice.is_some() || row.odd_label || too_long(row.label.as_deref()) {
+        if row.problem.is_some() || row.odd_label || too_long(row.label.as_deref()) {
             return Ok(());
         }
         if let Some(l) = row.label.as_deref() {
@@ -235,12 +237,10 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     for_each_row(text, kind, &cols, &mut |row| {
         let where_ = || format!("{}:{}", file.display(), row.line);
         let label = row.label.as_deref();
-        if let Some(name) = &row.twice {
-            listing.errors.push(failure(
-                where_(),
-                "bad_list_row",
-                format!("the row names `{name}` twice"),
-            ));
+        if let Some(problem) = &row.problem {
+            listing
+                .errors
+                .push(failure(where_(), "bad_list_row", problem.clone()));
             return Ok(());
         }
         if row.odd_label {
@@ -356,6 +356,7 @@ fn csv_rows(
     cols: &ListColumns<'_>,
     f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
 ) -> Result<Vec<String>, String> {
+    let file = text;
     let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(text);
     let headers = rdr.headers().map_err(|e| e.to_string())?.clone();
     let names: Vec<String> = headers.iter().map(|h| h.trim().to_string()).collect();
@@ -379,13 +380,22 @@ fn csv_rows(
     let text = col(cols.text).is_some();
     // One record buffer for the whole file.
     let mut rec = csv::StringRecord::new();
-    let mut i = 0usize;
     loop {
-        let line = i + 2;
-        i += 1;
+        // The line the row starts on (a quoted field may hold line breaks).
+        let line = rdr.position().line() as usize;
         let start = rdr.position().byte();
         let read = rdr.read_record(&mut rec);
         let span = (start, rdr.position().byte());
+        // A quote left open swallows the rest of the file into one field: no row after it can
+        // be told apart, so the list is refused (as pandas does).
+        if matches!(read, Ok(true)) && span.1 as usize >= file.len() {
+            if let Some(open) = open_quote(file.get(start as usize..).unwrap_or_default()) {
+                return Err(format!(
+                    "line {line}: a quoted field opened there{open} is not closed before the end \
+                     of the file"
+                ));
+            }
+        }
         match read {
             Ok(false) => return Ok(names),
             Ok(true) => f(Row {
@@ -397,9 +407,17 @@ fn csv_rows(
                 extra,
                 text,
                 odd_label: false,
-                twice: None,
+                // More fields than named columns: an unquoted comma shifted the row's columns.
+                problem: (rec.len() > names.len()).then(|| {
+                    format!(
+                        "the row has {} fields where the header names {} columns (a field \
+                         holding a comma must be quoted)",
+                        rec.len(),
+                        names.len()
+                    )
+                }),
             })?,
-            Err(_) => f(Row {
+            Err(e) => f(Row {
                 line,
                 path: None,
                 label: None,
@@ -408,10 +426,38 @@ fn csv_rows(
                 extra,
                 text,
                 odd_label: false,
-                twice: None,
+                problem: Some(format!("the row cannot be read: {e}")),
             })?,
         }
     }
+}
+
+/// Whether the CSV text of one record ends inside a quoted field (`Some`, with where it opened
+/// when not at the record's start: a field opens a quote only at its start).
+fn open_quote(record: &[u8]) -> Option<String> {
+    let (mut quoted, mut field_start, mut opened) = (false, true, 0usize);
+    let mut bytes = record.iter().enumerate().peekable();
+    while let Some((i, &b)) = bytes.next() {
+        if quoted {
+            if b == b'"' {
+                if bytes.peek().is_some_and(|&(_, &n)| n == b'"') {
+                    bytes.next();
+                } else {
+                    quoted = false;
+                }
+            }
+        } else if b == b'"' && field_start {
+            (quoted, opened) = (true, i);
+        } else {
+            field_start = b == b',' || b == b'\n' || b == b'\r';
+            continue;
+        }
+        field_start = false;
+    }
+    quoted.then(|| match opened {
+        0 => String::new(),
+        at => format!(" (byte {at} of the row)"),
+    })
 }
 
 fn jsonl_rows(
@@ -419,14 +465,25 @@ fn jsonl_rows(
     cols: &ListColumns<'_>,
     f: &mut dyn FnMut(Row<'_>) -> Result<(), String>,
 ) -> Result<(), String> {
-    let mut start = 0u64;
-    for (i, line) in text.split(|&b| b == b'\n').enumerate() {
+    // A byte order mark, as some editors write, is no part of the first row.
+    let bom = if text.starts_with(b"\xef\xbb\xbf") {
+        3
+    } else {
+        0
+    };
+    let mut start = bom as u64;
+    for (i, line) in text[bom..].split(|&b| b == b'\n').enumerate() {
         let span = (start, start + line.len() as u64);
         start = span.1 + 1;
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let object: Option<Members> = serde_json::from_slice(line).ok();
+        let parsed: Result<Members, _> = serde_json::from_slice(line);
+        let not_object = parsed
+            .as_ref()
+            .err()
+            .map(|e| format!("the row is no JSON object: {e}"));
+        let object = parsed.ok();
         let field = |name: &str| -> Option<Cow<'_, str>> {
             match object.as_ref()?.get(name)? {
                 serde_json::Value::String(s) => non_empty(s),
@@ -457,7 +514,10 @@ fn jsonl_rows(
             extra,
             text,
             odd_label,
-            twice: object.as_ref().and_then(Members::twice).map(str::to_string),
+            problem: not_object.or_else(|| {
+                let twice = object.as_ref().and_then(Members::twice)?;
+                Some(format!("the row names `{twice}` twice"))
+            }),
         })?;
     }
     Ok(())
@@ -699,6 +759,69 @@ a.jpg,1,,
         )
         .unwrap();
         assert_eq!(trailing.inputs.len(), 1);
+    }
+
+    /// Rows a parser would misread are error lines, or the list is refused: a CSV row with more
+    /// fields than the header (an unquoted comma), a quote left open to the end of the file, a
+    /// JSONL line that is no object. A byte order mark before JSONL is skipped.
+    #[test]
+    fn rows_that_would_be_misread_are_error_lines_or_refuse_the_list() {
+        let cols = Columns::default();
+        let errors = |name: &str, rows: &str| {
+            let l = list_text(Path::new(name), rows.as_bytes(), &cols).unwrap();
+            let e: Vec<(String, String, String)> = (l.errors.iter())
+                .map(|e| (e.path.clone(), e.kind.clone(), e.message.clone()))
+                .collect();
+            (l.inputs.len(), e)
+        };
+        let (kept, e) = errors(
+            "l.csv",
+            "path,label,text\na.jpg,cat,\"hello, world\"\nd.jpg,cat,hi, there\n\
+             e.jpg,dog,\"two\nlines\"\nf.jpg,dog,x,y,z\n",
+        );
+        assert_eq!(kept, 2);
+        let says = |n| {
+            format!(
+                "the row has {n} fields where the header names 3 columns (a field holding a \
+                 comma must be quoted)"
+            )
+        };
+        assert_eq!(
+            e,
+            [
+                ("l.csv:3".into(), "bad_list_row".into(), says(4)),
+                ("l.csv:6".into(), "bad_list_row".into(), says(5)),
+            ]
+        );
+        // The row's phantom label taught no class.
+        let l = list_text(
+            Path::new("l.csv"),
+            b"path,label\na,b.jpg,cat\nc.jpg,dog\n",
+            &cols,
+        );
+        assert_eq!(l.unwrap().classes, ["dog"]);
+        let open = "path,label,text\na.jpg,cat,\"unclosed\nb.jpg,dog,x\n";
+        let err = list_text(Path::new("l.csv"), open.as_bytes(), &cols).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("line 2: a quoted field opened there (byte 10 of the row) is not closed"),
+            "{err}"
+        );
+        let (kept, e) = errors(
+            "l.jsonl",
+            "\u{feff}{\"path\":\"a.jpg\",\"label\":1}\n{not json}\n[1, 2]\n",
+        );
+        assert_eq!(kept, 1);
+        let kinds: Vec<(&str, &str)> = (e.iter())
+            .map(|(p, k, _)| (p.as_str(), k.as_str()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [("l.jsonl:2", "bad_list_row"), ("l.jsonl:3", "bad_list_row")]
+        );
+        assert!(e
+            .iter()
+            .all(|(_, _, m)| m.starts_with("the row is no JSON object")));
     }
 
     #[test]
