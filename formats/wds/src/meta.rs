@@ -2,35 +2,111 @@
 //! verify share, borrowing the members shardtool's rules look at from the text.
 
 use crate::MAX_TEXT_BYTES;
+use serde::de::{self, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use std::borrow::Cow;
 
 /// The members of a sample's `.json` that shardtool's rules read, as their JSON text (borrowed,
 /// not built); other members are skipped. A member present as `null` is `Some`, so a checker
-/// reports it as the wrong type rather than taking it as absent. A member named twice makes the
+/// reports it as the wrong type rather than taking it as absent. A member of the object named
+/// twice (any member: JSON readers keep one of the two values, which one differs) makes the
 /// text invalid.
-#[derive(Deserialize)]
+#[derive(Default)]
 pub struct SampleMeta<'a> {
     /// The sample's key.
-    #[serde(borrow, default, deserialize_with = "present")]
     pub key: Option<&'a RawValue>,
     /// Its integer label.
-    #[serde(borrow, default, deserialize_with = "present")]
     pub label: Option<&'a RawValue>,
     /// The name of its label's class.
-    #[serde(borrow, default, deserialize_with = "present")]
     pub class: Option<&'a RawValue>,
     /// The stored image's width.
-    #[serde(borrow, default, deserialize_with = "present")]
     pub width: Option<&'a RawValue>,
     /// The stored image's height.
-    #[serde(borrow, default, deserialize_with = "present")]
     pub height: Option<&'a RawValue>,
 }
 
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue as Deserialize>::deserialize(d).map(Some)
+/// A member name, borrowed from the text unless it has escapes.
+struct Name<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Name<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = Name<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a member name")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Borrowed(s)))
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<Name<'de>, E> {
+                Ok(Name(Cow::Owned(s.to_owned())))
+            }
+        }
+        d.deserialize_str(Visit)
+    }
+}
+
+/// Names seen so far in one object: the first few on the stack (a sample json has a handful,
+/// and verify reads one per sample), the rest in a set.
+#[derive(Default)]
+struct Seen<'a> {
+    few: [Option<Cow<'a, str>>; 16],
+    more: std::collections::HashSet<Cow<'a, str>>,
+}
+
+impl<'a> Seen<'a> {
+    /// Adds `name`; false when it was there.
+    fn insert(&mut self, name: Cow<'a, str>) -> bool {
+        if self.few.iter().flatten().any(|n| *n == name) || self.more.contains(&name) {
+            return false;
+        }
+        match self.few.iter_mut().find(|n| n.is_none()) {
+            Some(slot) => *slot = Some(name),
+            None => {
+                self.more.insert(name);
+            }
+        }
+        true
+    }
+}
+
+impl<'de> Deserialize<'de> for SampleMeta<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> Visitor<'de> for Visit {
+            type Value = SampleMeta<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<SampleMeta<'de>, A::Error> {
+                let mut meta = SampleMeta::default();
+                let mut seen = Seen::default();
+                while let Some(Name(name)) = m.next_key()? {
+                    let slot = match name.as_ref() {
+                        "key" => Some(&mut meta.key),
+                        "label" => Some(&mut meta.label),
+                        "class" => Some(&mut meta.class),
+                        "width" => Some(&mut meta.width),
+                        "height" => Some(&mut meta.height),
+                        _ => None,
+                    };
+                    match slot {
+                        Some(slot) => *slot = Some(m.next_value::<&'de RawValue>()?),
+                        None => {
+                            m.next_value::<de::IgnoredAny>()?;
+                        }
+                    }
+                    if !seen.insert(name.clone()) {
+                        return Err(de::Error::custom(format!("duplicate field `{name}`")));
+                    }
+                }
+                Ok(meta)
+            }
+        }
+        d.deserialize_map(Visit)
+    }
 }
 
 impl<'a> SampleMeta<'a> {
@@ -44,11 +120,14 @@ impl<'a> SampleMeta<'a> {
             ));
         }
         let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
-        match serde_json::from_slice::<SampleMeta<'_>>(bytes) {
-            Ok(meta) if object => Ok(meta),
-            Ok(_) => Err("is JSON but not an object".into()),
-            Err(e) => Err(format!("is not valid JSON: {e}")),
+        if !object {
+            return match serde_json::from_slice::<de::IgnoredAny>(bytes) {
+                Ok(_) => Err("is JSON but not an object".into()),
+                Err(e) => Err(format!("is not valid JSON: {e}")),
+            };
         }
+        serde_json::from_slice::<SampleMeta<'_>>(bytes)
+            .map_err(|e| format!("is not valid JSON: {e}"))
     }
 
     /// Why the `key` it states, if it states one, is not the sample's `key`.
@@ -90,6 +169,15 @@ mod tests {
         assert_eq!(why(b"[1]"), "is JSON but not an object");
         assert!(why(b"{").starts_with("is not valid JSON: EOF"));
         assert!(why(br#"{"key": "a", "key": "a"}"#).contains("duplicate field `key`"));
+        // Any member, escaped or not, past the first sixteen too; nested objects are theirs.
+        assert!(why(br#"{"a": 1, "a": 2}"#).contains("duplicate field `a`"));
+        let many: Vec<String> = (0..40).map(|i| format!("\"m{i}\": {{\"x\": 1}}")).collect();
+        let ok = format!("{{{}}}", many.join(", "));
+        assert!(SampleMeta::parse(ok.len() as u64, ok.as_bytes()).is_ok());
+        let twice = format!("{{{}, \"m30\": 0}}", many.join(", "));
+        assert!(why(twice.as_bytes()).contains("duplicate field `m30`"));
+        let nested = br#"{"a": {"b": 1, "c": {"b": 2}}, "b": 3}"#;
+        assert!(SampleMeta::parse(nested.len() as u64, nested).is_ok());
         let over = SampleMeta::parse(MAX_TEXT_BYTES as u64 + 1, b"")
             .err()
             .unwrap();
