@@ -313,6 +313,42 @@ fn preview_of_every_flavour_and_of_single_shards() {
 }
 
 #[test]
+fn preview_says_which_chosen_samples_a_damaged_shard_lost() {
+    let src = packed(WDS);
+    let dir = TempDir::new().unwrap();
+    let ds = dir.path().join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), ds.join(e.file_name())).unwrap();
+    }
+    let cut = ds.join("shard-000001.tar");
+    let len = std::fs::metadata(&cut).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cut)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let out = preview(
+        &ds,
+        &dir.path().join("p.png"),
+        &["--count", "100", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let doc = json_of(&out);
+    let shown = doc["items"].as_array().unwrap().len();
+    assert!((35..45).contains(&shown), "{shown}");
+    let skipped = doc["skipped"].as_array().unwrap();
+    assert_eq!(skipped.len(), 1, "{doc}");
+    let says = format!(
+        "shard-000001.tar: {} of the 10 samples chosen from it could not be read",
+        45 - shown
+    );
+    assert!(skipped[0].as_str().unwrap().starts_with(&says), "{doc}");
+}
+
+#[test]
 fn preview_usage_and_open_errors_exit_2() {
     let dir = TempDir::new().unwrap();
     let png = dir.path().join("x.png");

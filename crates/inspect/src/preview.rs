@@ -218,7 +218,7 @@ pub(crate) fn preview_titled(
             (path.display().to_string(), Vec::new(), vec![want], 0, true)
         }
     };
-    let results: Vec<Result<(Vec<Picked>, u64), String>> = pool.install(|| {
+    let results: Vec<Result<PicksRead, String>> = pool.install(|| {
         wants
             .par_iter()
             .with_max_len(1)
@@ -230,11 +230,18 @@ pub(crate) fn preview_titled(
     let mut available = available;
     for (r, w) in results.into_iter().zip(&wants) {
         match r {
-            Ok((p, n)) => {
+            Ok(PicksRead {
+                picked: p,
+                samples,
+                lost,
+            }) => {
                 if lone {
-                    available = n;
+                    available = samples;
                 }
                 picked.extend(p);
+                if let Some(why) = lost {
+                    skipped.push(format!("{}: {why}", w.name));
+                }
             }
             Err(e) => skipped.push(format!("{}: {e}", w.name)),
         }
@@ -284,12 +291,21 @@ pub(crate) fn choose(total: u64, count: usize, seed: u64) -> Vec<u64> {
 /// Reads one shard and makes thumbnails of the wanted samples. For a lone shard (`lone`), the
 /// picks are chosen here, once the shard's sample count is known. Returns the picks and the
 /// number of samples in the shard.
+/// What [`read_picks`] read of one shard.
+struct PicksRead {
+    picked: Vec<Picked>,
+    /// Samples the shard holds (as far as it could be read).
+    samples: u64,
+    /// Why some picks are missing: the shard holds fewer samples than its manifest entry.
+    lost: Option<String>,
+}
+
 fn read_picks(
     w: &Want,
     lone: bool,
     classes: &[String],
     opts: &PreviewOptions,
-) -> Result<(Vec<Picked>, u64), String> {
+) -> Result<PicksRead, String> {
     let read = read_shard(&w.path, w.kind, w.declared, opts.max_shard_bytes, false)
         .map_err(|(_, message)| message)?;
     let data = &read.data[..];
@@ -311,7 +327,7 @@ fn read_picks(
             .and_then(|l| classes.get(l).cloned())
             .or(meta_class)
     };
-    let result = match format {
+    let (picked, n, damage) = match format {
         ShardFormat::Wds => {
             let (samples, err) = group_samples(data);
             if samples.is_empty() {
@@ -325,7 +341,7 @@ fn read_picks(
             } else {
                 w.picks.clone()
             };
-            let out = picks
+            let out: Vec<Picked> = picks
                 .par_iter()
                 .filter_map(|&(i, order)| {
                     let s = samples.get(usize::try_from(i).ok()?)?;
@@ -369,7 +385,7 @@ fn read_picks(
                     Some(Picked { order, item, thumb })
                 })
                 .collect();
-            (out, n)
+            (out, n, err.map(|e| e.to_string()))
         }
         ShardFormat::Packed => {
             let shard =
@@ -380,7 +396,7 @@ fn read_picks(
             } else {
                 w.picks.clone()
             };
-            let out = picks
+            let out: Vec<Picked> = picks
                 .par_iter()
                 .filter_map(|&(i, order)| {
                     let i = usize::try_from(i).ok()?;
@@ -410,10 +426,22 @@ fn read_picks(
                     Some(Picked { order, item, thumb })
                 })
                 .collect();
-            (out, n)
+            (out, n, None)
         }
     };
-    Ok(result)
+    let wanted = if lone { picked.len() } else { w.picks.len() };
+    let lost = (picked.len() < wanted).then(|| {
+        format!(
+            "{} of the {wanted} samples chosen from it could not be read: it holds {n}{}",
+            wanted - picked.len(),
+            damage.map(|d| format!(" ({d})")).unwrap_or_default()
+        )
+    });
+    Ok(PicksRead {
+        picked,
+        samples: n,
+        lost,
+    })
 }
 
 fn lone_picks(n: u64, opts: &PreviewOptions) -> Vec<(u64, usize)> {
