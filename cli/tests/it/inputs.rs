@@ -58,6 +58,20 @@ fn odd_file_names_are_packed() {
         (m.inputs.found, m.inputs.packed, m.inputs.failed),
         (9, 9, 0)
     );
+    // A class is named by its folder: a name that is not UTF-8 cannot be one unchanged (two
+    // such names could become one class name), so the pack is refused, naming the folder.
+    for name in [&b"cl\xe9ss"[..], b"cl\xe8ss"] {
+        let p = t.path().join("classes").join(os(name)).join("a.jpg");
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, jpeg(&small(1))).unwrap();
+    }
+    let r = pack(t.path().join("classes"), t.path().join("ds2")).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("is not UTF-8 text: rename it"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

@@ -104,7 +104,17 @@ pub(crate) fn list_folder(root: &Path, exclude: Option<&Path>) -> Result<Listing
     }
     let mut seen = HashSet::new();
     for (label, class) in class_names.iter().enumerate() {
-        listing.classes.push(class.to_string_lossy().into_owned());
+        // A class name is text: a name that is not UTF-8 would be changed, and two such names
+        // could become one.
+        let Some(name) = class.to_str() else {
+            return Err(ListError::BadInput {
+                message: format!(
+                    "the class folder {} has a name that is not UTF-8 text: rename it",
+                    root.join(class).display()
+                ),
+            });
+        };
+        listing.classes.push(name.to_string());
         let label = u32::try_from(label).map_err(|_| ListError::TooMany {
             count: label as u64,
         })?;
