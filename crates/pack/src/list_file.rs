@@ -278,6 +278,22 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
             ));
             return Ok(());
         };
+        // A list names local files; a URL would be taken for a relative path and "not found".
+        if ["http://", "https://", "s3://", "file://"].iter().any(|s| {
+            path.get(..s.len())
+                .is_some_and(|p| p.eq_ignore_ascii_case(s))
+        }) {
+            listing.errors.push(failure(
+                where_(),
+                "bad_list_row",
+                format!(
+                    "its {} is a URL: a list names local files (fetch them first, or pack \
+                     WebDataset shards or Parquet files by URL)",
+                    cols.path
+                ),
+            ));
+            return Ok(());
+        }
         let label = match label {
             None => None,
             Some(label) if all_ints => match int_label(label) {
@@ -792,6 +808,17 @@ a.jpg,1,,
                 ("l.csv:3".into(), "bad_list_row".into(), says(4)),
                 ("l.csv:6".into(), "bad_list_row".into(), says(5)),
             ]
+        );
+        let (kept, e) = errors("l.csv", "path,label\nHTTPS://host/a.jpg,cat\nb.jpg,dog\n");
+        assert_eq!(kept, 1);
+        assert_eq!(
+            (e[0].0.as_str(), e[0].1.as_str()),
+            ("l.csv:2", "bad_list_row")
+        );
+        assert!(
+            e[0].2
+                .starts_with("its path is a URL: a list names local files"),
+            "{e:?}"
         );
         // The row's phantom label taught no class.
         let l = list_text(

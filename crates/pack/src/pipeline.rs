@@ -223,7 +223,10 @@ impl Ordered {
                     )),
                     Ok(()) if clash => Some((
                         "duplicate_key",
-                        format!("key {key:?} is used by another input"),
+                        format!(
+                            "key {key:?} is used by another input (keys \"index\" numbers \
+                             samples instead)"
+                        ),
                     )),
                     Ok(()) => None,
                 };
