@@ -20,6 +20,7 @@ mod plan;
 mod plan_file;
 #[cfg(test)]
 mod robustness;
+mod sample_read;
 mod sink;
 mod store;
 mod wds_input;

@@ -1,0 +1,123 @@
+//! Reading one input's bytes (a file, or a span of a container) within their limits, and the
+//! checks of the fields a sample carries, run on the pack's worker threads.
+
+use std::io::Read;
+use std::path::Path;
+
+/// Why a carried field breaks the rules verify checks it by, if it does: a `txt` is UTF-8 of
+/// at most 1 MiB, a `json` (the input's own) one JSON object of at most 1 MiB whose `key`, if it
+/// states one, is the sample's (unless samples are `renumbered`: it is then the input's). A
+/// dataset pack writes then always verifies.
+pub(crate) fn carried_problem(
+    field: &str,
+    data: &[u8],
+    key: &str,
+    renumbered: bool,
+) -> Option<String> {
+    match field {
+        "txt" => {
+            shardtool_wds::txt_problem(data.len() as u64, data).map(|why| format!("its txt {why}"))
+        }
+        "json" => match shardtool_wds::SampleMeta::parse(data.len() as u64, data) {
+            Ok(meta) if !renumbered => meta.key_problem(key),
+            Ok(_) => None,
+            Err(why) => Some(why),
+        }
+        .map(|why| format!("its json {why}")),
+        _ => None,
+    }
+}
+
+/// Why a tar sample of `key` with its image as `image` (`jpg`, `png`) and the `carried` fields
+/// cannot be written, if it cannot: a carried field of the image's name would be replaced by it,
+/// and a member name (`key.field`) holds at most 100 bytes.
+pub(crate) fn tar_member_problem(
+    key: &str,
+    image: &str,
+    carried: &[(String, Vec<u8>)],
+) -> Option<(&'static str, String)> {
+    if carried.iter().any(|(f, _)| f == image) {
+        return Some((
+            "bad_field",
+            format!(
+                "the sample carries a `{image}` field besides its image, which is stored as \
+                 `{image}`: the image would replace it (another --encode keeps both)"
+            ),
+        ));
+    }
+    let fields = carried.iter().map(|(f, _)| f.as_str());
+    let longest = fields
+        .chain([image, "json", "cls"])
+        .max_by_key(|f| f.len())?;
+    let len = key.len() + 1 + longest.len();
+    (len > 100).then(|| {
+        (
+            "bad_key",
+            format!(
+                "the tar member `{key}.{longest}` would be named in {len} bytes, and a name \
+                 holds at most 100 (keys \"index\" numbers samples in 9 digits instead)"
+            ),
+        )
+    })
+}
+
+/// Bytes a sample may carry besides its image (captions, metadata, other fields).
+pub(crate) const MAX_CARRIED_BYTES: u64 = 16 << 20;
+
+/// Reads `[start, end)` of a container file, refusing spans over `limit` bytes.
+pub(crate) fn read_span(
+    path: &Path,
+    (start, end): (u64, u64),
+    limit: u64,
+) -> Result<Vec<u8>, (&'static str, String)> {
+    use std::os::unix::fs::FileExt;
+    let len = end - start;
+    if len > limit {
+        return Err((
+            "too_large",
+            format!("the sample is {len} bytes, over the {limit}-byte limit"),
+        ));
+    }
+    let file = std::fs::File::open(path)
+        .map_err(|e| ("unreadable", format!("{}: {e}", path.display())))?;
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, start)
+        .map_err(|e| ("unreadable", format!("{}: {e}", path.display())))?;
+    Ok(bytes)
+}
+
+/// Reads a whole file, refusing (before reading) files over `limit` bytes, and files whose size
+/// is not the `planned` one.
+pub(crate) fn read_bounded(
+    path: &Path,
+    limit: u64,
+    planned: Option<u64>,
+) -> Result<Vec<u8>, (&'static str, String)> {
+    let unreadable = |e: std::io::Error| ("unreadable", format!("cannot read: {e}"));
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    let len = file.metadata().map_err(unreadable)?.len();
+    if let Some(p) = planned.filter(|&p| p != len) {
+        return Err((
+            "changed",
+            format!("{len} bytes, {p} when the plan was made: the input changed since"),
+        ));
+    }
+    if len > limit {
+        return Err((
+            "too_large",
+            format!("{len} bytes, over the {limit}-byte input limit"),
+        ));
+    }
+    if len == 0 {
+        return Err(("decode", "empty file".into()));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    // `take` guards against a file that grows while we read it.
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    if bytes.len() as u64 > limit {
+        return Err(("too_large", format!("over the {limit}-byte input limit")));
+    }
+    Ok(bytes)
+}
