@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import urllib.parse
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
@@ -132,10 +134,10 @@ def _converter(output: str) -> Callable[[Any], Any]:
 
 
 def cache_limit_bytes(cache_limit: Optional[Union[int, str]]) -> Optional[int]:
-    """``cache_limit`` as bytes: an int (>= 0), a size like ``"64GiB"``, or ``None`` (no limit)."""
+    """``cache_limit`` as bytes: an int (>= 1), a size like ``"64GiB"``, or ``None`` (no limit)."""
     if cache_limit is None or isinstance(cache_limit, int) and not isinstance(cache_limit, bool):
-        if cache_limit is not None and cache_limit < 0:
-            raise ValueError("cache_limit must be >= 0")
+        if cache_limit is not None and not 1 <= cache_limit < 2**64:
+            raise ValueError(f"cache_limit must be at least 1 byte and below 2**64, not {cache_limit} (None: no limit)")
         return cache_limit
     if isinstance(cache_limit, str):
         return _shardtool.parse_byte_size(cache_limit)
@@ -298,6 +300,11 @@ class Loader:
         self._resume: Optional[Dict[str, Any]] = None
         self._samples = 0
         self._info: Dict[int, Tuple[str, int, int]] = {}
+        # One iter() builds its reader at a time: a second one then stops the first.
+        self._iter_lock = threading.Lock()
+        # The shared-memory epoch of a shardtool.torch.IterableDataset wrapping this loader:
+        # set_epoch() writes it, so DataLoader workers (persistent ones too) read the new epoch.
+        self._shared_epoch: Any = None
 
     # -- rank, plan ---------------------------------------------------------------------------
 
@@ -366,6 +373,8 @@ class Loader:
         if self._resume is not None and self._resume["epoch"] != epoch:
             self._resume = None
         self._epoch = epoch
+        if self.__dict__.get("_shared_epoch") is not None:
+            self._shared_epoch.value = epoch
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -377,13 +386,17 @@ class Loader:
         return max(1, (cores or 1) // self._split[1])
 
     def __iter__(self) -> Iterator[Batch]:
+        with self._iter_lock:
+            return self._start()
+
+    def _start(self) -> Iterator[Batch]:
         self.close()
         self._closed_state = None
         self._resolve_device()
         rank, world = self._resolve_partition()
+        # A loaded position is used up only once a reader starts from it: an iter() that fails
+        # (a manifest not fetched) leaves it for the next.
         resume = self._resume
-        self._resume = None
-        self._samples = 0 if resume is None else int(resume["samples"])
         reader = _shardtool.Reader(
             self._dataset,
             batch_size=self._batch_size,
@@ -408,6 +421,8 @@ class Loader:
             fields=self._fields,
             pool=self._buffer_pool(),
         )
+        self._resume = None
+        self._samples = 0 if resume is None else int(resume["samples"])
         self._reader = reader
         self._partition = (rank, world)
         return self._batches(reader, _converter(self._output))
@@ -535,16 +550,28 @@ class Loader:
         d["_reader"] = None
         d["_partition"] = None
         d.pop("_pool", None)
+        d.pop("_iter_lock", None)
+        # Written by the main process only; the wrapper takes its own copy to its workers.
+        d.pop("_shared_epoch", None)
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         self.__dict__.update(d)
+        self._iter_lock = threading.Lock()
 
     def __repr__(self) -> str:
         fields = "" if not self._fields else f", fields={self._fields!r}"
         return (
-            f"shardtool.Loader({self._dataset!r}, batch_size={self._batch_size}, seed={self._seed}, "
+            f"shardtool.Loader({_redacted(self._dataset)!r}, batch_size={self._batch_size}, seed={self._seed}, "
             f"epoch={self._epoch}, output={self._output!r}{fields})"
         )
 
 
+def _redacted(location: str) -> str:
+    """A dataset URL as it may be shown: without user, password or query (a presigned URL's
+    signature), as every message of the Rust side shows it."""
+    if "://" not in location:
+        return location
+    u = urllib.parse.urlsplit(location)
+    netloc = u.netloc if "@" not in u.netloc else "***@" + u.netloc.rsplit("@", 1)[1]
+    return urllib.parse.urlunsplit((u.scheme, netloc, u.path, "***" if u.query else "", u.fragment))

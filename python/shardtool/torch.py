@@ -35,6 +35,8 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         # own copy of this object, and read the epoch set_epoch() wrote here at each iter().
         self._epoch = multiprocessing.Value("q", loader.epoch, lock=False)
         self._seen_epoch = loader.epoch
+        # loader.set_epoch() (as a loop over the loader itself calls it) reaches the workers too.
+        loader._shared_epoch = self._epoch
 
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
@@ -67,12 +69,13 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if isinstance(d["_epoch"], int):
             d["_epoch"] = multiprocessing.Value("q", d["_epoch"], lock=False)
         self.__dict__.update(d)
+        self.loader._shared_epoch = self._epoch
 
     def set_epoch(self, epoch: int) -> None:
-        """Reads ``epoch`` from the next ``iter()``: call it on the dataset before each epoch.
-        DataLoader workers see it too, persistent ones included (the epoch is shared memory)."""
+        """Reads ``epoch`` from the next ``iter()``: call it on the dataset (or on its loader)
+        before each epoch. DataLoader workers see it too, persistent ones included (the epoch is
+        shared memory)."""
         self.loader.set_epoch(epoch)
-        self._epoch.value = epoch
         self._seen_epoch = epoch
 
     def state_dict(self) -> Dict[str, Any]:

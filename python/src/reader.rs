@@ -368,11 +368,7 @@ impl Reader {
                 // a network timeout, must not hold this one too), started without the GIL, so
                 // that a failed start drops them there too.
                 let taken = guard.take();
-                py.detach(move || {
-                    let _ = std::thread::Builder::new()
-                        .name("shardtool-close".into())
-                        .spawn(move || drop(taken));
-                });
+                py.detach(move || stop_within(taken, Duration::ZERO));
                 return Err(closed());
             }
             let Some(loader) = guard.as_mut() else {
@@ -441,8 +437,31 @@ impl Reader {
         self.check_process()?;
         self.closing.store(true, Ordering::Relaxed);
         let taken = self.loader.try_lock().ok().and_then(|mut g| g.take());
-        py.detach(move || drop(taken));
+        py.detach(move || stop_within(taken, CLOSE_WAIT));
         Ok(())
+    }
+}
+
+/// How long `close` waits for the reader threads to end before leaving them to end by
+/// themselves: a thread stuck in a network read ends only at the fetch's timeout (seconds to
+/// minutes), and a Ctrl-C'd program must not wait for it.
+const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// Stops `loader`'s threads on a helper thread, waiting at most `wait` for them to end (a
+/// thread that cannot start is waited for here, where the stop then happens).
+fn stop_within(loader: Option<Loader>, wait: Duration) {
+    let Some(loader) = loader else {
+        return;
+    };
+    let (done, ended) = std::sync::mpsc::channel::<()>();
+    let stopped = std::thread::Builder::new()
+        .name("shardtool-close".into())
+        .spawn(move || {
+            drop(loader);
+            let _ = done.send(());
+        });
+    if stopped.is_ok() && !wait.is_zero() {
+        let _ = ended.recv_timeout(wait);
     }
 }
 
@@ -455,6 +474,9 @@ impl Drop for Reader {
         if std::process::id() != self.pid {
             // A forked copy: its threads do not exist here, so joining them would hang.
             std::mem::forget(loader);
+        } else {
+            // Dropped by the garbage collector, with the GIL held: never wait on a stuck read.
+            stop_within(loader, Duration::ZERO);
         }
     }
 }

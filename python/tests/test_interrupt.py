@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -146,3 +147,23 @@ def test_close_from_another_thread_stops_a_busy_iteration(datasets: Dict[str, Pa
     assert not t.is_alive()
     assert errors and "closed" in str(errors[0])
     assert 0 < len(got) < 45
+
+
+def test_a_slow_batch_is_one_wait_in_the_metrics(datasets: Dict[str, Path]) -> None:
+    # The binding waits in 50 ms slices (to see Ctrl-C): a 1 s stall is still one batch's wait,
+    # and samples count what was handed out, not what the reader threads had ready.
+    path = datasets["packed"]
+    first = all_keys(path)[0]
+    reader = _shardtool.Reader(
+        str(path), batch_size=5, seed=0, epoch=0, shuffle=False, rank=0, world_size=1,
+        workers=1, test_delay=(first, 1.0),
+    )
+    next(reader)
+    time.sleep(0.3)
+    m = json.loads(reader.metrics())
+    assert m["batches"] == 1 and m["samples"] == 5, m
+    assert m["wait_p50_s"] >= 0.9, m
+    got = 5 + sum(len(b[2]) for b in reader)
+    m = json.loads(reader.metrics())
+    assert m["samples"] == got == 45 and m["batches"] == 9, m
+    assert m["wait_p99_s"] >= 0.9, m

@@ -128,15 +128,16 @@ def test_set_epoch_reaches_persistent_workers(datasets: Dict[str, Path], context
         ds, batch_size=None, num_workers=1, persistent_workers=True, multiprocessing_context=context
     )
     orders = []
-    for epoch in (0, 1, 0):
-        ds.set_epoch(epoch)
+    for i, epoch in enumerate((0, 1, 0, 1)):
+        # On the dataset, or (as a loop over the loader itself does) on its loader.
+        (ds if i % 2 == 0 else ds.loader).set_epoch(epoch)
         orders.append([k for b in dl for k in b["key"]])
         want = [k for b in shardtool.Loader(path, batch_size=5, seed=3, epoch=epoch, output="numpy") for k in b["key"]]
         assert orders[-1] == want, f"epoch {epoch}"
-    assert orders[0] != orders[1] and orders[0] == orders[2]
+    assert orders[0] != orders[1] and orders[0] == orders[2] and orders[1] == orders[3]
     # A copy made outside a process start (deepcopy, pickle) takes the epoch's value.
     import copy
     import pickle
 
-    assert copy.deepcopy(ds)._epoch.value == 0
-    assert pickle.loads(pickle.dumps(ds))._epoch.value == 0
+    assert copy.deepcopy(ds)._epoch.value == 1
+    assert pickle.loads(pickle.dumps(ds))._epoch.value == 1

@@ -108,3 +108,58 @@ def test_loader_and_verify_over_http_through_the_cache(served: Path, tmp_path: P
     # A shard URL is not a dataset.
     with pytest.raises(shardtool.DatasetError, match="is a shard"):
         shardtool.verify(_url(served, f"ds/{stored}"))
+
+
+def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
+    # A server that sends the start of every shard and then nothing: a reader thread waits in
+    # that read until the fetch timeout (30 s). close() (and so a Ctrl-C'd program's exit) must
+    # not wait for it.
+    import http.server
+    import threading
+
+    ds = tmp_path / "ds"
+    shardtool.pack(SAMPLE, ds, resize="shorter:32", shard_samples=10)
+    release = threading.Event()
+
+    class Stalling(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_HEAD(self) -> None:
+            self.do_GET(head=True)
+
+        def do_GET(self, head: bool = False) -> None:
+            path = ds / self.path.lstrip("/")
+            if not path.is_file():
+                self.send_error(404)
+                return
+            data = path.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if head:
+                return
+            if path.name == "manifest.json":
+                self.wfile.write(data)
+                return
+            self.wfile.write(data[:1000])
+            self.wfile.flush()
+            release.wait(60)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://user:Secret1@127.0.0.1:{server.server_address[1]}/"
+        loader = shardtool.Loader(url, batch_size=4, cache_dir=tmp_path / "cache", output="numpy")
+        assert "Secret1" not in repr(loader) and "***@127.0.0.1" in repr(loader)
+        it = iter(loader)
+        time.sleep(0.5)
+        start = time.monotonic()
+        loader.close()
+        assert time.monotonic() - start < 3.0
+        with pytest.raises(RuntimeError, match="closed"):
+            next(it)
+    finally:
+        release.set()
+        server.shutdown()

@@ -135,3 +135,52 @@ def test_a_state_saved_after_set_epoch_names_its_own_pass(datasets: Dict[str, Pa
     rest = [b["key"] for b in fresh]
     full = [b["key"] for b in shardtool.Loader(datasets["tar"], **opts)]
     assert rest == full[1:]
+
+
+def test_a_failed_iter_keeps_the_loaded_position(datasets: Dict[str, Path], tmp_path: Path) -> None:
+    # A transient failure at the resuming iter() (a manifest not fetched) must not throw the
+    # loaded position away: the retry resumes, and a state saved meanwhile is still the position.
+    import shutil
+
+    ds = tmp_path / "ds"
+    shutil.copytree(datasets["tar"], ds)
+    opts = dict(batch_size=5, seed=1, output="numpy")
+    loader = shardtool.Loader(ds, **opts)
+    it = iter(loader)
+    head = [next(it)["key"] for _ in range(4)]
+    state = loader.state_dict()
+    loader.close()
+    resumed = shardtool.Loader(ds, **opts)
+    resumed.load_state_dict(state)
+    (ds / "manifest.json").rename(ds / "away.json")
+    with pytest.raises(FileNotFoundError):
+        iter(resumed)
+    (ds / "away.json").rename(ds / "manifest.json")
+    assert resumed.state_dict()["samples"] == 20
+    rest = [b["key"] for b in resumed]
+    assert head + rest == [b["key"] for b in shardtool.Loader(ds, **opts)]
+
+
+def test_iters_started_at_once_from_two_threads_read_one_pass(datasets: Dict[str, Path]) -> None:
+    # One iter() at a time: of two started together, the later stops the earlier, which raises
+    # rather than reading a second, parallel pass.
+    import threading
+
+    loader = shardtool.Loader(datasets["tar"], batch_size=3, seed=2, output="numpy")
+    counts: List[object] = []
+    ready = threading.Barrier(2)
+
+    def run() -> None:
+        ready.wait()
+        try:
+            counts.append(sum(len(b["key"]) for b in iter(loader)))
+        except RuntimeError as e:
+            counts.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    whole = [c for c in counts if isinstance(c, int) and c == 45]
+    assert len(whole) == 1, counts

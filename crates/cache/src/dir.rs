@@ -304,9 +304,14 @@ impl CacheDir {
                             message: format!(
                                 "a shard of {need} bytes does not fit: {used} bytes are held, {in_use} of them by \
                                  shards in use and {reserved} by downloads in flight{} (raise --cache-limit, or \
-                                 lower the shards open at once with fewer workers or a smaller interleave)",
+                                 lower the shards open at once with a smaller shuffle buffer, prefetch or \
+                                 interleave, or fewer workers)",
                                 if others_release {
-                                    format!(", still after waiting {ROOM_WAIT:?} for room")
+                                    format!(
+                                        ", {others} of those by other processes reading from this cache, \
+                                         still after waiting {ROOM_WAIT:?} for room: processes sharing a cache \
+                                         folder share its limit, which must hold the shards each keeps open"
+                                    )
                                 } else {
                                     String::new()
                                 }

@@ -253,10 +253,13 @@ impl RemoteDataset {
             return Err(CacheError::TooSmall {
                 limit,
                 message: format!(
-                    "the reader keeps up to {open_bytes} bytes of shards open at once and a shard \
-                     being fetched needs up to {} more; raise --cache-limit to at least {need}, or \
-                     open fewer shards at once (smaller interleave, fewer workers)",
-                    need - open_bytes
+                    "the reader keeps up to {open_bytes} bytes of shards open at once{}; raise \
+                     --cache-limit to at least {need}, or open fewer shards at once (a smaller \
+                     shuffle buffer, prefetch or interleave, fewer workers)",
+                    match need - open_bytes {
+                        0 => String::new(),
+                        more => format!(" and a shard being fetched needs up to {more} more"),
+                    }
                 ),
             });
         }

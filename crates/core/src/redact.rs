@@ -1,14 +1,16 @@
-//! Keeping credentials out of messages: the user information of URLs is masked before any URL
-//! reaches an error, a log line, `errors.jsonl` or a sample's metadata.
+//! Keeping credentials out of messages: the user information and query of URLs are masked
+//! before any URL reaches an error, a log line, `errors.jsonl` or a sample's metadata.
 
 use std::borrow::Cow;
 
-/// `text` with the user information of every URL in it (`scheme://user:secret@host/…`) replaced
-/// by `***`. Text without such a URL is returned as it is.
+/// `text` with the user information of every URL in it (`scheme://user:secret@host/…`) and its
+/// query (`?X-Amz-Signature=…`, presigned URLs' credentials) replaced by `***`. Text without
+/// such a URL is returned as it is.
 pub fn redact_urls(text: &str) -> Cow<'_, str> {
-    if !text.contains("://") || !text.contains('@') {
+    if !text.contains("://") || !text.contains(['@', '?']) {
         return Cow::Borrowed(text);
     }
+    let ends_url = |c: char| matches!(c, '"' | '\'' | '<' | '>' | '`') || c.is_whitespace();
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     let mut changed = false;
@@ -17,9 +19,7 @@ pub fn redact_urls(text: &str) -> Cow<'_, str> {
         out.push_str(head);
         // The authority ends at the path, query or fragment, or where the URL itself ends.
         let end = tail
-            .find(|c: char| {
-                matches!(c, '/' | '?' | '#' | '"' | '\'' | '<' | '>' | '`') || c.is_whitespace()
-            })
+            .find(|c: char| matches!(c, '/' | '?' | '#') || ends_url(c))
             .unwrap_or(tail.len());
         let authority = &tail[..end];
         match authority.rfind('@') {
@@ -30,7 +30,22 @@ pub fn redact_urls(text: &str) -> Cow<'_, str> {
             }
             None => out.push_str(authority),
         }
-        rest = &tail[end..];
+        let tail = &tail[end..];
+        // The path, then the query up to the fragment or the URL's end.
+        let url_end = tail.find(ends_url).unwrap_or(tail.len());
+        let (url, after) = tail.split_at(url_end);
+        match url.split_once('?') {
+            Some((path, query)) => {
+                out.push_str(path);
+                out.push_str("?***");
+                if let Some(at) = query.find('#') {
+                    out.push_str(&query[at..]);
+                }
+                changed = true;
+            }
+            None => out.push_str(url),
+        }
+        rest = after;
     }
     out.push_str(rest);
     if changed {
@@ -55,10 +70,16 @@ mod tests {
             "s3://***@bucket/x and http://***@h/"
         );
         assert_eq!(redact_urls("(https://u:p@h)"), "(https://***@h)",);
+        assert_eq!(
+            redact_urls("\"https://h/b/x.tar?X-Amz-Signature=abc&e=1#f\" and s3://b/y?v=2 z"),
+            "\"https://h/b/x.tar?***#f\" and s3://b/y?*** z"
+        );
+        assert_eq!(redact_urls("https://u@h?q=1"), "https://***@h?***");
         for plain in [
             "no url at all, a@b.c",
             "https://host/path/with@at",
             "mailto:a@b.c then https://h/x",
+            "what? no url",
             "",
         ] {
             assert!(matches!(redact_urls(plain), Cow::Borrowed(_)), "{plain}");

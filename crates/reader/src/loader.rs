@@ -370,9 +370,15 @@ impl LoaderBuilder {
                 ));
             }
             if s.split != self.split {
+                let share = |s: Option<(u32, u32)>| match s {
+                    Some((i, n)) => format!("share {i} of {n} of the rank's batches"),
+                    None => "all of the rank's batches".to_string(),
+                };
                 return Err(ReadError::BadState(format!(
-                    "the saved state is for batch share {:?}, this loader reads {:?}",
-                    s.split, self.split
+                    "the saved state is for {}, this loader reads {} (a state resumes with the \
+                     worker count it was saved with)",
+                    share(s.split),
+                    share(self.split)
                 )));
             }
             if self.resume_strict {
@@ -603,6 +609,7 @@ impl LoaderBuilder {
             started: Instant::now(),
             expected_samples,
             delivered_samples: 0,
+            waiting: Duration::ZERO,
             held: None,
             finished: false,
         })
@@ -645,6 +652,8 @@ pub struct Loader {
     started: Instant,
     expected_samples: u64,
     delivered_samples: u64,
+    /// How long the consumer has waited for the next batch so far, over calls that timed out.
+    waiting: Duration,
     /// A delivered batch its consumer could not take (see [`Loader::put_back`]): delivered next.
     held: Option<Batch>,
     finished: bool,
@@ -715,7 +724,10 @@ impl Loader {
 
     /// Throughput, wait times, skipped and slow records so far.
     pub fn metrics(&self) -> Metrics {
-        let m = self.metrics.snapshot(self.started.elapsed());
+        let mut m = self.metrics.snapshot(self.started.elapsed());
+        // Delivered, not merely assembled: batches still queued are not the consumer's yet.
+        m.samples = self.delivered_samples;
+        m.samples_per_s = m.samples as f64 / m.elapsed.as_secs_f64().max(1e-9);
         #[cfg(feature = "remote")]
         let m = Metrics {
             cache: self.dataset.remote().map(|r| r.metrics()),
@@ -789,9 +801,12 @@ impl Loader {
         }
         let t = Instant::now();
         let msg = self.receive(timeout);
-        self.metrics.wait(t.elapsed());
+        // A wait given up on (a caller polling in slices) goes on at the next call: one batch,
+        // one wait, however many calls it took.
+        self.waiting += t.elapsed();
         Ok(match msg? {
             Some((b, Ok(batch))) => {
+                self.metrics.wait(std::mem::take(&mut self.waiting));
                 self.delivered.insert(b);
                 self.delivered_samples += batch.len() as u64;
                 Some(Ok(batch))
