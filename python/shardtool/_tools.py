@@ -96,7 +96,7 @@ def pack(
 
     Returns a dict with the published ``manifest``, the failed inputs (``errors``), ``bytes_in``,
     ``bytes_out``, ``packed_now`` (images this call packed: fewer than the manifest's on a
-    resume) and ``seconds``. Raises ``FileNotFoundError`` for a missing input (a plain
+    resume), ``finished_before`` (a resume found the dataset finished) and ``seconds``. Raises ``FileNotFoundError`` for a missing input (a plain
     local path at once; the files of a pattern or URL when the pack reaches them),
     ``ValueError`` for bad options (the message names the argument, e.g. ``input_format``),
     ``DatasetError`` when too many inputs fail. The GIL is released while packing; Ctrl-C stops

@@ -430,9 +430,10 @@ impl Reader {
         Ok(guard.as_ref().map_or(0, |l| l.batches_per_epoch()))
     }
 
-    /// Stops the reader threads (batches already returned stay valid). A thread waiting for a
-    /// batch of this reader meanwhile stops them itself within one wait slice, and gets
-    /// `RuntimeError`.
+    /// Stops the reader threads (batches already returned stay valid), waiting for them at most
+    /// [`CLOSE_WAIT`] (one stuck in a stalled fetch ends at the fetch's timeout). A thread
+    /// waiting for a batch of this reader meanwhile stops them itself within one wait slice, and
+    /// gets `RuntimeError`.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.check_process()?;
         self.closing.store(true, Ordering::Relaxed);
@@ -454,10 +455,13 @@ fn stop_within(loader: Option<Loader>, wait: Duration) {
         return;
     };
     let (done, ended) = std::sync::mpsc::channel::<()>();
+    // Until its threads end, a new reader that finds the cache full waits for their room.
+    let stopping = shardtool_cache::stopping();
     let stopped = std::thread::Builder::new()
         .name("shardtool-close".into())
         .spawn(move || {
             drop(loader);
+            drop(stopping);
             let _ = done.send(());
         });
     if stopped.is_ok() && !wait.is_zero() {

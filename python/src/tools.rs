@@ -271,6 +271,7 @@ pub fn pack(
             "bytes_in": r.bytes_in,
             "bytes_out": r.bytes_out,
             "packed_now": r.packed_now,
+            "finished_before": r.finished_before,
             "seconds": r.elapsed.as_secs_f64(),
         })),
         Err(PackError::Inputs(ListError::Io { path, cause }))

@@ -273,15 +273,21 @@ def test_pack_parquet_float_labels_and_class_label_names(
             got[row] = int(s["cls"]) if "cls" in s else None
         return got
 
-    # Floats, as pandas stores an integer column with missing values: whole ones are indices,
-    # NaN is no label, a fraction is a bad label.
+    # Floats, as pandas stores an integer column with missing values: named as the label column,
+    # whole ones are indices, NaN is no label, a fraction is a bad label. Found by name alone,
+    # a float `label` may be a score: it is carried in the json.
     floats = [0.0, 1.0, float("nan"), 1.5] + [float(i % 3) for i in range(4, rows)]
     folder = tmp_path / "floats"
     folder.mkdir()
     plain = table.replace_schema_metadata(None)
     pq.write_table(plain.set_column(at, "label", pa.array(floats, pa.float64())), folder / "f.parquet")
+    scores = tmp_path / "ds-scores"
+    m = shardtool.pack(folder, scores, resize="shorter:16")["manifest"]
+    assert m["classes"] == [] and m["inputs"]["failed"] == 0
+    carried = {int(json.loads(s["json"])["source"].rsplit(":", 1)[1]): json.loads(s["json"]) for s in _members(scores).values()}
+    assert carried[3]["input_label"] == 1.5 and carried[1]["input_label"] == 1.0
     out = tmp_path / "ds-floats"
-    m = shardtool.pack(folder, out, resize="shorter:16")["manifest"]
+    m = shardtool.pack(folder, out, resize="shorter:16", label_column="label")["manifest"]
     assert m["classes"] == ["0", "1", "2"]
     assert errors_of(out) == {"f.parquet:3": "label 1.5 is not a whole number (a class index)"}
     got = cls_by_row(out)

@@ -452,8 +452,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
     match result {
         Ok(report) => {
             // A resume of a finished pack had no failures of its own to report: `-q` prints none.
-            let finished_before = report.packed_now == 0 && report.manifest.inputs.packed > 0;
-            let shown = match (quiet, finished_before) {
+            let shown = match (quiet, report.finished_before) {
                 (true, true) => 0,
                 (true, false) => usize::MAX,
                 (false, _) => 10,
@@ -482,6 +481,7 @@ fn summary_json(r: &PackReport) -> serde_json::Value {
         "bytes_in": r.bytes_in,
         "bytes_out": r.bytes_out,
         "packed_now": r.packed_now,
+        "finished_before": r.finished_before,
         "seconds": r.elapsed.as_secs_f64(),
         "images_per_s": r.packed_now as f64 / r.elapsed.as_secs_f64().max(1e-9),
         "stage_ms_total": {
@@ -504,10 +504,10 @@ fn print_summary(out: &Path, r: &PackReport) {
     let i = &m.inputs;
     // A resume packs what earlier runs left: its speed is of its own images.
     let earlier = i.packed.saturating_sub(r.packed_now);
-    let resumed = match (earlier, r.packed_now) {
-        (0, _) => String::new(),
-        (_, 0) => " (all by earlier runs: it was finished)".into(),
-        (e, _) => format!(" ({e} by earlier runs)"),
+    let resumed = match (earlier, r.finished_before) {
+        (_, true) => " (all by earlier runs: it was finished)".into(),
+        (0, false) => String::new(),
+        (e, false) => format!(" ({e} by earlier runs)"),
     };
     outln!(
         "packed {} of {} images into {} shard(s) in {}{resumed}",

@@ -346,6 +346,18 @@ fn preview_says_which_chosen_samples_a_damaged_shard_lost() {
         45 - shown
     );
     assert!(skipped[0].as_str().unwrap().starts_with(&says), "{doc}");
+    // The shard alone: its samples are what could be read, and the sheet says it stopped early.
+    let out = preview(&cut, &dir.path().join("one.png"), &["--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let doc = json_of(&out);
+    let skipped = doc["skipped"].as_array().unwrap();
+    assert!(
+        skipped[0]
+            .as_str()
+            .unwrap()
+            .contains("read up to a damaged part"),
+        "{doc}"
+    );
 }
 
 #[test]

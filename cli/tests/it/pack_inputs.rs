@@ -785,13 +785,26 @@ fn samples_a_shard_cannot_hold_are_refused_with_their_reason_and_the_rest_packed
         w.append(&format!("s{i:02}.txt"), caption.as_bytes())
             .unwrap();
     }
+    // Last in the order, a sample no header can hold alone: 15 MiB of NUL bytes, valid UTF-8
+    // stored as text, take 7 bytes each escaped twice. Refused, it leaves no empty shard open.
+    w.append("zz.jpg", &image).unwrap();
+    w.append("zz.bin", &vec![0u8; 15 << 20]).unwrap();
     let input = t.path().join("captions");
     write_file(input.join("shard-000000.tar"), w.finish().unwrap());
     let packed = t.path().join("packed");
-    let args = ["--format", "packed", "--resize", "crop:16x16"];
+    let args = [
+        "--format",
+        "packed",
+        "--resize",
+        "crop:16x16",
+        "--no-shuffle",
+    ];
     pack(&input, &packed).args(args).ok();
     let m = manifest(&packed);
     assert_eq!((m.inputs.packed, m.totals.shards), (30, 2));
+    let errs = check_accounting(&packed, &[]);
+    let zz = errs.values().find(|e| e.path.ends_with(":zz")).unwrap();
+    assert_eq!(zz.kind, "too_large", "{zz:?}");
     assert!(m.shards.iter().all(|s| s.samples < 30), "{:?}", m.shards);
     verify_ok(&packed);
     let planned = t.path().join("planned");
@@ -801,7 +814,7 @@ fn samples_a_shard_cannot_hold_are_refused_with_their_reason_and_the_rest_packed
         .run();
     r.assert_code(1);
     assert!(
-        r.stderr.contains("--shard-samples below 23"),
+        r.stderr.contains("--shard-samples of at most 23"),
         "{}",
         r.stderr
     );

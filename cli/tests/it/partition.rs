@@ -439,6 +439,7 @@ fn a_killed_pack_resumes_from_its_done_shards_to_the_same_bytes() {
         .ok();
     let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
     assert_eq!(summary["packed_now"], 0, "{summary}");
+    assert_eq!(summary["finished_before"], true, "{summary}");
     assert_eq!(summary["images_per_s"], 0.0, "{summary}");
     assert!(
         summary["inputs"]["packed"].as_u64() > Some(100),

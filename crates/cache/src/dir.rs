@@ -21,7 +21,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 const TAG: &str = "CACHEDIR.TAG";
@@ -107,6 +107,28 @@ impl Drop for Reservation {
 }
 
 static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
+
+/// Readers of this process that were stopped but whose threads have not ended yet (one stuck in
+/// a slow fetch ends at its timeout): the room they hold will be released, so is waited for.
+static STOPPING: AtomicUsize = AtomicUsize::new(0);
+
+/// A reader of this process being stopped, until dropped (see [`stopping`]).
+pub struct Stopping(());
+
+/// Marks a reader of this process as stopping until the guard is dropped, once its threads have
+/// ended: meanwhile a reservation that finds the cache full waits for the room this process
+/// holds too, as it does for other processes' (a reader started right after another was closed
+/// would otherwise fail "too small" on the room the old one's last fetch still holds).
+pub fn stopping() -> Stopping {
+    STOPPING.fetch_add(1, Ordering::SeqCst);
+    Stopping(())
+}
+
+impl Drop for Stopping {
+    fn drop(&mut self) {
+        STOPPING.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// Shards this process holds (leases with a shared lock), with how many leases each: a full
 /// cache waits for room only when other processes hold what fills it.
@@ -296,8 +318,9 @@ impl CacheDir {
             match self.try_reserve(need, limit, &mut evicted)? {
                 Ok(r) => return Ok((r, evicted)),
                 Err((used, in_use, reserved, others)) => {
-                    // Only room that other processes hold will be released while we wait.
-                    let others_release = others > 0;
+                    // Only room that other processes, or readers of this one being stopped,
+                    // hold will be released while we wait.
+                    let others_release = others > 0 || STOPPING.load(Ordering::SeqCst) > 0;
                     if !others_release || std::time::Instant::now() >= deadline {
                         return Err(CacheError::TooSmall {
                             limit,

@@ -23,7 +23,7 @@ mod source;
 #[cfg(feature = "remote")]
 mod writeback;
 
-pub use dir::{default_cache_dir, CacheDir, CachedDataset, ClearReport};
+pub use dir::{default_cache_dir, stopping, CacheDir, CachedDataset, ClearReport, Stopping};
 #[cfg(feature = "remote")]
 pub use inputs::{Published, RemoteFolder};
 pub use location::{Location, RemoteUrl};

@@ -34,7 +34,10 @@ pub fn redact_urls(text: &str) -> Cow<'_, str> {
         // The path, then the query up to the fragment or the URL's end.
         let url_end = tail.find(ends_url).unwrap_or(tail.len());
         let (url, after) = tail.split_at(url_end);
-        match url.split_once('?') {
+        match url
+            .split_once('?')
+            .filter(|(_, q)| !q.is_empty() && !q.starts_with('#'))
+        {
             Some((path, query)) => {
                 out.push_str(path);
                 out.push_str("?***");
@@ -80,6 +83,7 @@ mod tests {
             "https://host/path/with@at",
             "mailto:a@b.c then https://h/x",
             "what? no url",
+            "is it https://h/x?",
             "",
         ] {
             assert!(matches!(redact_urls(plain), Cow::Borrowed(_)), "{plain}");

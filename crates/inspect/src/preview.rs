@@ -288,18 +288,18 @@ pub(crate) fn choose(total: u64, count: usize, seed: u64) -> Vec<u64> {
     out
 }
 
-/// Reads one shard and makes thumbnails of the wanted samples. For a lone shard (`lone`), the
-/// picks are chosen here, once the shard's sample count is known. Returns the picks and the
-/// number of samples in the shard.
 /// What [`read_picks`] read of one shard.
 struct PicksRead {
     picked: Vec<Picked>,
     /// Samples the shard holds (as far as it could be read).
     samples: u64,
-    /// Why some picks are missing: the shard holds fewer samples than its manifest entry.
+    /// Why some picks are missing (the shard holds fewer samples than its manifest entry), or,
+    /// for a lone shard, where reading it stopped.
     lost: Option<String>,
 }
 
+/// Reads one shard and makes thumbnails of the wanted samples. For a lone shard (`lone`), the
+/// picks are chosen here, once the shard's sample count is known.
 fn read_picks(
     w: &Want,
     lone: bool,
@@ -430,13 +430,16 @@ fn read_picks(
         }
     };
     let wanted = if lone { picked.len() } else { w.picks.len() };
-    let lost = (picked.len() < wanted).then(|| {
-        format!(
+    let lost = match damage {
+        _ if picked.len() < wanted => Some(format!(
             "{} of the {wanted} samples chosen from it could not be read: it holds {n}{}",
             wanted - picked.len(),
             damage.map(|d| format!(" ({d})")).unwrap_or_default()
-        )
-    });
+        )),
+        // A lone shard's picks come from what could be read: say where reading stopped.
+        Some(d) if lone => Some(format!("read up to a damaged part: {n} samples ({d})")),
+        _ => None,
+    };
     Ok(PicksRead {
         picked,
         samples: n,

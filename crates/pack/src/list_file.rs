@@ -397,9 +397,18 @@ fn csv_rows(
     // One record buffer for the whole file.
     let mut rec = csv::StringRecord::new();
     loop {
-        // The line the row starts on (a quoted field may hold line breaks).
-        let line = rdr.position().line() as usize;
+        // The line the row starts on (a quoted field may hold line breaks). The reader stops
+        // a CRLF row at its `\r` and skips blank lines with the next row: count the line
+        // breaks between.
         let start = rdr.position().byte();
+        let line = rdr.position().line() as usize
+            + file
+                .get(start as usize..)
+                .unwrap_or_default()
+                .iter()
+                .take_while(|&&b| b == b'\r' || b == b'\n')
+                .filter(|&&b| b == b'\n')
+                .count();
         let read = rdr.read_record(&mut rec);
         let span = (start, rdr.position().byte());
         // A quote left open swallows the rest of the file into one field: no row after it can
@@ -423,8 +432,9 @@ fn csv_rows(
                 extra,
                 text,
                 odd_label: false,
-                // More fields than named columns: an unquoted comma shifted the row's columns.
-                problem: (rec.len() > names.len()).then(|| {
+                // Text past the named columns: an unquoted comma shifted the row's columns.
+                // (Empty ones are trailing commas, as spreadsheets write them.)
+                problem: (rec.iter().skip(names.len()).any(|f| !f.trim().is_empty())).then(|| {
                     format!(
                         "the row has {} fields where the header names {} columns (a field \
                          holding a comma must be quoted)",

@@ -5,7 +5,7 @@
 //!
 //! Columns: the image is the `image` column (or `--image-column`), a struct with `bytes` (and
 //! `path`) or a binary column, else the first such column; the label is `label` (or
-//! `--label-column`), an integer (or a whole float; NaN leaves the row unlabelled), with class
+//! `--label-column`), an integer (or, when named, a whole float; NaN leaves the row unlabelled), with class
 //! names from the `ClassLabel` feature in the files' `huggingface` metadata when present (every
 //! file stating it must name the same classes; an index past them fails the row; -1,
 //! `ClassLabel`'s "none", leaves the row unlabelled; any other negative fails it), or a string,
@@ -144,13 +144,13 @@ fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, 
         }
         None => find("label"),
     };
-    // Floats too: pandas stores an integer column with missing values as float64 (NaN).
+    let physical =
+        |l: &Type, of: &[Physical]| l.is_primitive() && of.contains(&l.get_physical_type());
+    // Floats when named: pandas stores an integer column with missing values as float64 (NaN);
+    // a float `label` found by its name alone may be a score, and is carried as metadata.
     let is_int = |l: &Type| {
-        l.is_primitive()
-            && matches!(
-                l.get_physical_type(),
-                Physical::INT32 | Physical::INT64 | Physical::FLOAT | Physical::DOUBLE
-            )
+        physical(l, &[Physical::INT32, Physical::INT64])
+            || columns.label.is_some() && physical(l, &[Physical::FLOAT, Physical::DOUBLE])
     };
     let usable = |l: &Type| is_int(l) || is_string(l);
     if let Some(l) = label.filter(|l| columns.label.is_some() && !usable(l)) {

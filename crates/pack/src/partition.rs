@@ -715,6 +715,7 @@ pub(crate) fn pack_planned(
         errors: merged.errors,
         bytes_in: part.bytes_in,
         packed_now: part.samples,
+        finished_before: false,
         elapsed: start.elapsed(),
         stages: part.stages,
     })
@@ -800,6 +801,7 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
         errors,
         bytes_in: 0,
         packed_now: 0,
+        finished_before: true,
         elapsed: start.elapsed(),
         stages: Default::default(),
     })

@@ -47,6 +47,8 @@ pub struct PackReport {
     /// Images this run packed: the manifest's count less what earlier runs of a resumed pack
     /// had packed (0 when the dataset was already finished). Speeds are per these.
     pub packed_now: u64,
+    /// A `--resume` found the dataset finished: this run packed and failed nothing.
+    pub finished_before: bool,
     /// Wall time.
     pub elapsed: Duration,
     /// Time per stage.
@@ -569,6 +571,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     Ok(PackReport {
         bytes_out: manifest.totals.bytes,
         packed_now: manifest.inputs.packed,
+        finished_before: false,
         manifest,
         errors,
         bytes_in: tally.bytes_in,

@@ -329,6 +329,9 @@ impl<'p> ShardSink<'p> {
     ) -> Result<Option<String>, PackError> {
         let max_mb = shardtool_packed::MAX_HEADER_LEN / 1_000_000;
         if held == 0 {
+            // The shard opened for it holds nothing: none is open (an empty one cannot be
+            // written, and the pack's last roll would fail on it).
+            self.open = None;
             return Ok(Some(format!(
                 "its metadata and carried fields would take more than the {max_mb} MB a packed \
                  shard's header holds (--format tar stores fields as files)"
@@ -343,7 +346,7 @@ impl<'p> ShardSink<'p> {
             message: format!(
                 "the shard's header would pass the {max_mb} MB a packed shard's header holds \
                  after {held} samples (their metadata and carried fields): plan again with \
-                 --shard-samples below {held}, or with --format tar"
+                 --shard-samples of at most {held}, or with --format tar"
             ),
         })
     }

@@ -31,7 +31,8 @@ pub struct Metrics {
     pub samples_per_s: f64,
     /// Bytes per second.
     pub bytes_per_s: f64,
-    /// Batches delivered (each counted once, however many timed-out calls its wait took).
+    /// Batches received from the reader threads (each counted once, however many timed-out calls
+    /// its wait took; one put back and handed out again counts once).
     pub batches: u64,
     /// Median consumer wait per batch (`wait_p50_s`, seconds, in JSON).
     #[serde(rename = "wait_p50_s", serialize_with = "shardtool_cache::as_seconds")]

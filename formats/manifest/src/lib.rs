@@ -336,18 +336,6 @@ impl Manifest {
             if !names.insert(s.file.as_str()) {
                 bad(shard, "listed twice in the manifest".into());
             }
-            // A reader's cache keeps a `.zst` shard decompressed under the name without `.zst`:
-            // `a.tar` beside `a.tar.zst` would be two shards in one cached file.
-            if let Some(plain) = (s.compression.is_some())
-                .then(|| s.file.strip_suffix(".zst"))
-                .flatten()
-                .filter(|plain| self.shards.iter().any(|o| o.file == *plain))
-            {
-                bad(
-                    shard,
-                    format!("decompressed, it would take the name of the shard {plain:?}"),
-                );
-            }
             if !is_checksum(&s.checksum) {
                 bad(
                     shard,
@@ -384,6 +372,16 @@ impl Manifest {
                         "the name's ending does not match format {:?}, compression {:?}",
                         s.format, s.compression
                     ),
+                );
+            }
+        }
+        // A reader's cache keeps a `.zst` shard decompressed under the name without `.zst`:
+        // `a.tar` beside `a.tar.zst` would be two shards in one cached file.
+        for s in self.shards.iter().filter(|s| s.compression.is_some()) {
+            if let Some(plain) = s.file.strip_suffix(".zst").filter(|p| names.contains(p)) {
+                bad(
+                    Some(s.file.as_str()),
+                    format!("decompressed, it would take the name of the shard {plain:?}"),
                 );
             }
         }

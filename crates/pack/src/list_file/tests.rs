@@ -166,6 +166,16 @@ fn rows_that_would_be_misread_are_error_lines_or_refuse_the_list() {
             .starts_with("its path is a URL: a list names local files"),
         "{e:?}"
     );
+    // Trailing commas are no fields.
+    let (kept, e) = errors("l.csv", "path,label\na.jpg,cat,\nb.jpg,dog,,\n");
+    assert_eq!((kept, e.len()), (2, 0), "{e:?}");
+    // Lines are the file's, whatever ends them, blank lines counted.
+    let (_, e) = errors("l.csv", "path,label\r\na.jpg,cat,x\r\n\r\nb.jpg,dog,y\r\n");
+    let lines: Vec<&str> = e.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(lines, ["l.csv:2", "l.csv:4"]);
+    let (_, e) = errors("l.csv", "path,label\na.jpg,cat,x\n\nb.jpg,dog,y\n");
+    let lines: Vec<&str> = e.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(lines, ["l.csv:2", "l.csv:4"]);
     // The row's phantom label taught no class.
     let l = list_text(
         Path::new("l.csv"),
