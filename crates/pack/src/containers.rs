@@ -267,6 +267,38 @@ fn files_with_extension(dir: &Path, exts: &[&str], out: &mut Vec<String>) -> Res
     Ok(())
 }
 
+/// The files matching `pattern`, a path whose last component holds `*` or `?` (sorted); `arg`,
+/// the input as given, names it in errors.
+fn glob_files(arg: &str, pattern: &str) -> Result<Vec<String>, ListError> {
+    let p = Path::new(pattern);
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let last = p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let last = last.unwrap_or_default();
+    if dir.to_string_lossy().contains(['*', '?']) {
+        return Err(bad_input(
+            arg,
+            "only the last path component may hold * or ?",
+        ));
+    }
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .map_err(|e| ListError::Io {
+            path: dir.to_path_buf(),
+            cause: e,
+        })?
+        .filter_map(|e| e.ok())
+        .filter(|e| glob_match(last.as_bytes(), e.file_name().as_encoded_bytes()))
+        .map(|e| e.path().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    if found.is_empty() {
+        return Err(bad_input(arg, &format!("no file matches {pattern}")));
+    }
+    Ok(found)
+}
+
 /// Turns the input argument of a pack into an [`crate::InputSource`]: a brace pattern, a glob in
 /// the last path component, a folder (an ImageFolder, or a folder of `.tar` or `.parquet` files,
 /// searched recursively), a file (`.tar`, `.parquet`, `.csv`, `.jsonl`), or URLs of these
@@ -356,35 +388,17 @@ pub fn resolve_input(
         }
         return many(f, names);
     }
-    // Local names: a glob in the last component expands to the matching files.
-    let names = if names.len() == 1 && names[0].contains(['*', '?']) {
-        let p = Path::new(&names[0]);
-        let dir = p
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(Path::new("."));
-        let pattern = p.file_name().map(|n| n.to_string_lossy().into_owned());
-        let pattern = pattern.unwrap_or_default();
-        if dir.to_string_lossy().contains(['*', '?']) {
-            return Err(bad_input(
-                arg,
-                "only the last path component may hold * or ?",
-            ));
+    // Local names: a glob in the last component expands to the matching files (in each name a
+    // brace pattern gave, too: `o_{a,b}/*.tar`).
+    let names = if names.iter().any(|n| n.contains(['*', '?'])) {
+        let mut all = Vec::new();
+        for n in &names {
+            match n.contains(['*', '?']) {
+                true => all.extend(glob_files(arg, n)?),
+                false => all.push(n.clone()),
+            }
         }
-        let mut found: Vec<String> = std::fs::read_dir(dir)
-            .map_err(|e| ListError::Io {
-                path: dir.to_path_buf(),
-                cause: e,
-            })?
-            .filter_map(|e| e.ok())
-            .filter(|e| glob_match(pattern.as_bytes(), e.file_name().as_encoded_bytes()))
-            .map(|e| e.path().to_string_lossy().into_owned())
-            .collect();
-        found.sort();
-        if found.is_empty() {
-            return Err(bad_input(arg, "no file matches the pattern"));
-        }
-        found
+        all
     } else {
         names
     };
@@ -592,6 +606,29 @@ mod tests {
         assert!(glob_match(b"s-??.tar", b"s-01.tar"));
         assert!(!glob_match(b"*.tar", b"a.tar.gz"));
         assert!(!glob_match(b"s-?.tar", b"s-01.tar"));
+    }
+
+    #[test]
+    fn a_brace_pattern_of_globs_expands_each() {
+        let t = tempfile::tempdir().unwrap();
+        for f in ["o_a/x.tar", "o_a/y.tar", "o_b/z.tar", "o_c/w.tar"] {
+            let p = t.path().join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, b"").unwrap();
+        }
+        let root = t.path().display();
+        let policy = shardtool_cache::FetchPolicy::default();
+        let got = resolve_input(&format!("{root}/o_{{a,b}}/*.tar"), None, &policy).unwrap();
+        let want: Vec<String> = ["o_a/x.tar", "o_a/y.tar", "o_b/z.tar"]
+            .iter()
+            .map(|f| format!("{root}/{f}"))
+            .collect();
+        assert!(
+            matches!(&got, crate::InputSource::Wds(n) if *n == want),
+            "{got:?}"
+        );
+        let err = resolve_input(&format!("{root}/o_{{a,d}}/*.tar"), None, &policy).unwrap_err();
+        assert!(err.to_string().contains("o_d"), "{err}");
     }
 
     /// Compressed shards alone make a folder a WebDataset input; beside class folders they are an
