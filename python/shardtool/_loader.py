@@ -148,7 +148,9 @@ class Loader:
 
     ``dataset`` is a dataset folder, its ``manifest.json``, or the ``http(s)://`` / ``s3://`` URL
     of a remote one (whose shards are fetched through a checked cache in ``cache_dir``, at most
-    ``cache_limit`` bytes: an int or a size like ``"64GiB"``).
+    ``cache_limit`` bytes: an int or a size like ``"64GiB"``; a fetch fails after
+    ``fetch_timeout`` seconds without a byte, default 30, and is tried ``fetch_attempts`` times,
+    default 5, with backoff, resuming by range).
 
     Iterating yields dicts: ``image`` (uint8 ``[B, H, W, 3]`` when every image of the batch has
     the same shape, else a list of ``[h, w, 3]`` arrays; with ``decode=False`` on tar shards, a
@@ -217,6 +219,8 @@ class Loader:
         device: Union[str, "torch.device", None] = None,
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_limit: Optional[Union[int, str]] = None,
+        fetch_timeout: Optional[float] = None,
+        fetch_attempts: Optional[int] = None,
         shuffle_buffer: Optional[int] = None,
         interleave: Optional[int] = None,
         prefetch: Optional[int] = None,
@@ -237,6 +241,12 @@ class Loader:
         _check_int("shuffle_buffer", shuffle_buffer, 1, optional=True)
         _check_int("interleave", interleave, 1, optional=True)
         _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
+        _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=1000)
+        if fetch_timeout is not None:
+            if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, (int, float)):
+                raise TypeError(f"fetch_timeout must be a number of seconds, not {type(fetch_timeout).__name__}")
+            if not 0 < fetch_timeout < 1e9:
+                raise ValueError(f"fetch_timeout must be > 0 seconds, not {fetch_timeout}")
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and world_size is not None:
@@ -284,6 +294,8 @@ class Loader:
         self._output = output
         self._cache_dir = None if cache_dir is None else os.fspath(cache_dir)
         self._cache_limit = limit
+        self._fetch_timeout = None if fetch_timeout is None else float(fetch_timeout)
+        self._fetch_attempts = fetch_attempts
         self._shuffle_buffer = shuffle_buffer
         self._interleave = interleave
         self._prefetch = prefetch
@@ -418,6 +430,8 @@ class Loader:
             resume=None if resume is None or resume["reader"] is None else json.dumps(resume["reader"]),
             cache_dir=self._cache_dir,
             cache_limit=self._cache_limit,
+            fetch_timeout=self.__dict__.get("_fetch_timeout"),
+            fetch_attempts=self.__dict__.get("_fetch_attempts"),
             fields=self._fields,
             pool=self._buffer_pool(),
         )

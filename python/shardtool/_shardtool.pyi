@@ -80,6 +80,8 @@ class Reader:
         resume: Optional[str] = None,
         cache_dir: Optional[str] = None,
         cache_limit: Optional[int] = None,
+        fetch_timeout: Optional[float] = None,
+        fetch_attempts: Optional[int] = None,
         fields: Optional[List[str]] = None,
         pool: Optional[BufferPool] = None,
         test_delay: Optional[Tuple[str, float]] = None,

@@ -242,7 +242,8 @@ impl Reader {
     #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
         workers=None, transform="decode", flip=false, remainder="drop", in_order=true, shuffle_buffer=None,
         interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
-        cache_dir=None, cache_limit=None, fields=None, pool=None, test_delay=None))]
+        cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None, fields=None,
+        pool=None, test_delay=None))]
     // One parameter per keyword argument of the Python signature.
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -267,14 +268,29 @@ impl Reader {
         resume: Option<String>,
         cache_dir: Option<PathBuf>,
         cache_limit: Option<u64>,
+        fetch_timeout: Option<f64>,
+        fetch_attempts: Option<u32>,
         fields: Option<Vec<String>>,
         pool: Option<PyRefMut<'_, BufferPool>>,
         test_delay: Option<(String, f64)>,
     ) -> PyResult<Self> {
         let location = Location::parse(&dataset)
             .map_err(|e| read_error(shardtool_reader::ReadError::from(e)))?;
+        let mut cache = cache_options(cache_dir, cache_limit);
+        if let Some(s) = fetch_timeout {
+            cache.policy.stall_timeout = Duration::try_from_secs_f64(s)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| PyValueError::new_err("fetch_timeout must be > 0 seconds"))?;
+        }
+        if let Some(n) = fetch_attempts {
+            if n == 0 {
+                return Err(PyValueError::new_err("fetch_attempts must be at least 1"));
+            }
+            cache.policy.attempts = n;
+        }
         let mut b = Loader::builder_at(location)
-            .cache(cache_options(cache_dir, cache_limit))
+            .cache(cache)
             .batch_size(batch_size)
             .seed(seed)
             .epoch(epoch)

@@ -160,6 +160,17 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
         assert time.monotonic() - start < 3.0
         with pytest.raises(RuntimeError, match="closed"):
             next(it)
+        # The stall ends a fetch after fetch_timeout seconds, tried fetch_attempts times.
+        quick = shardtool.Loader(
+            url, batch_size=4, cache_dir=tmp_path / "cache2", output="numpy", fetch_timeout=0.5, fetch_attempts=1
+        )
+        start = time.monotonic()
+        with pytest.raises(shardtool.DatasetError, match="1 attempt"):
+            next(iter(quick))
+        assert time.monotonic() - start < 10.0
+        for bad in (dict(fetch_timeout=0), dict(fetch_attempts=0)):
+            with pytest.raises(ValueError):
+                shardtool.Loader(url, batch_size=4, **bad)  # type: ignore[arg-type]
     finally:
         release.set()
         server.shutdown()
