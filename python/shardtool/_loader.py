@@ -467,8 +467,8 @@ class Loader:
 
     def close(self) -> None:
         """Stops the reader threads of the current iteration, if any (batches stay valid).
-        It waits for them at most a second: a thread stuck in a stalled fetch ends by itself at
-        the fetch's timeout (a new reader meanwhile waits for the cache room it holds).
+        Fetches under way are cancelled and none starts after; it waits for the threads at most
+        a second (a new reader meanwhile waits for the cache room they still hold).
         ``state_dict()`` still gives the position reached; the next ``iter()`` starts the epoch
         afresh unless that state is loaded."""
         reader = self._reader

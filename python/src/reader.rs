@@ -446,8 +446,8 @@ impl Reader {
         Ok(guard.as_ref().map_or(0, |l| l.batches_per_epoch()))
     }
 
-    /// Stops the reader threads (batches already returned stay valid), waiting for them at most
-    /// [`CLOSE_WAIT`] (one stuck in a stalled fetch ends at the fetch's timeout). A thread
+    /// Stops the reader threads (batches already returned stay valid; fetches under way are
+    /// cancelled), waiting for them at most [`CLOSE_WAIT`]. A thread
     /// waiting for a batch of this reader meanwhile stops them itself within one wait slice, and
     /// gets `RuntimeError`.
     fn close(&self, py: Python<'_>) -> PyResult<()> {

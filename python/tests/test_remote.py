@@ -9,7 +9,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, List
 
 import pytest
 
@@ -120,6 +120,7 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
     ds = tmp_path / "ds"
     shardtool.pack(SAMPLE, ds, resize="shorter:32", shard_samples=10)
     release = threading.Event()
+    gets: List[str] = []
 
     class Stalling(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
@@ -142,6 +143,7 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
             if path.name == "manifest.json":
                 self.wfile.write(data)
                 return
+            gets.append(path.name)
             self.wfile.write(data[:1000])
             self.wfile.flush()
             release.wait(60)
@@ -151,7 +153,9 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://user:Secret1@127.0.0.1:{server.server_address[1]}/"
-        loader = shardtool.Loader(url, batch_size=4, cache_dir=tmp_path / "cache", output="numpy")
+        loader = shardtool.Loader(
+            url, batch_size=4, cache_dir=tmp_path / "cache", output="numpy", fetch_timeout=1, fetch_attempts=5
+        )
         assert "Secret1" not in repr(loader) and "***@127.0.0.1" in repr(loader)
         it = iter(loader)
         time.sleep(0.5)
@@ -160,6 +164,11 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
         assert time.monotonic() - start < 3.0
         with pytest.raises(RuntimeError, match="closed"):
             next(it)
+        # Closed, it fetches nothing more: no retry of the stalled fetches, no new one.
+        time.sleep(0.5)
+        after_close = len(gets)
+        time.sleep(3)
+        assert len(gets) == after_close, gets
         # The stall ends a fetch after fetch_timeout seconds, tried fetch_attempts times.
         quick = shardtool.Loader(
             url, batch_size=4, cache_dir=tmp_path / "cache2", output="numpy", fetch_timeout=0.5, fetch_attempts=1

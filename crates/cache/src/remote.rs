@@ -129,6 +129,9 @@ pub(crate) struct Remote {
     rt: tokio::runtime::Runtime,
     pub policy: FetchPolicy,
     pub metrics: Arc<Recorder>,
+    /// Set by [`Remote::cancel`]: no attempt starts, and one under way ends.
+    cancelled: std::sync::atomic::AtomicBool,
+    cancel: tokio::sync::Notify,
 }
 
 impl Remote {
@@ -204,7 +207,17 @@ impl Remote {
             rt,
             policy,
             metrics,
+            cancelled: std::sync::atomic::AtomicBool::new(false),
+            cancel: tokio::sync::Notify::new(),
         })
+    }
+
+    /// Ends every fetch of this client: attempts under way stop at once, none starts after
+    /// (each fails saying it was stopped). For a reader that is closed while a fetch stalls.
+    pub fn cancel(&self) {
+        self.cancelled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.cancel.notify_waiters();
     }
 
     fn path(&self, name: &str) -> StorePath {
@@ -633,7 +646,27 @@ impl Remote {
         let mut jitter = Jitter::new();
         let mut backoff = self.policy.backoff;
         for n in 1..=attempts {
-            let (next, result) = self.rt.block_on(attempt(state));
+            let stopped = || CacheError::Fetch {
+                url: self.url.file_url(name),
+                attempts: n,
+                message: "stopped: the reader was closed".into(),
+            };
+            let run = self.rt.block_on(async {
+                // Registered before the flag is read, so a cancel in between is not missed.
+                let cancelled = self.cancel.notified();
+                tokio::pin!(cancelled);
+                cancelled.as_mut().enable();
+                if self.cancelled.load(std::sync::atomic::Ordering::SeqCst) {
+                    return None;
+                }
+                tokio::select! {
+                    r = attempt(state) => Some(r),
+                    () = &mut cancelled => None,
+                }
+            });
+            let Some((next, result)) = run else {
+                return Err(stopped());
+            };
             state = next;
             match result {
                 Ok(v) => return Ok((state, v)),

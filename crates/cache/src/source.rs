@@ -447,10 +447,19 @@ impl RemoteDataset {
     }
 }
 
-impl Drop for RemoteDataset {
-    fn drop(&mut self) {
+impl RemoteDataset {
+    /// Stops its fetching for good: the prefetcher starts nothing more, and fetches under way
+    /// (the prefetcher's and any reader's) end at once. For a reader being closed.
+    pub fn stop(&self) {
         self.shared.lock().stop = true;
         self.shared.wake.notify_all();
+        self.shared.remote.cancel();
+    }
+}
+
+impl Drop for RemoteDataset {
+    fn drop(&mut self) {
+        self.stop();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }

@@ -845,6 +845,11 @@ impl Iterator for Loader {
 impl Drop for Loader {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        // A worker in a stalled fetch would hold the join up to the fetch's timeout and retries.
+        #[cfg(feature = "remote")]
+        if let Some(r) = self.dataset.remote() {
+            r.stop();
+        }
         // Dropping the receivers unblocks workers waiting to send.
         self.receivers.clear();
         self.shared_rx = None;
