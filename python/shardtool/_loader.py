@@ -232,8 +232,8 @@ class Loader:
         location = os.fspath(dataset)
         if not isinstance(location, str):
             raise TypeError("dataset must be a str path, not bytes")
-        if not location.startswith(_REMOTE) and not os.path.exists(location):
-            raise FileNotFoundError(f"{location}: no such dataset folder or manifest")
+        if not location.lower().startswith(_REMOTE) and not os.path.exists(location):
+            raise FileNotFoundError(f"{_redacted(location)}: no such dataset folder or manifest")
         _check_int("batch_size", batch_size, 1)
         _check_int("seed", seed, 0)
         _check_int("epoch", epoch, 0)

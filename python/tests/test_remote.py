@@ -157,6 +157,8 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
             url, batch_size=4, cache_dir=tmp_path / "cache", output="numpy", fetch_timeout=1, fetch_attempts=5
         )
         assert "Secret1" not in repr(loader) and "***@127.0.0.1" in repr(loader)
+        shouted = shardtool.Loader(url.replace("http://", "HTTP://"), batch_size=4)
+        assert "Secret1" not in repr(shouted)
         it = iter(loader)
         time.sleep(0.5)
         start = time.monotonic()

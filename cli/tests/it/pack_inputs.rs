@@ -474,6 +474,38 @@ fn lists_carry_their_extra_columns_and_may_have_no_labels() {
         "{}",
         r.stderr
     );
+    // JSONL names are read as CSV headers are, their case ignored; a column named as packed
+    // metadata's own `fields` is kept as `input_fields`; columns making a json over the 1 MiB
+    // verify allows fail their row.
+    let list = t.path().join("l.jsonl");
+    let rows = [
+        serde_json::json!({"Path": photos[0], "Label": "cat", "Key": "k0", "fields": "physics"}),
+        serde_json::json!({"path": photos[1], "LABEL": "dog", "key": "k1", "notes": "x".repeat(1 << 20)}),
+        serde_json::json!({"path": photos[2], "label": "dog", "key": "k2", "fields": {"a": 1}}),
+    ];
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&list, text).unwrap();
+    for format in ["wds", "packed"] {
+        let ds = t.path().join(format!("ds-jsonl-{format}"));
+        pack_list(&list, &ds)
+            .args(["--resize", "crop:16x16", "--format", format])
+            .ok();
+        let m = manifest(&ds);
+        assert_eq!(m.classes, ["cat", "dog"], "{format}");
+        let errs = check_accounting(&ds, &[]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        let e = errs.values().next().unwrap();
+        assert_eq!(e.kind, "bad_field", "{e:?}");
+        assert!(e.message.starts_with("its columns make a json of"), "{e:?}");
+        assert_eq!(m.inputs.packed, 2, "{format}");
+        verify_ok(&ds);
+    }
+    let samples = tar_fields(&t.path().join("ds-jsonl-wds"));
+    let json: Value = serde_json::from_slice(&samples["k0"]["json"]).unwrap();
+    assert_eq!(
+        (json["class"].as_str(), json["input_fields"].as_str()),
+        (Some("cat"), Some("physics"))
+    );
 }
 
 /// A WebDataset input whose carried fields break the rules verify checks them by (a Latin-1

@@ -31,8 +31,12 @@ pub fn redact_urls(text: &str) -> Cow<'_, str> {
             None => out.push_str(authority),
         }
         let tail = &tail[end..];
-        // The path, then the query up to the fragment or the URL's end.
+        // The path, then the query up to the fragment or the URL's end (punctuation that ends
+        // a sentence or a clause is the message's).
         let url_end = tail.find(ends_url).unwrap_or(tail.len());
+        let url_end = tail[..url_end]
+            .trim_end_matches([';', ':', ',', '.', ')'])
+            .len();
         let (url, after) = tail.split_at(url_end);
         match url
             .split_once('?')
@@ -78,6 +82,10 @@ mod tests {
             "\"https://h/b/x.tar?***#f\" and s3://b/y?*** z"
         );
         assert_eq!(redact_urls("https://u@h?q=1"), "https://***@h?***");
+        assert_eq!(
+            redact_urls("at http://h/x?sig=1; 2 failed"),
+            "at http://h/x?***; 2 failed"
+        );
         for plain in [
             "no url at all, a@b.c",
             "https://host/path/with@at",

@@ -60,8 +60,11 @@ impl<'de> serde::Deserialize<'de> for Members {
 }
 
 impl Members {
+    /// The member `name`, its case ignored (as CSV headers are read): `Label` is the label.
     fn get(&self, name: &str) -> Option<&serde_json::Value> {
-        self.0.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+        (self.0.iter())
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
     }
 
     /// The first member named a second time, if any.

@@ -636,8 +636,10 @@ fn class_name(classes: &[String], label: i64) -> String {
         .unwrap_or_else(|| label.to_string())
 }
 
-/// Names our metadata uses; a carried column of the same name is stored as `input_<name>`.
-const OWN_META: [&str; 8] = [
+/// Names our metadata uses (`fields` holds a packed record's carried fields); a carried column
+/// of the same name is stored as `input_<name>`.
+const OWN_META: [&str; 9] = [
+    "fields",
     "key",
     "source",
     "label",
@@ -791,6 +793,7 @@ fn process(
             m.remove("class");
         }
     }
+    let any_columns = !columns.is_empty();
     if let Some(m) = meta.as_object_mut() {
         for (k, v) in columns {
             let k = if OWN_META.contains(&k.as_str()) {
@@ -800,6 +803,22 @@ fn process(
             };
             m.entry(k).or_insert(v);
         }
+    }
+    // Carried columns make the sample's `.json`: verify allows 1 MiB.
+    let json_len = if any_columns {
+        serde_json::to_vec(&meta).map_or(0, |j| j.len())
+    } else {
+        0
+    };
+    if json_len > shardtool_wds::MAX_TEXT_BYTES {
+        return Err(fail(
+            "bad_field",
+            format!(
+                "its columns make a json of {json_len} bytes, over the {} a sample's json may \
+                 take",
+                shardtool_wds::MAX_TEXT_BYTES
+            ),
+        ));
     }
     Ok(Done {
         output: out.output,

@@ -334,7 +334,7 @@ impl<'p> ShardSink<'p> {
             self.open = None;
             return Ok(Some(format!(
                 "its metadata and carried fields would take more than the {max_mb} MB a packed \
-                 shard's header holds (--format tar stores fields as files)"
+                 shard's header holds (--format wds stores fields as files)"
             )));
         }
         if self.rolls_itself {
@@ -346,7 +346,7 @@ impl<'p> ShardSink<'p> {
             message: format!(
                 "the shard's header would pass the {max_mb} MB a packed shard's header holds \
                  after {held} samples (their metadata and carried fields): plan again with \
-                 --shard-samples of at most {held}, or with --format tar"
+                 --shard-samples of at most {held}, or with --format wds"
             ),
         })
     }
