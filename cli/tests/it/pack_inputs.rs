@@ -652,9 +652,24 @@ fn remote_inputs_over_http_and_s3_pack_like_local_ones() {
     let ds = t.path().join("http-folder");
     pack(server.url("wds/"), &ds).args(args).ok();
     assert_eq!(manifest(&ds).shards, manifest(&local).shards);
+    // Names a URL spells escaped (a space is %20), listed or given.
+    let spaced = t.path().join("wds sp");
+    std::fs::create_dir(&spaced).unwrap();
+    for i in 0..3 {
+        let from = t.path().join(format!("wds/shard-{i:06}.tar"));
+        std::fs::copy(from, spaced.join(format!("s {i}.tar"))).unwrap();
+    }
+    let ds = t.path().join("http-spaced");
+    pack(server.url("wds%20sp/"), &ds).args(args).ok();
+    assert_eq!(manifest(&ds).shards, manifest(&local).shards);
+    let ds = t.path().join("http-spaced-files");
+    pack(server.url("wds%20sp/s%20{0..2}.tar"), &ds)
+        .args(args)
+        .ok();
+    assert_eq!(manifest(&ds).shards, manifest(&local).shards);
 
     let s3 = S3::start();
-    let bucket = s3.root.path().join("bucket/hf");
+    let bucket = s3.root.path().join("bucket/hf dir");
     std::fs::create_dir_all(&bucket).unwrap();
     for f in [
         "train-00000-of-00002.parquet",
@@ -663,7 +678,7 @@ fn remote_inputs_over_http_and_s3_pack_like_local_ones() {
         std::fs::copy(t.path().join("parquet/data").join(f), bucket.join(f)).unwrap();
     }
     let from_s3 = t.path().join("s3");
-    let mut cmd = Cmd::new(["pack", "s3://bucket/hf/", from_s3.to_str().unwrap()]).args(args);
+    let mut cmd = Cmd::new(["pack", "s3://bucket/hf dir/", from_s3.to_str().unwrap()]).args(args);
     for (k, v) in s3.env() {
         cmd = cmd.env(k, v);
     }

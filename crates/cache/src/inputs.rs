@@ -34,8 +34,16 @@ impl RemoteFolder {
             return Err(bad("query strings and fragments are not supported"));
         }
         let path = parsed.path().to_string();
+        // The file's name as stored (a URL spells `s 1.tar` as `s%201.tar`).
         let (dir, file) = match path.rsplit_once('/') {
-            Some((dir, file)) if !file.is_empty() => (format!("{dir}/"), Some(file.to_string())),
+            Some((dir, file)) if !file.is_empty() => (
+                format!("{dir}/"),
+                Some(
+                    percent_encoding::percent_decode_str(file)
+                        .decode_utf8_lossy()
+                        .into_owned(),
+                ),
+            ),
             _ => (path.clone(), None),
         };
         let mut folder = parsed.clone();

@@ -28,10 +28,28 @@ pub struct RemoteUrl {
     pub manifest: String,
 }
 
+/// What a name's bytes need escaped to stand in a URL's path (`/` separates its segments).
+const PATH_ESCAPED: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+/// `name` (a path of stored names) as it stands in a URL's path.
+fn url_path(name: &str) -> String {
+    percent_encoding::utf8_percent_encode(name, PATH_ESCAPED).to_string()
+}
+
 impl RemoteUrl {
-    /// The URL of a file in the dataset folder.
+    /// The URL of a file in the dataset folder (`name` as stored: `s 1.tar` is `s%201.tar`).
     pub fn file_url(&self, name: &str) -> String {
-        format!("{}{}", self.folder, name)
+        format!("{}{}", self.folder, url_path(name))
     }
 
     /// The URL of a file in the dataset folder as it may be shown (printed, drawn, stored in a

@@ -168,7 +168,11 @@ impl Remote {
                     .with_retry(retry)
                     .build()
                     .map_err(bad)?;
-                (Arc::new(s3), url.prefix())
+                // Keys as stored: the URL spells `my ds/` as `my%20ds/`.
+                let prefix = percent_encoding::percent_decode_str(&url.prefix())
+                    .decode_utf8_lossy()
+                    .into_owned();
+                (Arc::new(s3), prefix)
             }
             _ => {
                 let http = object_store::http::HttpBuilder::new()
@@ -338,7 +342,15 @@ impl Remote {
                                 Ok(None) => return Ok(out),
                                 Ok(Some(Err(e))) => return Err(classify(e)),
                                 Ok(Some(Ok(meta))) => {
-                                    let full = meta.location.to_string();
+                                    // Names as stored: a path keeps its parts percent-encoded.
+                                    let full = (meta.location.parts())
+                                        .map(|p| {
+                                            percent_encoding::percent_decode_str(p.as_ref())
+                                                .decode_utf8_lossy()
+                                                .into_owned()
+                                        })
+                                        .collect::<Vec<_>>()
+                                        .join("/");
                                     let name = full.strip_prefix(base.as_str()).unwrap_or(&full);
                                     out.push((name.to_string(), meta.size));
                                 }
