@@ -472,13 +472,16 @@ class Loader:
         ``state_dict()`` still gives the position reached; the next ``iter()`` starts the epoch
         afresh unless that state is loaded."""
         reader = self._reader
+        busy = False
         if reader is not None:
             try:
                 self._closed_state = self.state_dict()
                 self._closed_metrics = json.loads(reader.metrics())
             except RuntimeError:
-                # Another thread is iterating it, or a fork inherited it: no position to keep.
+                # Another thread is waiting in it (it records the position as it stops the
+                # reader, below), or a fork inherited it (no position to keep).
                 self._closed_state = None
+                busy = True
         self._reader = None
         if reader is not None:
             try:
@@ -486,6 +489,10 @@ class Loader:
             except RuntimeError:
                 # A reader inherited through fork: nothing of it runs in this process.
                 pass
+            stopped = reader.stopped_at(1.0) if busy else None
+            if stopped is not None:
+                self._closed_state = self._state_of(json.loads(stopped[0]))
+                self._closed_metrics = json.loads(stopped[1])
 
     def metrics(self) -> Dict[str, Any]:
         """What the current (or last closed) pass has done so far, as a dict: ``samples``,
@@ -510,10 +517,14 @@ class Loader:
         closed = self.__dict__.get("_closed_state")
         if self._reader is None and closed is not None:
             return dict(closed)
-        rank, world = self._partition if self._reader is not None and self._partition else self._resolve_partition()
         reader_state: Optional[Dict[str, Any]] = None
         if self._reader is not None:
             reader_state = json.loads(self._reader.state())
+        return self._state_of(reader_state)
+
+    def _state_of(self, reader_state: Optional[Dict[str, Any]]) -> Dict[str, Any]:
+        """The loader state at the reader's state ``reader_state`` (``None``: the epoch's start)."""
+        rank, world = self._partition if reader_state is not None and self._partition else self._resolve_partition()
         return {
             "format": STATE_FORMAT,
             "dataset": self._plan_info(world)[0],
@@ -524,7 +535,7 @@ class Loader:
             "rank": rank,
             "world_size": world,
             "split": None if self._split is None else list(self._split),
-            "samples": self._samples if self._reader is not None else 0,
+            "samples": self._samples if reader_state is not None else 0,
             "reader": reader_state,
         }
 

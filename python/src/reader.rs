@@ -136,6 +136,9 @@ pub struct Reader {
     loader: Mutex<Option<Loader>>,
     /// Set by `close`: a thread waiting in `__next__` stops the reader at its next wait slice.
     closing: AtomicBool,
+    /// The position and metrics (JSON) when a thread waiting in `__next__` stopped the reader
+    /// for `close` from another thread: `close` could not read them while it was busy.
+    stopped_at: Mutex<Option<(String, String)>>,
     /// The process that started the reader threads; a forked child has none of them.
     pid: u32,
 }
@@ -343,6 +346,7 @@ impl Reader {
         Ok(Self {
             loader: Mutex::new(Some(loader)),
             closing: AtomicBool::new(false),
+            stopped_at: Mutex::new(None),
             pid: std::process::id(),
         })
     }
@@ -384,6 +388,14 @@ impl Reader {
                 // a network timeout, must not hold this one too), started without the GIL, so
                 // that a failed start drops them there too.
                 let taken = guard.take();
+                if let Some(l) = &taken {
+                    let json = |v: serde_json::Result<String>| v.unwrap_or_default();
+                    let state = json(serde_json::to_string(&l.state()));
+                    let metrics = json(serde_json::to_string(&l.metrics()));
+                    if let Ok(mut s) = self.stopped_at.lock() {
+                        *s = Some((state, metrics));
+                    }
+                }
                 py.detach(move || stop_within(taken, Duration::ZERO));
                 return Err(closed());
             }
@@ -410,6 +422,25 @@ impl Reader {
                 Next::Done => return Ok(None),
                 Next::Pending => py.check_signals()?,
             }
+        }
+    }
+
+    /// The position and metrics (JSON) a thread waiting in `__next__` recorded as it stopped the
+    /// reader for `close`, waiting up to `wait_s` seconds for it to do so; `None` if it did not.
+    fn stopped_at(&self, py: Python<'_>, wait_s: f64) -> Option<(String, String)> {
+        if std::process::id() != self.pid {
+            // A forked copy: no thread of it runs here.
+            return None;
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs_f64(wait_s.clamp(0.0, 60.0));
+        loop {
+            if let Some(s) = self.stopped_at.lock().ok().and_then(|s| s.clone()) {
+                return Some(s);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            py.detach(|| std::thread::sleep(Duration::from_millis(5)));
         }
     }
 

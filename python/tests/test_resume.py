@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from pathlib import Path
 from typing import Dict, List
 
@@ -184,3 +185,51 @@ def test_iters_started_at_once_from_two_threads_read_one_pass(datasets: Dict[str
         t.join()
     whole = [c for c in counts if isinstance(c, int) and c == 45]
     assert len(whole) == 1, counts
+
+
+def test_close_from_another_thread_keeps_the_position_of_a_waiting_iteration(
+    datasets: Dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The iterating thread waits for a slow batch while another thread closes the loader: the
+    # position of the 20 samples handed out must survive (it was the epoch's start).
+    import threading
+
+    from conftest import all_keys
+    from shardtool import _loader, _shardtool
+
+    path = datasets["tar"]
+    keys = all_keys(path)
+    real = _shardtool.Reader
+
+    def slow(*args: object, **kwargs: object) -> object:
+        return real(*args, test_delay=(keys[22], 3.0), **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_loader._shardtool, "Reader", slow)
+    opts = dict(batch_size=5, shuffle=False, output="numpy", workers=1)
+    loader = shardtool.Loader(path, **opts)
+    got: List[str] = []
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            for b in loader:
+                got.extend(b["key"])
+        except RuntimeError:
+            pass
+        done.set()
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 10
+    while len(got) < 20 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    loader.close()
+    t.join(10)
+    assert done.is_set() and got == keys[:20]
+    state = loader.state_dict()
+    assert state["samples"] == 20 and state["reader"] is not None, state
+    monkeypatch.setattr(_loader._shardtool, "Reader", real)
+    resumed = shardtool.Loader(path, **opts)
+    resumed.load_state_dict(state)
+    assert [k for b in resumed for k in b["key"]] == keys[20:]
