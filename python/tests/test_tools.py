@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -293,6 +294,17 @@ def test_pack_parquet_float_labels_and_class_label_names(
     got = cls_by_row(out)
     assert (got[0], got[1], got[2]) == (0, 1, None) and 3 not in got
     assert all(got[r] == r % 3 for r in range(4, rows))
+    # Integers in one file and floats in another (pandas, where the second has a missing
+    # value): refused unless named, not half the dataset labelled.
+    mixed = tmp_path / "mixed-types"
+    mixed.mkdir()
+    ints = [i % 3 for i in range(rows)]
+    pq.write_table(plain.set_column(at, "label", pa.array(ints, pa.int64())), mixed / "a.parquet")
+    shutil.copy(folder / "f.parquet", mixed / "b.parquet")
+    with pytest.raises(ValueError, match="holds class indices in .*a.parquet but floats in .*b.parquet"):
+        shardtool.pack(mixed, tmp_path / "ds-mixed", resize="shorter:16")
+    m = shardtool.pack(mixed, tmp_path / "ds-mixed-named", resize="shorter:16", label_column="label")["manifest"]
+    assert m["classes"] == ["0", "1", "2"] and m["inputs"]["failed"] == 1
 
     # An index past the ClassLabel names fails its row; the names stay the dataset's classes.
     folder = tmp_path / "past"

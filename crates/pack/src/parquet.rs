@@ -78,6 +78,8 @@ struct Chosen {
     /// Whether the image column is a struct (`bytes`, `path`) rather than binary.
     image_struct: bool,
     label: Option<String>,
+    /// A `label` column found by its name but left as metadata (floats, which may be scores).
+    label_left: bool,
     text: Option<String>,
 }
 
@@ -159,6 +161,7 @@ fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, 
             l.name()
         ));
     }
+    let label_left = label.is_some_and(|l| !usable(l));
     let label = label.filter(|l| usable(l));
     let text = match &columns.text {
         Some(n) => {
@@ -172,6 +175,7 @@ fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, 
         image: image.name().to_string(),
         image_struct: is_image_struct(image),
         label: label.map(|l| l.name().to_string()),
+        label_left,
         text: text.map(|t| t.name().to_string()),
     })
 }
@@ -592,6 +596,26 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
         }
     }
     let class_label = stated.map(|(_, n)| n.clone());
+    // A `label` read in one file and left as metadata in another (integers there, floats here,
+    // as pandas writes a column with missing values) would label half the dataset.
+    let read = files
+        .iter()
+        .zip(&opened)
+        .find(|(_, o)| o.chosen.as_ref().is_some_and(|c| c.label.is_some()));
+    let left = files
+        .iter()
+        .zip(&opened)
+        .find(|(_, o)| o.chosen.as_ref().is_some_and(|c| c.label_left));
+    if let (Some((a, _)), Some((b, _))) = (read, left) {
+        return Err(ListError::BadInput {
+            message: format!(
+                "the label column holds class indices in {} but floats in {}: name it with \
+                 --label-column to read whole floats as class indices everywhere",
+                shardtool_core::redact_urls(a),
+                shardtool_core::redact_urls(b)
+            ),
+        });
+    }
     let units: Vec<(usize, usize)> = opened
         .iter()
         .enumerate()
