@@ -62,6 +62,18 @@ fn json_of(out: &Output) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
+/// A copy of the dataset `src` in a new temporary folder, to damage: the folder and the copy.
+fn copy_of(src: PathBuf) -> (TempDir, PathBuf) {
+    let dir = TempDir::new().unwrap();
+    let ds = dir.path().join("ds");
+    std::fs::create_dir(&ds).unwrap();
+    for e in std::fs::read_dir(&src).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), ds.join(e.file_name())).unwrap();
+    }
+    (dir, ds)
+}
+
 fn manifest(ds: &Path) -> Value {
     serde_json::from_slice(&std::fs::read(ds.join("manifest.json")).unwrap()).unwrap()
 }
@@ -198,14 +210,7 @@ fn inspect_single_shards_of_every_kind() {
 
 #[test]
 fn inspect_reports_what_it_could_not_read() {
-    let src = packed(WDS);
-    let dir = TempDir::new().unwrap();
-    let ds = dir.path().join("ds");
-    std::fs::create_dir(&ds).unwrap();
-    for e in std::fs::read_dir(&src).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), ds.join(e.file_name())).unwrap();
-    }
+    let (dir, ds) = copy_of(packed(WDS));
     std::fs::remove_file(ds.join("shard-000001.tar")).unwrap();
     let out = run(&["inspect", "--json"], &ds);
     assert_eq!(out.status.code(), Some(1));
@@ -314,14 +319,7 @@ fn preview_of_every_flavour_and_of_single_shards() {
 
 #[test]
 fn preview_says_which_chosen_samples_a_damaged_shard_lost() {
-    let src = packed(WDS);
-    let dir = TempDir::new().unwrap();
-    let ds = dir.path().join("ds");
-    std::fs::create_dir(&ds).unwrap();
-    for e in std::fs::read_dir(&src).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), ds.join(e.file_name())).unwrap();
-    }
+    let (dir, ds) = copy_of(packed(WDS));
     let cut = ds.join("shard-000001.tar");
     let len = std::fs::metadata(&cut).unwrap().len();
     std::fs::OpenOptions::new()

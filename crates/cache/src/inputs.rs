@@ -36,14 +36,9 @@ impl RemoteFolder {
         let path = parsed.path().to_string();
         // The file's name as stored (a URL spells `s 1.tar` as `s%201.tar`).
         let (dir, file) = match path.rsplit_once('/') {
-            Some((dir, file)) if !file.is_empty() => (
-                format!("{dir}/"),
-                Some(
-                    percent_encoding::percent_decode_str(file)
-                        .decode_utf8_lossy()
-                        .into_owned(),
-                ),
-            ),
+            Some((dir, file)) if !file.is_empty() => {
+                (format!("{dir}/"), Some(crate::location::unescaped(file)))
+            }
             _ => (path.clone(), None),
         };
         let mut folder = parsed.clone();

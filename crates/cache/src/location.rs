@@ -46,6 +46,14 @@ fn url_path(name: &str) -> String {
     percent_encoding::utf8_percent_encode(name, PATH_ESCAPED).to_string()
 }
 
+/// A name as stored, from its spelling in a URL (`s%201.tar` is `s 1.tar`): [`url_path`]'s
+/// inverse.
+pub(crate) fn unescaped(spelled: &str) -> String {
+    percent_encoding::percent_decode_str(spelled)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
 impl RemoteUrl {
     /// The URL of a file in the dataset folder (`name` as stored: `s 1.tar` is `s%201.tar`).
     pub fn file_url(&self, name: &str) -> String {
@@ -71,6 +79,11 @@ impl RemoteUrl {
     /// The folder's path inside its bucket or server, without leading or trailing `/`.
     pub fn prefix(&self) -> String {
         self.folder.path().trim_matches('/').to_string()
+    }
+
+    /// [`prefix`](Self::prefix) as stored (a URL spells `my ds` as `my%20ds`).
+    pub(crate) fn stored_prefix(&self) -> String {
+        unescaped(&self.prefix())
     }
 }
 

@@ -123,8 +123,7 @@ pub(crate) struct Remote {
     pub url: RemoteUrl,
     store: Arc<dyn ObjectStore>,
     prefix: String,
-    /// What listed names start with besides their name in the folder: an S3 folder's prefix;
-    /// over HTTP the folder's path on the server (WebDAV answers with paths from its root).
+    /// What listed names start with besides their name in the folder (its path, with `/`).
     listed_base: String,
     rt: tokio::runtime::Runtime,
     pub policy: FetchPolicy,
@@ -168,11 +167,7 @@ impl Remote {
                     .with_retry(retry)
                     .build()
                     .map_err(bad)?;
-                // Keys as stored: the URL spells `my ds/` as `my%20ds/`.
-                let prefix = percent_encoding::percent_decode_str(&url.prefix())
-                    .decode_utf8_lossy()
-                    .into_owned();
-                (Arc::new(s3), prefix)
+                (Arc::new(s3), url.stored_prefix())
             }
             _ => {
                 let http = object_store::http::HttpBuilder::new()
@@ -191,17 +186,11 @@ impl Remote {
             .enable_all()
             .build()
             .map_err(CacheError::io("tokio runtime"))?;
-        let listed_base = match url.scheme.as_str() {
-            "s3" => prefix.clone(),
-            _ => percent_encoding::percent_decode_str(url.folder.path())
-                .decode_utf8_lossy()
-                .trim_matches('/')
-                .to_string(),
-        };
-        let listed_base = if listed_base.is_empty() {
-            listed_base
-        } else {
-            format!("{listed_base}/")
+        // The folder's path as stored: an S3 folder's prefix; WebDAV answers with paths from
+        // the server's root, so over HTTP too.
+        let listed_base = match url.stored_prefix() {
+            p if p.is_empty() => p,
+            p => format!("{p}/"),
         };
         Ok(Self {
             url,
@@ -344,11 +333,7 @@ impl Remote {
                                 Ok(Some(Ok(meta))) => {
                                     // Names as stored: a path keeps its parts percent-encoded.
                                     let full = (meta.location.parts())
-                                        .map(|p| {
-                                            percent_encoding::percent_decode_str(p.as_ref())
-                                                .decode_utf8_lossy()
-                                                .into_owned()
-                                        })
+                                        .map(|p| crate::location::unescaped(p.as_ref()))
                                         .collect::<Vec<_>>()
                                         .join("/");
                                     let name = full.strip_prefix(base.as_str()).unwrap_or(&full);
