@@ -48,6 +48,7 @@ fn url_path(name: &str) -> String {
 
 /// A name as stored, from its spelling in a URL (`s%201.tar` is `s 1.tar`): [`url_path`]'s
 /// inverse.
+#[cfg(feature = "remote")]
 pub(crate) fn unescaped(spelled: &str) -> String {
     percent_encoding::percent_decode_str(spelled)
         .decode_utf8_lossy()
@@ -82,6 +83,7 @@ impl RemoteUrl {
     }
 
     /// [`prefix`](Self::prefix) as stored (a URL spells `my ds` as `my%20ds`).
+    #[cfg(feature = "remote")]
     pub(crate) fn stored_prefix(&self) -> String {
         unescaped(&self.prefix())
     }
