@@ -724,10 +724,9 @@ impl Loader {
 
     /// Throughput, wait times, skipped and slow records so far.
     pub fn metrics(&self) -> Metrics {
-        let mut m = self.metrics.snapshot(self.started.elapsed());
-        // Delivered, not merely assembled: batches still queued are not the consumer's yet.
-        m.samples = self.delivered_samples;
-        m.samples_per_s = m.samples as f64 / m.elapsed.as_secs_f64().max(1e-9);
+        let m = self
+            .metrics
+            .snapshot(self.started.elapsed(), self.delivered_samples);
         #[cfg(feature = "remote")]
         let m = Metrics {
             cache: self.dataset.remote().map(|r| r.metrics()),

@@ -57,7 +57,6 @@ pub struct Metrics {
 /// Shared, thread-safe recorder.
 #[derive(Default)]
 pub(crate) struct MetricsRecorder {
-    samples: AtomicU64,
     bytes: AtomicU64,
     corrupt: AtomicU64,
     lost: AtomicU64,
@@ -94,9 +93,8 @@ pub const SLOW_FLOOR: Duration = Duration::from_millis(50);
 pub const SLOW_KEPT: usize = 5;
 
 impl MetricsRecorder {
-    pub(crate) fn add_bytes(&self, bytes: u64, samples: u64) {
+    pub(crate) fn add_bytes(&self, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.samples.fetch_add(samples, Ordering::Relaxed);
     }
 
     pub(crate) fn corrupt(&self) {
@@ -162,7 +160,9 @@ impl MetricsRecorder {
         slow
     }
 
-    pub(crate) fn snapshot(&self, elapsed: Duration) -> Metrics {
+    /// The figures so far, `samples` of them delivered (the loader counts what it hands out;
+    /// batches still queued are not the consumer's yet).
+    pub(crate) fn snapshot(&self, elapsed: Duration, samples: u64) -> Metrics {
         let mut waits = self.waits.lock().map(|w| w.clone()).unwrap_or_default();
         waits.sort_unstable();
         let pct = |p: f64| -> Duration {
@@ -172,7 +172,6 @@ impl MetricsRecorder {
                 waits[((waits.len() - 1) as f64 * p).round() as usize]
             }
         };
-        let samples = self.samples.load(Ordering::Relaxed);
         let bytes = self.bytes.load(Ordering::Relaxed);
         let secs = elapsed.as_secs_f64().max(1e-9);
         Metrics {
@@ -220,7 +219,7 @@ mod tests {
         for (i, ms) in [60, 300, 70, 900, 55, 120, 80, 400].into_iter().enumerate() {
             m.slow(rec(&format!("k{i}"), ms));
         }
-        let snap = m.snapshot(Duration::from_secs(1));
+        let snap = m.snapshot(Duration::from_secs(1), 0);
         assert_eq!(snap.slow_count, 8);
         let kept: Vec<u128> = snap
             .slow_records

@@ -193,7 +193,7 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
                 short.bytes_mut().copy_from_slice(&buf.bytes_mut()[..len]);
                 s.allocator.release(std::mem::replace(&mut buf, short));
             }
-            s.metrics.add_bytes(len as u64, keys.len() as u64);
+            s.metrics.add_bytes(len as u64);
             let layout = Layout::Fixed {
                 height: n,
                 width: n,
@@ -444,7 +444,7 @@ fn assemble(
             pos = at + src.len();
         }
     }
-    s.metrics.add_bytes(total as u64, keys.len() as u64);
+    s.metrics.add_bytes(total as u64);
     Ok(Batch::new(
         s.epoch,
         b,
