@@ -328,6 +328,15 @@ def test_pack_parquet_float_labels_and_class_label_names(
     with pytest.raises(ValueError, match="name other classes"):
         shardtool.pack(folder, tmp_path / "ds-other-names")
 
+    # A ClassLabel naming one class twice would give two indices one name: refused.
+    folder = tmp_path / "twice"
+    folder.mkdir()
+    meta["info"]["features"]["label"]["names"] = [names[0], names[1], names[0]] + names[3:]
+    twice = table.replace_schema_metadata({b"huggingface": json.dumps(meta).encode()})
+    pq.write_table(twice, folder / "t.parquet")
+    with pytest.raises(ValueError, match=f"names class \"{names[0]}\" twice"):
+        shardtool.pack(folder, tmp_path / "ds-twice")
+
 
 def test_pack_input_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="input_format"):

@@ -399,19 +399,21 @@ fn csv_rows(
     let text = col(cols.text).is_some();
     // One record buffer for the whole file.
     let mut rec = csv::StringRecord::new();
+    // The line the last row started on, and its byte.
+    let (mut line, mut counted) = (1, 0);
     loop {
-        // The line the row starts on (a quoted field may hold line breaks). The reader stops
-        // a CRLF row at its `\r` and skips blank lines with the next row: count the line
-        // breaks between.
+        // The line the row starts on: one more than the line breaks before it (`\n`, `\r\n` or
+        // a lone `\r`, as old spreadsheets end lines), counting those inside quoted fields and
+        // the blank lines the reader skips (the reader stops a CRLF row at its `\r`).
         let start = rdr.position().byte();
-        let line = rdr.position().line() as usize
-            + file
-                .get(start as usize..)
-                .unwrap_or_default()
+        let rest = file.get(start as usize..).unwrap_or_default();
+        let upto = start as usize
+            + rest
                 .iter()
                 .take_while(|&&b| b == b'\r' || b == b'\n')
-                .filter(|&&b| b == b'\n')
                 .count();
+        line += line_breaks(file, counted.min(upto)..upto);
+        counted = upto;
         let read = rdr.read_record(&mut rec);
         let span = (start, rdr.position().byte());
         // A quote left open swallows the rest of the file into one field: no row after it can
@@ -556,6 +558,15 @@ thread_local! {
     /// The parser of rows read back, one per thread: making one (csv_core's state machine) took
     /// about 30 µs, far longer than reading the row.
     static ROW_PARSER: RefCell<csv_core::Reader> = RefCell::new(csv_core::Reader::new());
+}
+
+/// The line breaks that end in `file[range]`: `\n`, and `\r` not followed by `\n`.
+fn line_breaks(file: &[u8], range: std::ops::Range<usize>) -> usize {
+    file[range.clone()]
+        .iter()
+        .zip(range)
+        .filter(|&(&b, i)| b == b'\n' || (b == b'\r' && file.get(i + 1) != Some(&b'\n')))
+        .count()
 }
 
 /// The fields of one CSV row as the whole file was read (the `csv` crate's defaults: commas,

@@ -176,6 +176,13 @@ fn rows_that_would_be_misread_are_error_lines_or_refuse_the_list() {
     let (_, e) = errors("l.csv", "path,label\na.jpg,cat,x\n\nb.jpg,dog,y\n");
     let lines: Vec<&str> = e.iter().map(|(p, _, _)| p.as_str()).collect();
     assert_eq!(lines, ["l.csv:2", "l.csv:4"]);
+    let (_, e) = errors("l.csv", "path,label\ra.jpg,cat,x\r\rb.jpg,dog,y\r");
+    let lines: Vec<&str> = e.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(lines, ["l.csv:2", "l.csv:4"]);
+    // A quoted field's line breaks count: the next row starts lines later.
+    let (_, e) = errors("l.csv", "path,label\n\"a\nb.jpg\",cat\nc.jpg,dog,y\n");
+    let lines: Vec<&str> = e.iter().map(|(p, _, _)| p.as_str()).collect();
+    assert_eq!(lines, ["l.csv:4"]);
     // The row's phantom label taught no class.
     let l = list_text(
         Path::new("l.csv"),
