@@ -184,7 +184,7 @@ class Loader:
     (``bytes`` when not UTF-8), ``batch["json"]`` the parsed JSON (a ``dict`` for an object),
     ``batch["cls"]`` ``int``, any other field ``bytes``. Any field of the manifest's ``fields`` or
     ``optional_fields`` may be named except the image, ``key`` and ``label`` (already in the
-    batch); on packed shards ``json`` is always there (the input's json when it was carried, else
+    batch; an image field beside the image, as a ``png`` mask beside each ``jpg``, may); on packed shards ``json`` is always there (the input's json when it was carried, else
     the record's metadata). Names are checked against a local dataset's manifest here, against a
     remote one's at the first ``iter()``: an unknown name raises ``ValueError`` listing the
     dataset's fields.

@@ -289,3 +289,57 @@ fn inspect_shows_declared_and_carried_fields() {
     );
     assert!(text.contains("(45 samples unlabelled)"), "{text}");
 }
+
+#[test]
+fn an_image_named_field_beside_the_image_is_read_and_a_records_own_names_are_not_carried() {
+    // WebDataset samples with a `png` (a mask, say) beside each `jpg` image, one with a
+    // `label` member too.
+    let root = tempdir();
+    let photos = crate::common::sample_data().join("flower");
+    let first = std::fs::read_dir(photos).unwrap().next().unwrap();
+    let image = std::fs::read(first.unwrap().path()).unwrap();
+    let mut w = TarWriter::new(Vec::new());
+    for i in 0..4 {
+        w.append(&format!("s{i}.jpg"), &image).unwrap();
+        w.append(&format!("s{i}.png"), format!("mask {i}").as_bytes())
+            .unwrap();
+    }
+    w.append("s3.label", b"its own").unwrap();
+    let input = root.path().join("in");
+    crate::common::write_file(input.join("shard-000000.tar"), w.finish().unwrap());
+    let masks = |dir: &Path, n: usize| {
+        let lines = read_lines(dir, &["--fields", "png"]);
+        assert_eq!(lines.len(), n, "{lines:?}");
+        for cols in &lines {
+            let want = format!("mask {}", &cols[0][1..]);
+            assert_eq!(value(&cols[1], "png"), Value::from(want), "{cols:?}");
+        }
+    };
+    // Tar shards store both members; a `label` member cannot be asked for by that name.
+    let tar = root.path().join("tar");
+    pack(&input, &tar).args(["--resize", "shorter:16"]).ok();
+    masks(&tar, 4);
+    let r = Cmd::new(["read"])
+        .arg(&tar)
+        .args(["--fields", "label"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr
+            .contains("own \"label\" members cannot be delivered"),
+        "{}",
+        r.stderr
+    );
+    // A packed record has its own `label`: that sample is an error line, the others carry
+    // their png.
+    let packed = root.path().join("packed");
+    pack(&input, &packed)
+        .args(["--format", "packed", "--resize", "crop:16x16"])
+        .ok();
+    assert_eq!(manifest(&packed).inputs.packed, 3);
+    let errs = crate::common::check_accounting(&packed, &[]);
+    let e = errs.values().next().unwrap();
+    assert!(e.path.ends_with(":s3") && e.kind == "bad_field", "{errs:?}");
+    assert!(e.message.contains("carries a `label` field"), "{e:?}");
+    masks(&packed, 3);
+}

@@ -4,7 +4,8 @@ use crate::list_file::row_columns;
 use crate::listing::{list_inputs, Columns, Container, ContainerKind, ListOptions};
 use crate::plan::{KeyChoice, PackPlan, ShardFormatChoice};
 use crate::sample_read::{
-    carried_problem, read_bounded, read_span, tar_member_problem, MAX_CARRIED_BYTES,
+    carried_problem, packed_record_problem, read_bounded, read_span, tar_member_problem,
+    MAX_CARRIED_BYTES,
 };
 use crate::sink::{Payload, ShardSink};
 use crate::{failure, ErrorRecord, PackError};
@@ -772,10 +773,12 @@ fn process(
     let read = t.elapsed();
     let out =
         transform(&bytes[image.clone()], spec).map_err(|e| fail(e.kind.as_str(), e.message))?;
-    if let Output::Encoded { field, .. } = &out.output {
-        if let Some((kind, why)) = tar_member_problem(&job.key, field, &carried) {
-            return Err(fail(kind, why));
-        }
+    let problem = match &out.output {
+        Output::Encoded { field, .. } => tar_member_problem(&job.key, field, &carried),
+        Output::Pixels(_) => packed_record_problem(&carried),
+    };
+    if let Some((kind, why)) = problem {
+        return Err(fail(kind, why));
     }
     let mut meta = serde_json::json!({
         "key": job.key,

@@ -61,6 +61,24 @@ pub(crate) fn tar_member_problem(
     })
 }
 
+/// Why a packed record cannot carry the `carried` fields, if it cannot: one named like a field
+/// every record has (`key`, `label`, `pixels`) could be told from it neither in the manifest's
+/// field lists nor by a reader.
+pub(crate) fn packed_record_problem(
+    carried: &[(String, Vec<u8>)],
+) -> Option<(&'static str, String)> {
+    let (name, _) = carried
+        .iter()
+        .find(|(f, _)| shardtool_packed::RECORD_FIELDS.contains(&f.as_str()))?;
+    Some((
+        "bad_field",
+        format!(
+            "the sample carries a `{name}` field, the name of the record's own {name} in packed \
+             shards (--format wds stores it as a tar member)"
+        ),
+    ))
+}
+
 /// Bytes a sample may carry besides its image (captions, metadata, other fields).
 pub(crate) const MAX_CARRIED_BYTES: u64 = 16 << 20;
 

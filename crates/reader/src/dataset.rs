@@ -338,7 +338,11 @@ fn index_tar(bytes: &[u8], fields: &[String]) -> Result<Vec<TarRecord>, String> 
             label,
             field: field.clone(),
             image: range(data),
-            fields: fields.iter().map(|f| s.get(f).map(range)).collect(),
+            // A field named as the image is carried only beside a better-ranked image.
+            fields: fields
+                .iter()
+                .map(|f| s.get(f).filter(|_| Some(f.as_str()) != image).map(range))
+                .collect(),
         });
     }
     Ok(out)

@@ -16,11 +16,29 @@ fn built_in(name: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether `name`, an image field's name, is a carried field wherever a sample of `m` has it:
+/// packed records hold their image as pixels, and a tar sample's image is its first image field
+/// by [`shardtool_wds::IMAGE_FIELDS`]' order, so `name` is carried when every sample has an image
+/// field ranked before it (a `png` beside each `jpg`).
+fn carried_image_field(m: &Manifest, name: &str) -> bool {
+    let wds = m.shards.iter().any(|s| s.format == ShardFormat::Wds);
+    !wds || m
+        .fields
+        .iter()
+        .any(|f| f != name && shardtool_wds::image_field([f.as_str(), name]) == Some(f.as_str()))
+}
+
+/// Whether a batch delivers `name` on its own, so that it is no carried field of `m`.
+fn delivered_anyway(m: &Manifest, name: &str) -> bool {
+    built_in(name).is_some()
+        && !(shardtool_wds::is_image_field(name) && carried_image_field(m, name))
+}
+
 /// The fields of `m` a loader can be asked for: `(every sample has it, some samples have it)`.
 pub fn available_fields(m: &Manifest) -> (Vec<String>, Vec<String>) {
     let keep = |list: &[String]| -> Vec<String> {
         list.iter()
-            .filter(|f| built_in(f).is_none())
+            .filter(|f| !delivered_anyway(m, f))
             .cloned()
             .collect()
     };
@@ -60,9 +78,15 @@ pub fn check_fields(m: &Manifest, requested: &[String]) -> Result<(), ReadError>
             continue;
         }
         if let Some(where_) = built_in(f) {
-            return Err(ReadError::BadOptions(format!(
-                "field {f:?} is not a carried field: it is delivered as {where_}"
-            )));
+            // Tar samples may hold members named so (packed records cannot).
+            let wds = m.shards.iter().any(|s| s.format == ShardFormat::Wds);
+            let listed = m.fields.contains(f) || m.optional_fields.contains(f);
+            let member = wds && listed && !shardtool_wds::is_image_field(f);
+            return Err(ReadError::BadOptions(if member {
+                format!("the dataset's own {f:?} members cannot be delivered: the name is {where_}")
+            } else {
+                format!("field {f:?} is not a carried field: it is delivered as {where_}")
+            }));
         }
         let list = |l: &[String]| {
             if l.is_empty() {
@@ -132,6 +156,30 @@ mod tests {
         );
         let e = asked(&m, &["txt", "txt"]).unwrap_err();
         assert!(e.contains("twice"), "{e}");
+    }
+
+    #[test]
+    fn an_image_field_beside_a_better_ranked_image_is_carried() {
+        // Every sample's image is its jpg: the png beside it is carried.
+        let m = manifest(ShardFormat::Wds, &["jpg", "png"], &["webp", "label"]);
+        assert_eq!(
+            available_fields(&m),
+            (vec!["png".into()], vec!["webp".into()])
+        );
+        assert_eq!(asked(&m, &["png", "webp"]), Ok(()));
+        let e = asked(&m, &["label"]).unwrap_err();
+        assert!(
+            e.contains("own \"label\" members cannot be delivered") && e.contains("labels"),
+            "{e}"
+        );
+        // Some samples may have only a png, their image.
+        let m = manifest(ShardFormat::Wds, &["png"], &["jpg"]);
+        assert_eq!(available_fields(&m), (vec![], vec![]));
+        let e = asked(&m, &["png"]).unwrap_err();
+        assert!(e.contains("\"png\" is not a carried field"), "{e}");
+        // A packed record's image is its pixels: every field is carried.
+        let m = manifest(ShardFormat::Packed, &["key", "label", "pixels", "png"], &[]);
+        assert_eq!(asked(&m, &["png"]), Ok(()));
     }
 
     #[test]
