@@ -180,6 +180,16 @@ impl OutputLock {
     }
 }
 
+impl Drop for OutputLock {
+    fn drop(&mut self) {
+        // Unlocked outright, not by closing: a process forked meanwhile (Python's
+        // multiprocessing) holds the same open file, and so the lock, until it exits.
+        if let Some(f) = &self.file {
+            let _ = f.unlock();
+        }
+    }
+}
+
 /// The hold of one planning process on a local output folder, under its [`OutputLock`]: a
 /// `_plan` folder without a plan file found under the lock is known to be left by an
 /// interrupted plan and is removed.
@@ -608,6 +618,23 @@ mod tests {
     use super::*;
     use crate::listing::{list_inputs, ListOptions};
     use crate::InputSource;
+
+    #[test]
+    fn a_dropped_lock_is_released_though_a_copy_of_its_file_lives_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let lock = OutputLock::take(&out).unwrap();
+        // What a process forked while the lock is held keeps: the same open file.
+        let forked = lock.file.as_ref().map(|f| f.try_clone().unwrap());
+        assert!(forked.is_some(), "this file system has no locks");
+        assert!(matches!(
+            OutputLock::take(&out),
+            Err(PackError::PlanRunning { .. })
+        ));
+        drop(lock);
+        OutputLock::take(&out).unwrap();
+        drop(forked);
+    }
 
     #[test]
     fn the_input_list_reads_back_into_the_same_store() {
