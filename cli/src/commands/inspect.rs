@@ -6,7 +6,7 @@ use crate::commands::verify::{fetched, open_remote, opened};
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_inspect::{inspect, inspect_remote, InspectReport};
-use shardtool_verify::VerifyOptions;
+use shardtool_verify::{ProblemKind, VerifyOptions};
 
 /// Runs `shardtool inspect`.
 pub fn run(a: InspectArgs) -> Result<(), Failure> {
@@ -28,7 +28,8 @@ pub fn run(a: InspectArgs) -> Result<(), Failure> {
         Ok(())
     } else {
         Err(Failure::run(anyhow!(
-            "{} shard(s) could not be read completely; the figures leave them out",
+            "{} problem(s) found: the figures leave out what could not be read (shardtool \
+             verify checks the whole dataset)",
             report.problems.len()
         )))
     }
@@ -148,6 +149,9 @@ fn print_human(r: &InspectReport) {
         }
     }
     for p in &r.problems {
-        outln!("  not counted: {p}");
+        match p.kind {
+            ProblemKind::ManifestInvalid => outln!("  manifest: {p}"),
+            _ => outln!("  not counted: {p}"),
+        }
     }
 }

@@ -26,4 +26,5 @@ mod sharding;
 mod stress;
 mod tidy;
 mod transform;
+mod untrusted;
 mod verify;

@@ -179,7 +179,12 @@ pub(crate) fn inspect_as(
     match open_target(target, &opts.limits, true)? {
         Target::Dataset(ds) => {
             let m = &ds.manifest;
-            let indexed: Vec<(usize, &ShardEntry)> = m.shards.iter().enumerate().collect();
+            // A shard listed twice is counted once; one named outside the folder is not read
+            // (both are among the manifest's problems, reported below).
+            let mut seen = std::collections::HashSet::new();
+            let indexed: Vec<(usize, &ShardEntry)> = (m.shards.iter().enumerate())
+                .filter(|(_, e)| seen.insert(e.file.as_str()))
+                .collect();
             let parts = map_on_threads(opts.jobs_or_cores(), "inspect", &indexed, |&(i, e)| {
                 if !shardtool_manifest::is_safe_file_name(&e.file) {
                     return Stats::default();
@@ -204,7 +209,10 @@ pub(crate) fn inspect_as(
                 }
                 s
             })?;
-            let mut all = Stats::default();
+            let mut all = Stats {
+                problems: ds.problems.clone(),
+                ..Stats::default()
+            };
             for p in parts {
                 all.merge(p);
             }

@@ -175,8 +175,11 @@ pub(crate) fn preview_titled(
         .num_threads(opts.jobs)
         .build()
         .map_err(|e| VerifyError::Usage(format!("cannot start {} threads: {e}", opts.jobs)))?;
+    // What the manifest breaks, as warnings: the sheet shows what can be read.
+    let mut skipped = Vec::new();
     let (title, classes, wants, available, lone) = match open_target(target, &opts.limits, true)? {
         Target::Dataset(ds) => {
+            skipped.extend(ds.problems.iter().map(|p| format!("the manifest: {p}")));
             let m = &ds.manifest;
             let total = m
                 .shards
@@ -226,7 +229,6 @@ pub(crate) fn preview_titled(
             .collect()
     });
     let mut picked = Vec::new();
-    let mut skipped = Vec::new();
     let mut available = available;
     for (r, w) in results.into_iter().zip(&wants) {
         match r {

@@ -60,7 +60,7 @@ fn main() {
             buffer: buf,
             ..d
         };
-        let order = rank_order(&counts, &opts, 0, 0, 1);
+        let order = rank_order(&counts, &opts, 0, 0, 1).expect("the order fits in memory");
         let labels: Vec<u32> = order.iter().map(|s| label(s.shard, s.record)).collect();
         let r = distinct_per_batch(&labels, 16);
         let tag = if (k, buf) == (d.interleave, d.buffer) {

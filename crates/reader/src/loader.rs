@@ -442,8 +442,17 @@ impl LoaderBuilder {
             )));
         }
         let counts = dataset.counts();
-        let order = rank_order(&counts, &self.order, self.epoch, self.rank, self.world);
         let total: u64 = counts.iter().sum();
+        let order =
+            rank_order(&counts, &self.order, self.epoch, self.rank, self.world).map_err(|e| {
+                ReadError::Manifest {
+                    path: dataset.dir.join("manifest.json"),
+                    message: format!(
+                        "the order of the {} samples it states cannot be held in memory ({e})",
+                        per_rank(total, self.world, self.order.remainder)
+                    ),
+                }
+            })?;
         debug_assert_eq!(
             order.len() as u64,
             per_rank(total, self.world, self.order.remainder)

@@ -99,20 +99,24 @@ pub fn per_rank(total: u64, world: u32, remainder: Remainder) -> u64 {
     }
 }
 
-/// The ordered samples of `rank` in `epoch`. `counts[i]` is the sample count of shard `i`.
+/// The ordered samples of `rank` in `epoch`. `counts[i]` is the sample count of shard `i`
+/// (their sum fits a `u64`, each fits a `u32`, as a valid manifest's do). The error: the order
+/// could not be allocated (counts stated by a manifest larger than its shards can hold).
 pub fn rank_order(
     counts: &[u64],
     opts: &OrderOptions,
     epoch: u64,
     rank: u32,
     world: u32,
-) -> Vec<SampleRef> {
+) -> Result<Vec<SampleRef>, std::collections::TryReserveError> {
     let order = shard_order(counts.len(), opts, epoch);
     let total: u64 = counts.iter().sum();
     let per = per_rank(total, world, opts.remainder);
+    let mut out = Vec::new();
     if total == 0 || per == 0 {
-        return Vec::new();
+        return Ok(out);
     }
+    out.try_reserve_exact(usize::try_from(per).unwrap_or(usize::MAX))?;
     // The rank's range in the epoch-ordered concatenation, wrapping for padding.
     let begin = u64::from(rank) * per;
     let mut pieces = Vec::new();
@@ -139,36 +143,30 @@ pub fn rank_order(
         }
     }
     if !opts.shuffle {
-        return pieces
-            .iter()
-            .flat_map(|p| {
-                (p.start..p.end).map(move |r| SampleRef {
-                    shard: p.shard,
-                    record: r,
-                })
+        out.extend(pieces.iter().flat_map(|p| {
+            (p.start..p.end).map(move |r| SampleRef {
+                shard: p.shard,
+                record: r,
             })
-            .collect();
+        }));
+        return Ok(out);
     }
     buffer_shuffle(
         &pieces,
         opts.interleave.max(1),
         opts.buffer.max(1),
         derive_seed(&[opts.seed, epoch, 2, u64::from(rank)]),
-        per as usize,
-    )
+        &mut out,
+    );
+    Ok(out)
 }
 
 /// Interleaves `k` pieces at a time round-robin into a bounded buffer, emitting a random buffered
 /// sample per step once the buffer is full, then draining it randomly.
-fn buffer_shuffle(
-    pieces: &[Piece],
-    k: usize,
-    cap: usize,
-    seed: u64,
-    total: usize,
-) -> Vec<SampleRef> {
+fn buffer_shuffle(pieces: &[Piece], k: usize, cap: usize, seed: u64, out: &mut Vec<SampleRef>) {
+    // `out` has room for the whole order.
+    let total = out.capacity();
     let mut rng = SplitMix64::new(seed);
-    let mut out = Vec::with_capacity(total);
     let mut buf: Vec<SampleRef> = Vec::with_capacity(cap.min(total));
     // `k` and `cap` come from options (or a saved state): reserve no more than there is.
     let mut active: Vec<Piece> = Vec::with_capacity(k.min(pieces.len()));
@@ -198,7 +196,7 @@ fn buffer_shuffle(
                     record: p.start,
                 },
                 &mut buf,
-                &mut out,
+                out,
             );
             p.start += 1;
             if p.start == p.end {
@@ -210,7 +208,6 @@ fn buffer_shuffle(
     }
     shardtool_core::shuffle(&mut buf, rng.next_u64());
     out.extend(buf);
-    out
 }
 
 /// Shards in the order this rank first reads them: what a prefetcher should fetch, in turn.
@@ -297,7 +294,7 @@ mod tests {
         world: u32,
     ) -> Vec<Vec<SampleRef>> {
         (0..world)
-            .map(|r| rank_order(counts, opts, epoch, r, world))
+            .map(|r| rank_order(counts, opts, epoch, r, world).unwrap())
             .collect()
     }
 
@@ -344,7 +341,7 @@ mod tests {
         #[test]
         fn same_inputs_same_order(counts in proptest::collection::vec(1u64..40, 1..8), seed: u64) {
             let opts = OrderOptions { seed, ..Default::default() };
-            prop_assert_eq!(rank_order(&counts, &opts, 3, 0, 2), rank_order(&counts, &opts, 3, 0, 2));
+            prop_assert_eq!(rank_order(&counts, &opts, 3, 0, 2).unwrap(), rank_order(&counts, &opts, 3, 0, 2).unwrap());
         }
     }
 
@@ -352,8 +349,8 @@ mod tests {
     fn another_epoch_gives_another_order() {
         let counts = vec![100; 10];
         let opts = OrderOptions::default();
-        let a = rank_order(&counts, &opts, 0, 0, 1);
-        let b = rank_order(&counts, &opts, 1, 0, 1);
+        let a = rank_order(&counts, &opts, 0, 0, 1).unwrap();
+        let b = rank_order(&counts, &opts, 1, 0, 1).unwrap();
         assert_eq!(a.len(), 1000);
         assert_ne!(a, b);
         assert_ne!(shard_order(10, &opts, 0), shard_order(10, &opts, 1));
@@ -374,7 +371,7 @@ mod tests {
                 .collect();
             batches.iter().sum::<usize>() as f64 / batches.len() as f64
         };
-        let order = rank_order(&counts, &OrderOptions::default(), 0, 0, 1);
+        let order = rank_order(&counts, &OrderOptions::default(), 0, 0, 1).unwrap();
         let ours: Vec<u64> = order
             .iter()
             .map(|s| (u64::from(s.shard) * shard + u64::from(s.record)) / per)
@@ -394,7 +391,7 @@ mod tests {
             shuffle: false,
             ..Default::default()
         };
-        let r = rank_order(&[2, 2], &opts, 5, 1, 2);
+        let r = rank_order(&[2, 2], &opts, 5, 1, 2).unwrap();
         assert_eq!(
             r,
             vec![

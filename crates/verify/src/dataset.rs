@@ -142,9 +142,9 @@ mod tests {
         let json = r#"{
           "format": "shardtool.manifest", "version": 1, "tool": "t", "pack": {},
           "classes": ["a", "b"], "fields": ["cls", "jpg", "json"],
-          "shards": [{"file": "s-000000.tar", "format": "wds", "samples": 2, "bytes": 10,
+          "shards": [{"file": "s-000000.tar", "format": "wds", "samples": 2, "bytes": 3072,
                       "checksum": "xxh3:0123456789abcdef"}],
-          "totals": {"samples": 2, "shards": 1, "bytes": 10},
+          "totals": {"samples": 2, "shards": 1, "bytes": 3072},
           "inputs": {"found": 2, "packed": 2, "failed": 0, "ignored": 0}
         }"#;
         serde_json::from_str(json).unwrap()

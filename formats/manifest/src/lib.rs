@@ -363,6 +363,24 @@ impl Manifest {
                         .into(),
                 ),
             }
+            // A tar sample takes at least one 512-byte header, a packed record at least a byte;
+            // a reader numbers a shard's records in 32 bits. (A count past these would size
+            // its plan from a number no shard can hold.)
+            let size = s.uncompressed_bytes.unwrap_or(s.bytes);
+            let (most, what) = match s.format {
+                ShardFormat::Wds => (size / 512, "tar"),
+                ShardFormat::Packed => (size, "packed"),
+            };
+            let most = most.min(u64::from(u32::MAX));
+            if s.samples > most {
+                bad(
+                    shard,
+                    format!(
+                        "{} samples cannot fit in {size} bytes of a {what} shard (at most {most})",
+                        s.samples
+                    ),
+                );
+            }
             if ShardKind::from_name(&s.file)
                 .is_some_and(|k| k.format != s.format || k.compression != s.compression)
             {
@@ -545,6 +563,35 @@ mod tests {
         );
         m.inputs = s.inputs;
         assert_eq!(m, s);
+    }
+
+    #[test]
+    fn a_count_no_shard_of_its_size_can_hold_breaks_a_rule() {
+        let mut m = sample();
+        m.shards[0].samples = 8;
+        m.totals.samples = 8;
+        m.inputs.packed = 8;
+        m.validate().unwrap();
+        for (samples, format) in [(9, ShardFormat::Wds), (4097, ShardFormat::Packed)] {
+            m.shards[0].samples = samples;
+            m.shards[0].format = format;
+            m.shards[0].file = format!(
+                "s{}",
+                ShardKind {
+                    format,
+                    compression: None
+                }
+                .suffix()
+            );
+            m.totals.samples = samples;
+            m.inputs.packed = samples;
+            let e = m.validate().unwrap_err().to_string();
+            assert!(e.contains("cannot fit in 4096 bytes"), "{e}");
+        }
+        m.shards[0].samples = 4096;
+        m.totals.samples = 4096;
+        m.inputs.packed = 4096;
+        m.validate().unwrap();
     }
 
     #[test]

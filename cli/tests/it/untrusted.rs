@@ -1,0 +1,68 @@
+//! Datasets whose bytes lie (crafted manifests, shards, states and inputs): every tool answers
+//! with an error naming what is wrong, never a panic, an abort or memory the files cannot
+//! justify.
+
+use crate::common::{pack, sample_data, tempdir, Cmd};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Packs the sample data (4 shards of up to 12) into `root/name` with `args`.
+fn dataset(root: &Path, name: &str, args: &[&str]) -> PathBuf {
+    let dir = root.join(name);
+    pack(sample_data(), &dir)
+        .args(["--resize", "shorter:32", "--shard-samples", "12"])
+        .args(args)
+        .ok();
+    dir
+}
+
+/// Rewrites the manifest of `dir` with `edit`, keeping its totals the sums of its shards.
+fn edit_manifest(dir: &Path, edit: impl FnOnce(&mut Value)) {
+    let path = dir.join("manifest.json");
+    let mut m: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut m);
+    let sum = |k: &str| -> u64 {
+        let shards = m["shards"].as_array().unwrap();
+        shards.iter().map(|s| s[k].as_u64().unwrap()).sum()
+    };
+    let (samples, bytes) = (sum("samples"), sum("bytes"));
+    let shards = m["shards"].as_array().unwrap().len();
+    m["totals"] = serde_json::json!({"samples": samples, "shards": shards, "bytes": bytes});
+    m["inputs"]["packed"] = samples.into();
+    std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+}
+
+#[test]
+fn sample_counts_no_shard_can_hold_are_refused_before_anything_is_sized_by_them() {
+    let root = tempdir();
+    let dir = dataset(root.path(), "wds", &[]);
+    // More samples than a shard of its size can hold: a broken rule for every tool.
+    edit_manifest(&dir, |m| m["shards"][0]["samples"] = (1u64 << 40).into());
+    for cmd in [["read"], ["verify"], ["inspect"]] {
+        let r = Cmd::new(cmd).arg(&dir).run();
+        assert!(matches!(r.code, Some(1 | 2)), "{cmd:?}: {r:?}");
+        assert!(
+            r.stderr.contains("cannot fit in") || r.stdout.contains("cannot fit in"),
+            "{cmd:?}: {r:?}"
+        );
+        assert!(!r.stderr.contains("panicked"), "{r:?}");
+    }
+    // Counts each shard could hold if it were as large as the manifest says, adding up to
+    // more than memory holds: an error, not an abort.
+    edit_manifest(&dir, |m| {
+        let first = m["shards"][0].clone();
+        let shards: Vec<Value> = (0..4096)
+            .map(|i| {
+                let mut s = first.clone();
+                s["file"] = format!("shard-{i:06}.tar").into();
+                s["bytes"] = (1u64 << 48).into();
+                s["samples"] = u64::from(u32::MAX).into();
+                s
+            })
+            .collect();
+        m["shards"] = shards.into();
+    });
+    let r = Cmd::new(["read"]).arg(&dir).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("cannot be held in memory"), "{r:?}");
+}
