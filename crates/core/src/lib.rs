@@ -20,7 +20,10 @@ pub use key::{index_key, validate_key, KeyError};
 pub use limits::{read_within, Limits};
 pub use redact::redact_urls;
 pub use rng::{shuffle, SplitMix64};
-pub use shard_file::{map_readonly, open_shard, OpenShard, OpenShardError, ShardBytes};
+pub use shard_file::{
+    map_readonly, open_shard, read_to_end_bounded, OpenShard, OpenShardError, ShardBytes,
+    MAX_DECOMPRESSED_IN_MEMORY,
+};
 pub use size::{parse_byte_size, ByteSizeError};
 
 /// A decoded image in 8-bit RGB, row-major, HWC, with no row padding.

@@ -68,6 +68,39 @@ pub enum OpenShardError {
     },
 }
 
+/// The most bytes a zstd shard may take decompressed in memory (verify's and the reader's
+/// bound whatever a manifest states; a cache keeps larger ones on disk).
+pub const MAX_DECOMPRESSED_IN_MEMORY: u64 = 4 << 30;
+
+/// Reads `reader` to its end into memory, at most `max` bytes plus one (one more than `max`
+/// tells a longer stream). Memory grows with the data actually read, never by a stated size,
+/// and fallibly: an allocation the system refuses is an `OutOfMemory` error, not an abort.
+pub fn read_to_end_bounded(mut reader: impl Read, max: u64) -> io::Result<Vec<u8>> {
+    let limit = max.saturating_add(1);
+    let mut out: Vec<u8> = Vec::new();
+    loop {
+        let len = out.len() as u64;
+        if len >= limit {
+            return Ok(out);
+        }
+        // Doubling, from 64 KiB, up to the limit.
+        let want = len.max(64 << 10).min(limit - len);
+        out.try_reserve_exact(usize::try_from(want).unwrap_or(usize::MAX))
+            .map_err(|e| {
+                io::Error::new(
+                    io::ErrorKind::OutOfMemory,
+                    format!("cannot hold {} bytes in memory: {e}", len + want),
+                )
+            })?;
+        let room = (out.capacity() as u64 - len).min(limit - len);
+        // `take` stops at the room reserved, so this never grows `out` itself.
+        let n = (&mut reader).take(room).read_to_end(&mut out)?;
+        if (n as u64) < room {
+            return Ok(out);
+        }
+    }
+}
+
 /// Opens the shard file at `path` as `how` says.
 pub fn open_shard(path: &Path, how: OpenShard) -> Result<ShardBytes, OpenShardError> {
     let io = |cause| OpenShardError::Io {
@@ -80,14 +113,13 @@ pub fn open_shard(path: &Path, how: OpenShard) -> Result<ShardBytes, OpenShardEr
     };
     let file = File::open(path).map_err(io)?;
     if how.zstd {
-        let mut out = Vec::new();
-        zstd::Decoder::new(file)
-            .map_err(io)?
-            .take(how.max_bytes.saturating_add(1))
-            .read_to_end(&mut out)
-            .map_err(io)?;
-        if out.len() as u64 > how.max_bytes {
-            return Err(too_large());
+        let max = how.max_bytes.min(MAX_DECOMPRESSED_IN_MEMORY);
+        let out = read_to_end_bounded(zstd::Decoder::new(file).map_err(io)?, max).map_err(io)?;
+        if out.len() as u64 > max {
+            return Err(OpenShardError::TooLarge {
+                path: path.to_path_buf(),
+                max_bytes: max,
+            });
         }
         return Ok(ShardBytes::Owned(out));
     }
@@ -131,6 +163,37 @@ mod tests {
             max_bytes,
             map,
         }
+    }
+
+    #[test]
+    fn bounded_reads_keep_what_there_is_and_stop_one_byte_past_the_bound() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        for (len, max) in [
+            (0, 10),
+            (10, 10),
+            (11, 10),
+            (300_000, 1 << 20),
+            (300_000, 70_000),
+        ] {
+            let got = read_to_end_bounded(&data[..len], max).unwrap();
+            let keep = len.min(max as usize + 1);
+            assert_eq!(got, data[..keep], "{len} bytes, bound {max}");
+            // Room grows with the data, never by the bound.
+            assert!(
+                got.capacity() <= (2 * keep).max(64 << 10),
+                "{}",
+                got.capacity()
+            );
+        }
+        // A stream of 256 MiB of zeros that compresses to a few KiB: stopped at the bound.
+        let mut bomb = zstd::Encoder::new(Vec::new(), 3).unwrap();
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..256 {
+            io::Write::write_all(&mut bomb, &zeros).unwrap();
+        }
+        let bomb = bomb.finish().unwrap();
+        let got = read_to_end_bounded(zstd::Decoder::new(&bomb[..]).unwrap(), 1 << 20).unwrap();
+        assert_eq!(got.len(), (1 << 20) + 1);
     }
 
     #[test]

@@ -257,8 +257,21 @@ impl Dataset {
             let bytes = open_shard(lease.path(), how).map_err(|e| self.corrupt(i, e))?;
             return self.view_of(i, ShardBytes::Cached(bytes, lease));
         }
+        let zstd = entry.compression.is_some();
+        if zstd && shard_size(entry) > shardtool_core::MAX_DECOMPRESSED_IN_MEMORY {
+            return Err(ReadError::Unavailable {
+                shard: entry.file.clone(),
+                message: format!(
+                    "it decompresses to {} bytes, and a local zstd shard is decompressed in \
+                     memory, at most {} GiB: pack with a smaller --shard-size, or without \
+                     --compress",
+                    shard_size(entry),
+                    shardtool_core::MAX_DECOMPRESSED_IN_MEMORY >> 30
+                ),
+            });
+        }
         let how = OpenShard {
-            zstd: entry.compression.is_some(),
+            zstd,
             max_bytes: shard_size(entry),
             map: true,
         };

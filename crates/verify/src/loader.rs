@@ -137,8 +137,10 @@ fn pump(
         }
         let start = buf.len();
         let want = room.min(CHUNK);
-        // `want` is at most CHUNK, so this never reserves more than 1 MiB beyond the data.
-        buf.reserve(want as usize);
+        // Amortised growth (at most doubling), refused rather than aborting when the system
+        // has no room: a shard larger than memory is the shard's problem.
+        buf.try_reserve(want as usize)
+            .map_err(|e| out_of_memory(buf.len() as u64 + want, e))?;
         let n = Read::take(&mut *reader, want).read_to_end(buf)?;
         if n == 0 {
             return Ok((total, false));
@@ -146,6 +148,13 @@ fn pump(
         hasher.update(&buf[start..]);
         total += n as u64;
     }
+}
+
+fn out_of_memory(bytes: u64, e: std::collections::TryReserveError) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::OutOfMemory,
+        format!("cannot hold {bytes} bytes of the shard in memory: {e}"),
+    )
 }
 
 /// Reads a plain shard. When it is over `limit` bytes it is hashed without being kept.
@@ -161,7 +170,8 @@ pub(crate) fn load_plain(path: &Path, limit: u64, pool: &BufferPool) -> io::Resu
     } else {
         CHUNK as usize
     };
-    data.reserve(room + PAGE);
+    data.try_reserve(room + PAGE)
+        .map_err(|e| out_of_memory((room + PAGE) as u64, e))?;
     // Each read() then lands at its page-cache page's own offset within a page: a destination
     // a few bytes past it (as a heap buffer's start is) ran the kernel's copy at a quarter of
     // the speed (4K aliasing).
@@ -274,7 +284,9 @@ pub(crate) fn load_zstd(
     let mut data = pool.take();
     // Reserve what the manifest promises, but no more than a plausible ratio of the stored size:
     // a lying manifest must not reserve gigabytes. Growth past it is by chunks, up to the cap.
-    data.reserve(cap.min(stored.saturating_mul(8).saturating_add(CHUNK)) as usize);
+    let promised = cap.min(stored.saturating_mul(8).saturating_add(CHUNK));
+    data.try_reserve(promised as usize)
+        .map_err(|e| out_of_memory(promised, e))?;
     let mut hasher = ChecksumHasher::new();
     let mut decoder = zstd::stream::read::Decoder::with_buffer(BufReader::with_capacity(
         CHUNK as usize,
