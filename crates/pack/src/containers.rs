@@ -230,15 +230,31 @@ fn format_of_name(name: &str) -> Option<InputFormat> {
 
 /// Whether a file name matches a glob of `*` (any run) and `?` (one character).
 fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
-    match (pattern.first(), name.first()) {
-        (None, None) => true,
-        (Some(b'*'), _) => {
-            glob_match(&pattern[1..], name) || (!name.is_empty() && glob_match(pattern, &name[1..]))
+    // In O(pattern x name) steps, not exponential (names are untrusted): on a mismatch only
+    // the last `*` takes one more byte, as any earlier star's other choices are covered by it.
+    let (mut p, mut n) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while n < name.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, n));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == name[n] => {
+                p += 1;
+                n += 1;
+            }
+            _ => match star {
+                Some((sp, sn)) => {
+                    star = Some((sp, sn + 1));
+                    p = sp + 1;
+                    n = sn + 1;
+                }
+                None => return false,
+            },
         }
-        (Some(b'?'), Some(_)) => glob_match(&pattern[1..], &name[1..]),
-        (Some(p), Some(n)) if p == n => glob_match(&pattern[1..], &name[1..]),
-        _ => false,
     }
+    pattern[p..].iter().all(|&c| c == b'*')
 }
 
 /// The files of `dir` (recursively, sorted by path) whose extension is one of `exts`.
@@ -606,6 +622,37 @@ mod tests {
         assert!(glob_match(b"s-??.tar", b"s-01.tar"));
         assert!(!glob_match(b"*.tar", b"a.tar.gz"));
         assert!(!glob_match(b"s-?.tar", b"s-01.tar"));
+        // A hostile name does not make matching exponential.
+        let name = format!("shard{}.tarx", "-".repeat(240));
+        assert!(!glob_match(b"shard-*-*-*-*-*-*-*-*.tar", name.as_bytes()));
+        // The same answers as the plain recursive definition, on every short case.
+        fn reference(p: &[u8], n: &[u8]) -> bool {
+            match (p.first(), n.first()) {
+                (None, None) => true,
+                (Some(b'*'), _) => {
+                    reference(&p[1..], n) || (!n.is_empty() && reference(p, &n[1..]))
+                }
+                (Some(b'?'), Some(_)) => reference(&p[1..], &n[1..]),
+                (Some(a), Some(b)) if a == b => reference(&p[1..], &n[1..]),
+                _ => false,
+            }
+        }
+        let words = |alphabet: &[u8], max: usize| -> Vec<Vec<u8>> {
+            let mut all = vec![Vec::new()];
+            let mut last = vec![Vec::new()];
+            for _ in 0..max {
+                last = (last.iter())
+                    .flat_map(|w| alphabet.iter().map(move |&c| [w.as_slice(), &[c]].concat()))
+                    .collect();
+                all.extend(last.iter().cloned());
+            }
+            all
+        };
+        for p in words(b"a*?", 4) {
+            for n in words(b"ab", 4) {
+                assert_eq!(glob_match(&p, &n), reference(&p, &n), "{p:?} {n:?}");
+            }
+        }
     }
 
     #[test]

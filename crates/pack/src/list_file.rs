@@ -381,8 +381,9 @@ fn csv_rows(
     let names: Vec<String> = headers.iter().map(|h| h.trim().to_string()).collect();
     // Columns are found by name, ignoring case: a name given twice would leave one unread.
     // (Unnamed columns, as spreadsheets write trailing commas, are never looked up.)
-    for (i, n) in names.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
-        if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
+    let mut seen = std::collections::HashSet::new();
+    for n in names.iter().filter(|n| !n.is_empty()) {
+        if !seen.insert(n.to_ascii_lowercase()) {
             return Err(format!("the CSV header names the column `{n}` twice"));
         }
     }

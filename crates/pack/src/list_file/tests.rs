@@ -111,6 +111,15 @@ fn a_member_named_twice_or_a_fractional_label_is_an_error_line_and_a_header_twic
             .contains("the CSV header names the column `caption` twice"),
         "{err}"
     );
+    // Checked in linear time: 200,000 columns (2 MB of header) took a minute pairwise.
+    let wide: Vec<String> = (0..200_000).map(|i| format!("c{i}")).collect();
+    let text = format!(
+        "{},path,C7\n{}a.jpg,x\n",
+        wide.join(","),
+        "1,".repeat(200_000)
+    );
+    let err = list_text(Path::new("l.csv"), text.as_bytes(), &cols).unwrap_err();
+    assert!(err.to_string().contains("column `C7` twice"), "{err}");
     // Trailing commas (unnamed columns) are no name given twice.
     let trailing = list_text(
         Path::new("l.csv"),
