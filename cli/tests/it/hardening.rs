@@ -45,6 +45,30 @@ fn credentials_in_urls_and_the_environment_never_reach_messages_reports_or_shard
         !contains(&all_bytes(&out), "SECRETPW"),
         "a secret reached the dataset"
     );
+    // A partitioned pack: its plan stays in OUTPUT after the merge, with no secret in it
+    // (the parts read the staged copy); planning again with the same URL matches the plan.
+    let planned = t.path().join("planned");
+    let plan = |extra: &[&str]| {
+        Cmd::new(["plan"])
+            .arg(&url)
+            .arg(&planned)
+            .args(["--input-format", "wds", "--shard-samples", "3"])
+            .args(extra)
+            .run()
+    };
+    plan(&[]).assert_ok();
+    for part in ["0/2", "1/2"] {
+        Cmd::new(["pack", "--plan"])
+            .arg(&planned)
+            .args(["--part", part])
+            .ok();
+    }
+    Cmd::new(["merge"]).arg(&planned).ok();
+    let all = all_bytes(&planned);
+    assert!(!contains(&all, "SECRETPW"), "a secret reached the plan");
+    assert!(contains(&all, "***@127.0.0.1"), "the plan names no input");
+    let r = plan(&[]);
+    assert!(r.stderr.contains("--overwrite"), "{}", r.stderr);
     // A URL that cannot be fetched: the error names it, masked.
     let r = pack("http://ann:SECRETPW@127.0.0.1:9/x.tar", t.path().join("o2")).run();
     assert_ne!(r.code, Some(0));

@@ -130,8 +130,14 @@ pub(crate) fn json_differences(a: &serde_json::Value, b: &serde_json::Value, max
 impl FrozenOptions {
     /// These options with every local input path made absolute as spelled (not resolving
     /// links: a link may point elsewhere on another host), so that a plan names its inputs the
-    /// same whatever folder it is made or resumed from. URLs stand.
-    pub(crate) fn absolute(self) -> Self {
+    /// same whatever folder it is made or resumed from. URLs stand, their credentials masked
+    /// (a plan keeps none, and compares what it keeps).
+    pub(crate) fn absolute(mut self) -> Self {
+        for input in &mut self.input {
+            if let std::borrow::Cow::Owned(masked) = shardtool_core::redact_urls(input) {
+                *input = masked;
+            }
+        }
         self.with_local_inputs(|p| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
     }
 

@@ -10,7 +10,7 @@ use crate::store::Store;
 use crate::{ErrorRecord, PackError};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use shardtool_core::{AtomicFile, Checksum, HashingWriter};
+use shardtool_core::{redact_urls, AtomicFile, Checksum, HashingWriter};
 use shardtool_manifest::ERRORS_FILE;
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
@@ -375,7 +375,7 @@ pub(crate) fn make_plan_in(
         containers.push(PlanContainer {
             path,
             staged: is_staged,
-            source: c.source.clone(),
+            source: redact_urls(&c.source).into_owned(),
             kind: kind.into(),
             headers,
             size: std::fs::metadata(&abs).ok().map(|m| m.len()),
@@ -430,10 +430,18 @@ pub(crate) fn make_plan_in(
         ignored: listing.ignored,
         classes: listing.classes.clone(),
         labelled: listing.labelled,
-        looked_for: listing.looked_for.clone(),
+        // The plan stays in OUTPUT (a shared folder or bucket) after the merge: no URL in it
+        // keeps its credentials. Parts need none: remote inputs are staged.
+        looked_for: redact_urls(&listing.looked_for).into_owned(),
         root,
         containers,
-        errors: listing.errors.clone(),
+        errors: (listing.errors.iter())
+            .map(|e| ErrorRecord {
+                path: redact_urls(&e.path).into_owned(),
+                kind: e.kind.clone(),
+                message: redact_urls(&e.message).into_owned(),
+            })
+            .collect(),
         inputs_checksum: inputs_checksum.to_string(),
     };
     file.hash = plan_hash(&file);
