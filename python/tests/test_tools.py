@@ -95,6 +95,26 @@ def _members(dataset: Path) -> Dict[str, Dict[str, bytes]]:
     return out
 
 
+def test_pack_refuses_a_folder_mixing_dataset_splits(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    # The Hub's layout with a held-out split beside the training files: packed together, test
+    # images would be trained on.
+    root, _ = inputs
+    hub = tmp_path / "hub"
+    shutil.copytree(root / "parquet", hub)
+    data = hub / "data"
+    shutil.copy(data / "train-00001-of-00002.parquet", data / "test-00000-of-00001.parquet")
+    with pytest.raises(ValueError, match=r"splits test \(1 file\), train \(2 files\)") as e:
+        shardtool.pack(hub, tmp_path / "mixed", resize="shorter:16")
+    assert "data/test*.parquet" in str(e.value)
+    assert not (tmp_path / "mixed" / "manifest.json").exists()
+    m = shardtool.pack(data / "train*.parquet", tmp_path / "train", resize="shorter:16")["manifest"]
+    files = {json.loads(s["json"])["source"].split(":")[0] for s in _members(tmp_path / "train").values()}
+    assert {Path(f).name for f in files} == {"train-00000-of-00002.parquet", "train-00001-of-00002.parquet"}
+    assert m["inputs"]["packed"] == len(_members(tmp_path / "train"))
+
+
 def test_pack_parquet_with_input_format_and_custom_columns(
     inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
 ) -> None:

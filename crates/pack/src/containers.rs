@@ -389,6 +389,12 @@ pub fn resolve_input(
                 ))
             }
         };
+        let relative: Vec<&str> = (listed.iter())
+            .filter(|(n, _)| extension(n) == ext)
+            .map(|(n, _)| n.as_str())
+            .collect();
+        let shown = shardtool_core::redact_urls(arg);
+        crate::splits::one_split(&shown, &relative, ext).map_err(|m| bad_input(arg, &m))?;
         return many(f, pick(ext));
     }
     if names.iter().any(|n| is_remote(n)) {
@@ -424,6 +430,24 @@ pub fn resolve_input(
             let mut out = Vec::new();
             files_with_extension(dir, exts, &mut out)?;
             Ok(out)
+        };
+        // Shards or Parquet files of one split.
+        let one_split = |files: Vec<String>, ext: &str| -> Result<Vec<String>, ListError> {
+            let relative: Vec<&str> = (files.iter())
+                .map(|f| {
+                    let rel = Path::new(f).strip_prefix(dir).unwrap_or(Path::new(f));
+                    rel.to_str().unwrap_or(f)
+                })
+                .collect();
+            crate::splits::one_split(arg, &relative, ext).map_err(|m| bad_input(arg, &m))?;
+            Ok(files)
+        };
+        let found = |exts: &[&str]| -> Result<Vec<String>, ListError> {
+            let files = found(exts)?;
+            match exts {
+                [one] => one_split(files, one),
+                _ => Ok(files),
+            }
         };
         return match format {
             Some(InputFormat::Wds) => Ok(S::Wds(found(&["tar"])?)),
@@ -469,7 +493,7 @@ pub fn resolve_input(
                         .into_iter()
                         .partition(|f| extension(f) == "parquet");
                     if !parquet.is_empty() && (parquet_here || images.is_empty()) {
-                        return Ok(S::Parquet(parquet));
+                        return Ok(S::Parquet(one_split(parquet, "parquet")?));
                     }
                 }
                 Ok(S::Folder(dir.to_path_buf()))

@@ -22,6 +22,7 @@ mod plan_file;
 mod robustness;
 mod sample_read;
 mod sink;
+mod splits;
 mod store;
 mod wds_input;
 

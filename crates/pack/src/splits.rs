@@ -1,0 +1,126 @@
+//! Dataset splits told apart by file names, as the Hugging Face Hub names them (`train-…`,
+//! `data/validation-…`, `default/test/…`): a folder of shards or Parquet files holding several
+//! splits is refused, since packing it would mix held-out data into the training set.
+
+use std::collections::BTreeMap;
+
+/// Split keywords, as the Hugging Face `datasets` library infers splits from file names and
+/// folders: each a whole word of the path, between separators or digits.
+const KEYWORDS: [(&str, &str); 10] = [
+    ("train", "train"),
+    ("training", "train"),
+    ("validation", "validation"),
+    ("valid", "validation"),
+    ("val", "validation"),
+    ("dev", "validation"),
+    ("test", "test"),
+    ("testing", "test"),
+    ("eval", "test"),
+    ("evaluation", "test"),
+];
+
+/// The split a relative path names, and where its keyword ends: the first whole word of the
+/// path (lower-cased) that is a split keyword.
+fn split_of(path: &str) -> Option<(&'static str, usize)> {
+    let bytes = path.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !bytes[i].is_ascii_alphabetic() {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < bytes.len() && bytes[i].is_ascii_alphabetic() {
+            i += 1;
+        }
+        let word = path[start..i].to_ascii_lowercase();
+        if let Some((_, split)) = KEYWORDS.iter().find(|(k, _)| *k == word) {
+            return Some((split, i));
+        }
+    }
+    None
+}
+
+/// Refuses `files` (paths relative to the folder `arg` names, with extension `ext`) when they
+/// belong to more than one split, naming each and how to pack one.
+pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), String> {
+    let mut splits: BTreeMap<&str, (usize, String)> = BTreeMap::new();
+    for f in files {
+        if let Some((split, end)) = split_of(f) {
+            let e = splits.entry(split).or_insert_with(|| (0, String::new()));
+            e.0 += 1;
+            if e.1.is_empty() {
+                // The keyword's file name, or its folder, then any file of the type.
+                let (head, rest) = f.split_at(end);
+                e.1 = match rest.contains('/') {
+                    true => format!("{head}/*.{ext}"),
+                    false => format!("{head}*.{ext}"),
+                };
+            }
+        }
+    }
+    let Some((first, (_, glob))) = splits.iter().next().filter(|_| splits.len() > 1) else {
+        return Ok(());
+    };
+    let named: Vec<String> = (splits.iter())
+        .map(|(s, (n, _))| format!("{s} ({n} file{})", if *n == 1 { "" } else { "s" }))
+        .collect();
+    let base = arg.trim_end_matches('/');
+    Err(format!(
+        "the folder holds the splits {}: packed together, held-out samples would mix with \
+         training ones; pack one split, e.g. the {first} split as '{base}/{glob}'",
+        named.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_are_whole_words_of_the_path() {
+        assert_eq!(
+            split_of("data/train-00000-of-00002.parquet"),
+            Some(("train", 10))
+        );
+        assert_eq!(
+            split_of("default/validation/0000.parquet").unwrap().0,
+            "validation"
+        );
+        assert_eq!(split_of("imagenet-val-000001.tar").unwrap().0, "validation");
+        assert_eq!(split_of("test_0.parquet").unwrap().0, "test");
+        for none in [
+            "shard-000000.tar",
+            "interval-3.tar",
+            "retrain.parquet",
+            "data/x.parquet",
+        ] {
+            assert_eq!(split_of(none), None, "{none}");
+        }
+    }
+
+    #[test]
+    fn several_splits_are_refused_with_a_pattern_for_one() {
+        let hf = [
+            "data/test-00000-of-00001.parquet",
+            "data/train-00000-of-00002.parquet",
+            "data/train-00001-of-00002.parquet",
+            "data/validation-00000-of-00001.parquet",
+        ];
+        let e = one_split("hf/", &hf, "parquet").unwrap_err();
+        assert!(
+            e.contains("splits test (1 file), train (2 files), validation (1 file)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("the test split as 'hf/data/test*.parquet'"),
+            "{e}"
+        );
+        let by_folder = ["default/train/0000.parquet", "default/test/0000.parquet"];
+        let e = one_split("hub", &by_folder, "parquet").unwrap_err();
+        assert!(e.contains("'hub/default/test/*.parquet'"), "{e}");
+        // One split, or none named, is a dataset.
+        one_split("hf", &hf[1..3], "parquet").unwrap();
+        one_split("w", &["shard-0.tar", "shard-1.tar"], "tar").unwrap();
+    }
+}
