@@ -438,3 +438,21 @@ fn output_holds_only_the_dataset_files() {
     expect.sort();
     assert_eq!(file_names(&ds), expect);
 }
+
+#[test]
+fn a_folder_of_splits_is_not_an_image_folder_of_two_classes() {
+    // imagenet/{train,val}/<class>/<image>, given from above the splits.
+    let t = tempdir();
+    let root = t.path().join("imagenet");
+    jpeg_folder(&root.join("train/cat"), 2, 40, 30);
+    jpeg_folder(&root.join("val/cat"), 1, 40, 30);
+    let r = pack(&root, t.path().join("out")).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("are train, val: dataset splits"),
+        "{}",
+        r.stderr
+    );
+    let m = pack(root.join("train"), t.path().join("train")).ok();
+    assert!(m.stdout.contains("classes 1: cat"), "{}", m.stdout);
+}

@@ -102,6 +102,9 @@ pub(crate) fn list_folder(root: &Path, exclude: Option<&Path>) -> Result<Listing
             listing.ignored += 1;
         }
     }
+    let names: Vec<&str> = class_names.iter().filter_map(|c| c.to_str()).collect();
+    crate::splits::splits_as_classes(&root.display().to_string(), &names)
+        .map_err(|message| ListError::BadInput { message })?;
     let mut seen = HashSet::new();
     for (label, class) in class_names.iter().enumerate() {
         // A class name is text: a name that is not UTF-8 would be changed, and two such names

@@ -41,6 +41,30 @@ fn split_of(path: &str) -> Option<(&'static str, usize)> {
     None
 }
 
+/// Refuses an ImageFolder whose class folders are all named as splits (`train`, `val`, …):
+/// the folder above the splits was given, whose images would be labelled by their split.
+pub(crate) fn splits_as_classes(root: &str, classes: &[&str]) -> Result<(), String> {
+    let split = |c: &str| {
+        let c = c.to_ascii_lowercase();
+        KEYWORDS.iter().find(|(k, _)| *k == c).map(|(_, s)| *s)
+    };
+    let splits: std::collections::BTreeSet<&str> =
+        classes.iter().filter_map(|c| split(c)).collect();
+    if splits.len() < 2 || classes.iter().any(|c| split(c).is_none()) {
+        return Ok(());
+    }
+    let first = classes
+        .iter()
+        .find(|c| split(c) == Some("train"))
+        .unwrap_or(&classes[0]);
+    Err(format!(
+        "the class folders of {root} are {}: dataset splits, each holding class folders, would \
+         become the classes; pack one split: {}/{first}",
+        classes.join(", "),
+        root.trim_end_matches('/')
+    ))
+}
+
 /// Refuses `files` (paths relative to the folder `arg` names, with extension `ext`) when they
 /// belong to more than one split, naming each and how to pack one.
 pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), String> {
@@ -97,6 +121,18 @@ mod tests {
         ] {
             assert_eq!(split_of(none), None, "{none}");
         }
+    }
+
+    #[test]
+    fn class_folders_that_are_all_splits_are_refused() {
+        let e = splits_as_classes("inet/", &["train", "val"]).unwrap_err();
+        assert!(
+            e.contains("are train, val") && e.ends_with("pack one split: inet/train"),
+            "{e}"
+        );
+        splits_as_classes("x", &["cat", "train", "val"]).unwrap();
+        splits_as_classes("x", &["train"]).unwrap();
+        splits_as_classes("x", &["test", "testing"]).unwrap();
     }
 
     #[test]
