@@ -342,4 +342,20 @@ fn an_image_named_field_beside_the_image_is_read_and_a_records_own_names_are_not
     assert!(e.path.ends_with(":s3") && e.kind == "bad_field", "{errs:?}");
     assert!(e.message.contains("carries a `label` field"), "{e:?}");
     masks(&packed, 3);
+
+    // A real PNG of another size beside each image: verify --decode checks the image's size
+    // against its metadata, and only that the png decodes.
+    let other = crate::common::png(&image::DynamicImage::ImageRgb8(crate::common::pattern(
+        20, 10, 1,
+    )));
+    let mut w = TarWriter::new(Vec::new());
+    for i in 0..3 {
+        w.append(&format!("s{i}.jpg"), &image).unwrap();
+        w.append(&format!("s{i}.png"), &other).unwrap();
+    }
+    let input = root.path().join("in-png");
+    crate::common::write_file(input.join("shard-000000.tar"), w.finish().unwrap());
+    let out = root.path().join("tar-png");
+    pack(&input, &out).args(["--resize", "shorter:16"]).ok();
+    Cmd::new(["verify", "--decode"]).arg(&out).ok();
 }

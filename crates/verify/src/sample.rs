@@ -127,13 +127,16 @@ pub(crate) fn finish_sample(
     }
 
     if ctx.decode {
+        // The metadata's size is the image's (its first image field, as readers pick it); an
+        // image field carried beside it (a mask, the input's original) need only decode.
+        let image = shardtool_wds::image_field(fields.iter().map(|(f, _)| &**f));
         for (field, data) in fields {
             if shardtool_wds::is_image_field(field) {
                 scan.images.push(ImageJob {
                     member: format!("{key}.{field}"),
                     at: data.at,
                     len: data.len,
-                    expect,
+                    expect: expect.filter(|_| Some(&**field) == image),
                 });
             }
         }
