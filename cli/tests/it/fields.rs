@@ -359,3 +359,77 @@ fn an_image_named_field_beside_the_image_is_read_and_a_records_own_names_are_not
     pack(&input, &out).args(["--resize", "shorter:16"]).ok();
     Cmd::new(["verify", "--decode"]).arg(&out).ok();
 }
+
+#[test]
+fn labels_no_class_has_are_corrupt_shards_to_the_reader_as_to_verify() {
+    let root = tempdir();
+    for packed in [false, true] {
+        let dir = root.path().join(if packed { "packed" } else { "tar" });
+        let format = if packed { "packed" } else { "wds" };
+        pack(crate::common::sample_data(), &dir)
+            .args(["--resize", "crop:24x24", "--shard-samples", "16"])
+            .args(["--format", format])
+            .ok();
+        // The first sample of each shard labelled 7, of 4 classes.
+        let relabel = |b: &[u8]| -> Vec<u8> {
+            if packed {
+                let shard = PackedShard::open(b).unwrap();
+                let mut w = PackedWriter::new(Mode::Auto);
+                for (i, r) in shard.records().enumerate() {
+                    let label = if i == 0 { 7 } else { r.label };
+                    let mut meta = shard.sample_meta(i).clone();
+                    let obj = meta.as_object_mut().unwrap();
+                    obj.insert("label".into(), label.into());
+                    obj.remove("class");
+                    w.add(r.key, label, r.height(), r.width(), r.pixels, meta)
+                        .unwrap();
+                }
+                let mut out = Vec::new();
+                w.finish(&mut out).unwrap();
+                out
+            } else {
+                let mut w = TarWriter::new(Vec::new());
+                let mut first = true;
+                for e in TarReader::new(b) {
+                    let e = e.unwrap();
+                    match split_name(&e.name).1 {
+                        "cls" if first => {
+                            w.append(&e.name, b"7").unwrap();
+                            first = false;
+                        }
+                        _ => w.append(&e.name, e.data).unwrap(),
+                    }
+                }
+                w.finish().unwrap()
+            }
+        };
+        rewrite(&dir, relabel, |_| {});
+        let r = Cmd::new(["read"]).arg(&dir).run();
+        assert_ne!(r.code, Some(0), "{r:?}");
+        assert!(
+            r.stderr
+                .contains("has label 7, not one of the manifest's 4 classes"),
+            "{}",
+            r.stderr
+        );
+        let (code, kinds) = verify(&dir, &[]);
+        assert_eq!(code, Some(1));
+        assert!(kinds.iter().any(|k| k == "bad_label"), "{kinds:?}");
+    }
+    // A tar sample without the .cls the manifest says every sample has: no silent -1.
+    let dir = root.path().join("tar");
+    let drop_cls = |b: &[u8]| -> Vec<u8> {
+        let mut w = TarWriter::new(Vec::new());
+        for (i, e) in TarReader::new(b).enumerate() {
+            let e = e.unwrap();
+            if !(i < 4 && split_name(&e.name).1 == "cls") {
+                w.append(&e.name, e.data).unwrap();
+            }
+        }
+        w.finish().unwrap()
+    };
+    rewrite(&dir, drop_cls, |_| {});
+    let r = Cmd::new(["read"]).arg(&dir).run();
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(r.stderr.contains("has no .cls"), "{}", r.stderr);
+}

@@ -297,10 +297,25 @@ impl Dataset {
         };
         let view = match entry.format {
             ShardFormat::Packed => {
-                ShardView::Packed(PackedShard::open(bytes).map_err(|e| corrupt(e.to_string()))?)
+                let shard = PackedShard::open(bytes).map_err(|e| corrupt(e.to_string()))?;
+                if let Some(r) = shard.records().find(|r| !self.label_ok(r.label, true)) {
+                    return Err(corrupt(self.bad_label(r.key, r.label)));
+                }
+                ShardView::Packed(shard)
             }
             ShardFormat::Wds => {
                 let records = index_tar(bytes.as_ref(), &self.fields).map_err(corrupt)?;
+                // Every sample has a `.cls` where the manifest says so (`-1` means none).
+                let cls = (self.manifest.fields.iter()).any(|f| f == shardtool_wds::LABEL_FIELD);
+                if let Some(r) = records.iter().find(|r| !self.label_ok(r.label, !cls)) {
+                    return Err(corrupt(match r.label {
+                        -1 if cls => format!(
+                            "sample {:?} has no .cls, which the manifest says every sample has",
+                            r.key
+                        ),
+                        l => self.bad_label(&r.key, l),
+                    }));
+                }
                 ShardView::Tar { bytes, records }
             }
         };
@@ -312,6 +327,26 @@ impl Dataset {
             )));
         }
         Ok(view)
+    }
+}
+
+impl Dataset {
+    /// Whether a sample's `label` may be handed out: a class index of the manifest's classes
+    /// (any label when it names none), or -1 (no label) where `unlabelled` samples may be.
+    /// Training code indexes with labels: one past the classes is a crash on a GPU, or worse.
+    fn label_ok(&self, label: i64, unlabelled: bool) -> bool {
+        let n = self.manifest.classes.len();
+        (label == -1 && unlabelled)
+            || (n == 0 && label >= 0)
+            || usize::try_from(label).is_ok_and(|l| l < n)
+    }
+
+    fn bad_label(&self, key: &str, label: i64) -> String {
+        format!(
+            "sample {key:?} has label {label}, not one of the manifest's {} classes (shardtool \
+             verify lists every such sample)",
+            self.manifest.classes.len()
+        )
     }
 }
 
