@@ -366,6 +366,8 @@ class Loader:
                 remainder=self._remainder,
                 cache_dir=self._cache_dir,
                 cache_limit=self._cache_limit,
+                fetch_timeout=self.__dict__.get("_fetch_timeout"),
+                fetch_attempts=self.__dict__.get("_fetch_attempts"),
             )
         return self._info[world]
 
@@ -551,6 +553,19 @@ class Loader:
         missing = {"dataset", "seed", "epoch", "batch_size", "world_size", "samples", "reader"} - state.keys()
         if missing:
             raise ValueError(f"loader state lacks {sorted(missing)}")
+        # A checkpoint file is data: each count an int in its range, not anything int() takes.
+        for name, least in (("epoch", 0), ("world_size", 1), ("samples", 0)):
+            value = state[name]
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value < 2**63:
+                raise ValueError(f"loader state's {name} must be an int of at least {least}, not {value!r}")
+        split = state.get("split")
+        if split is not None and not (
+            isinstance(split, (list, tuple))
+            and len(split) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in split)
+            and 0 <= split[0] < split[1] < 2**32
+        ):
+            raise ValueError(f"loader state's split must be [index, count] with index < count, not {split!r}")
         if state["seed"] != self._seed:
             raise ValueError(f"the state is for seed {state['seed']}, this loader has seed {self._seed}")
         if state["batch_size"] != self._batch_size:

@@ -103,6 +103,8 @@ def plan_info(
     remainder: str = "drop",
     cache_dir: Optional[str] = None,
     cache_limit: Optional[int] = None,
+    fetch_timeout: Optional[float] = None,
+    fetch_attempts: Optional[int] = None,
 ) -> Tuple[str, int, int]: ...
 def check_fields(dataset: str, fields: List[str]) -> None: ...
 def pack(

@@ -44,6 +44,10 @@ def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str, not {type(value).__name__}")
     size = options.get("shard_size")
+    if size is not None and options.get("shard_samples") is not None:
+        raise ValueError(
+            "shard_size rolls shards by size, shard_samples fixes the samples of each: pass one"
+        )
     if isinstance(size, int):
         integer("shard_size", size, 1, 2**63 - 1)
         options["shard_size"] = str(size)

@@ -48,14 +48,20 @@ create_exception!(
 /// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
 /// parenthesis, and not followed by more of a word), never part of a path.
 pub(crate) fn pythonic(text: String) -> String {
-    const FLAGS: [(&str, &str); 8] = [
+    const FLAGS: [(&str, &str); 14] = [
         ("--overwrite", "overwrite=True"),
         ("--resume", "resume=True"),
         ("--max-errors", "max_errors"),
         ("--shard-samples", "shard_samples"),
+        ("--shard-size", "shard_size"),
         ("--cache-limit", "cache_limit"),
         ("--cache-dir", "cache_dir"),
         ("--label-column", "label_column"),
+        ("--text-column", "text_column"),
+        ("--image-column", "image_column"),
+        ("--input-format", "input_format"),
+        ("--fetch-timeout", "fetch_timeout"),
+        ("--fetch-attempts", "fetch_attempts"),
         ("--remainder pad", "remainder=\"pad\""),
     ];
     let mut out = String::with_capacity(text.len());

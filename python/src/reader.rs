@@ -47,10 +47,32 @@ fn open(dataset: &str, cache: &CacheOptions) -> Result<Dataset, shardtool_reader
     }
 }
 
+/// `cache` with a `fetch_timeout` (seconds without a byte) and `fetch_attempts`, where given.
+fn fetching(
+    mut cache: CacheOptions,
+    fetch_timeout: Option<f64>,
+    fetch_attempts: Option<u32>,
+) -> PyResult<CacheOptions> {
+    if let Some(s) = fetch_timeout {
+        cache.policy.stall_timeout = Duration::try_from_secs_f64(s)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| PyValueError::new_err("fetch_timeout must be > 0 seconds"))?;
+    }
+    if let Some(n) = fetch_attempts {
+        if n == 0 {
+            return Err(PyValueError::new_err("fetch_attempts must be at least 1"));
+        }
+        cache.policy.attempts = n;
+    }
+    Ok(cache)
+}
+
 /// `(fingerprint, samples per rank, batches per rank)` of a dataset for `world_size` ranks,
-/// without starting a reader.
+/// without starting a reader (a remote dataset's manifest is fetched as the reader would).
 #[pyfunction]
-#[pyo3(signature = (dataset, *, batch_size, world_size, remainder="drop", cache_dir=None, cache_limit=None))]
+#[pyo3(signature = (dataset, *, batch_size, world_size, remainder="drop", cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None))]
+#[allow(clippy::too_many_arguments)]
 pub fn plan_info(
     py: Python<'_>,
     dataset: String,
@@ -59,6 +81,8 @@ pub fn plan_info(
     remainder: &str,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
+    fetch_timeout: Option<f64>,
+    fetch_attempts: Option<u32>,
 ) -> PyResult<(String, u64, u64)> {
     let r = self::remainder(remainder)?;
     if batch_size == 0 || world_size == 0 {
@@ -66,7 +90,11 @@ pub fn plan_info(
             "batch_size and world_size must be positive",
         ));
     }
-    let cache = cache_options(cache_dir, cache_limit);
+    let cache = fetching(
+        cache_options(cache_dir, cache_limit),
+        fetch_timeout,
+        fetch_attempts,
+    )?;
     let d = py.detach(|| open(&dataset, &cache)).map_err(read_error)?;
     let total: u64 = d.counts().iter().sum();
     let samples = per_rank(total, world_size, r);
@@ -279,19 +307,11 @@ impl Reader {
     ) -> PyResult<Self> {
         let location = Location::parse(&dataset)
             .map_err(|e| read_error(shardtool_reader::ReadError::from(e)))?;
-        let mut cache = cache_options(cache_dir, cache_limit);
-        if let Some(s) = fetch_timeout {
-            cache.policy.stall_timeout = Duration::try_from_secs_f64(s)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| PyValueError::new_err("fetch_timeout must be > 0 seconds"))?;
-        }
-        if let Some(n) = fetch_attempts {
-            if n == 0 {
-                return Err(PyValueError::new_err("fetch_attempts must be at least 1"));
-            }
-            cache.policy.attempts = n;
-        }
+        let cache = fetching(
+            cache_options(cache_dir, cache_limit),
+            fetch_timeout,
+            fetch_attempts,
+        )?;
         let mut b = Loader::builder_at(location)
             .cache(cache)
             .batch_size(batch_size)

@@ -83,6 +83,10 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
         shardtool.plan(SAMPLE, done, shard_samples=10)
     with pytest.raises(ValueError, match="pass one"):
         shardtool.pack(SAMPLE, tmp_path / "q", shard_samples=5, resume=True, overwrite=True)
+    # As the CLI refuses --shard-size with --shard-samples (one was silently dropped).
+    with pytest.raises(ValueError, match="shard_size rolls shards by size"):
+        shardtool.pack(SAMPLE, tmp_path / "r", shard_samples=5, shard_size="100KB")
+    assert not (tmp_path / "r").exists()
 
 
 def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -> None:

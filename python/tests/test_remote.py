@@ -130,7 +130,9 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
             self.do_GET(head=True)
 
         def do_GET(self, head: bool = False) -> None:
-            path = ds / self.path.lstrip("/")
+            # Under /stall/ the manifest stalls too.
+            stall = self.path.startswith("/stall/")
+            path = ds / self.path.removeprefix("/stall").lstrip("/")
             if not path.is_file():
                 self.send_error(404)
                 return
@@ -140,7 +142,7 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
             self.end_headers()
             if head:
                 return
-            if path.name == "manifest.json":
+            if path.name == "manifest.json" and not stall:
                 self.wfile.write(data)
                 return
             gets.append(path.name)
@@ -178,6 +180,14 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
         start = time.monotonic()
         with pytest.raises(shardtool.DatasetError, match="1 attempt"):
             next(iter(quick))
+        assert time.monotonic() - start < 10.0
+        # So does the manifest's fetch that len() and state_dict() make without a reader.
+        start = time.monotonic()
+        stalled = shardtool.Loader(
+            url + "stall/", batch_size=4, cache_dir=tmp_path / "cache3", fetch_timeout=0.5, fetch_attempts=1
+        )
+        with pytest.raises(shardtool.DatasetError, match="1 attempt"):
+            len(stalled)
         assert time.monotonic() - start < 10.0
         for bad in (dict(fetch_timeout=0), dict(fetch_attempts=0)):
             with pytest.raises(ValueError):

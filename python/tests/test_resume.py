@@ -52,6 +52,17 @@ def test_state_of_another_dataset_or_seed_raises(datasets: Dict[str, Path]) -> N
         shardtool.Loader(datasets["tar"], batch_size=4, seed=1).load_state_dict(state)
     with pytest.raises(ValueError, match="format"):
         shardtool.Loader(datasets["tar"], batch_size=3, seed=1).load_state_dict({"format": 99})
+    # A damaged checkpoint: counts of the wrong type or range are refused, naming them.
+    for key, bad in (("world_size", "1"), ("world_size", 1.5), ("samples", -100), ("epoch", True), ("split", [5, 2])):
+        with pytest.raises(ValueError, match=f"state's {key} must be"):
+            shardtool.Loader(datasets["tar"], batch_size=3, seed=1).load_state_dict(dict(state, **{key: bad}))
+    # One claiming more batches delivered than the epoch has: refused at iter(), not an empty epoch.
+    reader = json.loads(state["reader"]) if isinstance(state["reader"], str) else dict(state["reader"])
+    reader["delivered_prefix"] = 10**6
+    b = shardtool.Loader(datasets["tar"], batch_size=3, seed=1)
+    b.load_state_dict(dict(state, reader=reader if not isinstance(state["reader"], str) else json.dumps(reader)))
+    with pytest.raises(ValueError, match="counts batch 1000000 as delivered"):
+        next(iter(b))
 
 
 def test_a_state_of_another_rank_or_order_is_refused_at_iter(datasets: Dict[str, Path]) -> None:

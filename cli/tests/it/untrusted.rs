@@ -66,3 +66,32 @@ fn sample_counts_no_shard_can_hold_are_refused_before_anything_is_sized_by_them(
     r.assert_code(2);
     assert!(r.stderr.contains("cannot be held in memory"), "{r:?}");
 }
+
+#[test]
+fn a_saved_position_past_the_epoch_is_refused_not_an_empty_epoch() {
+    let root = tempdir();
+    let dir = dataset(root.path(), "wds", &[]);
+    let state = root.path().join("pos.json");
+    Cmd::new(["read"])
+        .arg(&dir)
+        .args(["--batch", "8", "--limit", "16", "--state-out"])
+        .arg(&state)
+        .ok();
+    let mut s: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    // 45 samples in batches of 8: six batches; the seventh cannot have been delivered.
+    s["delivered_prefix"] = 7.into();
+    std::fs::write(&state, serde_json::to_vec(&s).unwrap()).unwrap();
+    let r = Cmd::new(["read"])
+        .arg(&dir)
+        .args(["--batch", "8", "--keys", "--resume"])
+        .arg(&state)
+        .run();
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    assert!(
+        r.stderr
+            .contains("counts batch 7 as delivered, and the epoch has 6 batches"),
+        "{}",
+        r.stderr
+    );
+}

@@ -478,9 +478,16 @@ impl LoaderBuilder {
             }
         }
         let batches = order.len().div_ceil(self.batch_size) as u64;
-        skip.extend(0..delivered_prefix.min(batches));
-        // A saved state may name batches this epoch does not have: those are no work.
-        skip.retain(|&b| b < batches);
+        // The state restored the dataset, epoch, ranks and batch size: its batches are this
+        // epoch's. One past them is a damaged or foreign checkpoint, not an epoch to skip.
+        let past = skip.last().copied().filter(|&b| b >= batches);
+        if let Some(b) = past.or((delivered_prefix > batches).then_some(delivered_prefix)) {
+            return Err(ReadError::BadState(format!(
+                "the saved state counts batch {b} as delivered, and the epoch has {batches} \
+                 batches: it is damaged, or belongs to another loader"
+            )));
+        }
+        skip.extend(0..delivered_prefix);
         if let Some((b, used)) = partial {
             let len = if b < batches {
                 batch_len(order.len(), self.batch_size, b)
