@@ -95,3 +95,22 @@ fn a_saved_position_past_the_epoch_is_refused_not_an_empty_epoch() {
         r.stderr
     );
 }
+
+#[test]
+fn batches_in_flight_larger_than_memory_are_refused_before_any_is_allocated() {
+    let root = tempdir();
+    let dir = dataset(root.path(), "wds", &[]);
+    // 8 crops of 16384² take 6 GiB each, under the 8 GiB a batch may take; with 64 workers
+    // holding three each, over a TiB.
+    let r = Cmd::new(["read"])
+        .arg(&dir)
+        .args(["--batch", "8", "--workers", "64"])
+        .args(["--transform", "center-crop:16384"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("batches of 6.0 GiB in flight"),
+        "{}",
+        r.stderr
+    );
+}

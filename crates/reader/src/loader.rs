@@ -150,6 +150,14 @@ fn strict_differences(s: &LoaderState, b: &LoaderBuilder) -> Vec<String> {
     out
 }
 
+/// This machine's memory in bytes (Linux's `MemTotal`), if it can be read.
+fn physical_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 /// Most batches each worker may have ready ahead of the consumer: each is a whole batch buffer.
 pub const MAX_PREFETCH: usize = 1024;
 
@@ -468,12 +476,28 @@ impl LoaderBuilder {
         if let Some(side) = self.transform.fixed_size() {
             let batch = self.batch_size.min(order.len()) as u64;
             let bytes = batch * u64::from(side) * u64::from(side) * 3;
+            let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
             if bytes > MAX_BATCH_BYTES {
                 return Err(ReadError::BadOptions(format!(
                     "a batch of {batch} {side}x{side} RGB images needs {:.1} GiB, over the {} GiB \
                      a batch may take: use a smaller batch or crop size",
-                    bytes as f64 / f64::from(1u32 << 30),
+                    gib(bytes),
                     MAX_BATCH_BYTES >> 30
+                )));
+            }
+            // Each worker holds the batch it fills and `prefetch` ready ones; the consumer one.
+            let held = (self.workers * (self.prefetch.max(1) + 1) + 1) as u64;
+            let all = bytes.saturating_mul(held);
+            if let Some(memory) = physical_memory().filter(|&m| all > m / 2) {
+                return Err(ReadError::BadOptions(format!(
+                    "{held} batches of {:.1} GiB in flight ({} workers, prefetch {}) need {:.1} \
+                     GiB, over half of this machine's {:.1} GiB: use a smaller batch or crop \
+                     size, fewer workers or less prefetch",
+                    gib(bytes),
+                    self.workers,
+                    self.prefetch.max(1),
+                    gib(all),
+                    gib(memory)
                 )));
             }
         }
