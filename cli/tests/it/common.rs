@@ -394,7 +394,37 @@ impl Bits {
 /// a 30000x30000 image (112 MB of scanlines, 900 MB as 8-bit pixels) takes about 700 KB.
 pub fn png_bomb(w: u32, h: u32) -> Vec<u8> {
     let row = 1 + u64::from(w).div_ceil(8);
-    let total = row * u64::from(h);
+    let z = zlib_zeros(row * u64::from(h));
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&w.to_be_bytes());
+    ihdr.extend_from_slice(&h.to_be_bytes());
+    ihdr.extend_from_slice(&[1, 0, 0, 0, 0]); // 1-bit greyscale
+    png_chunk(&mut out, b"IHDR", &ihdr);
+    png_chunk(&mut out, b"IDAT", &z);
+    png_chunk(&mut out, b"IEND", &[]);
+    out
+}
+
+/// A valid 8x8 black RGB PNG whose ICC profile (`iCCP`) inflates to `inflated` zero bytes.
+pub fn png_icc_bomb(inflated: u64) -> Vec<u8> {
+    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+    let mut ihdr = Vec::new();
+    ihdr.extend_from_slice(&8u32.to_be_bytes());
+    ihdr.extend_from_slice(&8u32.to_be_bytes());
+    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]); // 8-bit RGB
+    png_chunk(&mut out, b"IHDR", &ihdr);
+    let mut icc = b"icc\0\0".to_vec(); // its name, then compression method 0
+    icc.extend(zlib_zeros(inflated));
+    png_chunk(&mut out, b"iCCP", &icc);
+    png_chunk(&mut out, b"IDAT", &zlib_zeros(8 * (1 + 8 * 3)));
+    png_chunk(&mut out, b"IEND", &[]);
+    out
+}
+
+/// A zlib stream of `total` zero bytes (at least 1): one fixed-Huffman block of
+/// back-references, 258 zero bytes per 13 bits.
+fn zlib_zeros(total: u64) -> Vec<u8> {
     let mut bits = Bits {
         out: vec![0x78, 0x01],
         acc: 0,
@@ -420,16 +450,7 @@ pub fn png_bomb(w: u32, h: u32) -> Vec<u8> {
     let adler = ((total % 65_521) << 16) as u32 | 1;
     let mut z = bits.out;
     z.extend_from_slice(&adler.to_be_bytes());
-
-    let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
-    let mut ihdr = Vec::new();
-    ihdr.extend_from_slice(&w.to_be_bytes());
-    ihdr.extend_from_slice(&h.to_be_bytes());
-    ihdr.extend_from_slice(&[1, 0, 0, 0, 0]); // 1-bit greyscale
-    png_chunk(&mut out, b"IHDR", &ihdr);
-    png_chunk(&mut out, b"IDAT", &z);
-    png_chunk(&mut out, b"IEND", &[]);
-    out
+    z
 }
 
 /// Deterministic pseudo-random bytes that start with no image signature.

@@ -186,3 +186,24 @@ fn reader_memory_stays_flat_over_twenty_epochs() {
         "peak RSS grew from {two} KiB (2 epochs) to {twenty} KiB (20 epochs)"
     );
 }
+
+#[test]
+fn an_inflating_png_header_costs_what_its_image_allows_not_the_pixel_bound() {
+    // 8x8 pixels whose ICC profile inflates to 400 MB (a 400 KB file): decoders allocated up to
+    // the bound of the largest image allowed (864 MB) for it.
+    let t = tempdir();
+    write_file(t.path().join("in/c/icc.png"), png_icc_bomb(400 << 20));
+    let (input, ds) = (t.path().join("in"), t.path().join("ds"));
+    let args: Vec<&std::ffi::OsStr> = vec![
+        "pack".as_ref(),
+        input.as_os_str(),
+        ds.as_os_str(),
+        "--jobs".as_ref(),
+        "1".as_ref(),
+        "--quiet".as_ref(),
+    ];
+    let kib = peak_rss_kib(&args);
+    assert!(kib < 250 << 10, "peak RSS {kib} KiB for an 8x8 PNG");
+    // Its pixels are not lost: the profile is the header's problem, bounded on its own.
+    assert_eq!(manifest(&ds).inputs.found, 1);
+}

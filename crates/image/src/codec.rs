@@ -359,6 +359,9 @@ pub(crate) fn jpeg_frame_size(b: &[u8]) -> Option<(u32, u32)> {
     }
 }
 
+/// What a decoder may allocate besides the pixels: header chunks, tables, buffers.
+const HEADER_ALLOC: u64 = 64 << 20;
+
 fn decode_generic(
     bytes: &[u8],
     format: ImageFormat,
@@ -376,21 +379,17 @@ fn decode_generic(
             format!("cannot decode {format:?}: {other}"),
         ),
     };
-    let reader = || {
+    let reader = |max_alloc: u64| {
         let mut r = ImageReader::with_format(Cursor::new(bytes), format);
         let mut limits = image::Limits::default();
-        // Room for the largest allowed image at 16-bit RGBA plus the decoder's own buffers.
-        limits.max_alloc = Some(
-            spec.limits
-                .max_pixels
-                .saturating_mul(8)
-                .saturating_add(64 << 20),
-        );
+        limits.max_alloc = Some(max_alloc);
         r.limits(limits);
         r
     };
-    // Check the header's size before allocating any pixels.
-    let (w, h) = reader().into_dimensions().map_err(decode_err)?;
+    // Check the header's size before allocating any pixels. What the header's chunks may take
+    // (a PNG's compressed ICC profile or text) is bounded on its own: 8x8 pixels with an
+    // inflating profile took 850 MB under the pixel bound.
+    let (w, h) = reader(HEADER_ALLOC).into_dimensions().map_err(decode_err)?;
     if w == 0 || h == 0 {
         return Err(ImageError::new(
             ErrorKind::Decode,
@@ -400,7 +399,11 @@ fn decode_generic(
     if u64::from(w) * u64::from(h) > spec.limits.max_pixels {
         return Err(too_many(w.into(), h.into(), spec.limits.max_pixels));
     }
-    let dynimg = reader().decode().map_err(decode_err)?;
+    // Room for this image at 16-bit RGBA plus the decoder's own buffers.
+    let max_alloc = (u64::from(w) * u64::from(h))
+        .saturating_mul(8)
+        .saturating_add(HEADER_ALLOC);
+    let dynimg = reader(max_alloc).decode().map_err(decode_err)?;
     let img = to_rgb8(dynimg);
     let img = apply_orientation(img, orientation);
     let (w, h) = (img.width, img.height);
