@@ -433,3 +433,55 @@ fn labels_no_class_has_are_corrupt_shards_to_the_reader_as_to_verify() {
     assert_ne!(r.code, Some(0), "{r:?}");
     assert!(r.stderr.contains("has no .cls"), "{}", r.stderr);
 }
+
+#[test]
+fn repacking_shardtools_own_shards_states_the_new_sizes() {
+    // Re-sizing a dataset shardtool packed: its `.json` is metadata of the old image, made anew
+    // (the original's source and size kept as input_*), not carried stale.
+    let root = tempdir();
+    let first = root.path().join("first");
+    pack(crate::common::sample_data(), &first)
+        .args(["--resize", "shorter:64", "-q"])
+        .ok();
+    let again = root.path().join("again");
+    pack(&first, &again)
+        .args(["--resize", "shorter:32", "-q"])
+        .ok();
+    let before: std::collections::HashMap<String, Value> = tar_jsons(&first);
+    let after = tar_jsons(&again);
+    assert_eq!(after.len(), 45);
+    for (key, meta) in &after {
+        let old = &before[key];
+        assert_eq!(
+            meta["height"]
+                .as_u64()
+                .unwrap()
+                .min(meta["width"].as_u64().unwrap()),
+            32
+        );
+        assert_eq!(
+            (&meta["orig_width"], &meta["orig_height"]),
+            (&old["width"], &old["height"])
+        );
+        assert_eq!(meta["input_source"], old["source"], "{meta}");
+        assert_eq!(meta["input_orig_width"], old["orig_width"], "{meta}");
+        assert!(meta["source"].as_str().unwrap().contains(".tar:"), "{meta}");
+    }
+    Cmd::new(["verify", "--decode"]).arg(&again).ok();
+}
+
+/// Every `.json` of a tar dataset, by key.
+fn tar_jsons(dir: &Path) -> std::collections::HashMap<String, Value> {
+    let mut out = std::collections::HashMap::new();
+    for s in manifest(dir).shards {
+        let bytes = std::fs::read(dir.join(&s.file)).unwrap();
+        for e in TarReader::new(&bytes) {
+            let e = e.unwrap();
+            let (key, field) = split_name(&e.name);
+            if field == "json" {
+                out.insert(key.to_string(), serde_json::from_slice(e.data).unwrap());
+            }
+        }
+    }
+    out
+}

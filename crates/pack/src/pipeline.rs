@@ -714,6 +714,14 @@ fn process(
                             if let Ok(serde_json::Value::Object(m)) = serde_json::from_slice(data) {
                                 columns = m;
                             }
+                        } else if let Some(m) = (field == "json")
+                            .then(|| crate::sample_read::own_metadata(data))
+                            .flatten()
+                        {
+                            // Re-packing shardtool's shards: the metadata is made anew for the
+                            // new image (a carried copy would state the old size); what else it
+                            // held is kept as columns (its source as `input_source`).
+                            columns = m;
                         } else if !shardtool_manifest::is_field_name(field) {
                             return Err(fail(
                                 "bad_field",

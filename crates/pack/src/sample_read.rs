@@ -79,6 +79,30 @@ pub(crate) fn packed_record_problem(
     ))
 }
 
+/// The members of `json` worth keeping when it is metadata shardtool wrote (a `source`, a
+/// `key` and the four sizes, as a pack's `.json` states them): all but the key, label, class
+/// and the sizes of the image it described, which a new pack states afresh. `None` for any
+/// other json (an input's own, carried byte for byte).
+pub(crate) fn own_metadata(json: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
+    if json.len() as u64 > shardtool_wds::MAX_TEXT_BYTES as u64 {
+        return None;
+    }
+    let Ok(serde_json::Value::Object(mut m)) = serde_json::from_slice(json) else {
+        return None;
+    };
+    let sizes = ["orig_width", "orig_height", "width", "height"];
+    let ours = m.get("source").is_some_and(|v| v.is_string())
+        && m.get("key").is_some_and(|v| v.is_string())
+        && sizes.iter().all(|s| m.get(*s).is_some_and(|v| v.is_u64()));
+    if !ours {
+        return None;
+    }
+    for drop in ["key", "label", "class", "width", "height", "fields"] {
+        m.remove(drop);
+    }
+    Some(m)
+}
+
 /// Bytes a sample may carry besides its image (captions, metadata, other fields).
 pub(crate) const MAX_CARRIED_BYTES: u64 = 16 << 20;
 
