@@ -251,8 +251,9 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
                 where_(),
                 "bad_label",
                 format!(
-                    "its {} is neither a whole number (a class index) nor a name",
-                    cols.label
+                    "its {} {}is neither a whole number (a class index) nor a name",
+                    cols.label,
+                    label.map(|l| format!("{l:?} ")).unwrap_or_default()
                 ),
             ));
             return Ok(());
@@ -341,6 +342,15 @@ fn int_part(l: &str) -> Option<usize> {
     };
     (!whole.is_empty() && whole.bytes().all(|b| b.is_ascii_digit()))
         .then_some(l.len() - d.len() + whole.len())
+}
+
+/// Whether `l` writes a decimal number with a fraction that is not zero (`3.5`, `-0.25`).
+fn fractional(l: &str) -> bool {
+    let l = l.trim();
+    let d = l.strip_prefix('-').unwrap_or(l);
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    d.split_once('.')
+        .is_some_and(|(w, f)| digits(w) && !f.is_empty() && digits(f) && !whole_number(l))
 }
 
 fn whole_number(l: &str) -> bool {
@@ -437,7 +447,9 @@ fn csv_rows(
                 span,
                 extra,
                 text,
-                odd_label: false,
+                // A number that is not whole is no class index, and no name either (as in
+                // JSONL), whatever the other rows hold.
+                odd_label: l.and_then(|l| rec.get(l)).is_some_and(fractional),
                 // Text past the named columns: an unquoted comma shifted the row's columns.
                 // (Empty ones are trailing commas, as spreadsheets write them.)
                 problem: (rec.iter().skip(names.len()).any(|f| !f.trim().is_empty())).then(|| {

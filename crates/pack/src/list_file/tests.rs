@@ -87,12 +87,12 @@ fn a_member_named_twice_or_a_fractional_label_is_an_error_line_and_a_header_twic
             (
                 "l.jsonl:2",
                 "bad_label",
-                "its label is neither a whole number (a class index) nor a name"
+                "its label \"3.5\" is neither a whole number (a class index) nor a name"
             ),
             (
                 "l.jsonl:3",
                 "bad_label",
-                "its label is neither a whole number (a class index) nor a name"
+                "its label \"1e+20\" is neither a whole number (a class index) nor a name"
             ),
             ("l.jsonl:4", "bad_list_row", "the row names `x` twice"),
         ]
@@ -100,6 +100,30 @@ fn a_member_named_twice_or_a_fractional_label_is_an_error_line_and_a_header_twic
     let labels: Vec<_> = l.inputs.iter().map(|i| i.label).collect();
     assert_eq!(labels, [4]);
     assert_eq!(l.classes.len(), 5);
+    // A CSV label that is a fraction is that row's error, not a class name.
+    let l = list_text(
+        Path::new("l.csv"),
+        b"path,label\na.jpg,3\nb.jpg,3.5\nc.jpg,1\n",
+        &cols,
+    )
+    .unwrap();
+    assert_eq!(l.inputs.len(), 2);
+    assert_eq!(
+        (l.errors[0].path.as_str(), l.errors[0].kind.as_str()),
+        ("l.csv:3", "bad_label")
+    );
+    assert!(
+        l.errors[0].message.contains("\"3.5\" is neither"),
+        "{:?}",
+        l.errors
+    );
+    let l = list_text(
+        Path::new("l.csv"),
+        b"path,label\na.jpg,0.5\nb.jpg,1.5\n",
+        &cols,
+    )
+    .unwrap();
+    assert_eq!((l.inputs.len(), l.errors.len(), l.classes.len()), (0, 2, 0));
     let err = list_text(
         Path::new("l.csv"),
         b"path,label,Caption,caption\na.jpg,1,x,y\n",
