@@ -72,6 +72,7 @@ fn fetching(
 /// without starting a reader (a remote dataset's manifest is fetched as the reader would).
 #[pyfunction]
 #[pyo3(signature = (dataset, *, batch_size, world_size, remainder="drop", cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None))]
+// One parameter per keyword argument of the Python signature.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_info(
     py: Python<'_>,
