@@ -78,6 +78,16 @@ fn without_html(message: &str) -> &str {
     message[..cut].trim_end_matches([' ', ':', '\n'])
 }
 
+/// A listed object's name relative to `base`, as stored (each part unescaped once), and size.
+fn listed(meta: &object_store::ObjectMeta, base: &str) -> (String, u64) {
+    let full = (meta.location.parts())
+        .map(|p| crate::location::unescaped(p.as_ref()))
+        .collect::<Vec<_>>()
+        .join("/");
+    let name = full.strip_prefix(base).unwrap_or(&full);
+    (name.to_string(), meta.size)
+}
+
 fn classify(e: object_store::Error) -> AttemptError {
     use object_store::Error as E;
     let mut message = without_html(&e.to_string()).to_string();
@@ -319,31 +329,20 @@ impl Remote {
             .with_retries("", (), |()| {
                 let prefix = prefix.clone();
                 async move {
-                    let r = async {
-                        let mut stream = self.store.list(prefix.as_ref());
-                        let mut out = Vec::new();
-                        loop {
-                            let next =
-                                tokio::time::timeout(self.policy.stall_timeout, stream.next())
-                                    .await;
-                            match next {
-                                Err(_) => return Err(AttemptError::retry("listing stalled")),
-                                Ok(None) => return Ok(out),
-                                Ok(Some(Err(e))) => return Err(classify(e)),
-                                Ok(Some(Ok(meta))) => {
-                                    // Names as stored: a path keeps its parts percent-encoded.
-                                    let full = (meta.location.parts())
-                                        .map(|p| crate::location::unescaped(p.as_ref()))
-                                        .collect::<Vec<_>>()
-                                        .join("/");
-                                    let name = full.strip_prefix(base.as_str()).unwrap_or(&full);
-                                    out.push((name.to_string(), meta.size));
-                                }
-                            }
+                    let mut out = Vec::new();
+                    let r = match self.list_deep(prefix.as_ref(), base, &mut out).await {
+                        // WebDAV servers refuse a listing of unbounded depth by default
+                        // (lighttpd, Apache: 403, DAV:propfind-finite-depth): folder by folder.
+                        Err(e)
+                            if e.message.contains("PROPFIND")
+                                && http_status(&e.message) == Some(403) =>
+                        {
+                            out.clear();
+                            self.list_by_folder(prefix.as_ref(), base, &mut out).await
                         }
-                    }
-                    .await;
-                    ((), r)
+                        r => r,
+                    };
+                    ((), r.map(|()| out))
                 }
             })
             .map_err(|e| match e {
@@ -368,6 +367,73 @@ impl Remote {
             })?;
         out.sort();
         Ok(out)
+    }
+
+    /// Lists every object under `prefix` in one listing (for WebDAV, a PROPFIND of depth
+    /// infinity) into `out`: names relative to `base`, and sizes.
+    async fn list_deep(
+        &self,
+        prefix: Option<&StorePath>,
+        base: &str,
+        out: &mut Vec<(String, u64)>,
+    ) -> Result<(), AttemptError> {
+        let mut stream = self.store.list(prefix);
+        loop {
+            let next = tokio::time::timeout(self.policy.stall_timeout, stream.next()).await;
+            match next {
+                Err(_) => return Err(AttemptError::retry("listing stalled")),
+                Ok(None) => return Ok(()),
+                Ok(Some(Err(e))) => return Err(classify(e)),
+                Ok(Some(Ok(meta))) => out.push(listed(&meta, base)),
+            }
+        }
+    }
+
+    /// [`Remote::list_deep`] one folder at a time (PROPFIND of depth 1), for servers that
+    /// refuse the deep listing.
+    async fn list_by_folder(
+        &self,
+        prefix: Option<&StorePath>,
+        base: &str,
+        out: &mut Vec<(String, u64)>,
+    ) -> Result<(), AttemptError> {
+        let mut folders = vec![prefix.cloned()];
+        let mut seen = std::collections::HashSet::new();
+        while let Some(folder) = folders.pop() {
+            // A server listing a folder inside itself must not make this endless.
+            if !seen.insert(folder.clone()) {
+                continue;
+            }
+            let listing = self.store.list_with_delimiter(folder.as_ref());
+            let listing = tokio::time::timeout(self.policy.stall_timeout, listing)
+                .await
+                .map_err(|_| AttemptError::retry("listing stalled"))?
+                .map_err(classify)?;
+            out.extend(listing.objects.iter().map(|meta| listed(meta, base)));
+            // Listed folders are named from the server's root, the store's paths from the
+            // folder: below it, each is listed in turn (the folder itself is listed too).
+            let depth = base.split('/').filter(|p| !p.is_empty()).count();
+            for sub in listing.common_prefixes {
+                let parts: Vec<_> = sub.parts().collect();
+                let under = (parts
+                    .iter()
+                    .take(depth)
+                    .map(|p| crate::location::unescaped(p.as_ref())))
+                .eq(base
+                    .split('/')
+                    .filter(|p| !p.is_empty())
+                    .map(str::to_string));
+                if under && parts.len() > depth {
+                    let rel: StorePath = parts[depth..].iter().cloned().collect();
+                    let path = match &prefix {
+                        Some(p) => p.parts().chain(rel.parts()).collect(),
+                        None => rel,
+                    };
+                    folders.push(Some(path));
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Streams object `name` (of `size` bytes, as [`Remote::size_of`] found) into `file`,

@@ -6,7 +6,9 @@ mod fixture;
 
 use common::{Fault, FaultServer, Lighttpd};
 use fixture::{du, make_dataset};
-use shardtool_cache::{CacheError, CacheOptions, FetchPolicy, Location, RemoteDataset};
+use shardtool_cache::{
+    CacheError, CacheOptions, FetchPolicy, Location, RemoteDataset, RemoteFolder,
+};
 use shardtool_core::Checksum;
 use std::time::Duration;
 
@@ -305,4 +307,28 @@ fn a_foreign_non_empty_folder_is_never_used_as_a_cache() {
     assert!(matches!(e, CacheError::NotACache { .. }), "{e}");
     assert!(shardtool_cache::CacheDir::existing(tmp.path()).is_err());
     assert!(tmp.path().join("precious.txt").exists());
+}
+
+#[test]
+fn a_webdav_folder_lists_whole_where_the_server_refuses_deep_listings() {
+    // Stock lighttpd (and Apache) refuse PROPFIND of depth infinity: the folder is listed one
+    // level at a time instead, to the same names.
+    let root = tempfile::tempdir().unwrap();
+    let files = ["a.tar", "sub/b.tar", "sub/deeper/c d.tar", "z/e.tar"];
+    for (i, f) in files.iter().enumerate() {
+        let path = root.path().join("data").join(f);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, vec![7u8; 100 + i]).unwrap();
+    }
+    let want: Vec<(String, u64)> = (files.iter().enumerate())
+        .map(|(i, f)| (f.to_string(), 100 + i as u64))
+        .collect();
+    for server in [
+        Lighttpd::start(root.path()),
+        Lighttpd::start_stock(root.path()),
+    ] {
+        let policy = options(root.path()).policy;
+        let (folder, _) = RemoteFolder::connect(&server.url("data/"), policy).unwrap();
+        assert_eq!(folder.list().unwrap(), want);
+    }
 }

@@ -64,7 +64,17 @@ pub struct Lighttpd {
 }
 
 impl Lighttpd {
+    /// Serving `root`, its WebDAV allowing listings of any depth (as the tests' servers do).
     pub fn start(root: &Path) -> Self {
+        Self::start_with(root, true)
+    }
+
+    /// Serving `root` with WebDAV as installed: a listing of infinite depth is refused (403).
+    pub fn start_stock(root: &Path) -> Self {
+        Self::start_with(root, false)
+    }
+
+    fn start_with(root: &Path, deep_listings: bool) -> Self {
         let bin = find_binary(
             "LIGHTTPD",
             "lighttpd",
@@ -79,7 +89,7 @@ server.bind = "127.0.0.1"
 server.port = {port}
 server.modules = ("mod_webdav", "mod_accesslog")
 webdav.activate = "enable"
-webdav.opts = ("propfind-depth-infinity" => "enable")
+{deep}
 # A piped logger: lighttpd buffers a plain log file until it exits.
 accesslog.filename = "|/bin/sh -c \"exec cat >> {log}\""
 accesslog.format = "%r %>s %b"
@@ -89,6 +99,11 @@ server.stat-cache-engine = "disable"
 server.max-connections = 256
 "#,
             root = root.display(),
+            deep = if deep_listings {
+                r#"webdav.opts = ("propfind-depth-infinity" => "enable")"#
+            } else {
+                ""
+            },
             log = log.display(),
             err = conf.path().join("error.log").display(),
         );
