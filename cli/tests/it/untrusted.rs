@@ -114,3 +114,23 @@ fn batches_in_flight_larger_than_memory_are_refused_before_any_is_allocated() {
         r.stderr
     );
 }
+
+#[test]
+fn a_damaged_zstd_shard_is_a_corrupt_shard_not_an_io_error() {
+    let root = tempdir();
+    let dir = dataset(root.path(), "zstd", &["--compress", "zstd"]);
+    let m = crate::common::manifest(&dir);
+    let shard = dir.join(&m.shards[0].file);
+    let bytes = std::fs::read(&shard).unwrap();
+    // Cut in the middle of its frame: the frame header still says zstd.
+    std::fs::write(&shard, &bytes[..bytes.len() / 2]).unwrap();
+    let r = Cmd::new(["read"]).arg(&dir).run();
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(
+        r.stderr.contains("is corrupt") && r.stderr.contains("cannot be decompressed"),
+        "{}",
+        r.stderr
+    );
+    let r = Cmd::new(["inspect"]).arg(&dir).run();
+    assert!(r.stdout.contains("decompress"), "{}", r.stdout);
+}

@@ -58,6 +58,14 @@ pub enum OpenShardError {
         /// The cause (part of the message, not a separate source, so it is printed once).
         cause: io::Error,
     },
+    /// The zstd stream is damaged (truncated, corrupt, not zstd).
+    #[error("{path}: the zstd stream cannot be decompressed: {message}")]
+    Decompress {
+        /// The file.
+        path: PathBuf,
+        /// The decoder's reason.
+        message: String,
+    },
     /// The shard is larger than allowed.
     #[error("{path}: holds more than {max_bytes} bytes")]
     TooLarge {
@@ -114,7 +122,18 @@ pub fn open_shard(path: &Path, how: OpenShard) -> Result<ShardBytes, OpenShardEr
     let file = File::open(path).map_err(io)?;
     if how.zstd {
         let max = how.max_bytes.min(MAX_DECOMPRESSED_IN_MEMORY);
-        let out = read_to_end_bounded(zstd::Decoder::new(file).map_err(io)?, max).map_err(io)?;
+        // The decoder's own errors say the stream is damaged; the file's (and memory's) are I/O.
+        let damaged = |e: io::Error| match e.kind() {
+            io::ErrorKind::Other | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
+                OpenShardError::Decompress {
+                    path: path.to_path_buf(),
+                    message: e.to_string(),
+                }
+            }
+            _ => io(e),
+        };
+        let out =
+            read_to_end_bounded(zstd::Decoder::new(file).map_err(io)?, max).map_err(damaged)?;
         if out.len() as u64 > max {
             return Err(OpenShardError::TooLarge {
                 path: path.to_path_buf(),

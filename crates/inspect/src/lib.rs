@@ -88,6 +88,10 @@ fn read_shard(
             ProblemKind::Unreadable,
             format!("content not read: holds more than {max_bytes} bytes"),
         )),
+        Err(OpenShardError::Decompress { message, .. }) => Err((
+            ProblemKind::Decompress,
+            format!("the zstd stream cannot be decompressed: {message}"),
+        )),
         Err(e) => Err((ProblemKind::Unreadable, format!("cannot read: {e}"))),
     }
 }
