@@ -235,13 +235,13 @@ class Loader:
         if not location.lower().startswith(_REMOTE) and not os.path.exists(location):
             raise FileNotFoundError(f"{_redacted(location)}: no such dataset folder or manifest")
         _check_int("batch_size", batch_size, 1)
-        _check_int("seed", seed, 0)
-        _check_int("epoch", epoch, 0)
+        _check_int("seed", seed, 0, maximum=2**64 - 1)
+        _check_int("epoch", epoch, 0, maximum=2**64 - 1)
         _check_int("workers", workers, 1, optional=True)
         _check_int("shuffle_buffer", shuffle_buffer, 1, optional=True)
         _check_int("interleave", interleave, 1, optional=True)
         _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
-        _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=1000)
+        _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=100)
         if fetch_timeout is not None:
             if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, (int, float)):
                 raise TypeError(f"fetch_timeout must be a number of seconds, not {type(fetch_timeout).__name__}")
@@ -383,7 +383,7 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``."""
-        _check_int("epoch", epoch, 0)
+        _check_int("epoch", epoch, 0, maximum=2**64 - 1)
         if self._resume is not None and self._resume["epoch"] != epoch:
             self._resume = None
         self._epoch = epoch

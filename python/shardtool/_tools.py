@@ -146,6 +146,7 @@ def verify(
     ``ManifestError`` when the manifest is missing or unreadable (or ``path`` is a shard), and
     ``CacheError`` when a remote dataset cannot be opened or does not fit in the cache.
     """
+    _check_int("jobs", jobs, 1, optional=True, maximum=4096)
     return json.loads(
         _shardtool.verify(
             os.fspath(path),
@@ -173,6 +174,7 @@ def inspect(
     there, with stored sizes and formats as the server has them. Shards that cannot be read are
     listed under ``problems`` and left out of the figures.
     """
+    _check_int("jobs", jobs, 1, optional=True, maximum=4096)
     return json.loads(
         _shardtool.inspect(
             os.fspath(path),

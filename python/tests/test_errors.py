@@ -26,6 +26,15 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
         shardtool.Loader(p, batch_size=0)
     with pytest.raises(ValueError):
         shardtool.Loader(p, batch_size=2, seed=-1)
+    # Past what the reader takes (u64): a ValueError naming the argument, not an OverflowError.
+    for name in ("seed", "epoch"):
+        with pytest.raises(ValueError, match=name):
+            shardtool.Loader(p, batch_size=2, **{name: 2**64})
+    for jobs in (0, -1):
+        with pytest.raises(ValueError, match="jobs"):
+            shardtool.verify(p, jobs=jobs)
+        with pytest.raises(ValueError, match="jobs"):
+            shardtool.inspect(p, jobs=jobs)
     with pytest.raises(ValueError):
         shardtool.Loader(p, batch_size=2, rank=2, world_size=2)
     with pytest.raises(ValueError):
