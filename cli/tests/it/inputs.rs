@@ -456,3 +456,23 @@ fn a_folder_of_splits_is_not_an_image_folder_of_two_classes() {
     let m = pack(root.join("train"), t.path().join("train")).ok();
     assert!(m.stdout.contains("classes 1: cat"), "{}", m.stdout);
 }
+
+#[test]
+fn a_pipe_or_device_named_as_an_image_is_an_error_line_not_silently_ignored() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    jpeg_folder(&root.join("cat"), 2, 40, 30);
+    let fifo = root.join("cat/pipe.jpg");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+    symlink("/dev/null", root.join("cat/device.jpg")).unwrap();
+    let out = t.path().join("out");
+    pack(&root, &out).ok();
+    let errs = check_accounting(&out, &[]);
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    for e in errs.values() {
+        assert_eq!(e.kind, "unreadable", "{e:?}");
+        assert!(e.message.contains("not a regular file"), "{e:?}");
+    }
+    assert_eq!(manifest(&out).inputs.packed, 2);
+}

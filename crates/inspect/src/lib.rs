@@ -173,6 +173,6 @@ mod tests {
         let (kind, _) = read_shard(&packed, tar_zst, Some(n), u64::MAX, false)
             .err()
             .unwrap();
-        assert_eq!(kind, ProblemKind::Unreadable);
+        assert_eq!(kind, ProblemKind::Decompress);
     }
 }

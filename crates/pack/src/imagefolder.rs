@@ -172,6 +172,16 @@ fn walk(
                 out.inputs
                     .push(dir_index, &os_bytes(name), Some(label), None)
             }
+            Ok(_) if has_image_extension(dir) => {
+                // Named as an image but no file (a FIFO, a device): said, not silently ignored.
+                let path = [&prefix[..], &os_bytes(name)].concat();
+                out.errors.push(failure(
+                    String::from_utf8_lossy(&path).into_owned(),
+                    "unreadable",
+                    "not a regular file (a pipe, socket or device): not read".into(),
+                ));
+                Ok(())
+            }
             Ok(_) => {
                 out.ignored += 1;
                 Ok(())
