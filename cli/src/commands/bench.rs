@@ -3,6 +3,7 @@
 
 use crate::commands::read::LoaderArgs;
 use crate::Failure;
+use anyhow::anyhow;
 use std::time::{Duration, Instant};
 
 /// Arguments of `shardtool bench`.
@@ -127,6 +128,13 @@ fn memcpy_row(bytes: u64, samples: u64, batch_bytes: usize) -> Row {
 
 /// Runs `shardtool bench`.
 pub fn run(a: BenchArgs) -> Result<(), Failure> {
+    // A minute at most: a simulated step, not a wait of years.
+    if !(0.0..=60_000.0).contains(&a.step_ms) {
+        return Err(Failure::usage(anyhow!(
+            "--step-ms must be 0 to 60000 milliseconds, not {}",
+            a.step_ms
+        )));
+    }
     // An unusable device is a usage error before any work is done.
     if let Some(d) = a.device {
         d.resolve().map_err(Failure::usage)?;

@@ -44,9 +44,10 @@ impl CacheArgs {
             ),
             None => None,
         };
-        if !(self.fetch_timeout.is_finite() && self.fetch_timeout > 0.0) {
+        // A day at most: a Duration holds any such number, and no stall is meant to last longer.
+        if !(self.fetch_timeout > 0.0 && self.fetch_timeout <= 86_400.0) {
             return Err(Failure::usage(anyhow!(
-                "--fetch-timeout must be a positive number of seconds"
+                "--fetch-timeout must be more than 0 and at most 86400 seconds (a day)"
             )));
         }
         Ok(CacheOptions {

@@ -134,3 +134,20 @@ fn a_damaged_zstd_shard_is_a_corrupt_shard_not_an_io_error() {
     let r = Cmd::new(["inspect"]).arg(&dir).run();
     assert!(r.stdout.contains("decompress"), "{}", r.stdout);
 }
+
+#[test]
+fn durations_past_their_range_are_usage_errors_not_panics() {
+    let root = tempdir();
+    let dir = dataset(root.path(), "wds", &[]);
+    for (cmd, flag, value) in [
+        ("read", "--fetch-timeout", "1e300"),
+        ("read", "--fetch-timeout", "NaN"),
+        ("bench", "--step-ms", "1e300"),
+        ("bench", "--step-ms", "inf"),
+    ] {
+        let r = Cmd::new([cmd]).arg(&dir).args([flag, value]).run();
+        r.assert_code(2);
+        assert!(r.stderr.contains(flag), "{cmd} {flag} {value}: {}", r.stderr);
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    }
+}

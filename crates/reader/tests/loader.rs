@@ -243,9 +243,10 @@ fn a_batch_put_back_comes_again_and_a_forgotten_one_fails_the_epoch() {
 }
 
 #[test]
-fn a_state_claiming_more_batches_than_the_epoch_has_resumes_to_its_end_at_once() {
+fn a_state_claiming_more_batches_than_the_epoch_has_is_refused_at_once() {
     // Found while writing the `loader_state` fuzz target: the claimed prefix was expanded into a
-    // set of batch numbers, so 10^15 hung and exhausted memory.
+    // set of batch numbers, so 10^15 hung and exhausted memory. Such a state is damaged: it is
+    // refused (an empty epoch would lose the rest of it silently).
     let dir = tempfile::tempdir().unwrap();
     packed_dataset(dir.path(), &[10]);
     let mut state = Loader::builder(dir.path())
@@ -253,10 +254,14 @@ fn a_state_claiming_more_batches_than_the_epoch_has_resumes_to_its_end_at_once()
         .build()
         .unwrap()
         .state();
+    // Four batches: a state at the epoch's end resumes to nothing, one past it is refused.
+    state.delivered_prefix = 4;
+    let loader = Loader::builder(dir.path()).resume(state.clone()).build();
+    assert_eq!(loader.unwrap().count(), 0);
     state.delivered_prefix = 1_000_000_000_000_000;
     let start = std::time::Instant::now();
-    let loader = Loader::builder(dir.path()).resume(state).build().unwrap();
-    assert_eq!(loader.count(), 0);
+    let err = Loader::builder(dir.path()).resume(state).build().err().unwrap();
+    assert!(matches!(err, ReadError::BadState(_)), "{err}");
     assert!(start.elapsed() < std::time::Duration::from_secs(10));
 }
 
@@ -288,17 +293,20 @@ fn a_saved_state_naming_batches_the_epoch_lacks_is_refused_or_ignored_never_a_pa
     let mut s = base.clone();
     s.partial = Some((1, 6));
     assert!(Loader::builder(dir.path()).resume(s).build().is_err());
-    // A batch read to its end counts as delivered; batches past the end are no work.
+    // A batch read to its end counts as delivered.
     let mut s = base.clone();
     s.partial = Some((1, 5));
-    s.delivered_extra = vec![7, u64::MAX];
     let got: Vec<String> = Loader::builder(dir.path())
-        .resume(s)
+        .resume(s.clone())
         .build()
         .unwrap()
         .flat_map(|b| b.unwrap().keys.clone())
         .collect();
     assert_eq!(got, all[..6]);
+    // Batches past the end counted as delivered: a damaged state, refused.
+    s.delivered_extra = vec![7, u64::MAX];
+    let err = Loader::builder(dir.path()).resume(s).build().err().unwrap();
+    assert!(matches!(err, ReadError::BadState(_)), "{err}");
 }
 
 #[test]
