@@ -147,7 +147,11 @@ fn durations_past_their_range_are_usage_errors_not_panics() {
     ] {
         let r = Cmd::new([cmd]).arg(&dir).args([flag, value]).run();
         r.assert_code(2);
-        assert!(r.stderr.contains(flag), "{cmd} {flag} {value}: {}", r.stderr);
+        assert!(
+            r.stderr.contains(flag),
+            "{cmd} {flag} {value}: {}",
+            r.stderr
+        );
         assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
     }
 }

@@ -260,7 +260,11 @@ fn a_state_claiming_more_batches_than_the_epoch_has_is_refused_at_once() {
     assert_eq!(loader.unwrap().count(), 0);
     state.delivered_prefix = 1_000_000_000_000_000;
     let start = std::time::Instant::now();
-    let err = Loader::builder(dir.path()).resume(state).build().err().unwrap();
+    let err = Loader::builder(dir.path())
+        .resume(state)
+        .build()
+        .err()
+        .unwrap();
     assert!(matches!(err, ReadError::BadState(_)), "{err}");
     assert!(start.elapsed() < std::time::Duration::from_secs(10));
 }
