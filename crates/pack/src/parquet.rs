@@ -574,16 +574,6 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
         let Some(names) = &o.class_names else {
             continue;
         };
-        let mut seen = std::collections::HashSet::new();
-        if let Some(twice) = names.iter().find(|n| !seen.insert(n.as_str())) {
-            return Err(ListError::BadInput {
-                message: format!(
-                    "{}: the ClassLabel feature names class {twice:?} twice, so two class \
-                     indices would share a name; give each class its own name",
-                    shardtool_core::redact_urls(name)
-                ),
-            });
-        }
         match stated {
             None => stated = Some((name, names)),
             Some((first, theirs)) if theirs != names => {
