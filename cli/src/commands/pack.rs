@@ -119,7 +119,6 @@ fn flag_of(e: &PlanError) -> &'static str {
         PlanError::NoJobs => "--jobs",
         PlanError::Quality(_) => "--quality",
         PlanError::ZstdLevel(_) => "--compress",
-        PlanError::ZstdShardBytes(_) => "--shard-size",
         PlanError::PackedShardSamples(_) | PlanError::NeedShardSamples => "--shard-samples",
         PlanError::OutputHoldsInputs { .. } => "OUTPUT",
         _ => "options",
@@ -134,13 +133,13 @@ fn failure(e: PackError) -> Failure {
             Failure::signalled(crate::progress::stopped_by().unwrap_or(libc::SIGINT))
         }
         PackError::OutputNotEmpty { path } => Failure::usage(anyhow!(
-            "output {} is not empty; pass --overwrite to replace {}{}",
+            "output {} is not empty; pass --overwrite to {}{}",
             path.display(),
             if path.join(shardtool_manifest::FILE_NAME).exists() {
-                "the dataset in it"
+                "replace the dataset in it"
             } else {
-                "what is in it (no dataset: no manifest.json, as a pack stopped before the end \
-                 leaves it)"
+                "remove what a pack left in it and start over (it holds no dataset: no \
+                 manifest.json, as a pack stopped before the end leaves it; other files stay)"
             },
             if path.join(shardtool_pack::PLAN_DIR).exists() {
                 ", or --resume (with the same options) to continue an interrupted pack"

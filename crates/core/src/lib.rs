@@ -22,7 +22,6 @@ pub use redact::redact_urls;
 pub use rng::{shuffle, SplitMix64};
 pub use shard_file::{
     map_readonly, open_shard, read_to_end_bounded, OpenShard, OpenShardError, ShardBytes,
-    MAX_DECOMPRESSED_IN_MEMORY,
 };
 pub use size::{parse_byte_size, ByteSizeError};
 

@@ -76,10 +76,6 @@ pub enum OpenShardError {
     },
 }
 
-/// The most bytes a zstd shard may take decompressed in memory (verify's and the reader's
-/// bound whatever a manifest states; a cache keeps larger ones on disk).
-pub const MAX_DECOMPRESSED_IN_MEMORY: u64 = 4 << 30;
-
 /// Reads `reader` to its end into memory, at most `max` bytes plus one (one more than `max`
 /// tells a longer stream). Memory grows with the data actually read, never by a stated size,
 /// and fallibly: an allocation the system refuses is an `OutOfMemory` error, not an abort.
@@ -121,7 +117,7 @@ pub fn open_shard(path: &Path, how: OpenShard) -> Result<ShardBytes, OpenShardEr
     };
     let file = File::open(path).map_err(io)?;
     if how.zstd {
-        let max = how.max_bytes.min(MAX_DECOMPRESSED_IN_MEMORY);
+        let max = how.max_bytes;
         // The decoder's own errors say the stream is damaged; the file's (and memory's) are I/O.
         let damaged = |e: io::Error| match e.kind() {
             io::ErrorKind::Other | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {

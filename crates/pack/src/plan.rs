@@ -376,11 +376,6 @@ impl PackPlan {
             if !(1..=22).contains(&l) {
                 return Err(PlanError::ZstdLevel(l));
             }
-            // Readers decompress a local zstd shard in memory, up to a bound.
-            let most = shardtool_core::MAX_DECOMPRESSED_IN_MEMORY;
-            if self.shard_samples.is_none() && self.shard_bytes > most {
-                return Err(PlanError::ZstdShardBytes(most));
-            }
         }
         crate::output::check_apart(self)
     }
@@ -447,13 +442,6 @@ pub enum PlanError {
     /// Planned packing and resuming need shards of a fixed number of samples.
     #[error("partitioned, resumable and object-store packs need --shard-samples (shards by sample count)")]
     NeedShardSamples,
-    /// zstd shards larger than readers decompress in memory.
-    #[error(
-        "zstd shards are decompressed in memory by readers, at most {} GiB: use a smaller \
-         --shard-size with --compress zstd",
-        .0 >> 30
-    )]
-    ZstdShardBytes(u64),
     /// A zstd level outside 1..=22.
     #[error("zstd level {0} is outside 1..=22")]
     ZstdLevel(i32),

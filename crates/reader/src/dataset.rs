@@ -257,21 +257,8 @@ impl Dataset {
             let bytes = open_shard(lease.path(), how).map_err(|e| self.corrupt(i, e))?;
             return self.view_of(i, ShardBytes::Cached(bytes, lease));
         }
-        let zstd = entry.compression.is_some();
-        if zstd && shard_size(entry) > shardtool_core::MAX_DECOMPRESSED_IN_MEMORY {
-            return Err(ReadError::Unavailable {
-                shard: entry.file.clone(),
-                message: format!(
-                    "it decompresses to {} bytes, and a local zstd shard is decompressed in \
-                     memory, at most {} GiB: pack with a smaller --shard-size, or without \
-                     --compress",
-                    shard_size(entry),
-                    shardtool_core::MAX_DECOMPRESSED_IN_MEMORY >> 30
-                ),
-            });
-        }
         let how = OpenShard {
-            zstd,
+            zstd: entry.compression.is_some(),
             max_bytes: shard_size(entry),
             map: true,
         };
@@ -310,7 +297,8 @@ impl Dataset {
                 if let Some(r) = records.iter().find(|r| !self.label_ok(r.label, !cls)) {
                     return Err(corrupt(match r.label {
                         -1 if cls => format!(
-                            "sample {:?} has no .cls, which the manifest says every sample has",
+                            "sample {:?} has no label (its .cls is missing or -1), and the \
+                             manifest says every sample has a .cls",
                             r.key
                         ),
                         l => self.bad_label(&r.key, l),

@@ -40,7 +40,7 @@ pub use run::{map_on_threads, verify, NoProgress, Progress, VerifyOptions};
 use std::path::PathBuf;
 
 /// Largest shard (after decompression) held in memory by default: 4 GiB.
-pub const DEFAULT_MAX_SHARD_BYTES: u64 = shardtool_core::MAX_DECOMPRESSED_IN_MEMORY;
+pub const DEFAULT_MAX_SHARD_BYTES: u64 = 4 << 30;
 
 /// Why a dataset or shard could not be opened at all. Problems found inside an opened dataset are
 /// [`Problem`]s in a [`Report`], not errors.
