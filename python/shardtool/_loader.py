@@ -184,8 +184,9 @@ class Loader:
     (``bytes`` when not UTF-8), ``batch["json"]`` the parsed JSON (a ``dict`` for an object),
     ``batch["cls"]`` ``int``, any other field ``bytes``. Any field of the manifest's ``fields`` or
     ``optional_fields`` may be named except the image, ``key`` and ``label`` (already in the
-    batch; an image field beside the image, as a ``png`` mask beside each ``jpg``, may); on packed shards ``json`` is always there (the input's json when it was carried, else
-    the record's metadata). Names are checked against a local dataset's manifest here, against a
+    batch; an image field beside the image, as a ``png`` mask beside each ``jpg``, may); on
+    packed shards ``json`` is always there (the input's json when it was carried, else the
+    record's metadata). Names are checked against a local dataset's manifest here, against a
     remote one's at the first ``iter()``: an unknown name raises ``ValueError`` listing the
     dataset's fields.
 
@@ -556,7 +557,7 @@ class Loader:
         # A checkpoint file is data: each count an int in its range, not anything int() takes.
         for name, least in (("epoch", 0), ("world_size", 1), ("samples", 0)):
             value = state[name]
-            if isinstance(value, bool) or not isinstance(value, int) or not least <= value < 2**63:
+            if isinstance(value, bool) or not isinstance(value, int) or not least <= value < 2**64:
                 raise ValueError(f"loader state's {name} must be an int of at least {least}, not {value!r}")
         split = state.get("split")
         if split is not None and not (

@@ -431,7 +431,7 @@ fn labels_no_class_has_are_corrupt_shards_to_the_reader_as_to_verify() {
     rewrite(&dir, drop_cls, |_| {});
     let r = Cmd::new(["read"]).arg(&dir).run();
     assert_ne!(r.code, Some(0), "{r:?}");
-    assert!(r.stderr.contains("has no .cls"), "{}", r.stderr);
+    assert!(r.stderr.contains("its .cls is missing"), "{}", r.stderr);
 }
 
 #[test]
@@ -468,6 +468,18 @@ fn repacking_shardtools_own_shards_states_the_new_sizes() {
         assert!(meta["source"].as_str().unwrap().contains(".tar:"), "{meta}");
     }
     Cmd::new(["verify", "--decode"]).arg(&again).ok();
+    // Once more: the input_* members are the immediate input's.
+    let third = root.path().join("third");
+    pack(&again, &third)
+        .args(["--resize", "shorter:24", "-q"])
+        .ok();
+    for (key, meta) in tar_jsons(&third) {
+        assert_eq!(meta["input_source"], after[&key]["source"], "{meta}");
+        assert_eq!(
+            meta["input_orig_width"], after[&key]["orig_width"],
+            "{meta}"
+        );
+    }
 }
 
 /// Every `.json` of a tar dataset, by key.

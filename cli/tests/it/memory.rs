@@ -205,5 +205,5 @@ fn an_inflating_png_header_costs_what_its_image_allows_not_the_pixel_bound() {
     let kib = peak_rss_kib(&args);
     assert!(kib < 250 << 10, "peak RSS {kib} KiB for an 8x8 PNG");
     // Its pixels are not lost: the profile is the header's problem, bounded on its own.
-    assert_eq!(manifest(&ds).inputs.found, 1);
+    assert_eq!(manifest(&ds).inputs.packed, 1);
 }

@@ -100,8 +100,8 @@ fn a_saved_position_past_the_epoch_is_refused_not_an_empty_epoch() {
 fn batches_in_flight_larger_than_memory_are_refused_before_any_is_allocated() {
     let root = tempdir();
     let dir = dataset(root.path(), "wds", &[]);
-    // 8 crops of 16384² take 6 GiB each, under the 8 GiB a batch may take; with 64 workers
-    // holding three each, over a TiB.
+    // 8 crops of 16384² take 6 GiB each, under the 8 GiB a batch may take; six batches, so six
+    // workers started, holding three each: 114 GiB.
     let r = Cmd::new(["read"])
         .arg(&dir)
         .args(["--batch", "8", "--workers", "64"])

@@ -387,8 +387,8 @@ fn decode_generic(
         r
     };
     // Check the header's size before allocating any pixels. What the header's chunks may take
-    // (a PNG's compressed ICC profile or text) is bounded on its own: 8x8 pixels with an
-    // inflating profile took 850 MB under the pixel bound.
+    // (a PNG's compressed ICC profile or text) is bounded on its own, not by the largest image
+    // allowed.
     let (w, h) = reader(HEADER_ALLOC).into_dimensions().map_err(decode_err)?;
     if w == 0 || h == 0 {
         return Err(ImageError::new(
@@ -399,9 +399,9 @@ fn decode_generic(
     if u64::from(w) * u64::from(h) > spec.limits.max_pixels {
         return Err(too_many(w.into(), h.into(), spec.limits.max_pixels));
     }
-    // Room for this image at 16-bit RGBA plus the decoder's own buffers.
+    // Room for this image at 32-bit float RGBA (a TIFF's widest) plus the decoder's buffers.
     let max_alloc = (u64::from(w) * u64::from(h))
-        .saturating_mul(8)
+        .saturating_mul(16)
         .saturating_add(HEADER_ALLOC);
     let dynimg = reader(max_alloc).decode().map_err(decode_err)?;
     let img = to_rgb8(dynimg);

@@ -80,9 +80,11 @@ pub(crate) fn packed_record_problem(
 }
 
 /// The members of `json` worth keeping when it is metadata shardtool wrote (a `source`, a
-/// `key` and the four sizes, as a pack's `.json` states them): all but the key, label, class
-/// and the sizes of the image it described, which a new pack states afresh. `None` for any
-/// other json (an input's own, carried byte for byte).
+/// `key` and the four sizes, as a pack's `.json` states them): its source and original size as
+/// `input_source`, `input_orig_width` and `input_orig_height` (this input's, replacing an
+/// earlier pack's), and its other members but the key, label, class and the sizes of the
+/// image it described, which a new pack states afresh. `None` for any other json (an input's
+/// own, carried byte for byte).
 pub(crate) fn own_metadata(json: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
     if json.len() as u64 > shardtool_wds::MAX_TEXT_BYTES as u64 {
         return None;
@@ -99,6 +101,11 @@ pub(crate) fn own_metadata(json: &[u8]) -> Option<serde_json::Map<String, serde_
     }
     for drop in ["key", "label", "class", "width", "height", "fields"] {
         m.remove(drop);
+    }
+    for own in ["source", "orig_width", "orig_height"] {
+        if let Some(v) = m.remove(own) {
+            m.insert(format!("input_{own}"), v);
+        }
     }
     Some(m)
 }

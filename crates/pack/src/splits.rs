@@ -74,16 +74,18 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
             let e = splits.entry(split).or_insert_with(|| (0, String::new()));
             e.0 += 1;
             if e.1.is_empty() {
-                // The keyword's file name, or its folder, then any file of the type.
+                // Files named by the keyword: a pattern of them; a folder named so: the folder.
                 let (head, rest) = f.split_at(end);
                 e.1 = match rest.contains('/') {
-                    true => format!("{head}/*.{ext}"),
+                    true => format!("{head}/"),
                     false => format!("{head}*.{ext}"),
                 };
             }
         }
     }
-    let Some((first, (_, glob))) = splits.iter().next().filter(|_| splits.len() > 1) else {
+    // The example is the training split where there is one.
+    let example = splits.get_key_value("train").or(splits.iter().next());
+    let Some((first, (_, glob))) = example.filter(|_| splits.len() > 1) else {
         return Ok(());
     };
     let named: Vec<String> = (splits.iter())
@@ -92,7 +94,8 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
     let base = arg.trim_end_matches('/');
     Err(format!(
         "the folder holds the splits {}: packed together, held-out samples would mix with \
-         training ones; pack one split, e.g. the {first} split as '{base}/{glob}'",
+         training ones; pack one split, e.g. the {first} split as '{base}/{glob}' (to pack \
+         them together on purpose, name the files by a pattern: '{base}/…/*.{ext}')",
         named.join(", ")
     ))
 }
@@ -149,12 +152,12 @@ mod tests {
             "{e}"
         );
         assert!(
-            e.contains("the test split as 'hf/data/test*.parquet'"),
+            e.contains("the train split as 'hf/data/train*.parquet'"),
             "{e}"
         );
         let by_folder = ["default/train/0000.parquet", "default/test/0000.parquet"];
         let e = one_split("hub", &by_folder, "parquet").unwrap_err();
-        assert!(e.contains("'hub/default/test/*.parquet'"), "{e}");
+        assert!(e.contains("'hub/default/train/'"), "{e}");
         // One split, or none named, is a dataset.
         one_split("hf", &hf[1..3], "parquet").unwrap();
         one_split("w", &["shard-0.tar", "shard-1.tar"], "tar").unwrap();

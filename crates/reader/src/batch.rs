@@ -120,6 +120,27 @@ impl BatchAllocator for CpuAllocator {
     }
 }
 
+/// The memory this process may use in bytes, if it can be read: the machine's (Linux's
+/// `MemTotal`), or its control group's limit where lower (a container's).
+pub(crate) fn usable_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let total = line
+        .split_whitespace()
+        .nth(1)?
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1024)?;
+    // cgroup v2 (`max` when unlimited), then v1 (a huge number when unlimited).
+    let limit = [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|p| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok());
+    Some(limit.map_or(total, |l| l.min(total)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -150,14 +150,6 @@ fn strict_differences(s: &LoaderState, b: &LoaderBuilder) -> Vec<String> {
     out
 }
 
-/// This machine's memory in bytes (Linux's `MemTotal`), if it can be read.
-fn physical_memory() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
 /// Most batches each worker may have ready ahead of the consumer: each is a whole batch buffer.
 pub const MAX_PREFETCH: usize = 1024;
 
@@ -485,16 +477,20 @@ impl LoaderBuilder {
                     MAX_BATCH_BYTES >> 30
                 )));
             }
-            // Each worker holds the batch it fills and `prefetch` ready ones; the consumer one.
-            let held = (self.workers * (self.prefetch.max(1) + 1) + 1) as u64;
+            // Each worker started (at most one per batch) holds the batch it fills and
+            // `prefetch` ready ones; the consumer one.
+            let workers = self
+                .workers
+                .min(order.len().div_ceil(self.batch_size).max(1));
+            let held = (workers * (self.prefetch.max(1) + 1) + 1) as u64;
             let all = bytes.saturating_mul(held);
-            if let Some(memory) = physical_memory().filter(|&m| all > m / 2) {
+            if let Some(memory) = crate::batch::usable_memory().filter(|&m| all > m / 2) {
                 return Err(ReadError::BadOptions(format!(
                     "{held} batches of {:.1} GiB in flight ({} workers, prefetch {}) need {:.1} \
-                     GiB, over half of this machine's {:.1} GiB: use a smaller batch or crop \
-                     size, fewer workers or less prefetch",
+                     GiB, over half of the {:.1} GiB this process may use: use a smaller batch \
+                     or crop size, fewer workers or less prefetch",
                     gib(bytes),
-                    self.workers,
+                    workers,
                     self.prefetch.max(1),
                     gib(all),
                     gib(memory)
