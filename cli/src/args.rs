@@ -203,7 +203,7 @@ pub enum FormatArg {
 #[derive(Debug, Args)]
 pub struct PackArgs {
     /// The inputs: an ImageFolder, a list, .tar shards or .parquet files (a folder, a file, a
-    /// brace pattern or glob, or URLs); omit when using --list or --plan.
+    /// brace pattern or glob, or URLs); omit with --list (and, for pack, --plan).
     #[arg(value_name = "INPUT", required_unless_present_any = ["list", "plan"])]
     pub input: Option<String>,
 
@@ -336,7 +336,8 @@ pub struct PackArgs {
     pub jobs: Option<usize>,
 
     /// Refuse to decode images larger than this many pixels (decompression-bomb guard).
-    #[arg(long, default_value_t = 100_000_000, value_name = "PIXELS")]
+    #[arg(long, default_value_t = 100_000_000, value_name = "PIXELS",
+          value_parser = clap::value_parser!(u64).range(1..))]
     pub max_pixels: u64,
 
     /// Stop with exit code 1 once more than N inputs have failed (with --resume, counting those

@@ -34,12 +34,12 @@ pub struct LoaderArgs {
     /// Samples per batch.
     #[arg(long, default_value_t = 64, value_name = "B")]
     pub batch: usize,
-    /// Shuffle buffer size in samples.
-    #[arg(long, default_value_t = 8192)]
-    pub shuffle_buffer: usize,
+    /// Shuffle buffer size in samples (1 keeps the interleaved order).
+    #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
+    pub shuffle_buffer: u64,
     /// Shards interleaved into the shuffle buffer.
-    #[arg(long, default_value_t = 32)]
-    pub interleave: usize,
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    pub interleave: u64,
     /// Keep manifest order (no shuffle).
     #[arg(long)]
     pub no_shuffle: bool,
@@ -106,8 +106,8 @@ impl LoaderArgs {
             .seed(self.seed)
             .epoch(self.epoch)
             .batch_size(self.batch)
-            .shuffle_buffer(self.shuffle_buffer)
-            .interleave(self.interleave)
+            .shuffle_buffer(usize::try_from(self.shuffle_buffer).unwrap_or(usize::MAX))
+            .interleave(usize::try_from(self.interleave).unwrap_or(usize::MAX))
             .shuffle(!self.no_shuffle)
             .remainder(if self.remainder == "pad" {
                 Remainder::Pad

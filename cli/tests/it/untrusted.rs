@@ -136,16 +136,25 @@ fn a_damaged_zstd_shard_is_a_corrupt_shard_not_an_io_error() {
 }
 
 #[test]
-fn durations_past_their_range_are_usage_errors_not_panics() {
+fn option_values_past_their_range_are_usage_errors_naming_the_flag_not_panics() {
     let root = tempdir();
     let dir = dataset(root.path(), "wds", &[]);
+    let out = root.path().join("out");
     for (cmd, flag, value) in [
         ("read", "--fetch-timeout", "1e300"),
         ("read", "--fetch-timeout", "NaN"),
         ("bench", "--step-ms", "1e300"),
         ("bench", "--step-ms", "inf"),
+        ("read", "--shuffle-buffer", "0"),
+        ("read", "--interleave", "0"),
+        ("read", "--cache-limit", "-5"),
+        ("pack", "--max-pixels", "0"),
     ] {
-        let r = Cmd::new([cmd]).arg(&dir).args([flag, value]).run();
+        let mut c = Cmd::new([cmd]).arg(&dir);
+        if cmd == "pack" {
+            c = c.arg(&out);
+        }
+        let r = c.arg(format!("{flag}={value}")).run();
         r.assert_code(2);
         assert!(
             r.stderr.contains(flag),

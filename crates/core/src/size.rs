@@ -19,6 +19,9 @@ pub fn parse_byte_size(s: &str) -> Result<u64, ByteSizeError> {
         reason,
     };
     let t = s.trim();
+    if t.starts_with('-') {
+        return Err(err("a size is a positive number of bytes, such as 64MiB"));
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
@@ -40,7 +43,7 @@ pub fn parse_byte_size(s: &str) -> Result<u64, ByteSizeError> {
         .map_err(|_| err("expected a number such as 64MiB"))?;
     let bytes = value * mult as f64;
     if !(1.0..1.8e19).contains(&bytes) {
-        return Err(err("out of range"));
+        return Err(err("out of range: at least 1 byte, under 16 EiB"));
     }
     Ok(bytes as u64)
 }
