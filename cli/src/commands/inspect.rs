@@ -2,7 +2,7 @@
 //! dataset or a single shard, as text or one JSON document.
 
 use crate::args::InspectArgs;
-use crate::commands::verify::{fetched, open_remote, opened};
+use crate::commands::verify::{fetched, local_target, open_remote, opened};
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_inspect::{inspect, inspect_remote, InspectReport};
@@ -16,7 +16,7 @@ pub fn run(a: InspectArgs) -> Result<(), Failure> {
     }
     let report = match open_remote(&a.target, &a.cache, a.json)? {
         Some((ds, workers)) => fetched(inspect_remote(&ds, workers, &opts), a.json)?,
-        None => opened(inspect(&a.target, &opts), a.json)?,
+        None => opened(inspect(&local_target(&a.target), &opts), a.json)?,
     };
     if a.json {
         let text = serde_json::to_string_pretty(&report).map_err(Failure::run)?;

@@ -1,7 +1,7 @@
 //! `shardtool preview`: a contact sheet PNG of seeded-random samples, written atomically.
 
 use crate::args::PreviewArgs;
-use crate::commands::verify::{fetched, open_remote, opened};
+use crate::commands::verify::{fetched, local_target, open_remote, opened};
 use crate::Failure;
 use anyhow::anyhow;
 use shardtool_core::AtomicFile;
@@ -32,7 +32,7 @@ pub fn run(a: PreviewArgs) -> Result<(), Failure> {
     }
     let sheet = match open_remote(&a.target, &a.cache, a.json)? {
         Some((ds, workers)) => fetched(preview_remote(&ds, workers, &opts), a.json)?,
-        None => opened(preview(&a.target, &opts), a.json)?,
+        None => opened(preview(&local_target(&a.target), &opts), a.json)?,
     };
     for s in &sheet.skipped {
         eprintln!("warning: skipped {s}");

@@ -121,7 +121,7 @@ pub fn run(a: VerifyArgs) -> Result<(), Failure> {
         }
         None => {
             let bar = Bar::new(!a.quiet && !a.json);
-            let result = verify(&a.dataset, &opts, &bar);
+            let result = verify(&local_target(&a.dataset), &opts, &bar);
             bar.finish();
             opened(result, a.json)?
         }
@@ -230,6 +230,14 @@ pub(crate) fn open_remote(
         Failure::usage(e)
     })?;
     Ok(Some((ds, workers)))
+}
+
+/// `target` as a local path: a `file://` URL's path, or `target` itself.
+pub(crate) fn local_target(target: &std::path::Path) -> std::path::PathBuf {
+    match target.to_str().map(Location::parse) {
+        Some(Ok(Location::Local(path))) => path,
+        _ => target.to_path_buf(),
+    }
 }
 
 /// The outcome of a command over a remote dataset: one that could not be fetched (the cache too

@@ -753,3 +753,22 @@ fn decode_recomputes_record_checksums_even_when_the_file_checksum_matches() {
         assert_eq!(problems(&doc).len(), 1, "{doc:#}");
     }
 }
+
+#[test]
+fn verify_inspect_and_preview_take_a_file_url_as_the_reader_does() {
+    let t = crate::common::tempdir();
+    let dir = t.path().join("ds");
+    crate::common::pack(crate::common::sample_data(), &dir)
+        .args(["--resize", "shorter:32", "-q"])
+        .ok();
+    let url = format!("file://{}", dir.display());
+    crate::common::Cmd::new(["verify"]).arg(&url).ok();
+    let r = crate::common::Cmd::new(["inspect"]).arg(&url).ok();
+    assert!(r.stdout.contains("samples   45"), "{}", r.stdout);
+    crate::common::Cmd::new(["preview"])
+        .arg(&url)
+        .arg("-o")
+        .arg(t.path().join("p.png"))
+        .ok();
+    assert!(t.path().join("p.png").exists());
+}
