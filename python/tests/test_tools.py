@@ -141,6 +141,9 @@ def test_pack_parquet_with_input_format_and_custom_columns(
     pq.write_table(custom, rows_file, row_group_size=8)
     with pytest.raises(ValueError, match="input format"):
         shardtool.pack(rows_file, tmp_path / "unknown", image_column="img")
+    # A misspelt column no file has: the command's mistake, named, not every row failed.
+    with pytest.raises(ValueError, match='fits the columns asked for: no column "fine_lable"'):
+        shardtool.pack(rows_file, tmp_path / "typo", input_format="parquet", image_column="img", label_column="fine_lable")
     out = tmp_path / "ds"
     summary = shardtool.pack(
         rows_file,

@@ -567,6 +567,21 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     // as its own tar in parallel: one large file uses every core. What a row group holds, and so
     // the listing, does not depend on the thread count.
     let opened = parallel_map(files, options.jobs, |i, name| open_file(name, i, options));
+    // A column no file has (a misspelt --label-column, a layout without an `image` column) is
+    // the command's mistake, not every file's failure.
+    fn missing(o: &Opened) -> Option<&str> {
+        o.failure.as_deref().filter(|f| f.starts_with("no column "))
+    }
+    let first = opened.first().and_then(missing);
+    if let Some(first) = first.filter(|_| opened.iter().all(|o| missing(o).is_some())) {
+        return Err(ListError::BadInput {
+            message: format!(
+                "none of the {} Parquet file(s) fits the columns asked for: {first} (choose \
+                 them with --image-column, --label-column, --text-column)",
+                files.len()
+            ),
+        });
+    }
     // Class indices mean the names of the `ClassLabel` feature: files that state it must state
     // the same names, or the same index would be two classes.
     let mut stated: Option<(&String, &Vec<String>)> = None;
