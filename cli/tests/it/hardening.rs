@@ -69,6 +69,15 @@ fn credentials_in_urls_and_the_environment_never_reach_messages_reports_or_shard
     assert!(contains(&all, "***@127.0.0.1"), "the plan names no input");
     let r = plan(&[]);
     assert!(r.stderr.contains("--overwrite"), "{}", r.stderr);
+    // A presigned URL (a query): refused up front, its signature masked.
+    let r = pack(
+        "http://127.0.0.1:9/x.tar?X-Amz-Signature=SECRETSIG",
+        t.path().join("o4"),
+    )
+    .run();
+    r.assert_code(2);
+    assert!(!r.stderr.contains("SECRETSIG"), "{}", r.stderr);
+    assert!(r.stderr.contains("query or fragment"), "{}", r.stderr);
     // A URL that cannot be fetched: the error names it, masked.
     let r = pack("http://ann:SECRETPW@127.0.0.1:9/x.tar", t.path().join("o2")).run();
     assert_ne!(r.code, Some(0));

@@ -397,6 +397,13 @@ pub fn resolve_input(
         crate::splits::one_split(&shown, &relative, ext).map_err(|m| bad_input(arg, &m))?;
         return many(f, pick(ext));
     }
+    if names.iter().any(|n| is_remote(n) && n.contains(['?', '#'])) {
+        return Err(bad_input(
+            arg,
+            "URLs with a query or fragment (such as presigned URLs) are not supported; name \
+             the objects by their plain URLs (s3:// with AWS_* credentials)",
+        ));
+    }
     if names.iter().any(|n| is_remote(n)) {
         let f = match format {
             Some(f) => f,
