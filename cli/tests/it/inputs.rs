@@ -475,4 +475,41 @@ fn a_pipe_or_device_named_as_an_image_is_an_error_line_not_silently_ignored() {
         assert!(e.message.contains("not a regular file"), "{e:?}");
     }
     assert_eq!(manifest(&out).inputs.packed, 2);
+    // Named by a list row, or as a shard among shards: an error line, never a wait for a writer.
+    let list = root.join("list.csv");
+    // jpeg_folder wrote cat/c/0.jpg and cat/c/1.jpg.
+    write_file(
+        &list,
+        "path,label\ncat/pipe.jpg,0\ncat/device.jpg,0\ncat/c/0.jpg,0\n",
+    );
+    let from_list = t.path().join("from-list");
+    pack_list(&list, &from_list).ok();
+    let errs = check_accounting(&from_list, &[]);
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    assert!(
+        errs.values()
+            .all(|e| e.message.contains("not a regular file")),
+        "{errs:?}"
+    );
+    let shards = t.path().join("shards");
+    std::fs::create_dir_all(&shards).unwrap();
+    std::fs::copy(
+        out.join("shard-000000.tar"),
+        shards.join("shard-000000.tar"),
+    )
+    .unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(shards.join("shard-000001.tar"))
+        .status();
+    assert!(made.is_ok_and(|s| s.success()), "mkfifo failed");
+    let from_shards = t.path().join("from-shards");
+    pack(&shards, &from_shards).ok();
+    let errs = errors(&from_shards);
+    assert!(
+        errs.iter()
+            .any(|e| e.path.ends_with("shard-000001.tar")
+                && e.message.contains("not a regular file")),
+        "{errs:?}"
+    );
+    assert_eq!(manifest(&from_shards).inputs.packed, 2);
 }

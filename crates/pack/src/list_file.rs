@@ -117,6 +117,12 @@ enum ListKind {
 }
 
 pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListError> {
+    if std::fs::metadata(file).is_ok_and(|m| !m.is_file()) {
+        return Err(ListError::BadList {
+            path: file.to_path_buf(),
+            message: "not a regular file (a pipe, socket or device)".into(),
+        });
+    }
     let text = std::fs::read(file).map_err(ListError::io(file))?;
     list_text(file, &text, columns)
 }

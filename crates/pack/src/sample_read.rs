@@ -143,6 +143,13 @@ pub(crate) fn read_bounded(
     planned: Option<u64>,
 ) -> Result<Vec<u8>, (&'static str, String)> {
     let unreadable = |e: std::io::Error| ("unreadable", format!("cannot read: {e}"));
+    // Opening a pipe would wait for a writer: only regular files are read.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err((
+            "unreadable",
+            "not a regular file (a pipe, socket or device): not read".into(),
+        ));
+    }
     let file = std::fs::File::open(path).map_err(unreadable)?;
     let len = file.metadata().map_err(unreadable)?.len();
     if let Some(p) = planned.filter(|&p| p != len) {

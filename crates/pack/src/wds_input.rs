@@ -63,6 +63,12 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
             return out;
         }
     };
+    // Opening a pipe would wait for a writer: only regular files are read.
+    if std::fs::metadata(&fetched.path).is_ok_and(|m| !m.is_file()) {
+        out.error = Some("not a regular file (a pipe, socket or device): not read".into());
+        out.fetched = Some(fetched);
+        return out;
+    }
     let mut file = match std::fs::File::open(&fetched.path) {
         Ok(f) => f,
         Err(e) => {
