@@ -127,18 +127,16 @@ pub(crate) fn finish_sample(
     }
 
     if ctx.decode {
-        // The metadata's size is the image's (its first image field, as readers pick it); an
-        // image field carried beside it (a mask, the input's original) need only decode.
+        // The image is the first image field, as readers pick it; an image field carried
+        // beside it (a mask, the input's original) is the input's bytes, not checked here.
         let image = shardtool_wds::image_field(fields.iter().map(|(f, _)| &**f));
-        for (field, data) in fields {
-            if shardtool_wds::is_image_field(field) {
-                scan.images.push(ImageJob {
-                    member: format!("{key}.{field}"),
-                    at: data.at,
-                    len: data.len,
-                    expect: expect.filter(|_| Some(&**field) == image),
-                });
-            }
+        for (field, data) in fields.iter().filter(|(f, _)| Some(&**f) == image) {
+            scan.images.push(ImageJob {
+                member: format!("{key}.{field}"),
+                at: data.at,
+                len: data.len,
+                expect,
+            });
         }
     }
 }
