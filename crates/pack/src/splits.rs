@@ -76,9 +76,10 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
             if e.1.is_empty() {
                 // Files named by the keyword: a pattern of them; a folder named so: the folder.
                 let (head, rest) = f.split_at(end);
-                e.1 = match rest.contains('/') {
-                    true => format!("{head}/"),
-                    false => format!("{head}*.{ext}"),
+                e.1 = match rest.find('/') {
+                    // The whole folder name (`train2017/`), not the keyword alone.
+                    Some(slash) => format!("{}/", &f[..end + slash]),
+                    None => format!("{head}*.{ext}"),
                 };
             }
         }
@@ -92,11 +93,21 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
         .map(|(s, (n, _))| format!("{s} ({n} file{})", if *n == 1 { "" } else { "s" }))
         .collect();
     let base = arg.trim_end_matches('/');
+    let named = named.join(", ");
+    // Remote inputs take brace patterns, not globs.
+    if arg.contains("://") {
+        return Err(format!(
+            "the folder holds the splits {named}: packed together, held-out samples would mix \
+             with training ones; pack one split by naming its files, e.g. with a brace pattern \
+             such as '{base}/train-{{00000..00009}}.{ext}' (a pattern naming several splits' \
+             files packs them together, as asked)"
+        ));
+    }
     Err(format!(
-        "the folder holds the splits {}: packed together, held-out samples would mix with \
-         training ones; pack one split, e.g. the {first} split as '{base}/{glob}' (to pack \
-         them together on purpose, name the files by a pattern: '{base}/…/*.{ext}')",
-        named.join(", ")
+        "the folder holds the splits {named}: packed together, held-out samples would mix with \
+         training ones; pack one split, e.g. the {first} split as '{base}/{glob}' (a pattern \
+         naming several splits' files, such as '{base}/{{a,b}}/*.{ext}', packs them together, \
+         as asked)"
     ))
 }
 
@@ -158,6 +169,11 @@ mod tests {
         let by_folder = ["default/train/0000.parquet", "default/test/0000.parquet"];
         let e = one_split("hub", &by_folder, "parquet").unwrap_err();
         assert!(e.contains("'hub/default/train/'"), "{e}");
+        let coco = ["train2017/a.tar", "val2017/b.tar"];
+        let e = one_split("coco", &coco, "tar").unwrap_err();
+        assert!(e.contains("'coco/train2017/'"), "{e}");
+        let e = one_split("http://h/coco/", &coco, "tar").unwrap_err();
+        assert!(e.contains("brace pattern"), "{e}");
         // One split, or none named, is a dataset.
         one_split("hf", &hf[1..3], "parquet").unwrap();
         one_split("w", &["shard-0.tar", "shard-1.tar"], "tar").unwrap();
