@@ -133,6 +133,17 @@ fn a_damaged_zstd_shard_is_a_corrupt_shard_not_an_io_error() {
     );
     let r = Cmd::new(["inspect"]).arg(&dir).run();
     assert!(r.stdout.contains("decompress"), "{}", r.stdout);
+    // One byte flipped in the middle: the frame's checksum fails (without one, the samples
+    // came out changed, silently).
+    let dir = dataset(root.path(), "zstd-flip", &["--compress", "zstd"]);
+    let shard = dir.join(&m.shards[0].file);
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x01;
+    std::fs::write(&shard, &bytes).unwrap();
+    let r = Cmd::new(["read"]).arg(&dir).run();
+    assert_ne!(r.code, Some(0), "{r:?}");
+    assert!(r.stderr.contains("is corrupt"), "{}", r.stderr);
 }
 
 #[test]

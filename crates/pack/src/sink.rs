@@ -50,7 +50,12 @@ impl ShardFile {
         let file = HashingWriter::new(AtomicFile::create(path)?);
         let stage = match compression {
             Compression::None => Stage::Plain(file),
-            Compression::Zstd(level) => Stage::Zstd(zstd::Encoder::new(file, level)?),
+            Compression::Zstd(level) => {
+                // A frame checksum: a flipped byte is a decompression error, not wrong samples.
+                let mut e = zstd::Encoder::new(file, level)?;
+                e.include_checksum(true)?;
+                Stage::Zstd(e)
+            }
         };
         Ok(Self {
             outer: HashingWriter::new(stage),
