@@ -246,8 +246,8 @@ class Loader:
         if fetch_timeout is not None:
             if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, (int, float)):
                 raise TypeError(f"fetch_timeout must be a number of seconds, not {type(fetch_timeout).__name__}")
-            if not 0 < fetch_timeout < 1e9:
-                raise ValueError(f"fetch_timeout must be > 0 seconds, not {fetch_timeout}")
+            if not 0 < fetch_timeout <= 86400:
+                raise ValueError(f"fetch_timeout must be more than 0 and at most 86400 seconds (a day), not {fetch_timeout}")
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and world_size is not None:

@@ -12,7 +12,7 @@ from ._loader import _check_int, cache_limit_bytes
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-# Integer options of pack and their least value (each at most 2**63 - 1).
+# Integer options of pack and their least value (each at most 2**63 - 1; the seed 2**64 - 1).
 _INT_OPTIONS = {"seed": 0, "shard_samples": 1, "jobs": 1, "max_pixels": 1, "max_errors": 0}
 _BOOL_OPTIONS = ("upscale", "shuffle", "overwrite", "resume")
 _STR_OPTIONS = (
@@ -32,7 +32,7 @@ def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
             _check_int(name, value, least, maximum=most)
 
     for name, least in _INT_OPTIONS.items():
-        integer(name, options.get(name), least, 2**63 - 1)
+        integer(name, options.get(name), least, 2**64 - 1 if name == "seed" else 2**63 - 1)
     integer("quality", options.get("quality"), 1, 100)
     # Flags and texts checked here too, so a wrong type names the argument.
     for name in _BOOL_OPTIONS:

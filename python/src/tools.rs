@@ -238,7 +238,7 @@ pub fn pack(
     plan.overwrite = overwrite;
     plan.resume = resume;
     plan.validate()
-        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        .map_err(|e| PyValueError::new_err(crate::errors::pythonic(e.to_string())))?;
     if plan_only {
         if plan.shard_samples.is_none() {
             return Err(PyValueError::new_err(

@@ -10,6 +10,7 @@ from typing import Dict
 import pytest
 
 import shardtool
+from conftest import SAMPLE
 
 
 def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
@@ -30,6 +31,11 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
     for name in ("seed", "epoch"):
         with pytest.raises(ValueError, match=name):
             shardtool.Loader(p, batch_size=2, **{name: 2**64})
+    with pytest.raises(ValueError, match="at most 86400 seconds"):
+        shardtool.Loader(p, batch_size=2, fetch_timeout=86400.5)
+    # The largest seed the CLI takes packs from Python too (the same dataset, reproducible).
+    m = shardtool.pack(SAMPLE, tmp_path / "seeded", resize="shorter:16", seed=2**64 - 1)["manifest"]
+    assert m["pack"]["seed"] == 2**64 - 1
     for jobs in (0, -1):
         with pytest.raises(ValueError, match="jobs"):
             shardtool.verify(p, jobs=jobs)
