@@ -113,6 +113,13 @@ def pack(
         raise ValueError(
             "resume=True continues an interrupted pack, overwrite=True starts over: pass one"
         )
+    encode = options.get("encode")
+    if options.get("format") == "packed" and encode not in (None, "jpeg"):
+        # As the CLI refuses it: the option would be ignored.
+        raise ValueError(
+            f"encode={encode!r}: packed shards hold raw pixels; encode chooses how wds shards "
+            "store images"
+        )
     return json.loads(
         _shardtool.pack(
             os.fspath(input),

@@ -87,6 +87,8 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="shard_size rolls shards by size"):
         shardtool.pack(SAMPLE, tmp_path / "r", shard_samples=5, shard_size="100KB")
     assert not (tmp_path / "r").exists()
+    with pytest.raises(ValueError, match="packed shards hold raw pixels"):
+        shardtool.pack(SAMPLE, tmp_path / "t", format="packed", encode="png")
     # Messages name keyword arguments, not the CLI's flags.
     with pytest.raises(ValueError, match="need shard_samples"):
         shardtool.pack(SAMPLE, tmp_path / "s", resume=True)
