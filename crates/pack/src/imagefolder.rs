@@ -178,7 +178,7 @@ fn walk(
                 out.errors.push(failure(
                     String::from_utf8_lossy(&path).into_owned(),
                     "unreadable",
-                    "not a regular file (a pipe, socket or device): not read",
+                    crate::sample_read::NOT_REGULAR,
                 ));
                 Ok(())
             }

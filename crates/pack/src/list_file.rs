@@ -117,10 +117,10 @@ enum ListKind {
 }
 
 pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListError> {
-    if std::fs::metadata(file).is_ok_and(|m| !m.is_file()) {
+    if crate::sample_read::not_regular(file) {
         return Err(ListError::BadList {
             path: file.to_path_buf(),
-            message: "not a regular file (a pipe, socket or device)".into(),
+            message: crate::sample_read::NOT_REGULAR.into(),
         });
     }
     let text = std::fs::read(file).map_err(ListError::io(file))?;

@@ -135,6 +135,14 @@ pub(crate) fn read_span(
     Ok(bytes)
 }
 
+/// Why a file that is not a regular one (a pipe, socket or device) is not read.
+pub(crate) const NOT_REGULAR: &str = "not a regular file (a pipe, socket or device): not read";
+
+/// Whether `path` exists and is no regular file: opening a pipe would wait for a writer.
+pub(crate) fn not_regular(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| !m.is_file())
+}
+
 /// Reads a whole file, refusing (before reading) files over `limit` bytes, and files whose size
 /// is not the `planned` one.
 pub(crate) fn read_bounded(
@@ -143,12 +151,8 @@ pub(crate) fn read_bounded(
     planned: Option<u64>,
 ) -> Result<Vec<u8>, (&'static str, String)> {
     let unreadable = |e: std::io::Error| ("unreadable", format!("cannot read: {e}"));
-    // Opening a pipe would wait for a writer: only regular files are read.
-    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
-        return Err((
-            "unreadable",
-            "not a regular file (a pipe, socket or device): not read".into(),
-        ));
+    if not_regular(path) {
+        return Err(("unreadable", NOT_REGULAR.into()));
     }
     let file = std::fs::File::open(path).map_err(unreadable)?;
     let len = file.metadata().map_err(unreadable)?.len();

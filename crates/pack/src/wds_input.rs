@@ -63,9 +63,8 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
             return out;
         }
     };
-    // Opening a pipe would wait for a writer: only regular files are read.
-    if std::fs::metadata(&fetched.path).is_ok_and(|m| !m.is_file()) {
-        out.error = Some("not a regular file (a pipe, socket or device): not read".into());
+    if crate::sample_read::not_regular(&fetched.path) {
+        out.error = Some(crate::sample_read::NOT_REGULAR.into());
         out.fetched = Some(fetched);
         return out;
     }
