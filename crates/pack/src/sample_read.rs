@@ -86,7 +86,10 @@ pub(crate) fn packed_record_problem(
 /// image it described, which a new pack states afresh. `None` for any other json (an input's
 /// own, carried byte for byte).
 pub(crate) fn own_metadata(json: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
-    if json.len() as u64 > shardtool_wds::MAX_TEXT_BYTES as u64 {
+    // Ours names `orig_width` plainly: any other json (every sample's, for img2dataset shards)
+    // is not parsed here as well as by the carried-field check.
+    let named = |w: &[u8]| w == b"\"orig_width\"";
+    if json.len() as u64 > shardtool_wds::MAX_TEXT_BYTES as u64 || !json.windows(12).any(named) {
         return None;
     }
     let Ok(serde_json::Value::Object(mut m)) = serde_json::from_slice(json) else {
