@@ -397,6 +397,10 @@ impl Remote {
         base: &str,
         out: &mut Vec<(String, u64)>,
     ) -> Result<(), AttemptError> {
+        // Listed folders are named from the server's root, the store's paths from the folder:
+        // a listed folder below it is listed in turn, by its parts past `base`'s.
+        let base_parts: Vec<&str> = base.split('/').filter(|p| !p.is_empty()).collect();
+        let depth = base_parts.len();
         let mut folders = vec![prefix.cloned()];
         let mut seen = std::collections::HashSet::new();
         while let Some(folder) = folders.pop() {
@@ -410,19 +414,12 @@ impl Remote {
                 .map_err(|_| AttemptError::retry("listing stalled"))?
                 .map_err(classify)?;
             out.extend(listing.objects.iter().map(|meta| listed(meta, base)));
-            // Listed folders are named from the server's root, the store's paths from the
-            // folder: below it, each is listed in turn (the folder itself is listed too).
-            let depth = base.split('/').filter(|p| !p.is_empty()).count();
+            // (The folder itself is among the listed ones: it is not below it.)
             for sub in listing.common_prefixes {
                 let parts: Vec<_> = sub.parts().collect();
-                let under = (parts
-                    .iter()
-                    .take(depth)
-                    .map(|p| crate::location::unescaped(p.as_ref())))
-                .eq(base
-                    .split('/')
-                    .filter(|p| !p.is_empty())
-                    .map(str::to_string));
+                let under = (parts.iter().take(depth))
+                    .map(|p| crate::location::unescaped(p.as_ref()))
+                    .eq(base_parts.iter().copied());
                 if under && parts.len() > depth {
                     let rel: StorePath = parts[depth..].iter().cloned().collect();
                     let path = match &prefix {
