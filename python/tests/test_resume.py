@@ -173,11 +173,25 @@ def test_a_failed_iter_keeps_the_loaded_position(datasets: Dict[str, Path], tmp_
     assert head + rest == [b["key"] for b in shardtool.Loader(ds, **opts)]
 
 
-def test_iters_started_at_once_from_two_threads_read_one_pass(datasets: Dict[str, Path]) -> None:
+def test_iters_started_at_once_from_two_threads_read_one_pass(
+    datasets: Dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # One iter() at a time: of two started together, the later stops the earlier, which raises
-    # rather than reading a second, parallel pass.
+    # rather than reading a second, parallel pass. A pass waits a second on one sample, so the
+    # two passes overlap however the threads are scheduled (a pass of 45 samples could otherwise
+    # end before the other thread calls iter(), and two whole passes one after another are right).
     import threading
 
+    from conftest import all_keys
+    from shardtool import _loader, _shardtool
+
+    keys = all_keys(datasets["tar"])
+    real = _shardtool.Reader
+
+    def slow(*args: object, **kwargs: object) -> object:
+        return real(*args, test_delay=(keys[22], 1.0), **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_loader._shardtool, "Reader", slow)
     loader = shardtool.Loader(datasets["tar"], batch_size=3, seed=2, output="numpy")
     counts: List[object] = []
     ready = threading.Barrier(2)
