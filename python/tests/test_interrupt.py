@@ -141,7 +141,10 @@ def test_close_from_another_thread_stops_a_busy_iteration(datasets: Dict[str, Pa
 
     t = threading.Thread(target=consume)
     t.start()
-    time.sleep(0.1)
+    # Close once the iteration is under way (however slowly a loaded machine starts it).
+    deadline = time.monotonic() + 10
+    while not got and time.monotonic() < deadline:
+        time.sleep(0.005)
     reader.close()
     t.join(timeout=10)
     assert not t.is_alive()
