@@ -667,18 +667,35 @@ fn remote_inputs_over_http_and_s3_pack_like_local_ones() {
         .args(args)
         .ok();
     assert_eq!(manifest(&ds).shards, manifest(&local).shards);
+    // Names holding what a URL escapes as `%` (and `#`): each escaped once, listed or given.
+    let odd = t.path().join("wds 50%");
+    std::fs::create_dir(&odd).unwrap();
+    for i in 0..3 {
+        let from = t.path().join(format!("wds/shard-{i:06}.tar"));
+        std::fs::copy(from, odd.join(format!("a%41 #{i}.tar"))).unwrap();
+    }
+    let ds = t.path().join("http-odd");
+    pack(server.url("wds%2050%25/"), &ds).args(args).ok();
+    assert_eq!(manifest(&ds).shards, manifest(&local).shards);
+    let ds = t.path().join("http-odd-files");
+    pack(server.url("wds%2050%25/a%2541%20%23{0..2}.tar"), &ds)
+        .args(args)
+        .ok();
+    assert_eq!(manifest(&ds).shards, manifest(&local).shards);
 
     let s3 = S3::start();
-    let bucket = s3.root.path().join("bucket/hf dir");
+    let bucket = s3.root.path().join("bucket/hf dir 5%");
     std::fs::create_dir_all(&bucket).unwrap();
     for f in [
         "train-00000-of-00002.parquet",
         "train-00001-of-00002.parquet",
     ] {
-        std::fs::copy(t.path().join("parquet/data").join(f), bucket.join(f)).unwrap();
+        let to = bucket.join(f.replace(".parquet", " %41#.parquet"));
+        std::fs::copy(t.path().join("parquet/data").join(f), to).unwrap();
     }
     let from_s3 = t.path().join("s3");
-    let mut cmd = Cmd::new(["pack", "s3://bucket/hf dir/", from_s3.to_str().unwrap()]).args(args);
+    let url = "s3://bucket/hf dir 5%25/";
+    let mut cmd = Cmd::new(["pack", url, from_s3.to_str().unwrap()]).args(args);
     for (k, v) in s3.env() {
         cmd = cmd.env(k, v);
     }

@@ -6,7 +6,8 @@ use crate::metrics::Recorder;
 use crate::writeback;
 use crate::CacheError;
 use futures::StreamExt;
-use object_store::{path::Path as StorePath, GetOptions, GetRange, ObjectStore, ObjectStoreExt};
+use object_store::path::{Path as StorePath, PathPart};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt};
 use shardtool_core::{Checksum, ChecksumHasher};
 use std::io::{Seek, Write};
 use std::sync::Arc;
@@ -78,13 +79,21 @@ fn without_html(message: &str) -> &str {
     message[..cut].trim_end_matches([' ', ':', '\n'])
 }
 
-/// A listed object's name relative to `base`, as stored (each part unescaped once), and size.
+/// `name` (stored names joined by `/`) as the store's path. Each part is kept as stored: the
+/// store escapes it once in the request's URL (`StorePath::from` escapes `%`, `#` and others
+/// itself, so the URL would escape them twice and name another object). A part the store refuses
+/// (`.`, `..`, control characters) is escaped its way: no stored name holds one.
+fn store_path(name: &str) -> StorePath {
+    (name.split('/').filter(|p| !p.is_empty()))
+        .map(|p| PathPart::parse(p).unwrap_or_else(|_| PathPart::from(p)))
+        .collect()
+}
+
+/// A listed object's name relative to `base`, as stored, and size. Listed paths hold stored
+/// names: WebDAV's are unescaped from the answer's URLs, S3's keys are given as they are.
 fn listed(meta: &object_store::ObjectMeta, base: &str) -> (String, u64) {
-    let full = (meta.location.parts())
-        .map(|p| crate::location::unescaped(p.as_ref()))
-        .collect::<Vec<_>>()
-        .join("/");
-    let name = full.strip_prefix(base).unwrap_or(&full);
+    let full = meta.location.as_ref();
+    let name = full.strip_prefix(base).unwrap_or(full);
     (name.to_string(), meta.size)
 }
 
@@ -224,11 +233,7 @@ impl Remote {
     }
 
     fn path(&self, name: &str) -> StorePath {
-        if self.prefix.is_empty() {
-            StorePath::from(name)
-        } else {
-            StorePath::from(format!("{}/{name}", self.prefix))
-        }
+        store_path(&format!("{}/{name}", self.prefix))
     }
 
     /// Fetches a small object (the manifest) into memory, refusing more than `limit` bytes.
@@ -323,7 +328,7 @@ impl Remote {
     /// The objects under the folder (recursively): their names relative to it and sizes, sorted
     /// by name.
     pub fn list(&self) -> Result<Vec<(String, u64)>, CacheError> {
-        let prefix = (!self.prefix.is_empty()).then(|| StorePath::from(self.prefix.as_str()));
+        let prefix = (!self.prefix.is_empty()).then(|| store_path(&self.prefix));
         let base = &self.listed_base;
         let (_, mut out) = self
             .with_retries("", (), |()| {
@@ -418,7 +423,7 @@ impl Remote {
             for sub in listing.common_prefixes {
                 let parts: Vec<_> = sub.parts().collect();
                 let under = (parts.iter().take(depth))
-                    .map(|p| crate::location::unescaped(p.as_ref()))
+                    .map(|p| p.as_ref())
                     .eq(base_parts.iter().copied());
                 if under && parts.len() > depth {
                     let rel: StorePath = parts[depth..].iter().cloned().collect();
