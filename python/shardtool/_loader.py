@@ -195,6 +195,9 @@ class Loader:
     and ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
     leaves unreadable records out of their batches instead of raising (``metrics()`` counts them).
+    Batches that could not all be held at once (workers × (prefetch + 1) + 1 of them over half the
+    memory, or a container's limit) raise ``ValueError`` at ``iter()``; a batch buffer the system
+    refuses later (``ulimit -v``) raises ``MemoryError``.
 
     One ``iter()`` at a time: a second ``iter()`` (or ``close()``) stops the first, whose next
     batch then raises ``RuntimeError`` rather than ending the pass early.

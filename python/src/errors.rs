@@ -3,7 +3,7 @@
 //! subclasses for everything found wrong with a dataset.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyFileNotFoundError, PyOSError, PyValueError};
+use pyo3::exceptions::{PyException, PyFileNotFoundError, PyMemoryError, PyOSError, PyValueError};
 use pyo3::prelude::*;
 use shardtool_reader::ReadError;
 
@@ -131,6 +131,7 @@ pub fn read_error(e: ReadError) -> PyErr {
         ReadError::BadOptions(_) | ReadError::BadState(_) => PyValueError::new_err(text),
         ReadError::Cache(_) => CacheError::new_err(text),
         ReadError::Incomplete { .. } => IncompleteEpochError::new_err(text),
+        ReadError::OutOfMemory(_) => PyMemoryError::new_err(text),
         _ => DatasetError::new_err(text),
     }
 }

@@ -1,7 +1,7 @@
 """The loader's memory stays flat across epochs: resident memory after the 20th epoch is within
 5% (and 4 MiB) of what it was after the 2nd, for tar and packed datasets, with batches in numpy
 and torch (a leaked batch buffer, a view keeping its pool alive, or a cache of epochs would show
-as growth)."""
+as growth). A batch buffer the process may not have is a MemoryError, not an abort."""
 
 from __future__ import annotations
 
@@ -62,3 +62,25 @@ def test_every_epoch_reads_into_the_buffers_of_the_one_before(datasets: Dict[str
     for _ in it:
         pass
     assert pool.idle() >= kept - 1
+
+
+def test_a_batch_buffer_the_process_limit_refuses_is_a_memory_error(datasets: Dict[str, Path]) -> None:
+    # 8 crops of 4096² take 384 MiB: a child process whose address space has 250 MiB left
+    # raises MemoryError for the batch (it aborted).
+    import subprocess
+    import sys
+
+    code = f"""
+import resource, shardtool
+loader = shardtool.Loader({str(datasets["tar"])!r}, batch_size=8, workers=1, output="numpy",
+                          transform="random-resized-crop:4096")
+vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
+resource.setrlimit(resource.RLIMIT_AS, (vm + 250 * 2**20,) * 2)
+try:
+    next(iter(loader))
+except MemoryError as e:
+    print("MemoryError:", e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "MemoryError: no memory for a batch buffer of 402653184 bytes" in r.stdout, (r.stdout, r.stderr)

@@ -116,6 +116,28 @@ fn batches_in_flight_larger_than_memory_are_refused_before_any_is_allocated() {
 }
 
 #[test]
+fn a_batch_buffer_the_process_limit_refuses_is_an_error_not_an_abort() {
+    let root = tempdir();
+    let dir = dataset(root.path(), "wds", &[]);
+    // 8 crops of 4096² take 384 MiB: four such batches in flight are no reason to refuse up
+    // front on a machine of 4 GiB or more, and one is more than the 400 MB of address space
+    // `ulimit -v` leaves the process.
+    let script = "ulimit -v 400000 && exec \"$0\" read \"$1\" --batch 8 --workers 1 \
+                  --transform random-resized-crop:4096 --keys";
+    let out = std::process::Command::new("sh")
+        .args(["-c", script, crate::common::BIN])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no memory for a batch buffer of 402653184 bytes: use a smaller batch"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_damaged_zstd_shard_is_a_corrupt_shard_not_an_io_error() {
     let root = tempdir();
     let dir = dataset(root.path(), "zstd", &["--compress", "zstd"]);

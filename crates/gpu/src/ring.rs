@@ -9,7 +9,7 @@
 //! are live it allocates anyway and counts an overflow; size K from the loader (see
 //! [`StagingRing::capacity_for`]) and the count stays at zero.
 
-use shardtool_reader::{BatchAllocator, HostBuffer};
+use shardtool_reader::{AllocError, BatchAllocator, HostBuffer};
 use std::any::Any;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -66,11 +66,15 @@ enum Storage {
 }
 
 impl Storage {
-    fn host(capacity: usize) -> Self {
+    fn host(capacity: usize) -> Result<Self, AllocError> {
         // Over-allocate by one alignment unit and start at the first aligned byte: no unsafe.
-        let storage = vec![0u8; capacity + ALIGN];
+        let refused = AllocError { bytes: capacity };
+        let total = capacity.checked_add(ALIGN).ok_or(refused)?;
+        let mut storage = Vec::new();
+        storage.try_reserve_exact(total).map_err(|_| refused)?;
+        storage.resize(total, 0);
         let offset = storage.as_ptr().align_offset(ALIGN).min(ALIGN);
-        Storage::Host { storage, offset }
+        Ok(Storage::Host { storage, offset })
     }
 
     fn capacity(&self) -> usize {
@@ -213,12 +217,12 @@ impl StagingRing {
         }
     }
 
-    fn new_storage(&self, capacity: usize) -> Storage {
+    fn new_storage(&self, capacity: usize) -> Result<Storage, AllocError> {
         self.allocations.fetch_add(1, Ordering::Relaxed);
         match &self.backing {
             Backing::Host => Storage::host(capacity),
             Backing::Pinned(alloc) => match alloc.alloc(capacity) {
-                Some(p) => Storage::Pinned(p),
+                Some(p) => Ok(Storage::Pinned(p)),
                 None => {
                     // Out of page-locked memory: a pageable buffer still works (the driver
                     // stages it synchronously), so the run continues and the report counts it.
@@ -247,8 +251,7 @@ impl StagingRing {
 }
 
 impl BatchAllocator for StagingRing {
-    fn allocate(&self, len: usize) -> Box<dyn HostBuffer> {
-        let live = self.live.fetch_add(1, Ordering::Relaxed) + 1;
+    fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, AllocError> {
         let storage = match self.take_free(len) {
             Some(s) if s.capacity() >= len => {
                 self.reuses.fetch_add(1, Ordering::Relaxed);
@@ -259,16 +262,17 @@ impl BatchAllocator for StagingRing {
             Some(small) => {
                 let cap = len.max(small.capacity() + small.capacity() / 4);
                 drop(small);
-                self.new_storage(cap)
+                self.new_storage(cap).or_else(|_| self.new_storage(len))?
             }
             None => {
-                if live > self.capacity as u64 {
+                if self.live.load(Ordering::Relaxed) + 1 > self.capacity as u64 {
                     self.overflows.fetch_add(1, Ordering::Relaxed);
                 }
-                self.new_storage(len)
+                self.new_storage(len)?
             }
         };
-        Box::new(RingBuffer { storage, len })
+        self.live.fetch_add(1, Ordering::Relaxed);
+        Ok(Box::new(RingBuffer { storage, len }))
     }
 
     fn release(&self, buffer: Box<dyn HostBuffer>) {
@@ -291,19 +295,19 @@ mod tests {
     #[test]
     fn buffers_are_aligned_reused_and_bounded() {
         let r = StagingRing::host(2);
-        let mut a = r.allocate(10_000);
+        let mut a = r.allocate(10_000).unwrap();
         assert_eq!(a.bytes().len(), 10_000);
         assert_eq!(a.bytes().as_ptr() as usize % ALIGN, 0);
         a.bytes_mut()[9_999] = 7;
-        let b = r.allocate(100);
-        let c = r.allocate(100); // third live buffer in a ring of 2
+        let b = r.allocate(100).unwrap();
+        let c = r.allocate(100).unwrap(); // third live buffer in a ring of 2
         assert_eq!(r.stats().overflows, 1);
         let a_addr = a.bytes().as_ptr() as usize;
         r.release(a);
         r.release(b);
         r.release(c); // beyond K: freed, not pooled
         assert_eq!(r.free.lock().unwrap().len(), 2);
-        let d = r.allocate(8_000);
+        let d = r.allocate(8_000).unwrap();
         assert_eq!(
             d.bytes().as_ptr() as usize,
             a_addr,
@@ -316,11 +320,11 @@ mod tests {
     #[test]
     fn a_buffer_being_copied_is_never_handed_out() {
         let r = StagingRing::host(4);
-        let a = r.allocate(64);
+        let a = r.allocate(64).unwrap();
         r.copy_started(a.bytes());
         let addr = a.bytes().as_ptr() as usize;
         r.release(a); // a buggy early release
-        let b = r.allocate(64);
+        let b = r.allocate(64).unwrap();
         assert_ne!(b.bytes().as_ptr() as usize, addr);
         assert_eq!(r.stats().busy_skipped, 1);
         r.copy_finished(&[]); // unrelated address: no effect
@@ -330,9 +334,9 @@ mod tests {
     #[test]
     fn small_buffers_are_regrown() {
         let r = StagingRing::host(1);
-        let a = r.allocate(10);
+        let a = r.allocate(10).unwrap();
         r.release(a);
-        let b = r.allocate(20_000);
+        let b = r.allocate(20_000).unwrap();
         assert_eq!(b.bytes().len(), 20_000);
         assert_eq!(r.stats().allocations, 2);
     }
@@ -373,8 +377,8 @@ mod tests {
         };
         let r = StagingRing::pinned(Box::new(alloc), 4);
         assert!(r.is_pinned());
-        let a = r.allocate(100);
-        let b = r.allocate(100);
+        let a = r.allocate(100).unwrap();
+        let b = r.allocate(100).unwrap();
         let pinned = |buf: Box<dyn HostBuffer>| buf.into_any().downcast::<RingBuffer>().unwrap();
         let (a, b) = (pinned(a), pinned(b));
         assert!(a.is_pinned());

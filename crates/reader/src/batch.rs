@@ -26,11 +26,20 @@ impl HostBuffer for Vec<u8> {
     }
 }
 
+/// A batch buffer the allocator could not have: the memory was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("no memory for a batch buffer of {bytes} bytes")]
+pub struct AllocError {
+    /// The usable bytes asked for.
+    pub bytes: usize,
+}
+
 /// Hands out batch buffers and takes them back when a batch is dropped, so steady-state reading
 /// allocates nothing.
 pub trait BatchAllocator: Send + Sync {
-    /// A buffer of exactly `len` usable bytes (contents unspecified).
-    fn allocate(&self, len: usize) -> Box<dyn HostBuffer>;
+    /// A buffer of exactly `len` usable bytes (contents unspecified), or an error where the
+    /// memory is refused (a process limit, a container's), never an abort.
+    fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, AllocError>;
     /// Takes back a buffer for reuse.
     fn release(&self, buffer: Box<dyn HostBuffer>);
 }
@@ -48,18 +57,24 @@ pub struct AlignedBuffer {
 }
 
 impl AlignedBuffer {
-    fn with_len(mut storage: Vec<u8>, len: usize) -> Self {
+    fn with_len(mut storage: Vec<u8>, len: usize) -> Result<Self, AllocError> {
         // Over-allocate by one alignment unit and start at the first aligned byte: no unsafe.
-        storage.resize(len + CPU_BUFFER_ALIGN, 0);
+        let refused = AllocError { bytes: len };
+        let total = len.checked_add(CPU_BUFFER_ALIGN).ok_or(refused)?;
+        if total > storage.len() {
+            storage.clear();
+            storage.try_reserve_exact(total).map_err(|_| refused)?;
+        }
+        storage.resize(total, 0);
         let offset = storage
             .as_ptr()
             .align_offset(CPU_BUFFER_ALIGN)
             .min(CPU_BUFFER_ALIGN);
-        Self {
+        Ok(Self {
             storage,
             offset,
             len,
-        }
+        })
     }
 }
 
@@ -103,10 +118,13 @@ impl Default for CpuAllocator {
 }
 
 impl BatchAllocator for CpuAllocator {
-    fn allocate(&self, len: usize) -> Box<dyn HostBuffer> {
+    fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, AllocError> {
         let reused = self.pool.lock().ok().and_then(|mut p| p.pop());
         // Capacity is kept across batches; only growth allocates.
-        Box::new(AlignedBuffer::with_len(reused.unwrap_or_default(), len))
+        Ok(Box::new(AlignedBuffer::with_len(
+            reused.unwrap_or_default(),
+            len,
+        )?))
     }
 
     fn release(&self, buffer: Box<dyn HostBuffer>) {
@@ -160,16 +178,25 @@ mod tests {
     #[test]
     fn cpu_buffers_are_aligned_sized_and_reused() {
         let a = CpuAllocator::new(4);
-        let mut b = a.allocate(10_000);
+        let mut b = a.allocate(10_000).unwrap();
         assert_eq!(b.bytes().len(), 10_000);
         assert_eq!(b.bytes().as_ptr() as usize % CPU_BUFFER_ALIGN, 0);
         b.bytes_mut()[9_999] = 7;
         a.release(b);
         assert_eq!(a.idle(), 1);
-        let b = a.allocate(5_000);
+        let b = a.allocate(5_000).unwrap();
         assert_eq!(b.bytes().len(), 5_000);
         assert_eq!(b.bytes().as_ptr() as usize % CPU_BUFFER_ALIGN, 0);
         assert!(a.pool.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_buffer_larger_than_memory_is_an_error_not_an_abort() {
+        let a = CpuAllocator::new(4);
+        for len in [usize::MAX, usize::MAX / 2, 1 << 62] {
+            assert_eq!(a.allocate(len).err(), Some(AllocError { bytes: len }));
+        }
+        assert_eq!(a.allocate(64).unwrap().bytes().len(), 64);
     }
 }
 

@@ -26,8 +26,8 @@ mod transform;
 mod work;
 
 pub use batch::{
-    AlignedBuffer, Batch, BatchAllocator, CpuAllocator, FieldColumn, HostBuffer, Layout,
-    CPU_BUFFER_ALIGN,
+    AlignedBuffer, AllocError, Batch, BatchAllocator, CpuAllocator, FieldColumn, HostBuffer,
+    Layout, CPU_BUFFER_ALIGN,
 };
 pub use dataset::{Dataset, ShardView};
 pub use fields::{available_fields, check_fields};
@@ -105,6 +105,9 @@ pub enum ReadError {
     /// A remote dataset, in a build without the `remote` feature.
     #[error("{0}: reading remote datasets needs shardtool-reader's `remote` feature")]
     RemoteNotBuilt(String),
+    /// A batch's buffer could not be had: the memory was refused.
+    #[error("{0}: use a smaller batch or crop size, fewer workers or less prefetch")]
+    OutOfMemory(batch::AllocError),
     /// The epoch ended with a different sample count than planned.
     #[error("epoch delivered {delivered} samples but the plan has {expected}")]
     Incomplete {
@@ -113,4 +116,11 @@ pub enum ReadError {
         /// Delivered plus skipped.
         delivered: u64,
     },
+}
+
+impl From<batch::AllocError> for ReadError {
+    // Not thiserror's `#[from]`: that makes the error its source too, printed twice.
+    fn from(e: batch::AllocError) -> Self {
+        Self::OutOfMemory(e)
+    }
 }

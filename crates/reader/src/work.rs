@@ -128,7 +128,10 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
     // Fixed-shape crops are written into their slots as they are decoded.
     let side = s.transform.fixed_size();
     let slot = side.map_or(0, |n| n as usize * n as usize * 3);
-    let mut fixed = side.map(|_| s.allocator.allocate(slot * refs.len()));
+    let mut fixed = match side {
+        Some(_) => Some(s.allocator.allocate(slot * refs.len())?),
+        None => None,
+    };
     let mut keys = Vec::with_capacity(refs.len());
     let mut labels = Vec::with_capacity(refs.len());
     let mut recs = Vec::with_capacity(refs.len());
@@ -189,7 +192,7 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
             let len = keys.len() * slot;
             if len < slot * refs.len() {
                 // Skipped records left empty slots at the end: a buffer of the right size.
-                let mut short = s.allocator.allocate(len);
+                let mut short = s.allocator.allocate(len)?;
                 short.bytes_mut().copy_from_slice(&buf.bytes_mut()[..len]);
                 s.allocator.release(std::mem::replace(&mut buf, short));
             }
@@ -428,7 +431,7 @@ fn assemble(
             (Layout::Variable { offsets, shapes }, pos)
         }
     };
-    let mut buf = s.allocator.allocate(total);
+    let mut buf = s.allocator.allocate(total)?;
     {
         let out = buf.bytes_mut();
         let mut pos = 0;
