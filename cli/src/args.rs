@@ -341,7 +341,9 @@ pub struct PackArgs {
     pub max_pixels: u64,
 
     /// Stop with exit code 1 once more than N inputs have failed (with --resume, counting those
-    /// of the shards earlier runs finished; for a part, those of its own shards).
+    /// of the shards earlier runs finished; for a part, those of its own shards). Given to
+    /// `plan`, it is the whole pack's: a part stops past it alone, and `merge` commits nothing
+    /// past it.
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 
@@ -364,6 +366,11 @@ pub struct MergeArgs {
     /// The output folder of a planned pack (holding _plan/plan.json).
     #[arg(value_name = "OUTPUT")]
     pub output: PathBuf,
+
+    /// Commit only if at most N inputs failed in the whole pack (default: the plan's
+    /// --max-errors, if it was given one); past it nothing is committed and the exit code is 1
+    #[arg(long, value_name = "N")]
+    pub max_errors: Option<u64>,
 
     /// Print one JSON object on stdout.
     #[arg(long)]

@@ -57,11 +57,15 @@ def pack_part(
     )
 
 
-def merge(output: PathLike) -> Dict[str, Any]:
-    """Commits the partitioned pack in ``output``: every shard must be done (``DatasetError``
-    naming the missing ones otherwise); writes ``errors.jsonl``, then ``manifest.json`` last.
-    Returns the ``manifest`` and the failed inputs (``errors``). Running it again is harmless."""
-    return json.loads(_shardtool.merge(os.fspath(output)))
+def merge(output: PathLike, *, max_errors: Optional[int] = None) -> Dict[str, Any]:
+    """Commits the partitioned pack in ``output``: every shard must be done and, in a local
+    folder, match its checksum (``DatasetError`` naming the missing or damaged ones otherwise;
+    a damaged one's done record goes, so its part redoes it); writes ``errors.jsonl``, then
+    ``manifest.json`` last, unless more inputs failed than ``max_errors`` (default: the plan's)
+    allows (``DatasetError``, nothing committed). Returns the ``manifest`` and the failed inputs
+    (``errors``). Running it again is harmless."""
+    _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
+    return json.loads(_shardtool.merge(os.fspath(output), max_errors=max_errors))
 
 
 def status(output: PathLike) -> Dict[str, Any]:

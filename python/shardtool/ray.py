@@ -43,6 +43,8 @@ def pack(
     with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first."""
     import ray
 
+    if "jobs" in options:
+        raise ValueError("jobs: each part runs cpus_per_part threads; give cpus_per_part instead")
     # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
     _partition.plan(input, output, shard_samples=shard_samples, **{"resume": True, **options})
 
@@ -76,6 +78,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--format", default="wds", choices=["wds", "packed"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
+        "--max-errors",
+        type=int,
+        default=None,
+        help="commit nothing (exit 1) if more than N inputs failed in the whole pack",
+    )
+    p.add_argument(
         "--overwrite",
         action="store_true",
         help="plan again, replacing a plan (and what was packed under it) already in OUTPUT",
@@ -96,14 +104,20 @@ def main(argv: Optional[List[str]] = None) -> int:
             resize=a.resize,
             format=a.format,
             seed=a.seed,
+            max_errors=a.max_errors,
             overwrite=a.overwrite,
         )
+    except ray.exceptions.RayTaskError as e:
+        # A part that failed for good (its retries spent): its own error, not Ray's traceback
+        # (such an error is also an instance of its cause's type, so it is caught first).
+        print(f"error: a part failed: {e.cause if e.cause is not None else e}", file=sys.stderr)
+        return 1
     except (ValueError, FileNotFoundError) as e:
         # A usage error (another plan in OUTPUT, a bad option): the message, not a traceback,
         # naming this command's flag rather than the keyword argument.
         print(f"error: {str(e).replace('overwrite=True', '--overwrite')}", file=sys.stderr)
         return 2
-    except DatasetError as e:
+    except (DatasetError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:

@@ -53,11 +53,12 @@ pub fn pack_part(
 /// Commits the partitioned pack in `output`: every shard must be done; writes `errors.jsonl`
 /// and `manifest.json` last; returns the manifest and errors as JSON.
 #[pyfunction]
-pub fn merge(py: Python<'_>, output: String) -> PyResult<String> {
+#[pyo3(signature = (output, *, max_errors=None))]
+pub fn merge(py: Python<'_>, output: String, max_errors: Option<u64>) -> PyResult<String> {
     let out = PathBuf::from(output);
     // Ctrl-C waits for the merge (it holds OUTPUT's lock), unless pressed twice.
-    let r =
-        crate::tools::cancellable(py, move |_| shardtool_pack::merge(&out))?.map_err(pack_error)?;
+    let r = crate::tools::cancellable(py, move |_| shardtool_pack::merge(&out, max_errors))?
+        .map_err(pack_error)?;
     Ok(json(serde_json::json!({
         "manifest": r.manifest,
         "errors": r.errors,

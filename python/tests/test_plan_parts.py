@@ -50,6 +50,25 @@ def test_parts_in_any_order_merge_to_the_single_pack(single: Path, tmp_path: Pat
     assert published(out) == published(single)
 
 
+def test_max_errors_given_to_the_plan_holds_for_the_merge(tmp_path: Path) -> None:
+    inp = tmp_path / "in"
+    shutil.copytree(SAMPLE, inp)
+    (inp / "leaf" / "broken.jpg").write_bytes(b"not a jpeg")
+    out = tmp_path / "out"
+    shardtool.plan(inp, out, max_errors=0, **OPTIONS)
+    for i in range(2):
+        try:
+            shardtool.pack_part(out, i, 2)
+        except shardtool.DatasetError as e:
+            assert "more than --max-errors 0" in str(e) or "max_errors" in str(e)
+            shardtool.pack_part(out, i, 2, max_errors=5)
+    with pytest.raises(shardtool.DatasetError, match="1 inputs failed"):
+        shardtool.merge(out)
+    assert not (out / "manifest.json").exists()
+    merged = shardtool.merge(out, max_errors=1)
+    assert merged["manifest"]["totals"]["samples"] == 45 and len(merged["errors"]) == 1
+
+
 def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         shardtool.pack_part(tmp_path / "nothing", 0, 1)
@@ -124,6 +143,8 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
 
     with pytest.raises(ValueError, match="resize"):
         shardtool.ray.pack(str(SAMPLE), str(out), parts=3, shard_samples=7, resize="crop:20x20", seed=3)
+    with pytest.raises(ValueError, match="cpus_per_part"):
+        shardtool.ray.pack(str(SAMPLE), str(out), parts=3, jobs=2, **OPTIONS)
     assert published(out) == published(single)
     # From the command line: the reason and exit 2, not a traceback; the flag it names exists.
     r = subprocess.run(cmd[:-3] + ["4"] + cmd[-2:], capture_output=True, text=True, timeout=600)

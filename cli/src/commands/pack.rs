@@ -266,6 +266,11 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
             "with --plan, give no INPUT or OUTPUT: the plan in --plan OUTPUT names them"
         )));
     }
+    if a.jobs == Some(0) {
+        return Err(Failure::usage(anyhow!(
+            "--jobs 0: at least one worker thread is needed"
+        )));
+    }
     let which = assignment(a.part.as_deref(), a.shards.as_deref(), |k| {
         std::env::var(k).ok()
     })
@@ -358,7 +363,7 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
 
 /// Runs `shardtool merge`.
 pub fn run_merge(a: MergeArgs) -> Result<(), Failure> {
-    let r = shardtool_pack::merge(&a.output).map_err(|e| {
+    let r = shardtool_pack::merge(&a.output, a.max_errors).map_err(|e| {
         if a.json {
             // Scripts read why, and which shards to redo, from stdout as well.
             let missing = match &e {

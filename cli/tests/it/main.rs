@@ -19,6 +19,7 @@ mod memory;
 mod orientation;
 mod pack_inputs;
 mod partition;
+mod plan_guards;
 mod read;
 mod remote;
 mod resize;

@@ -206,7 +206,7 @@ fn planned(dir: &Path, states: &Path) -> Result<()> {
     let done = String::from_utf8(fs::read(p.join("done").join("000000.json"))?)?
         .replace(&hash, shardtool_pack::fuzzing::DONE_PLAN);
     write(dir, "done.json", &[b"\x02", done.as_bytes()].concat())?;
-    shardtool_pack::merge(&t.join("out"))?;
+    shardtool_pack::merge(&t.join("out"), None)?;
     let mut loader = shardtool_reader::Loader::builder(t.join("out"))
         .batch_size(2)
         .build()?;

@@ -259,6 +259,8 @@ pub fn plan_records(data: &[u8]) {
                     headers: Vec::new(),
                     size: None,
                     etag: None,
+                    checksum: None,
+                    modified_ns: None,
                 })
                 .collect();
             plan.inputs_checksum = shardtool_core::Checksum::of(rest).to_string();

@@ -203,10 +203,11 @@ pub enum PackError {
         /// What is wrong.
         message: String,
     },
-    /// Shards without a done record of this plan.
-    #[error("{} of the plan's shards are not done: {}{}; {}",
+    /// Shards without a done record of this plan (or damaged since).
+    #[error("{} of the plan's shards are not done: {}{}{}; {}",
         missing.len(), names.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
         if names.len() > 10 { ", …" } else { "" },
+        damaged_note(damaged),
         redo_hint(output, missing, *staged_gone))]
     Incomplete {
         /// The output folder.
@@ -215,6 +216,8 @@ pub enum PackError {
         missing: Vec<u64>,
         /// Their file names.
         names: Vec<String>,
+        /// The file names of those that were done but no longer match their checksums.
+        damaged: Vec<String>,
         /// Whether the plan's staged inputs are gone (an earlier merge removed them).
         staged_gone: bool,
     },
@@ -253,6 +256,21 @@ pub enum PackError {
 }
 
 /// How to redo the `missing` shards of the plan in `output`.
+fn damaged_note(damaged: &[String]) -> String {
+    match damaged {
+        [] => String::new(),
+        [one] => {
+            format!(" ({one} was damaged after it was packed: it no longer matches its checksum)")
+        }
+        many => format!(
+            " ({} of them, the first {}, were damaged after they were packed: they no longer \
+             match their checksums)",
+            many.len(),
+            many[0]
+        ),
+    }
+}
+
 pub(crate) fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -> String {
     if staged_gone {
         return "the plan's staged inputs are gone (a merge removed them): plan again with \

@@ -69,19 +69,27 @@ pub struct MergeReport {
     pub errors: Vec<ErrorRecord>,
 }
 
-/// Commits a partitioned pack: checks that every shard is done (naming the missing ones
-/// otherwise), writes `errors.jsonl`, then `manifest.json` last. Running it again rewrites the
-/// same bytes.
-pub fn merge(output: &Path) -> Result<MergeReport, PackError> {
+/// Commits a partitioned pack: checks that every shard is done and, in a local folder, that
+/// each matches its checksum (naming the missing or damaged ones otherwise, whose done records
+/// go so that a part redoes them), writes `errors.jsonl`, then `manifest.json` last, unless more
+/// inputs failed than `max_errors` (default: the plan's `--max-errors`) allows. Running it again
+/// rewrites the same bytes.
+pub fn merge(output: &Path, max_errors: Option<u64>) -> Result<MergeReport, PackError> {
     // Shared with parts and other merges; a plan or pack beside it is refused.
     let _lock = crate::plan_file::OutputLock::share(output)?;
-    merge_held(output)
+    merge_held(output, max_errors, true)
 }
 
-/// [`merge`], by a process that holds the output's lock already.
-pub(crate) fn merge_held(output: &Path) -> Result<MergeReport, PackError> {
+/// [`merge`], by a process that holds the output's lock already; `check_sums` hashes each shard
+/// (a pack that wrote them just now need not).
+pub(crate) fn merge_held(
+    output: &Path,
+    max_errors: Option<u64>,
+    check_sums: bool,
+) -> Result<MergeReport, PackError> {
     let store = Store::open(output)?;
     let file = read_plan_in(&store, output)?;
+    let max_errors = max_errors.or(file.max_errors);
     let plan = PackPlan::from_frozen(&file.options, store.local().to_path_buf())
         .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
     let mut records = Vec::with_capacity(file.shards as usize);
@@ -92,6 +100,19 @@ pub(crate) fn merge_held(output: &Path) -> Result<MergeReport, PackError> {
             None => missing.push(j),
         }
     }
+    let mut damaged = Vec::new();
+    if check_sums && !store.is_remote() {
+        for j in damaged_shards(store.local(), &records) {
+            // Not done after all: the record goes, so the part named below redoes the shard.
+            let done = plan_dir(store.local())
+                .join(DONE_DIR)
+                .join(format!("{j:06}.json"));
+            std::fs::remove_file(&done).map_err(|e| PackError::io(&done, e))?;
+            damaged.push(j);
+        }
+        missing.extend(&damaged);
+        missing.sort_unstable();
+    }
     if !missing.is_empty() {
         let sink = ShardSink::new(&plan);
         let staged_gone = file.containers.iter().any(|c| c.staged)
@@ -100,6 +121,10 @@ pub(crate) fn merge_held(output: &Path) -> Result<MergeReport, PackError> {
         return Err(PackError::Incomplete {
             output: output.to_path_buf(),
             names: missing
+                .iter()
+                .map(|&j| sink.file_name(j as usize))
+                .collect(),
+            damaged: damaged
                 .iter()
                 .map(|&j| sink.file_name(j as usize))
                 .collect(),
@@ -122,6 +147,13 @@ pub(crate) fn merge_held(output: &Path) -> Result<MergeReport, PackError> {
     let samples: u64 = entries.iter().map(|e| e.samples).sum();
     let errors_path = output.join(ERRORS_FILE);
     store.write(ERRORS_FILE, &errors::to_jsonl(&errors))?;
+    if let Some(max) = max_errors.filter(|&m| errors.len() as u64 > m) {
+        return Err(PackError::TooManyErrors {
+            failed: errors.len() as u64,
+            max,
+            report: errors_path,
+        });
+    }
     if samples == 0 {
         return Err(PackError::NoImages {
             looked_for: file.looked_for,
@@ -166,6 +198,34 @@ pub(crate) fn merge_held(output: &Path) -> Result<MergeReport, PackError> {
         }
     }
     Ok(MergeReport { manifest, errors })
+}
+
+/// The shards of `records` whose files in `output` do not match their checksums (damaged at
+/// their size since they were packed), hashed on a few threads.
+fn damaged_shards(output: &Path, records: &[crate::partition::DoneRecord]) -> Vec<u64> {
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let bad = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(r) = records.get(i) else { break };
+                let Some(e) = &r.entry else { continue };
+                let sum = std::fs::File::open(output.join(&e.file))
+                    .and_then(|f| shardtool_core::Checksum::of_reader(std::io::BufReader::new(f)))
+                    .map(|(_, sum)| sum.to_string());
+                if sum.ok().as_deref() != Some(e.checksum.as_str()) {
+                    if let Ok(mut b) = bad.lock() {
+                        b.push(r.shard);
+                    }
+                }
+            });
+        }
+    });
+    let mut bad = bad.into_inner().unwrap_or_default();
+    bad.sort_unstable();
+    bad
 }
 
 /// Removes the temporary files that killed attempts left (a SIGKILL leaves no chance to clean

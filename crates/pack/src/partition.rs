@@ -206,7 +206,15 @@ impl Loaded {
                 }
             };
             let now = std::fs::metadata(&path).ok().map(|m| m.len());
-            changed.push(used && c.size.is_some() && now != c.size);
+            let rewritten = || {
+                let sum = c.checksum.as_ref().is_some_and(|sum| {
+                    crate::plan_file::file_checksum(&path).as_ref() != Some(sum)
+                });
+                let touched = (c.modified_ns)
+                    .is_some_and(|t| crate::plan_file::modified_ns(&path) != Some(t));
+                sum || touched
+            };
+            changed.push(used && ((c.size.is_some() && now != c.size) || rewritten()));
             containers.push(Container {
                 etag: c.etag.clone(),
                 path,
@@ -296,6 +304,8 @@ pub fn pack_part(
     // Shared with other parts and merges; a plan or pack beside it is refused, as it beside one.
     let _lock = OutputLock::share(output)?;
     let loaded = load(output, jobs)?;
+    // The plan's limit is the whole pack's: a part past it alone would pass it.
+    let max_errors = max_errors.or(loaded.file.max_errors);
     let name = match assignment {
         Assignment::Part { index, count } => format!("part-{index}-of-{count}"),
         // The set it names, as ranges: `--shards 0,9` and `--shards 0-9` differ. A long one
@@ -704,7 +714,7 @@ pub(crate) fn pack_planned(
         progress,
     )?;
     drop(loaded);
-    let merged = crate::merge::merge_held(output)?;
+    let merged = crate::merge::merge_held(output, plan.max_errors, false)?;
     if !is_remote(output) {
         let dir = plan_dir(output);
         std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;

@@ -676,7 +676,11 @@ fn process(
             if shared.changed.get(ci as usize) == Some(&true) {
                 return Err(fail(
                     "changed",
-                    format!("{} changed since the plan was made", c.source),
+                    format!(
+                        "{} changed since the plan was made (its size, modification time or, \
+                         for a list, checksum differ): plan again",
+                        c.source
+                    ),
                 ));
             }
             // Extra fields ride along with the image, within a bound of their own.
@@ -689,8 +693,26 @@ fn process(
                 ContainerKind::Tar | ContainerKind::Parquet => {
                     let parquet = c.kind == ContainerKind::Parquet;
                     let (samples, err) = shardtool_wds::group_samples(&span_bytes);
+                    // The sample the listing found here, by the key its source ends with: a
+                    // shard replaced by another of the same size since is read at old places.
+                    let listed = (job.source.strip_prefix(c.source.as_str()))
+                        .and_then(|k| k.strip_prefix(':'));
+                    let changed = |found: String| {
+                        fail(
+                            "changed",
+                            format!(
+                                "{} changed since its samples were listed: {found} where sample \
+                                 {:?} was",
+                                c.source,
+                                listed.unwrap_or_default()
+                            ),
+                        )
+                    };
                     let sample = match (samples.len(), err) {
                         (1, None) => &samples[0],
+                        _ if !parquet && listed.is_some() => {
+                            return Err(changed("no whole sample".into()))
+                        }
                         (_, Some(e)) => return Err(fail("bad_shard", e.to_string())),
                         (n, None) => {
                             return Err(fail(
@@ -699,6 +721,9 @@ fn process(
                             ))
                         }
                     };
+                    if !parquet && listed.is_some_and(|k| k != sample.key) {
+                        return Err(changed(format!("sample {:?}", sample.key)));
+                    }
                     let image_field = shardtool_wds::image_field(
                         sample.fields.iter().map(|(f, _)| f.as_str()),
                     )

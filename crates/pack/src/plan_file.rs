@@ -65,6 +65,10 @@ pub struct PlanFile {
     pub errors: Vec<ErrorRecord>,
     /// The checksum of `inputs.jsonl`.
     pub inputs_checksum: String,
+    /// The most inputs that may fail in the whole pack (`--max-errors`): parts stop past it,
+    /// and the merge does not commit past it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_errors: Option<u64>,
 }
 
 /// A container as the plan records it.
@@ -87,6 +91,30 @@ pub struct PlanContainer {
     /// The entity tag of the URL it was fetched from, when the server gave one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etag: Option<String>,
+    /// A list's checksum when planned: a list rewritten at the same size (labels or captions
+    /// edited) has changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<String>,
+    /// A shard's modification time when planned (nanoseconds since the epoch; not for staged
+    /// copies, which parts may fetch anew): a shard replaced by another of the same size has
+    /// changed. A part reads only its spans of a shard, so it is not hashed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub modified_ns: Option<u64>,
+}
+
+/// When the file at `path` was last modified, in nanoseconds since the epoch.
+pub(crate) fn modified_ns(path: &Path) -> Option<u64> {
+    let t = std::fs::metadata(path).ok()?.modified().ok()?;
+    let since = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    u64::try_from(since.as_nanos()).ok()
+}
+
+/// The checksum of the file at `path`, read whole; `None` where it cannot be read.
+pub(crate) fn file_checksum(path: &Path) -> Option<String> {
+    let file = std::fs::File::open(path).ok()?;
+    Checksum::of_reader(std::io::BufReader::new(file))
+        .ok()
+        .map(|(_, sum)| sum.to_string())
 }
 
 pub(crate) fn plan_dir(output: &Path) -> PathBuf {
@@ -372,7 +400,10 @@ pub(crate) fn make_plan_in(
             Err(_) => (abs.clone(), false),
         };
         let (kind, headers) = kind_name(&c.kind);
+        let list = matches!(c.kind, ContainerKind::Csv { .. } | ContainerKind::Jsonl);
         containers.push(PlanContainer {
+            checksum: list.then(|| file_checksum(&abs)).flatten(),
+            modified_ns: (!list && !is_staged).then(|| modified_ns(&abs)).flatten(),
             path,
             staged: is_staged,
             source: redact_urls(&c.source).into_owned(),
@@ -443,6 +474,7 @@ pub(crate) fn make_plan_in(
             })
             .collect(),
         inputs_checksum: inputs_checksum.to_string(),
+        max_errors: plan.max_errors,
     };
     file.hash = plan_hash(&file);
     let path = dir.join(PLAN_FILE);

@@ -1,0 +1,226 @@
+//! What a partitioned pack does when its inputs, shards or limits say no: work done under
+//! another plan, inputs changed since the plan (at their size too), shards damaged before the
+//! merge, and a whole pack's `--max-errors` given to the plan.
+
+use crate::common::*;
+use crate::partition::{inputs, numbers, part, published, status_json, OPTS};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[test]
+fn work_done_under_another_plan_or_on_changed_inputs_is_not_taken() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 30);
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
+    part(&out, "0/1").ok();
+    let old_done = out.join("_plan/done");
+    let saved: BTreeMap<String, Vec<u8>> = published(&old_done);
+    let saved_shards = published(&out);
+    // Re-plan with another resize: the old shards and done records do not count for it.
+    Cmd::new(["plan", "--overwrite", "--resize", "shorter:32"])
+        .arg(&input)
+        .arg(&out)
+        .args(["--shard-samples", "9", "--seed", "11"])
+        .ok();
+    for (name, bytes) in &saved {
+        write_file(old_done.join(name), bytes);
+    }
+    for (name, bytes) in &saved_shards {
+        write_file(out.join(name), bytes);
+    }
+    let s = status_json(&out);
+    assert!(numbers(&s["done"]).is_empty(), "{s}");
+    let r = Cmd::new(["merge"]).arg(&out).run();
+    r.assert_code(1);
+
+    // An edited plan is refused.
+    let plan_path = out.join("_plan/plan.json");
+    let text = std::fs::read_to_string(&plan_path).unwrap();
+    std::fs::write(&plan_path, text.replace("shorter:32", "shorter:33")).unwrap();
+    let r = part(&out, "0/1").run();
+    r.assert_code(1);
+    assert!(r.stderr.contains("hash"), "{}", r.stderr);
+    std::fs::write(&plan_path, text).unwrap();
+
+    // An input changed after planning fails with a line naming it, instead of packing other
+    // bytes than were planned.
+    write_file(input.join("cat/0003.jpg"), jpeg(&pattern(90, 90, 999)));
+    part(&out, "0/1").ok();
+    Cmd::new(["merge"]).arg(&out).ok();
+    let errs = errors(&out);
+    let changed: Vec<_> = errs.iter().filter(|e| e.kind == "changed").collect();
+    assert_eq!(changed.len(), 1, "{errs:?}");
+    assert!(changed[0].path.ends_with("cat/0003.jpg"), "{errs:?}");
+}
+
+#[test]
+fn a_shard_or_list_rewritten_at_its_size_after_the_plan_is_changed_not_packed() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 30);
+    // Two one-shard packs of the same images in other orders: tars of one size whose samples
+    // lie at other places.
+    let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+    for (out, seed) in [(&a, "1"), (&b, "2")] {
+        pack(&input, out)
+            .args([
+                "--resize",
+                "shorter:40",
+                "--shard-samples",
+                "64",
+                "--seed",
+                seed,
+            ])
+            .ok();
+    }
+    let (sa, sb) = (a.join("shard-000000.tar"), b.join("shard-000000.tar"));
+    let len = |p: &Path| std::fs::metadata(p).unwrap().len();
+    assert_eq!(len(&sa), len(&sb));
+    let shards = dir.path().join("shards");
+    std::fs::create_dir(&shards).unwrap();
+    let shard = shards.join("s.tar");
+    copy(&sa, &shard);
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&shards).arg(&out).args(OPTS).ok();
+    let planned_at = std::fs::metadata(&shard).unwrap().modified().unwrap();
+    copy(&sb, &shard);
+    part(&out, "0/1").ok();
+    // Its modification time tells: every sample fails, naming the shard.
+    Cmd::new(["merge"]).arg(&out).run().assert_code(1);
+    let errs = errors(&out);
+    assert_eq!(errs.len() as u64, manifest(&a).totals.samples, "{errs:?}");
+    assert!(errs.iter().all(|e| e.kind == "changed"), "{errs:?}");
+    // Where the time is the planned one, the keys found at the planned places tell.
+    let file = std::fs::File::options().write(true).open(&shard).unwrap();
+    file.set_modified(planned_at).unwrap();
+    drop(file);
+    std::fs::remove_dir_all(out.join("_plan/done")).unwrap();
+    std::fs::create_dir(out.join("_plan/done")).unwrap();
+    part(&out, "0/1").ok();
+    Cmd::new(["merge"]).arg(&out).run();
+    let errs = errors(&out);
+    let moved = (errs.iter())
+        .filter(|e| e.kind == "changed" && e.message.contains("where sample"))
+        .count();
+    assert!(moved > 10, "{errs:?}");
+
+    // A list whose labels and captions are swapped at the same size.
+    let list = dir.path().join("list.csv");
+    let rows = |swap: bool| {
+        let mut text = String::from("path,label,text\n");
+        for (i, class) in ["cat", "dog"].iter().enumerate() {
+            let (label, caption) = match (swap, i) {
+                (false, 0) | (true, 1) => ("cat", "aaaa"),
+                _ => ("dog", "zzzz"),
+            };
+            for n in (i as u32..30).step_by(3).take(4) {
+                text += &format!(
+                    "{}/{n:04}.jpg,{label},{caption}\n",
+                    input.join(class).display()
+                );
+            }
+        }
+        text
+    };
+    write_file(&list, rows(false));
+    let out = dir.path().join("out-list");
+    Cmd::new(["plan", "--list"])
+        .arg(&list)
+        .arg(&out)
+        .args(OPTS)
+        .ok();
+    write_file(&list, rows(true));
+    part(&out, "0/1").ok();
+    Cmd::new(["merge"]).arg(&out).run().assert_code(1);
+    let errs = errors(&out);
+    assert_eq!(errs.len(), 8, "{errs:?}");
+    assert!(errs.iter().all(|e| e.kind == "changed"), "{errs:?}");
+}
+
+#[test]
+fn merge_finds_a_shard_damaged_at_its_size_and_its_part_redoes_it() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 30);
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
+    part(&out, "0/1").ok();
+    let whole = published(&out);
+    let shard = out.join("shard-000001.tar");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    bytes[5000] ^= 0xff;
+    write_file(&shard, &bytes);
+    // Done by its record and its size, damaged by its checksum: not committed, and not done.
+    let r = Cmd::new(["merge"]).arg(&out).run();
+    r.assert_code(1);
+    assert!(
+        r.stderr
+            .contains("shard-000001.tar was damaged after it was packed"),
+        "{}",
+        r.stderr
+    );
+    assert!(r.stderr.contains("--shards 1"), "{}", r.stderr);
+    assert!(!out.join("manifest.json").exists());
+    assert_eq!(numbers(&status_json(&out)["missing"]), [1]);
+    Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--shards", "1"])
+        .ok();
+    Cmd::new(["merge"]).arg(&out).ok();
+    Cmd::new(["verify"]).arg(&out).ok();
+    let now = published(&out);
+    for (name, bytes) in &whole {
+        assert_eq!(&now[name], bytes, "{name}");
+    }
+}
+
+#[test]
+fn max_errors_given_to_the_plan_is_the_whole_packs_and_merge_keeps_to_it() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 30);
+    // Two inputs fail: a plan allowing one commits nothing, whichever part met them.
+    let out = dir.path().join("out");
+    Cmd::new(["plan", "--max-errors", "1"])
+        .arg(&input)
+        .arg(&out)
+        .args(OPTS)
+        .ok();
+    for p in ["0/2", "1/2"] {
+        // A part stops past the limit when its own shards pass it.
+        let r = part(&out, p).run();
+        assert!(matches!(r.code, Some(0 | 1)), "{}", r.stderr);
+    }
+    let status = status_json(&out);
+    let shards = status["shards"].as_u64().unwrap();
+    let missing = numbers(&status["missing"]);
+    if !missing.is_empty() {
+        // Stopped by the limit: the rest done with the limit lifted for the part.
+        Cmd::new(["pack", "--plan"])
+            .arg(&out)
+            .args(["--part", "0/1", "--max-errors", "100"])
+            .ok();
+    }
+    assert_eq!(numbers(&status_json(&out)["done"]).len() as u64, shards);
+    let r = Cmd::new(["merge"]).arg(&out).run();
+    r.assert_code(1);
+    assert!(
+        r.stderr
+            .contains("2 inputs failed, more than --max-errors 1"),
+        "{}",
+        r.stderr
+    );
+    assert!(!out.join("manifest.json").exists());
+    // The merge's own limit overrides the plan's.
+    Cmd::new(["merge", "--max-errors", "2"]).arg(&out).ok();
+    assert_eq!(errors(&out).len(), 2);
+    // A part takes no zero threads, as a pack does not.
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--part", "0/1", "-j", "0"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("at least one worker thread"),
+        "{}",
+        r.stderr
+    );
+}
