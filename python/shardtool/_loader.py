@@ -194,7 +194,8 @@ class Loader:
     processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples)
     and ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
-    leaves unreadable records out of their batches instead of raising (``metrics()`` counts them).
+    leaves unreadable records out of their batches instead of raising (``metrics()`` counts them;
+    a batch may then be short, or empty: a ``[0, 0, 0, 3]`` array where images are decoded).
     Batches that could not all be held at once (workers × (prefetch + 1) + 1 of them over half the
     memory, or a container's limit) raise ``ValueError`` at ``iter()``; a batch buffer the system
     refuses later (``ulimit -v``) raises ``MemoryError``.
@@ -318,6 +319,9 @@ class Loader:
         self._info: Dict[int, Tuple[str, int, int]] = {}
         # One iter() builds its reader at a time: a second one then stops the first.
         self._iter_lock = threading.Lock()
+        # The position's parts (reader, closed state, loaded state, samples) change together
+        # under it, so a state_dict() from another thread never sees them half changed.
+        self._state_lock = threading.RLock()
         # The shared-memory epoch of a shardtool.torch.IterableDataset wrapping this loader:
         # set_epoch() writes it, so DataLoader workers (persistent ones too) read the new epoch.
         self._shared_epoch: Any = None
@@ -388,9 +392,10 @@ class Loader:
     def set_epoch(self, epoch: int) -> None:
         """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``."""
         _check_int("epoch", epoch, 0, maximum=2**64 - 1)
-        if self._resume is not None and self._resume["epoch"] != epoch:
-            self._resume = None
-        self._epoch = epoch
+        with self._state_lock:
+            if self._resume is not None and self._resume["epoch"] != epoch:
+                self._resume = None
+            self._epoch = epoch
         if self.__dict__.get("_shared_epoch") is not None:
             self._shared_epoch.value = epoch
 
@@ -408,8 +413,9 @@ class Loader:
             return self._start()
 
     def _start(self) -> Iterator[Batch]:
-        self.close()
-        self._closed_state = None
+        with self._state_lock:
+            self.close()
+            self._closed_state = None
         self._resolve_device()
         rank, world = self._resolve_partition()
         # A loaded position is used up only once a reader starts from it: an iter() that fails
@@ -441,10 +447,11 @@ class Loader:
             fields=self._fields,
             pool=self._buffer_pool(),
         )
-        self._resume = None
-        self._samples = 0 if resume is None else int(resume["samples"])
-        self._reader = reader
-        self._partition = (rank, world)
+        with self._state_lock:
+            self._resume = None
+            self._samples = 0 if resume is None else int(resume["samples"])
+            self._reader = reader
+            self._partition = (rank, world)
         return self._batches(reader, _converter(self._output))
 
     def _batches(self, reader: _shardtool.Reader, convert: Callable[[Any], Any]) -> Iterator[Batch]:
@@ -477,17 +484,11 @@ class Loader:
         a second (a new reader meanwhile waits for the cache room they still hold).
         ``state_dict()`` still gives the position reached; the next ``iter()`` starts the epoch
         afresh unless that state is loaded."""
+        with self._state_lock:
+            self._close()
+
+    def _close(self) -> None:
         reader = self._reader
-        busy = False
-        if reader is not None:
-            try:
-                self._closed_state = self.state_dict()
-                self._closed_metrics = json.loads(reader.metrics())
-            except RuntimeError:
-                # Another thread is waiting in it (it records the position as it stops the
-                # reader, below), or a fork inherited it (no position to keep).
-                self._closed_state = None
-                busy = True
         self._reader = None
         if reader is not None:
             try:
@@ -495,7 +496,10 @@ class Loader:
             except RuntimeError:
                 # A reader inherited through fork: nothing of it runs in this process.
                 pass
-            stopped = reader.stopped_at(1.0) if busy else None
+            # The position as it stopped (no batch is handed out after close() began), recorded
+            # by close() or by a thread waiting in the reader; none from a forked copy.
+            stopped = reader.stopped_at(1.0)
+            self._closed_state = None
             if stopped is not None:
                 self._closed_state = self._state_of(json.loads(stopped[0]))
                 self._closed_metrics = json.loads(stopped[1])
@@ -518,6 +522,10 @@ class Loader:
         ``format``, ``dataset`` (the plan's dataset fingerprint), ``seed``, ``epoch``,
         ``batch_size``, ``rank``, ``world_size``, ``split``, ``samples`` (consumed this epoch)
         and the reader's own state."""
+        with self._state_lock:
+            return self._state_dict()
+
+    def _state_dict(self) -> Dict[str, Any]:
         if self._resume is not None:
             return dict(self._resume)
         closed = self.__dict__.get("_closed_state")
@@ -533,7 +541,8 @@ class Loader:
         rank, world = self._partition if reader_state is not None and self._partition else self._resolve_partition()
         return {
             "format": STATE_FORMAT,
-            "dataset": self._plan_info(world)[0],
+            # A reader's own (no fetch: a checkpoint is wanted most when the server is away).
+            "dataset": self._plan_info(world)[0] if reader_state is None else reader_state["dataset"],
             "seed": self._seed,
             # The pass's own epoch: set_epoch() after it (for the next pass) must not relabel it.
             "epoch": self._epoch if reader_state is None else int(reader_state["epoch"]),
@@ -578,9 +587,10 @@ class Loader:
             )
         if state["dataset"] != self._plan_info(int(state["world_size"]))[0]:
             raise ValueError("the state belongs to another dataset")
-        self.close()
-        self._epoch = int(state["epoch"])
-        self._resume = dict(state)
+        with self._state_lock:
+            self.close()
+            self._epoch = int(state["epoch"])
+            self._resume = dict(state)
 
     # -- pickling (DataLoader workers started with spawn) ------------------------------------
 
@@ -597,6 +607,7 @@ class Loader:
         d["_partition"] = None
         d.pop("_pool", None)
         d.pop("_iter_lock", None)
+        d.pop("_state_lock", None)
         # Written by the main process only; the wrapper takes its own copy to its workers.
         d.pop("_shared_epoch", None)
         return d
@@ -604,6 +615,7 @@ class Loader:
     def __setstate__(self, d: Dict[str, Any]) -> None:
         self.__dict__.update(d)
         self._iter_lock = threading.Lock()
+        self._state_lock = threading.RLock()
 
     def __repr__(self) -> str:
         fields = "" if not self._fields else f", fields={self._fields!r}"

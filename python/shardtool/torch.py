@@ -23,7 +23,10 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
 
     ``len()`` is the number of batches of this rank per epoch (over all workers together).
     ``state_dict``/``load_state_dict`` follow torchdata's ``Stateful`` protocol, so a
-    ``StatefulDataLoader`` saves and restores each worker's position.
+    ``StatefulDataLoader`` saves and restores each worker's position. torchdata applies a loaded
+    state at ``iter()``, after the ``set_epoch()`` a training loop calls once it has loaded its
+    checkpoint: a state of an earlier epoch than the one set (an epoch's end) is then dropped,
+    and the set epoch read from its start.
     """
 
     def __init__(self, loader: Loader) -> None:
@@ -48,9 +51,15 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             )
         self.loader._split = None if info is None or info.num_workers == 1 else (info.id, info.num_workers)
         epoch = int(self._epoch.value)
+        pending = self.loader._resume
         if epoch != self._seen_epoch:
             # set_epoch() was called (in the main process) since this copy last looked.
             self._seen_epoch = epoch
+            self.loader.set_epoch(epoch)
+        elif pending is not None and pending["epoch"] < epoch:
+            # A state of an earlier epoch than the one set: torchdata loads states at iter(),
+            # after the set_epoch() a training loop calls once it has loaded a checkpoint, so
+            # the state is stale (an epoch's end, or one the loop moved past).
             self.loader.set_epoch(epoch)
         return iter(self.loader)
 

@@ -129,7 +129,9 @@ pub fn read_error(e: ReadError) -> PyErr {
         ReadError::CorruptShard { .. } => CorruptShardError::new_err(text),
         ReadError::CorruptRecord { .. } => CorruptRecordError::new_err(text),
         ReadError::BadOptions(_) | ReadError::BadState(_) => PyValueError::new_err(text),
-        ReadError::Cache(_) => CacheError::new_err(text),
+        ReadError::Cache(_) | ReadError::Unavailable { cache: true, .. } => {
+            CacheError::new_err(text)
+        }
         ReadError::Incomplete { .. } => IncompleteEpochError::new_err(text),
         ReadError::OutOfMemory(_) => PyMemoryError::new_err(text),
         _ => DatasetError::new_err(text),

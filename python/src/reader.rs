@@ -7,7 +7,7 @@ use crate::errors::read_error;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
-use shardtool_reader::plan::per_rank;
+use shardtool_reader::plan::rank_share;
 use shardtool_reader::{
     dataset_fingerprint, Batch, BatchAllocator, CacheOptions, CorruptPolicy, CpuAllocator, Dataset,
     Layout, Loader, LoaderState, Location, Next, Remainder, Transform,
@@ -98,7 +98,7 @@ pub fn plan_info(
     )?;
     let d = py.detach(|| open(&dataset, &cache)).map_err(read_error)?;
     let total: u64 = d.counts().iter().sum();
-    let samples = per_rank(total, world_size, r);
+    let samples = rank_share(total, world_size, r).map_err(read_error)?;
     Ok((
         dataset_fingerprint(&d),
         samples,
@@ -162,7 +162,14 @@ impl BufferPool {
 /// batches; `shardtool.Loader` wraps it.
 #[pyclass(module = "shardtool._shardtool", name = "Reader")]
 pub struct Reader {
+    /// Held by `__next__` one wait slice at a time, so that `state` and `metrics` from another
+    /// thread (a checkpointing one) wait at most a slice for it.
     loader: Mutex<Option<Loader>>,
+    /// Set while a thread is in `__next__`: a second iterating thread is refused.
+    iterating: AtomicBool,
+    /// The loader's state (JSON) after the batches handed out so far, written as each is: a
+    /// checkpointing thread reads it without waiting for the iterating one.
+    position: Mutex<String>,
     /// Set by `close`: a thread waiting in `__next__` stops the reader at its next wait slice.
     closing: AtomicBool,
     /// The position and metrics (JSON) when a thread waiting in `__next__` stopped the reader
@@ -173,13 +180,31 @@ pub struct Reader {
 }
 
 impl Reader {
-    /// `f` of the open loader, as JSON; an error when another thread holds it or it is closed.
-    fn json_of<T: serde::Serialize>(&self, f: impl FnOnce(&Loader) -> T) -> PyResult<String> {
+    /// The loader's lock, waited for with the GIL released (a thread in `__next__` holds it for
+    /// one wait slice at most; blocking on it with the GIL held could wait for a thread that
+    /// waits for the GIL).
+    fn lock(&self, py: Python<'_>) -> PyResult<std::sync::MutexGuard<'_, Option<Loader>>> {
+        loop {
+            match self.loader.try_lock() {
+                Ok(g) => return Ok(g),
+                Err(TryLockError::WouldBlock) => {
+                    py.detach(|| std::thread::sleep(Duration::from_micros(200)))
+                }
+                Err(TryLockError::Poisoned(_)) => {
+                    return Err(PyRuntimeError::new_err("a previous call panicked"))
+                }
+            }
+        }
+    }
+
+    /// `f` of the open loader, as JSON; an error when it is closed.
+    fn json_of<T: serde::Serialize>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&Loader) -> T,
+    ) -> PyResult<String> {
         self.check_process()?;
-        let guard = self
-            .loader
-            .try_lock()
-            .map_err(|_| PyRuntimeError::new_err("this reader is busy in another thread"))?;
+        let guard = self.lock(py)?;
         let loader = guard
             .as_ref()
             .ok_or_else(|| PyRuntimeError::new_err("the reader is closed"))?;
@@ -365,9 +390,11 @@ impl Reader {
         }
         let loader = py.detach(|| b.build()).map_err(read_error)?;
         Ok(Self {
+            position: Mutex::new(state_json(&loader)),
             loader: Mutex::new(Some(loader)),
             closing: AtomicBool::new(false),
             stopped_at: Mutex::new(None),
+            iterating: AtomicBool::new(false),
             pid: std::process::id(),
         })
     }
@@ -381,42 +408,37 @@ impl Reader {
     /// with its values (`bytes`, or `None` where a sample lacks it).
     fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
         self.check_process()?;
-        let mut guard = match self.loader.try_lock() {
-            Ok(g) => g,
-            Err(TryLockError::WouldBlock) => {
-                return Err(PyRuntimeError::new_err(
-                    "this reader is being iterated by another thread",
-                ))
+        if self.iterating.swap(true, Ordering::Acquire) {
+            return Err(PyRuntimeError::new_err(
+                "this reader is being iterated by another thread",
+            ));
+        }
+        struct Iterating<'a>(&'a AtomicBool);
+        impl Drop for Iterating<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
             }
-            Err(TryLockError::Poisoned(_)) => {
-                return Err(PyRuntimeError::new_err("a previous call panicked"))
-            }
-        };
+        }
+        let _iterating = Iterating(&self.iterating);
         let closed = || {
             PyRuntimeError::new_err(
                 "this reader was closed (Loader.close(), or a later iter() of the same Loader: \
                  one Loader reads one pass at a time)",
             )
         };
-        if guard.is_none() {
-            // A closed reader is no finished epoch: ending quietly would cut it short.
-            return Err(closed());
-        }
         loop {
+            let mut guard = self.lock(py)?;
+            if guard.is_none() {
+                // A closed reader is no finished epoch: ending quietly would cut it short.
+                return Err(closed());
+            }
             if self.closing.load(Ordering::Relaxed) {
                 // Another thread closed the reader while this one holds it: stopped here. The
                 // threads are joined on a helper thread (a reader thread stuck in a slow read,
                 // a network timeout, must not hold this one too), started without the GIL, so
                 // that a failed start drops them there too.
-                let taken = guard.take();
-                if let Some(l) = &taken {
-                    let json = |v: serde_json::Result<String>| v.unwrap_or_default();
-                    let state = json(serde_json::to_string(&l.state()));
-                    let metrics = json(serde_json::to_string(&l.metrics()));
-                    if let Ok(mut s) = self.stopped_at.lock() {
-                        *s = Some((state, metrics));
-                    }
-                }
+                let taken = self.take_stopped(&mut guard);
+                drop(guard);
                 py.detach(move || stop_within(taken, Duration::ZERO));
                 return Err(closed());
             }
@@ -437,6 +459,7 @@ impl Reader {
                         loader.put_back(batch);
                         continue;
                     }
+                    self.set_position(loader);
                     return to_python(py, batch).map(Some);
                 }
                 Next::Ready(Err(e)) => return Err(read_error(e)),
@@ -446,8 +469,9 @@ impl Reader {
         }
     }
 
-    /// The position and metrics (JSON) a thread waiting in `__next__` recorded as it stopped the
-    /// reader for `close`, waiting up to `wait_s` seconds for it to do so; `None` if it did not.
+    /// The position and metrics (JSON) recorded as the reader was stopped, by `close` or by a
+    /// thread waiting in `__next__` for it, waiting up to `wait_s` seconds for them; `None` if
+    /// none were.
     fn stopped_at(&self, py: Python<'_>, wait_s: f64) -> Option<(String, String)> {
         if std::process::id() != self.pid {
             // A forked copy: no thread of it runs here.
@@ -468,33 +492,35 @@ impl Reader {
     /// Counts delivered batch `index` (of `samples` samples) as not delivered: the caller lost
     /// it before handing it on (an exception while converting it), so a state taken now resumes
     /// with it.
-    fn forget(&self, index: u64, samples: usize) -> PyResult<()> {
+    fn forget(&self, py: Python<'_>, index: u64, samples: usize) -> PyResult<()> {
         self.check_process()?;
-        if let Ok(mut guard) = self.loader.try_lock() {
-            if let Some(loader) = guard.as_mut() {
-                loader.forget(index, samples);
-            }
+        if let Some(loader) = self.lock(py)?.as_mut() {
+            loader.forget(index, samples);
+            self.set_position(loader);
         }
         Ok(())
     }
 
-    /// The position after every batch returned so far, as the reader's JSON state.
+    /// The position after every batch returned so far, as the reader's JSON state (also after
+    /// the reader is closed), read without waiting for a thread iterating it.
     fn state(&self) -> PyResult<String> {
-        self.json_of(Loader::state)
+        self.check_process()?;
+        let position = self
+            .position
+            .lock()
+            .map_err(|_| PyRuntimeError::new_err("a previous call panicked"))?;
+        Ok(position.clone())
     }
 
     /// The reader's metrics so far (throughput, waits, skipped records, lost shards, cache), as
     /// JSON.
-    fn metrics(&self) -> PyResult<String> {
-        self.json_of(Loader::metrics)
+    fn metrics(&self, py: Python<'_>) -> PyResult<String> {
+        self.json_of(py, Loader::metrics)
     }
 
     /// Batches of this rank's epoch (all shares together).
-    fn batches_per_epoch(&self) -> PyResult<u64> {
-        let guard = self
-            .loader
-            .try_lock()
-            .map_err(|_| PyRuntimeError::new_err("this reader is busy in another thread"))?;
+    fn batches_per_epoch(&self, py: Python<'_>) -> PyResult<u64> {
+        let guard = self.lock(py)?;
         Ok(guard.as_ref().map_or(0, |l| l.batches_per_epoch()))
     }
 
@@ -505,9 +531,41 @@ impl Reader {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         self.check_process()?;
         self.closing.store(true, Ordering::Relaxed);
-        let taken = self.loader.try_lock().ok().and_then(|mut g| g.take());
+        // Not waited for: a thread in `__next__` that holds it stops the reader itself.
+        let taken = match self.loader.try_lock() {
+            Ok(mut g) => self.take_stopped(&mut g),
+            Err(_) => None,
+        };
         py.detach(move || stop_within(taken, CLOSE_WAIT));
         Ok(())
+    }
+}
+
+/// `loader`'s state as JSON.
+fn state_json(loader: &Loader) -> String {
+    serde_json::to_string(&loader.state()).unwrap_or_default()
+}
+
+impl Reader {
+    /// Records `loader`'s position for [`Reader::state`].
+    fn set_position(&self, loader: &Loader) {
+        if let Ok(mut p) = self.position.lock() {
+            *p = state_json(loader);
+        }
+    }
+
+    /// Takes the loader out to stop it, recording its position and metrics for `stopped_at`.
+    fn take_stopped(&self, guard: &mut Option<Loader>) -> Option<Loader> {
+        let taken = guard.take();
+        if let Some(l) = &taken {
+            let json = |v: serde_json::Result<String>| v.unwrap_or_default();
+            let state = json(serde_json::to_string(&l.state()));
+            let metrics = json(serde_json::to_string(&l.metrics()));
+            if let Ok(mut s) = self.stopped_at.lock() {
+                *s = Some((state, metrics));
+            }
+        }
+        taken
     }
 }
 

@@ -33,6 +33,11 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
             shardtool.Loader(p, batch_size=2, **{name: 2**64})
     with pytest.raises(ValueError, match="at most 86400 seconds"):
         shardtool.Loader(p, batch_size=2, fetch_timeout=86400.5)
+    # More ranks than samples, dropping the remainder: len() says so as iter() does (it was 0).
+    crowded = shardtool.Loader(p, batch_size=4, rank=0, world_size=64)
+    for call in (len, iter):
+        with pytest.raises(ValueError, match="leave each rank none"):
+            call(crowded)
     # The largest seed the CLI takes packs from Python too (the same dataset, reproducible).
     m = shardtool.pack(SAMPLE, tmp_path / "seeded", resize="shorter:16", seed=2**64 - 1)["manifest"]
     assert m["pack"]["seed"] == 2**64 - 1
@@ -122,3 +127,22 @@ def test_corrupt_shard_raises_dataset_error(datasets: Dict[str, Path], tmp_path:
     assert 0 < m["elapsed_s"] < 600
     loader.close()
     assert loader.metrics()["samples"] == read
+
+
+def test_a_batch_whose_records_were_all_skipped_is_an_empty_array_where_images_are_decoded(
+    tmp_path: Path,
+) -> None:
+    # Shard 0 gone: the first two batches of 4 have nothing. Decoded, they are [0, 0, 0, 3]
+    # arrays, usable as the stacked ones are (a list broke `.permute`); encoded, lists as always.
+    ds = tmp_path / "ds"
+    shardtool.pack(SAMPLE, ds, resize="crop:32x32", shard_samples=8)
+    (ds / json.loads((ds / "manifest.json").read_text())["shards"][0]["file"]).unlink()
+    for output in ("numpy", "torch"):
+        batches = list(shardtool.Loader(ds, batch_size=4, shuffle=False, output=output, skip_corrupt=True))
+        assert [len(b["key"]) for b in batches[:3]] == [0, 0, 4]
+        assert tuple(batches[0]["image"].shape) == (0, 0, 0, 3)
+        assert tuple(batches[2]["image"].shape) == (4, 32, 32, 3)
+        if output == "torch":
+            assert tuple(batches[0]["image"].permute(0, 3, 1, 2).shape) == (0, 3, 0, 0)
+    encoded = list(shardtool.Loader(ds, batch_size=4, shuffle=False, decode=False, skip_corrupt=True))
+    assert encoded[0]["image"] == [] and len(encoded[2]["image"]) == 4

@@ -195,3 +195,32 @@ def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
     finally:
         release.set()
         server.shutdown()
+
+
+def test_a_checkpoint_needs_no_server_and_a_lost_shard_is_a_cache_error(served: Path, tmp_path: Path) -> None:
+    ds = served / "ds"
+    shardtool.pack(SAMPLE, ds, resize="crop:16x16", shard_samples=8, jobs=2)
+    url = _url(served, "ds/")
+    opts = dict(batch_size=4, seed=1, output="numpy", cache_dir=tmp_path / "cache", fetch_attempts=1)
+    loader = shardtool.Loader(url, **opts)
+    it = iter(loader)
+    head = [k for _ in range(3) for k in next(it)["key"]]
+    # The server has the dataset no more: the position is still saved (it fetched the manifest
+    # again).
+    away = served / "away"
+    ds.rename(away)
+    state = loader.state_dict()
+    assert state["samples"] == 12 and state["reader"] is not None
+    loader.close()
+    away.rename(ds)
+    resumed = shardtool.Loader(url, **opts)
+    resumed.load_state_dict(state)
+    full = [k for b in shardtool.Loader(url, **opts) for k in b["key"]]
+    assert head + [k for b in resumed for k in b["key"]] == full
+    # A shard the server lacks is a cache error, as a manifest it lacks is.
+    manifest = json.loads((ds / "manifest.json").read_text())
+    (ds / manifest["shards"][2]["file"]).unlink()
+    opts["cache_dir"] = tmp_path / "cache2"
+    with pytest.raises(shardtool.CacheError, match="could not be opened"):
+        for _ in shardtool.Loader(url, **opts):
+            pass

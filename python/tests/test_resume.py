@@ -258,3 +258,38 @@ def test_close_from_another_thread_keeps_the_position_of_a_waiting_iteration(
     resumed = shardtool.Loader(path, **opts)
     resumed.load_state_dict(state)
     assert [k for b in resumed for k in b["key"]] == keys[20:]
+
+
+def test_state_dict_from_a_checkpointing_thread_never_finds_the_reader_busy(datasets: Dict[str, Path]) -> None:
+    # The iterating thread holds the reader one wait slice at a time, so a state taken from
+    # another thread waits at most that long ("this reader is busy" was raised).
+    import threading
+
+    loader = shardtool.Loader(
+        datasets["packed"], batch_size=4, seed=1, workers=1, prefetch=1,
+        transform="random-resized-crop:32", output="numpy",
+    )
+    errors: List[BaseException] = []
+    states: List[Dict[str, object]] = []
+    stop = threading.Event()
+
+    def checkpoint() -> None:
+        while not stop.is_set():
+            try:
+                states.append(loader.state_dict())
+            except BaseException as e:  # noqa: BLE001 - any failure is the finding
+                errors.append(e)
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=checkpoint)
+    t.start()
+    try:
+        for epoch in range(5):
+            loader.set_epoch(epoch)
+            for _ in loader:
+                time.sleep(0.002)  # a training step
+    finally:
+        stop.set()
+        t.join()
+    assert not errors, errors[:3]
+    assert len(states) > 50

@@ -34,3 +34,42 @@ def test_stateful_dataloader_resumes_the_identical_remainder(datasets: Dict[str,
     resumed.load_state_dict(state)
     tail = [b["key"] for b in resumed]
     assert head + tail == full
+
+
+@pytest.mark.parametrize("workers,persistent", [(0, False), (2, False), (2, True)])
+def test_a_checkpoint_at_an_epochs_end_then_set_epoch_reads_the_next_epoch(
+    datasets: Dict[str, Path], workers: int, persistent: bool
+) -> None:
+    # torchdata applies a loaded state at iter(), after the set_epoch() the training loop calls
+    # once the checkpoint is loaded: a state of an earlier epoch must not win over it (epoch 0
+    # was read again, with its crops).
+    path = datasets["packed"]
+
+    def make() -> "tuple[stateful.StatefulDataLoader, shardtool.torch.IterableDataset]":
+        d = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=4, seed=9, output="numpy"))
+        dl = stateful.StatefulDataLoader(d, batch_size=None, num_workers=workers, persistent_workers=persistent)
+        return dl, d
+
+    def keys(epoch: int) -> "list[str]":
+        loader = shardtool.Loader(path, batch_size=4, seed=9, output="numpy")
+        loader.set_epoch(epoch)
+        return sorted(k for b in loader for k in b["key"])
+
+    def order(epoch: int) -> "list[str]":
+        loader = shardtool.Loader(path, batch_size=4, seed=9, output="numpy")
+        loader.set_epoch(epoch)
+        return [k for b in loader for k in b["key"]]
+
+    dl, d = make()
+    d.set_epoch(0)
+    first = [b for b in dl]
+    checkpoint = dl.state_dict()
+    dl, d = make()
+    dl.load_state_dict(checkpoint)
+    d.set_epoch(1)
+    got = [b for b in dl]
+    assert {int(b["epoch"]) for b in got} == {1}
+    got_keys = [k for b in got for k in b["key"]]
+    assert sorted(got_keys) == keys(1) and len(first) == len(got)
+    if workers == 0:
+        assert got_keys == order(1) != order(0)

@@ -87,6 +87,8 @@ enum Slot {
     Failed {
         corrupt: bool,
         message: String,
+        /// Whether the shard cache failed it.
+        cache: bool,
     },
 }
 
@@ -209,22 +211,32 @@ impl Dataset {
                 Err(ReadError::CorruptShard { message, .. }) => Slot::Failed {
                     corrupt: true,
                     message,
+                    cache: false,
                 },
                 Err(e) => Slot::Failed {
                     corrupt: false,
+                    cache: matches!(e, ReadError::Cache(_)),
                     message: e.to_string(),
                 },
             };
         }
         match &*slot {
             Slot::Open(v) => Ok(v.clone()),
-            Slot::Failed { corrupt, message } => {
+            Slot::Failed {
+                corrupt,
+                message,
+                cache,
+            } => {
                 let shard = self.manifest.shards[i].file.clone();
                 let message = message.clone();
                 Err(if *corrupt {
                     ReadError::CorruptShard { shard, message }
                 } else {
-                    ReadError::Unavailable { shard, message }
+                    ReadError::Unavailable {
+                        shard,
+                        message,
+                        cache: *cache,
+                    }
                 })
             }
             Slot::Closed => unreachable!("opened above"),

@@ -79,6 +79,8 @@ pub enum ReadError {
         shard: String,
         /// Why.
         message: String,
+        /// Whether the shard cache failed it (a failed fetch, no room): a remote dataset's.
+        cache: bool,
     },
     /// A record could not be read or decoded.
     #[error("record {key} of shard {shard}: {message}")]

@@ -457,14 +457,7 @@ impl LoaderBuilder {
             order.len() as u64,
             per_rank(total, self.world, self.order.remainder)
         );
-        if order.is_empty() && total > 0 {
-            // Dropping the remainder leaves every rank nothing: a job would train on no data.
-            return Err(ReadError::BadOptions(format!(
-                "{total} samples over {} ranks leave each rank none (remainder drop): pad \
-                 the remainder (--remainder pad), or use fewer ranks",
-                self.world
-            )));
-        }
+        crate::plan::rank_share(total, self.world, self.order.remainder)?;
         if let Some(side) = self.transform.fixed_size() {
             let batch = self.batch_size.min(order.len()) as u64;
             let bytes = batch * u64::from(side) * u64::from(side) * 3;

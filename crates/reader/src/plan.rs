@@ -90,6 +90,17 @@ pub fn shard_order(shards: usize, opts: &OrderOptions, epoch: u64) -> Vec<u32> {
     order
 }
 
+/// [`per_rank`], refusing a share of none from samples there are: a job would train on no data.
+pub fn rank_share(total: u64, world: u32, remainder: Remainder) -> Result<u64, crate::ReadError> {
+    match per_rank(total, world, remainder) {
+        0 if total > 0 => Err(crate::ReadError::BadOptions(format!(
+            "{total} samples over {world} ranks leave each rank none (remainder drop): pad the \
+             remainder (--remainder pad), or use fewer ranks"
+        ))),
+        n => Ok(n),
+    }
+}
+
 /// Samples each rank gets this epoch.
 pub fn per_rank(total: u64, world: u32, remainder: Remainder) -> u64 {
     let world = u64::from(world.max(1));

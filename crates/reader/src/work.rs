@@ -398,7 +398,10 @@ fn assemble(
     recs: Vec<Rec<'_>>,
 ) -> Result<Batch, ReadError> {
     let first = recs.first().and_then(Rec::shape);
-    let fixed = first.is_some() && recs.iter().all(|r| r.shape() == first);
+    // A batch every record of which was skipped: `[0, 0, 0, 3]` where images are decoded (as
+    // the others may be stacked; an empty list broke code written for them).
+    let empty_decoded = recs.is_empty() && s.transform != Transform::None;
+    let fixed = empty_decoded || (first.is_some() && recs.iter().all(|r| r.shape() == first));
     let encoded = recs.iter().any(|r| r.shape().is_none());
     let (layout, total) = if fixed && !encoded {
         let [h, w, _] = first.unwrap_or([0, 0, 3]);
