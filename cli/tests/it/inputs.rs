@@ -455,6 +455,15 @@ fn a_folder_of_splits_is_not_an_image_folder_of_two_classes() {
     );
     let m = pack(root.join("train"), t.path().join("train")).ok();
     assert!(m.stdout.contains("classes 1: cat"), "{}", m.stdout);
+    // The only split there, holding class folders: one class `train` otherwise.
+    std::fs::remove_dir_all(root.join("val")).unwrap();
+    let r = pack(&root, t.path().join("out")).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("the only class folder") && r.stderr.contains("is train"),
+        "{}",
+        r.stderr
+    );
 }
 
 #[test]

@@ -105,6 +105,15 @@ pub(crate) fn list_folder(root: &Path, exclude: Option<&Path>) -> Result<Listing
     let names: Vec<&str> = class_names.iter().filter_map(|c| c.to_str()).collect();
     crate::splits::splits_as_classes(&root.display().to_string(), &names)
         .map_err(|message| ListError::BadInput { message })?;
+    if let [only] = names.as_slice() {
+        let holds_folders = std::fs::read_dir(root.join(only)).is_ok_and(|entries| {
+            entries
+                .flatten()
+                .any(|e| !is_hidden(&e.file_name()) && e.file_type().is_ok_and(|t| t.is_dir()))
+        });
+        crate::splits::sole_split(&root.display().to_string(), only, holds_folders)
+            .map_err(|message| ListError::BadInput { message })?;
+    }
     let mut seen = HashSet::new();
     for (label, class) in class_names.iter().enumerate() {
         // A class name is text: a name that is not UTF-8 would be changed, and two such names

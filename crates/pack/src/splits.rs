@@ -41,13 +41,29 @@ fn split_of(path: &str) -> Option<(&'static str, usize)> {
     None
 }
 
+/// The split a folder's whole name names (`val` is `validation`), if any.
+fn split_named(name: &str) -> Option<&'static str> {
+    let name = name.to_ascii_lowercase();
+    KEYWORDS.iter().find(|(k, _)| *k == name).map(|(_, s)| *s)
+}
+
+/// Refuses an ImageFolder whose one class folder is named as a split and holds folders
+/// (`imagenet/` holding only `train/<class>/`): its images would all be labelled `train`.
+pub(crate) fn sole_split(root: &str, class: &str, holds_folders: bool) -> Result<(), String> {
+    if !holds_folders || split_named(class).is_none() {
+        return Ok(());
+    }
+    Err(format!(
+        "the only class folder of {root} is {class}, a dataset split holding folders: its images \
+         would all be one class; pack the split: {}/{class}",
+        root.trim_end_matches('/')
+    ))
+}
+
 /// Refuses an ImageFolder whose class folders are all named as splits (`train`, `val`, …):
 /// the folder above the splits was given, whose images would be labelled by their split.
 pub(crate) fn splits_as_classes(root: &str, classes: &[&str]) -> Result<(), String> {
-    let split = |c: &str| {
-        let c = c.to_ascii_lowercase();
-        KEYWORDS.iter().find(|(k, _)| *k == c).map(|(_, s)| *s)
-    };
+    let split = split_named;
     let splits: std::collections::BTreeSet<&str> =
         classes.iter().filter_map(|c| split(c)).collect();
     if splits.len() < 2 || classes.iter().any(|c| split(c).is_none()) {
@@ -147,6 +163,12 @@ mod tests {
         splits_as_classes("x", &["cat", "train", "val"]).unwrap();
         splits_as_classes("x", &["train"]).unwrap();
         splits_as_classes("x", &["test", "testing"]).unwrap();
+        // One split folder of class folders is refused; a class named `train` (CIFAR-100 has
+        // one) holding images is not.
+        let e = sole_split("inet/", "train", true).unwrap_err();
+        assert!(e.ends_with("pack the split: inet/train"), "{e}");
+        sole_split("x", "train", false).unwrap();
+        sole_split("x", "trains", true).unwrap();
     }
 
     #[test]
