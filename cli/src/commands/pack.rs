@@ -532,17 +532,25 @@ fn print_summary(out: &Path, r: &PackReport) {
         i.failed,
         i.ignored
     );
-    outln!(
-        "  classes {}: {}",
-        m.classes.len(),
-        m.classes
-            .iter()
-            .take(8)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join(", ")
-            + if m.classes.len() > 8 { ", …" } else { "" }
-    );
+    if m.classes.is_empty() {
+        // Unlabelled may be a surprise: a float `label` column is carried, not read, unless named.
+        outln!(
+            "  unlabelled (every label is -1): a list's or Parquet file's label column is read \
+             by --label-column (a float one only when named)"
+        );
+    } else {
+        outln!(
+            "  classes {}: {}",
+            m.classes.len(),
+            m.classes
+                .iter()
+                .take(8)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+                + if m.classes.len() > 8 { ", …" } else { "" }
+        );
+    }
     outln!(
         "  bytes in {:.1} MB, out {:.1} MB; {:.2} s, {:.0} images/s",
         mb(r.bytes_in),
