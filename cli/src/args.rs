@@ -245,7 +245,8 @@ pub struct PackArgs {
     #[arg(long)]
     pub upscale: bool,
 
-    /// Resampling filter: catmull-rom (default, fast and sharp) or lanczos3.
+    /// Resampling filter: catmull-rom (default, fast and sharp), lanczos3 (sharpest, slower) or
+    /// bilinear (fastest, softest; widened when reducing, as torchvision's antialias).
     #[arg(long, default_value = "catmull-rom")]
     pub filter: String,
 
@@ -258,7 +259,7 @@ pub struct PackArgs {
     #[arg(long, default_value_t = 90)]
     pub quality: u8,
 
-    /// JPEG shrinking while decoding: gap:N (1 to 8) stops at N times the target so the resize
+    /// JPEG shrinking while decoding: gap:N (1 to 8, two decimals at most: gap:1.5) stops at N times the target so the resize
     /// filter makes the last step; fast shrinks all the way (quicker, blurs detail); full: never.
     #[arg(long, default_value = "gap:2", value_name = "gap:N|fast|full")]
     pub decode_scale: String,
@@ -287,8 +288,9 @@ pub struct PackArgs {
     #[arg(long, conflicts_with = "seed")]
     pub no_shuffle: bool,
 
-    /// Roll to a new shard once one reaches this size (64MiB, 1GB, plain bytes; default
-    /// 256MiB). A shard exceeds it by less than one sample.
+    /// Roll to a new shard once one reaches this size (64MiB, 1GB, plain bytes; K, M, G and T
+    /// alone are powers of 1000, as KB, MB, GB, TB; default 256MiB). A shard exceeds it by less
+    /// than one sample.
     #[arg(long, value_name = "SIZE", conflicts_with = "shard_samples")]
     pub shard_size: Option<String>,
 

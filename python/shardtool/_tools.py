@@ -84,7 +84,7 @@ def pack(
 
     The other options are the CLI's flags with underscores: ``format`` (``"wds"`` or
     ``"packed"``), ``resize`` (``"none"``, ``"shorter:256"``, ``"longer:512"``, ``"fit:512x512"``,
-    ``"crop:224x224"``), ``upscale``, ``filter`` (``"catmull-rom"``, ``"lanczos3"``), ``encode``
+    ``"crop:224x224"``), ``upscale``, ``filter`` (``"catmull-rom"``, ``"lanczos3"``, ``"bilinear"``), ``encode``
     (``"jpeg"``, ``"png"``, ``"keep"``; ``format="packed"`` stores raw pixels), ``quality``,
     ``decode_scale`` (``"gap:2"``, the default: JPEGs shrink while decoding only while still
     twice the target, so the resize filter makes the last step; ``"gap:N"`` for another gap

@@ -20,7 +20,7 @@ pub struct BenchArgs {
     pub epochs: u64,
     /// Also run the loader with its batches copied to a device: `cpu` (the CPU twin: reused
     /// buffers, no copy), `auto` (the GPU when there is one, else the CPU, said once) or
-    /// `cuda:N`. On a GPU this adds pinned and pageable host-to-device GB/s of a plain copy
+    /// `cuda:N` (`cuda` and `gpu` are `cuda:0`, `gpu:N` is `cuda:N`). On a GPU this adds pinned and pageable host-to-device GB/s of a plain copy
     /// loop, the loader's delivered GB/s against them, and data wait with the GPU in the loop.
     /// `cuda:N` needs a binary built with `--features cuda` and a CUDA driver.
     #[arg(long, value_name = "DEVICE")]

@@ -13,7 +13,7 @@ pub struct CacheArgs {
     /// [default: $SHARDTOOL_CACHE_DIR, else $XDG_CACHE_HOME/shardtool, else ~/.cache/shardtool].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
-    /// Most bytes of shards the cache folder may hold (e.g. 200GB, 64GiB); least recently used
+    /// Most bytes of shards the cache folder may hold (e.g. 200GB or 200G, 64GiB); least recently used
     /// shards not in use are evicted. Too small for the shards open at once is an error at start.
     /// [default: no limit]
     #[arg(long, value_name = "SIZE")]

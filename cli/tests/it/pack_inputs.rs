@@ -453,7 +453,11 @@ fn lists_carry_their_extra_columns_and_may_have_no_labels() {
     std::fs::write(&list, text).unwrap();
     let ds = t.path().join("ds");
     let r = pack_list(&list, &ds).args(["--resize", "shorter:32"]).ok();
-    assert!(r.stdout.contains("unlabelled (every label is -1)"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("unlabelled (every label is -1)"),
+        "{}",
+        r.stdout
+    );
     let m = manifest(&ds);
     assert!(m.classes.is_empty(), "unlabelled");
     assert_eq!(m.fields, ["jpg", "json", "txt"], "no .cls");
