@@ -579,6 +579,21 @@ class Loader:
             and 0 <= split[0] < split[1] < 2**32
         ):
             raise ValueError(f"loader state's split must be [index, count] with index < count, not {split!r}")
+        reader = state["reader"]
+        if reader is not None:
+            # The reader's own state must tell the same position as the wrapper's (a state
+            # edited by hand, or pieced together from two checkpoints, would resume elsewhere).
+            if not isinstance(reader, dict):
+                raise ValueError(f"loader state's reader must be a dict or None, not {type(reader).__name__}")
+            pairs = [("epoch", "epoch"), ("world_size", "world"), ("batch_size", "batch_size"), ("dataset", "dataset")]
+            if "rank" in state:
+                pairs.append(("rank", "rank"))
+            for outer, inner in pairs:
+                if reader.get(inner) != state[outer]:
+                    raise ValueError(
+                        f"loader state's {outer} {state[outer]!r} is not its reader's {reader.get(inner)!r}: "
+                        "a state from state_dict() holds the same in both"
+                    )
         if state["seed"] != self._seed:
             raise ValueError(f"the state is for seed {state['seed']}, this loader has seed {self._seed}")
         if state["batch_size"] != self._batch_size:

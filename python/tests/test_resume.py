@@ -56,6 +56,10 @@ def test_state_of_another_dataset_or_seed_raises(datasets: Dict[str, Path]) -> N
     for key, bad in (("world_size", "1"), ("world_size", 1.5), ("samples", -100), ("epoch", True), ("split", [5, 2])):
         with pytest.raises(ValueError, match=f"state's {key} must be"):
             shardtool.Loader(datasets["tar"], batch_size=3, seed=1).load_state_dict(dict(state, **{key: bad}))
+    # Wrapper and reader telling different positions (pieced together, edited): refused.
+    for key, bad in (("epoch", 1), ("world_size", 2), ("rank", 1)):
+        with pytest.raises(ValueError, match=f"state's {key} {bad} is not its reader's"):
+            shardtool.Loader(datasets["tar"], batch_size=3, seed=1).load_state_dict(dict(state, **{key: bad}))
     # One claiming more batches delivered than the epoch has: refused at iter(), not an empty epoch.
     reader = json.loads(state["reader"]) if isinstance(state["reader"], str) else dict(state["reader"])
     reader["delivered_prefix"] = 10**6
