@@ -154,7 +154,9 @@ fn load(output: &Path, jobs: Option<usize>) -> Result<Loaded, PackError> {
 
 impl Loaded {
     /// What the workers need to pack `positions`: the containers (staged ones fetched from an
-    /// object-store output when these positions read them), and which changed since the plan.
+    /// object-store output when these positions read them). A container these positions read
+    /// that changed since the plan fails the part: its samples would all fail, and a merge
+    /// would commit the dataset without them.
     fn shared(&self, positions: impl Iterator<Item = usize>) -> Result<Shared, PackError> {
         let mut needed = vec![false; self.file.containers.len()];
         for p in positions {
@@ -167,7 +169,6 @@ impl Loaded {
         }
         let plan_path = plan_dir(self.store.local()).join(PLAN_FILE);
         let mut containers = Vec::with_capacity(self.file.containers.len());
-        let mut changed = Vec::with_capacity(self.file.containers.len());
         for (c, &used) in self.file.containers.iter().zip(&needed) {
             let path = if c.staged {
                 let name = format!("{PLAN_DIR}/{STAGED_DIR}/{}", c.path.to_string_lossy());
@@ -205,16 +206,15 @@ impl Loaded {
                     ))
                 }
             };
-            let now = std::fs::metadata(&path).ok().map(|m| m.len());
-            let rewritten = || {
-                let sum = c.checksum.as_ref().is_some_and(|sum| {
-                    crate::plan_file::file_checksum(&path).as_ref() != Some(sum)
-                });
-                let touched = (c.modified_ns)
-                    .is_some_and(|t| crate::plan_file::modified_ns(&path) != Some(t));
-                sum || touched
-            };
-            changed.push(used && ((c.size.is_some() && now != c.size) || rewritten()));
+            if let Some(what) = used.then(|| container_change(c, &path)).flatten() {
+                return Err(bad_plan(
+                    &plan_path,
+                    format!(
+                        "{} changed since the plan was made ({what}): plan again with --overwrite",
+                        c.source
+                    ),
+                ));
+            }
             containers.push(Container {
                 etag: c.etag.clone(),
                 path,
@@ -226,10 +226,36 @@ impl Loaded {
             containers,
             columns: self.plan.columns.clone(),
             renumbered: self.ordered.renumbered,
-            changed,
             planned_sizes: self.planned_sizes.clone(),
         })
     }
+}
+
+/// How the container `c` of a plan, now at `path`, differs from when it was planned, if it does.
+fn container_change(c: &crate::plan_file::PlanContainer, path: &Path) -> Option<String> {
+    let now = std::fs::metadata(path).ok().map(|m| m.len());
+    if c.size.is_some() && now != c.size {
+        return Some(match (now, c.size) {
+            (Some(n), Some(p)) => format!("{n} bytes, {p} when planned"),
+            _ => "it cannot be read".into(),
+        });
+    }
+    if let Some(sum) = &c.checksum {
+        if crate::plan_file::file_checksum(path).as_ref() != Some(sum) {
+            return Some("its checksum differs".into());
+        }
+    }
+    if let Some(t) = c.modified_ns {
+        if crate::plan_file::modified_ns(path) != Some(t) {
+            // A shard is not hashed (a part reads only its spans of it): its time stands for it.
+            return Some(
+                "its modification time differs; a copy that did not keep times or a touch changes \
+                 it too: if its bytes are the planned ones, give it back its time (cp -p, rsync -t)"
+                    .into(),
+            );
+        }
+    }
+    None
 }
 
 /// The shards `assignment` names in a plan of `shards` shards, ascending.

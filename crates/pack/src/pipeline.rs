@@ -124,8 +124,6 @@ pub(crate) struct Shared {
     /// Samples are numbered by position (`KeyChoice::Index`): a carried input `.json` states the
     /// input's key, not the sample's.
     pub(crate) renumbered: bool,
-    /// Per container, whether it changed since the plan was made (its inputs then fail).
-    pub(crate) changed: Vec<bool>,
     /// Per input (listing order), its size when the plan was made; empty when there is no plan.
     pub(crate) planned_sizes: Vec<u64>,
 }
@@ -493,7 +491,6 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         containers: std::mem::take(&mut listing.containers),
         columns: plan.columns.clone(),
         renumbered: ordered.renumbered,
-        changed: Vec::new(),
         planned_sizes: Vec::new(),
     });
     let mut outcome = check_max(tally.snapshot.failed).and_then(|()| {
@@ -673,16 +670,6 @@ fn process(
         }
         Some((ci, span)) => {
             let c = &shared.containers[ci as usize];
-            if shared.changed.get(ci as usize) == Some(&true) {
-                return Err(fail(
-                    "changed",
-                    format!(
-                        "{} changed since the plan was made (its size, modification time or, \
-                         for a list, checksum differ): plan again",
-                        c.source
-                    ),
-                ));
-            }
             // Extra fields ride along with the image, within a bound of their own.
             let limit = spec
                 .limits
