@@ -322,6 +322,7 @@ class Loader:
         # The position's parts (reader, closed state, loaded state, samples) change together
         # under it, so a state_dict() from another thread never sees them half changed.
         self._state_lock = threading.RLock()
+        self._state_pid = os.getpid()
         # The shared-memory epoch of a shardtool.torch.IterableDataset wrapping this loader:
         # set_epoch() writes it, so DataLoader workers (persistent ones too) read the new epoch.
         self._shared_epoch: Any = None
@@ -389,10 +390,26 @@ class Loader:
         """The epoch the next ``iter()`` reads."""
         return self._epoch
 
+    def _finished(self, state: Dict[str, Any]) -> bool:
+        """Whether ``state`` (a loaded one) is at the end of its epoch: every batch of its share
+        delivered."""
+        reader = state.get("reader")
+        if not isinstance(reader, dict) or reader.get("partial"):
+            return False
+        return int(reader["delivered_prefix"]) >= self._plan_info(int(state["world_size"]))[2]
+
+    def _state_guard(self) -> "threading.RLock":
+        # A forked child (a DataLoader worker) takes a lock of its own: one another thread of
+        # the parent held at the fork would never be released there.
+        if self.__dict__.get("_state_pid") != os.getpid():
+            self._state_lock = threading.RLock()
+            self._state_pid = os.getpid()
+        return self._state_lock
+
     def set_epoch(self, epoch: int) -> None:
         """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``."""
         _check_int("epoch", epoch, 0, maximum=2**64 - 1)
-        with self._state_lock:
+        with self._state_guard():
             if self._resume is not None and self._resume["epoch"] != epoch:
                 self._resume = None
             self._epoch = epoch
@@ -413,7 +430,7 @@ class Loader:
             return self._start()
 
     def _start(self) -> Iterator[Batch]:
-        with self._state_lock:
+        with self._state_guard():
             self.close()
             self._closed_state = None
         self._resolve_device()
@@ -447,7 +464,7 @@ class Loader:
             fields=self._fields,
             pool=self._buffer_pool(),
         )
-        with self._state_lock:
+        with self._state_guard():
             self._resume = None
             self._samples = 0 if resume is None else int(resume["samples"])
             self._reader = reader
@@ -484,7 +501,7 @@ class Loader:
         a second (a new reader meanwhile waits for the cache room they still hold).
         ``state_dict()`` still gives the position reached; the next ``iter()`` starts the epoch
         afresh unless that state is loaded."""
-        with self._state_lock:
+        with self._state_guard():
             self._close()
 
     def _close(self) -> None:
@@ -497,9 +514,15 @@ class Loader:
                 # A reader inherited through fork: nothing of it runs in this process.
                 pass
             # The position as it stopped (no batch is handed out after close() began), recorded
-            # by close() or by a thread waiting in the reader; none from a forked copy.
+            # by close() or by a thread waiting in the reader; else the one recorded as the last
+            # batch was handed out. None from a forked copy.
             stopped = reader.stopped_at(1.0)
             self._closed_state = None
+            if stopped is None:
+                try:
+                    stopped = (reader.state(), reader.metrics())
+                except RuntimeError:
+                    pass
             if stopped is not None:
                 self._closed_state = self._state_of(json.loads(stopped[0]))
                 self._closed_metrics = json.loads(stopped[1])
@@ -522,7 +545,7 @@ class Loader:
         ``format``, ``dataset`` (the plan's dataset fingerprint), ``seed``, ``epoch``,
         ``batch_size``, ``rank``, ``world_size``, ``split``, ``samples`` (consumed this epoch)
         and the reader's own state."""
-        with self._state_lock:
+        with self._state_guard():
             return self._state_dict()
 
     def _state_dict(self) -> Dict[str, Any]:
@@ -602,7 +625,7 @@ class Loader:
             )
         if state["dataset"] != self._plan_info(int(state["world_size"]))[0]:
             raise ValueError("the state belongs to another dataset")
-        with self._state_lock:
+        with self._state_guard():
             self.close()
             self._epoch = int(state["epoch"])
             self._resume = dict(state)
@@ -631,6 +654,7 @@ class Loader:
         self.__dict__.update(d)
         self._iter_lock = threading.Lock()
         self._state_lock = threading.RLock()
+        self._state_pid = os.getpid()
 
     def __repr__(self) -> str:
         fields = "" if not self._fields else f", fields={self._fields!r}"

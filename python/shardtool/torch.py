@@ -25,8 +25,8 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
     ``state_dict``/``load_state_dict`` follow torchdata's ``Stateful`` protocol, so a
     ``StatefulDataLoader`` saves and restores each worker's position. torchdata applies a loaded
     state at ``iter()``, after the ``set_epoch()`` a training loop calls once it has loaded its
-    checkpoint: a state of an earlier epoch than the one set (an epoch's end) is then dropped,
-    and the set epoch read from its start.
+    checkpoint: a state at the end of an earlier epoch than the one set is then dropped, and the
+    set epoch read from its start (a state within an epoch resumes that epoch, as loaded).
     """
 
     def __init__(self, loader: Loader) -> None:
@@ -56,10 +56,9 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             # set_epoch() was called (in the main process) since this copy last looked.
             self._seen_epoch = epoch
             self.loader.set_epoch(epoch)
-        elif pending is not None and pending["epoch"] < epoch:
-            # A state of an earlier epoch than the one set: torchdata loads states at iter(),
-            # after the set_epoch() a training loop calls once it has loaded a checkpoint, so
-            # the state is stale (an epoch's end, or one the loop moved past).
+        elif pending is not None and pending["epoch"] < epoch and self.loader._finished(pending):
+            # The end of an earlier epoch than the one set: torchdata loads states at iter(),
+            # after the set_epoch() a training loop calls once it has loaded its checkpoint.
             self.loader.set_epoch(epoch)
         return iter(self.loader)
 

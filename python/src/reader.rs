@@ -170,6 +170,10 @@ pub struct Reader {
     /// The loader's state (JSON) after the batches handed out so far, written as each is: a
     /// checkpointing thread reads it without waiting for the iterating one.
     position: Mutex<String>,
+    /// The loader's metrics, read without it (a monitoring thread need not wait for a batch).
+    metrics: shardtool_reader::MetricsSource,
+    /// Batches of this rank's epoch.
+    batches: u64,
     /// Set by `close`: a thread waiting in `__next__` stops the reader at its next wait slice.
     closing: AtomicBool,
     /// The position and metrics (JSON) when a thread waiting in `__next__` stopped the reader
@@ -195,20 +199,6 @@ impl Reader {
                 }
             }
         }
-    }
-
-    /// `f` of the open loader, as JSON; an error when it is closed.
-    fn json_of<T: serde::Serialize>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&Loader) -> T,
-    ) -> PyResult<String> {
-        self.check_process()?;
-        let guard = self.lock(py)?;
-        let loader = guard
-            .as_ref()
-            .ok_or_else(|| PyRuntimeError::new_err("the reader is closed"))?;
-        serde_json::to_string(&f(loader)).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
     fn check_process(&self) -> PyResult<()> {
@@ -391,6 +381,8 @@ impl Reader {
         let loader = py.detach(|| b.build()).map_err(read_error)?;
         Ok(Self {
             position: Mutex::new(state_json(&loader)),
+            metrics: loader.metrics_source(),
+            batches: loader.batches_per_epoch(),
             loader: Mutex::new(Some(loader)),
             closing: AtomicBool::new(false),
             stopped_at: Mutex::new(None),
@@ -433,13 +425,8 @@ impl Reader {
                 return Err(closed());
             }
             if self.closing.load(Ordering::Relaxed) {
-                // Another thread closed the reader while this one holds it: stopped here. The
-                // threads are joined on a helper thread (a reader thread stuck in a slow read,
-                // a network timeout, must not hold this one too), started without the GIL, so
-                // that a failed start drops them there too.
-                let taken = self.take_stopped(&mut guard);
-                drop(guard);
-                py.detach(move || stop_within(taken, Duration::ZERO));
+                // Another thread closed the reader while this one holds it: stopped here.
+                self.stop_if_closing(py, &mut guard);
                 return Err(closed());
             }
             let Some(loader) = guard.as_mut() else {
@@ -453,6 +440,7 @@ impl Reader {
                     // the reader before it is handed over.
                     if let Err(e) = py.check_signals() {
                         loader.put_back(batch);
+                        self.stop_if_closing(py, &mut guard);
                         return Err(e);
                     }
                     if self.closing.load(Ordering::Relaxed) {
@@ -464,7 +452,13 @@ impl Reader {
                 }
                 Next::Ready(Err(e)) => return Err(read_error(e)),
                 Next::Done => return Ok(None),
-                Next::Pending => py.check_signals()?,
+                Next::Pending => {
+                    if let Err(e) = py.check_signals() {
+                        // A handler that closed the reader: stopped here, its position kept.
+                        self.stop_if_closing(py, &mut guard);
+                        return Err(e);
+                    }
+                }
             }
         }
     }
@@ -514,14 +508,15 @@ impl Reader {
 
     /// The reader's metrics so far (throughput, waits, skipped records, lost shards, cache), as
     /// JSON.
-    fn metrics(&self, py: Python<'_>) -> PyResult<String> {
-        self.json_of(py, Loader::metrics)
+    fn metrics(&self) -> PyResult<String> {
+        self.check_process()?;
+        serde_json::to_string(&self.metrics.metrics())
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
     /// Batches of this rank's epoch (all shares together).
-    fn batches_per_epoch(&self, py: Python<'_>) -> PyResult<u64> {
-        let guard = self.lock(py)?;
-        Ok(guard.as_ref().map_or(0, |l| l.batches_per_epoch()))
+    fn batches_per_epoch(&self) -> u64 {
+        self.batches
     }
 
     /// Stops the reader threads (batches already returned stay valid; fetches under way are
@@ -551,6 +546,17 @@ impl Reader {
     fn set_position(&self, loader: &Loader) {
         if let Ok(mut p) = self.position.lock() {
             *p = state_json(loader);
+        }
+    }
+
+    /// Stops the reader if `close` was asked while this thread held it, recording its position.
+    /// The threads are joined on a helper thread (a reader thread stuck in a slow read, a
+    /// network timeout, must not hold this one too), started without the GIL, so that a failed
+    /// start drops them there too.
+    fn stop_if_closing(&self, py: Python<'_>, guard: &mut Option<Loader>) {
+        if self.closing.load(Ordering::Relaxed) {
+            let taken = self.take_stopped(guard);
+            py.detach(move || stop_within(taken, Duration::ZERO));
         }
     }
 

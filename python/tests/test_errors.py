@@ -33,7 +33,7 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
             shardtool.Loader(p, batch_size=2, **{name: 2**64})
     with pytest.raises(ValueError, match="at most 86400 seconds"):
         shardtool.Loader(p, batch_size=2, fetch_timeout=86400.5)
-    # More ranks than samples, dropping the remainder: len() says so as iter() does (it was 0).
+    # More ranks than samples, dropping the remainder: len() says so as iter() does.
     crowded = shardtool.Loader(p, batch_size=4, rank=0, world_size=64)
     for call in (len, iter):
         with pytest.raises(ValueError, match="leave each rank none"):
@@ -133,7 +133,7 @@ def test_a_batch_whose_records_were_all_skipped_is_an_empty_array_where_images_a
     tmp_path: Path,
 ) -> None:
     # Shard 0 gone: the first two batches of 4 have nothing. Decoded, they are [0, 0, 0, 3]
-    # arrays, usable as the stacked ones are (a list broke `.permute`); encoded, lists as always.
+    # arrays, usable as the stacked ones are (`.permute`); encoded, lists as always.
     ds = tmp_path / "ds"
     shardtool.pack(SAMPLE, ds, resize="crop:32x32", shard_samples=8)
     (ds / json.loads((ds / "manifest.json").read_text())["shards"][0]["file"]).unlink()

@@ -66,13 +66,13 @@ def test_every_epoch_reads_into_the_buffers_of_the_one_before(datasets: Dict[str
 
 def test_a_batch_buffer_the_process_limit_refuses_is_a_memory_error(datasets: Dict[str, Path]) -> None:
     # 8 crops of 4096² take 384 MiB: a child process whose address space has 250 MiB left
-    # raises MemoryError for the batch (it aborted).
+    # raises MemoryError for the batch, not an abort.
     import subprocess
     import sys
 
     code = f"""
 import resource, shardtool
-loader = shardtool.Loader({str(datasets["tar"])!r}, batch_size=8, workers=1, output="numpy",
+loader = shardtool.Loader({str(datasets["tar"])!r}, batch_size=8, workers=1, prefetch=1, output="numpy",
                           transform="random-resized-crop:4096")
 vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize:"))
 resource.setrlimit(resource.RLIMIT_AS, (vm + 250 * 2**20,) * 2)

@@ -265,8 +265,8 @@ def test_close_from_another_thread_keeps_the_position_of_a_waiting_iteration(
 
 
 def test_state_dict_from_a_checkpointing_thread_never_finds_the_reader_busy(datasets: Dict[str, Path]) -> None:
-    # The iterating thread holds the reader one wait slice at a time, so a state taken from
-    # another thread waits at most that long ("this reader is busy" was raised).
+    # The position is recorded as each batch is handed out: a state taken from another thread
+    # never finds the reader busy, however long the iterating thread waits in it.
     import threading
 
     loader = shardtool.Loader(
@@ -296,4 +296,4 @@ def test_state_dict_from_a_checkpointing_thread_never_finds_the_reader_busy(data
         stop.set()
         t.join()
     assert not errors, errors[:3]
-    assert len(states) > 50
+    assert len(states) > 10

@@ -41,8 +41,8 @@ def test_a_checkpoint_at_an_epochs_end_then_set_epoch_reads_the_next_epoch(
     datasets: Dict[str, Path], workers: int, persistent: bool
 ) -> None:
     # torchdata applies a loaded state at iter(), after the set_epoch() the training loop calls
-    # once the checkpoint is loaded: a state of an earlier epoch must not win over it (epoch 0
-    # was read again, with its crops).
+    # once the checkpoint is loaded: a finished state of an earlier epoch must not win over it
+    # (reading that epoch again, with its crops).
     path = datasets["packed"]
 
     def make() -> "tuple[stateful.StatefulDataLoader, shardtool.torch.IterableDataset]":
@@ -73,3 +73,22 @@ def test_a_checkpoint_at_an_epochs_end_then_set_epoch_reads_the_next_epoch(
     assert sorted(got_keys) == keys(1) and len(first) == len(got)
     if workers == 0:
         assert got_keys == order(1) != order(0)
+
+
+def test_a_mid_epoch_state_of_an_earlier_epoch_still_resumes_that_epoch(datasets: Dict[str, Path]) -> None:
+    # Only a finished epoch's state gives way to a later set_epoch(): one within an epoch is a
+    # position to go back to (rolling back to an older checkpoint).
+    path = datasets["packed"]
+    d = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=4, seed=9, output="numpy"))
+    dl = stateful.StatefulDataLoader(d, batch_size=None, num_workers=0)
+    d.set_epoch(0)
+    it = iter(dl)
+    head = [k for _ in range(3) for k in next(it)["key"]]
+    old = dl.state_dict()
+    del it
+    d.set_epoch(1)
+    assert len([b for b in dl]) > 0
+    dl.load_state_dict(old)
+    rest = [k for b in dl for k in b["key"]]
+    loader = shardtool.Loader(path, batch_size=4, seed=9, output="numpy")
+    assert head + rest == [k for b in loader for k in b["key"]]

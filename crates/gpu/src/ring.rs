@@ -252,27 +252,33 @@ impl StagingRing {
 
 impl BatchAllocator for StagingRing {
     fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, AllocError> {
+        let live = self.live.fetch_add(1, Ordering::Relaxed) + 1;
         let storage = match self.take_free(len) {
             Some(s) if s.capacity() >= len => {
                 self.reuses.fetch_add(1, Ordering::Relaxed);
-                s
+                Ok(s)
             }
             // Too small: replace it (batches of variable-shape records differ in size). Grow
             // with headroom so a slowly rising size does not reallocate every time.
             Some(small) => {
                 let cap = len.max(small.capacity() + small.capacity() / 4);
                 drop(small);
-                self.new_storage(cap).or_else(|_| self.new_storage(len))?
+                self.new_storage(cap).or_else(|_| self.new_storage(len))
             }
             None => {
-                if self.live.load(Ordering::Relaxed) + 1 > self.capacity as u64 {
+                if live > self.capacity as u64 {
                     self.overflows.fetch_add(1, Ordering::Relaxed);
                 }
-                self.new_storage(len)?
+                self.new_storage(len)
             }
         };
-        self.live.fetch_add(1, Ordering::Relaxed);
-        Ok(Box::new(RingBuffer { storage, len }))
+        match storage {
+            Ok(storage) => Ok(Box::new(RingBuffer { storage, len })),
+            Err(e) => {
+                self.live.fetch_sub(1, Ordering::Relaxed);
+                Err(e)
+            }
+        }
     }
 
     fn release(&self, buffer: Box<dyn HostBuffer>) {

@@ -38,7 +38,7 @@ pub struct AllocError {
 /// allocates nothing.
 pub trait BatchAllocator: Send + Sync {
     /// A buffer of exactly `len` usable bytes (contents unspecified), or an error where the
-    /// memory is refused (a process limit, a container's), never an abort.
+    /// memory is refused (an address-space limit such as `ulimit -v`), never an abort.
     fn allocate(&self, len: usize) -> Result<Box<dyn HostBuffer>, AllocError>;
     /// Takes back a buffer for reuse.
     fn release(&self, buffer: Box<dyn HostBuffer>);
@@ -61,7 +61,8 @@ impl AlignedBuffer {
         // Over-allocate by one alignment unit and start at the first aligned byte: no unsafe.
         let refused = AllocError { bytes: len };
         let total = len.checked_add(CPU_BUFFER_ALIGN).ok_or(refused)?;
-        if total > storage.len() {
+        if total > storage.capacity() {
+            // Its bytes need not survive the move: nothing is copied.
             storage.clear();
             storage.try_reserve_exact(total).map_err(|_| refused)?;
         }

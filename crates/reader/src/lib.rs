@@ -15,6 +15,7 @@
 
 mod batch;
 mod dataset;
+mod delivered;
 mod fields;
 mod loader;
 mod metrics;
@@ -35,7 +36,7 @@ pub use loader::{
     dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next, MAX_BATCH_BYTES,
     MAX_PREFETCH,
 };
-pub use metrics::{Metrics, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
+pub use metrics::{Metrics, MetricsSource, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
 pub use plan::{OrderOptions, Remainder};
 pub use shardtool_cache::{CacheMetrics, Location};
 #[cfg(feature = "remote")]

@@ -624,7 +624,7 @@ impl LoaderBuilder {
                 partial,
                 split: self.split,
             },
-            delivered: skip,
+            delivered: crate::delivered::Delivered::new(skip.iter().copied(), self.split, batches),
             batches,
             todo: todo.len() as u64,
             workers: k as u64,
@@ -633,11 +633,10 @@ impl LoaderBuilder {
             next_in_order: 0,
             handles,
             stop,
+            live: crate::metrics::MetricsSource::new(metrics.clone(), dataset.clone()),
             metrics,
             dataset,
-            started: Instant::now(),
             expected_samples,
-            delivered_samples: 0,
             waiting: Duration::ZERO,
             held: None,
             finished: false,
@@ -665,7 +664,7 @@ fn batch_len(total: usize, batch: usize, index: u64) -> usize {
 /// Streams the batches of one epoch for one rank.
 pub struct Loader {
     state: LoaderState,
-    delivered: BTreeSet<u64>,
+    delivered: crate::delivered::Delivered,
     batches: u64,
     todo: u64,
     workers: u64,
@@ -678,9 +677,9 @@ pub struct Loader {
     // Read for the cache metrics of a remote dataset.
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
     dataset: Arc<Dataset>,
-    started: Instant,
     expected_samples: u64,
-    delivered_samples: u64,
+    /// Samples handed out and the clock, shared with [`Loader::metrics_source`].
+    live: crate::metrics::MetricsSource,
     /// How long the consumer has waited for the next batch so far, over calls that timed out.
     waiting: Duration,
     /// A delivered batch its consumer could not take (see [`Loader::put_back`]): delivered next.
@@ -709,23 +708,9 @@ impl Loader {
     /// The position after every batch delivered so far.
     pub fn state(&self) -> LoaderState {
         let mut s = self.state.clone();
-        let mut prefix = 0;
-        while self.delivered.contains(&prefix) {
-            prefix += 1;
-        }
-        s.delivered_prefix = prefix;
+        s.delivered_prefix = self.delivered.prefix();
         // Other shares' batches are implied by `split`: the state stays small.
-        let mine = |b: &u64| {
-            self.state
-                .split
-                .is_none_or(|(i, n)| b % u64::from(n) == u64::from(i))
-        };
-        s.delivered_extra = self
-            .delivered
-            .range(prefix..)
-            .copied()
-            .filter(mine)
-            .collect();
+        s.delivered_extra = self.delivered.past_prefix().collect();
         s.partial = None;
         s
     }
@@ -753,15 +738,12 @@ impl Loader {
 
     /// Throughput, wait times, skipped and slow records so far.
     pub fn metrics(&self) -> Metrics {
-        let m = self
-            .metrics
-            .snapshot(self.started.elapsed(), self.delivered_samples);
-        #[cfg(feature = "remote")]
-        let m = Metrics {
-            cache: self.dataset.remote().map(|r| r.metrics()),
-            ..m
-        };
-        m
+        self.live.metrics()
+    }
+
+    /// Where [`Loader::metrics`] comes from, for a thread that does not hold the loader.
+    pub fn metrics_source(&self) -> crate::metrics::MetricsSource {
+        self.live.clone()
     }
 
     /// The next message; `Err(())` when `timeout` passed first. `None` waits as long as it
@@ -813,15 +795,15 @@ impl Loader {
     /// after delivery before its consumer had it: a state taken now resumes with it, and this
     /// loader's epoch ends with [`ReadError::Incomplete`] rather than without it.
     pub fn forget(&mut self, index: u64, samples: usize) {
-        if self.delivered.remove(&index) {
-            self.delivered_samples = self.delivered_samples.saturating_sub(samples as u64);
+        if self.delivered.remove(index) {
+            self.live.sub_delivered(samples);
         }
     }
 
     fn step(&mut self, timeout: Option<Duration>) -> Result<Option<Result<Batch, ReadError>>, ()> {
         if let Some(batch) = self.held.take() {
             self.delivered.insert(batch.index);
-            self.delivered_samples += batch.len() as u64;
+            self.live.add_delivered(batch.len());
             return Ok(Some(Ok(batch)));
         }
         if self.finished {
@@ -836,7 +818,7 @@ impl Loader {
             Some((b, Ok(batch))) => {
                 self.metrics.wait(std::mem::take(&mut self.waiting));
                 self.delivered.insert(b);
-                self.delivered_samples += batch.len() as u64;
+                self.live.add_delivered(batch.len());
                 Some(Ok(batch))
             }
             Some((_, Err(e))) => {
@@ -846,7 +828,7 @@ impl Loader {
             None => {
                 self.finished = true;
                 // Every planned sample must have been delivered or counted as skipped.
-                let got = self.delivered_samples
+                let got = self.live.delivered()
                     + self.metrics.corrupt_count()
                     + self.metrics.lost_count();
                 if got != self.expected_samples {

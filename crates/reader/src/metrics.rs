@@ -201,6 +201,60 @@ impl MetricsRecorder {
     }
 }
 
+/// What a loader's metrics are taken from, shared with threads that do not hold the loader (a
+/// monitoring thread beside the one iterating it): [`crate::Loader::metrics_source`].
+#[derive(Clone)]
+pub struct MetricsSource {
+    recorder: std::sync::Arc<MetricsRecorder>,
+    started: std::time::Instant,
+    delivered: std::sync::Arc<AtomicU64>,
+    // Read for the cache metrics of a remote dataset.
+    #[cfg_attr(not(feature = "remote"), allow(dead_code))]
+    dataset: std::sync::Arc<crate::Dataset>,
+}
+
+impl MetricsSource {
+    pub(crate) fn new(
+        recorder: std::sync::Arc<MetricsRecorder>,
+        dataset: std::sync::Arc<crate::Dataset>,
+    ) -> Self {
+        Self {
+            recorder,
+            started: std::time::Instant::now(),
+            delivered: Default::default(),
+            dataset,
+        }
+    }
+
+    /// Samples handed out so far.
+    pub(crate) fn delivered(&self) -> u64 {
+        self.delivered.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn add_delivered(&self, n: usize) {
+        self.delivered.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub(crate) fn sub_delivered(&self, n: usize) {
+        let _ = (self.delivered).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| {
+            Some(d.saturating_sub(n as u64))
+        });
+    }
+
+    /// The metrics now.
+    pub fn metrics(&self) -> Metrics {
+        let m = self
+            .recorder
+            .snapshot(self.started.elapsed(), self.delivered());
+        #[cfg(feature = "remote")]
+        let m = Metrics {
+            cache: self.dataset.remote().map(|r| r.metrics()),
+            ..m
+        };
+        m
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

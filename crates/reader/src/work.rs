@@ -398,8 +398,8 @@ fn assemble(
     recs: Vec<Rec<'_>>,
 ) -> Result<Batch, ReadError> {
     let first = recs.first().and_then(Rec::shape);
-    // A batch every record of which was skipped: `[0, 0, 0, 3]` where images are decoded (as
-    // the others may be stacked; an empty list broke code written for them).
+    // A batch every record of which was skipped: `[0, 0, 0, 3]` where images are decoded, as
+    // code written for the stacked batches of one image size expects an array.
     let empty_decoded = recs.is_empty() && s.transform != Transform::None;
     let fixed = empty_decoded || (first.is_some() && recs.iter().all(|r| r.shape() == first));
     let encoded = recs.iter().any(|r| r.shape().is_none());
