@@ -344,8 +344,8 @@ pub struct PackArgs {
 
     /// Stop with exit code 1 once more than N inputs have failed (with --resume, counting those
     /// of the shards earlier runs finished; for a part, those of its own shards). Given to
-    /// `plan`, it is the whole pack's: a part stops past it alone, and `merge` commits nothing
-    /// past it.
+    /// `plan`, it is the whole pack's: a part without its own counts the listing's failures
+    /// and its shards', and `merge` commits nothing past it.
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 

@@ -17,6 +17,7 @@ from ._shardtool import (
     IncompleteEpochError,
     ManifestError,
     Tensor,
+    TooManyErrorsError,
     __version__,
 )
 from ._loader import Loader
@@ -32,6 +33,7 @@ __all__ = [
     "Loader",
     "ManifestError",
     "Tensor",
+    "TooManyErrorsError",
     "__version__",
     "inspect",
     "merge",

@@ -22,6 +22,9 @@ class CacheError(DatasetError):
 class IncompleteEpochError(DatasetError):
     """An epoch ended with a different number of samples than its plan."""
 
+class TooManyErrorsError(DatasetError):
+    """More inputs failed than max_errors allows: the pack (or part, or merge) stopped."""
+
 class Tensor:
     """A C-contiguous CPU array viewing bytes a Rust owner keeps alive (DLPack producer)."""
 

@@ -44,6 +44,13 @@ create_exception!(
     "An epoch ended with a different number of samples than its plan."
 );
 
+create_exception!(
+    shardtool,
+    TooManyErrorsError,
+    DatasetError,
+    "More inputs failed than max_errors allows: the pack (or part, or merge) stopped."
+);
+
 /// A message from the Rust crates, which name the CLI's flags, with the keyword arguments the
 /// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
 /// parenthesis, and not followed by more of a word), never part of a path.
@@ -150,5 +157,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "IncompleteEpochError",
         py.get_type::<IncompleteEpochError>(),
     )?;
+    m.add("TooManyErrorsError", py.get_type::<TooManyErrorsError>())?;
     Ok(())
 }

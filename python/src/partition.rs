@@ -13,6 +13,7 @@ pub(crate) fn pack_error(e: PackError) -> PyErr {
     let text = crate::errors::pythonic(e.to_string());
     match e {
         PackError::NoPlan { .. } => PyFileNotFoundError::new_err(text),
+        PackError::TooManyErrors { .. } => crate::errors::TooManyErrorsError::new_err(text),
         e if e.is_usage() => PyValueError::new_err(text),
         PackError::Io { .. } => PyOSError::new_err(text),
         _ => DatasetError::new_err(text),

@@ -56,12 +56,10 @@ def test_max_errors_given_to_the_plan_holds_for_the_merge(tmp_path: Path) -> Non
     (inp / "leaf" / "broken.jpg").write_bytes(b"not a jpeg")
     out = tmp_path / "out"
     shardtool.plan(inp, out, max_errors=0, **OPTIONS)
-    for i in range(2):
-        try:
-            shardtool.pack_part(out, i, 2)
-        except shardtool.DatasetError as e:
-            assert "more than --max-errors 0" in str(e) or "max_errors" in str(e)
-            shardtool.pack_part(out, i, 2, max_errors=5)
+    # One part packs every shard, so it meets the failure: the plan's limit stops it.
+    with pytest.raises(shardtool.DatasetError, match="more than max_errors 0"):
+        shardtool.pack_part(out, 0, 1)
+    shardtool.pack_part(out, 0, 1, max_errors=5)
     with pytest.raises(shardtool.DatasetError, match="1 inputs failed"):
         shardtool.merge(out)
     assert not (out / "manifest.json").exists()
@@ -151,6 +149,15 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     assert r.returncode == 2, r.stderr[-4000:]
     assert "seed: 3 → 4" in r.stderr and "Traceback" not in r.stderr, r.stderr[-4000:]
     assert "--overwrite" in r.stderr
+    # A part past --max-errors stops the run: exit 1 with the reason, not Ray's traceback.
+    broken = tmp_path / "broken"
+    shutil.copytree(SAMPLE, broken)
+    (broken / "leaf" / "bad.jpg").write_bytes(b"not a jpeg")
+    failing = cmd[:3] + [str(broken), str(tmp_path / "ray-bad")] + cmd[5:] + ["--max-errors", "0"]
+    r = subprocess.run(failing, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-4000:]
+    assert "more than max_errors 0" in r.stderr and "Traceback" not in r.stderr, r.stderr[-4000:]
+    assert not (tmp_path / "ray-bad" / "manifest.json").exists()
     help = subprocess.run(cmd[:3] + ["--help"], capture_output=True, text=True, timeout=60)
     assert "--overwrite" in help.stdout
     assert published(out) == published(single)

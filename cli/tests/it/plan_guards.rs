@@ -190,28 +190,27 @@ fn merge_finds_a_shard_damaged_at_its_size_and_its_part_redoes_it() {
 fn max_errors_given_to_the_plan_is_the_whole_packs_and_merge_keeps_to_it() {
     let dir = tempdir();
     let input = inputs(dir.path(), 30);
-    // Two inputs fail: a plan allowing one commits nothing, whichever part met them.
+    // Two inputs fail: a plan allowing one commits nothing.
     let out = dir.path().join("out");
     Cmd::new(["plan", "--max-errors", "1"])
         .arg(&input)
         .arg(&out)
         .args(OPTS)
         .ok();
-    for p in ["0/2", "1/2"] {
-        // A part stops past the limit when its own shards pass it.
-        let r = part(&out, p).run();
-        assert!(matches!(r.code, Some(0 | 1)), "{}", r.stderr);
-    }
-    let status = status_json(&out);
-    let shards = status["shards"].as_u64().unwrap();
-    let missing = numbers(&status["missing"]);
-    if !missing.is_empty() {
-        // Stopped by the limit: the rest done with the limit lifted for the part.
-        Cmd::new(["pack", "--plan"])
-            .arg(&out)
-            .args(["--part", "0/1", "--max-errors", "100"])
-            .ok();
-    }
+    // One part packs every shard, so it meets both failures: the plan's limit stops it.
+    let r = part(&out, "0/1").run();
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("more than --max-errors 1"),
+        "{}",
+        r.stderr
+    );
+    // Lifted for the part, it packs; the merge still keeps to the plan's.
+    Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--part", "0/1", "--max-errors", "100"])
+        .ok();
+    let shards = status_json(&out)["shards"].as_u64().unwrap();
     assert_eq!(numbers(&status_json(&out)["done"]).len() as u64, shards);
     let r = Cmd::new(["merge"]).arg(&out).run();
     r.assert_code(1);
@@ -236,4 +235,32 @@ fn max_errors_given_to_the_plan_is_the_whole_packs_and_merge_keeps_to_it() {
         "{}",
         r.stderr
     );
+}
+
+#[test]
+fn a_plans_max_errors_counts_the_inputs_that_failed_while_listing() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 12);
+    let one = dir.path().join("one");
+    pack(&input, &one)
+        .args(["--resize", "shorter:40", "--shard-samples", "64"])
+        .ok();
+    let shards = dir.path().join("shards");
+    copy(one.join("shard-000000.tar"), shards.join("a.tar"));
+    write_file(shards.join("junk.tar"), b"not a tar at all, not even close");
+    let out = dir.path().join("out");
+    Cmd::new(["plan", "--max-errors", "0"])
+        .arg(&shards)
+        .arg(&out)
+        .args(OPTS)
+        .ok();
+    // The junk shard failed while listing: past the plan's limit before any shard is packed.
+    let r = part(&out, "0/2").run();
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("more than --max-errors 0"),
+        "{}",
+        r.stderr
+    );
+    assert!(numbers(&status_json(&out)["done"]).is_empty());
 }

@@ -255,7 +255,7 @@ pub enum PackError {
     },
 }
 
-/// How to redo the `missing` shards of the plan in `output`.
+/// Which of the shards not done were damaged after they were packed.
 fn damaged_note(damaged: &[String]) -> String {
     match damaged {
         [] => String::new(),
@@ -271,6 +271,7 @@ fn damaged_note(damaged: &[String]) -> String {
     }
 }
 
+/// How to redo the `missing` shards of the plan in `output`.
 pub(crate) fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -> String {
     if staged_gone {
         return "the plan's staged inputs are gone (a merge removed them): plan again with \

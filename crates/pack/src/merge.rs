@@ -101,17 +101,26 @@ pub(crate) fn merge_held(
         }
     }
     let mut damaged = Vec::new();
-    if check_sums && !store.is_remote() {
-        for j in damaged_shards(store.local(), &records) {
-            // Not done after all: the record goes, so the part named below redoes the shard.
+    // Hashed once every shard is done (a merge run to see what is missing reads no shard).
+    if missing.is_empty() && check_sums && !store.is_remote() {
+        for r in damaged_shards(store.local(), &records)? {
+            // Not done after all: its record goes, so the part named below redoes the shard;
+            // unless a part redid it meanwhile (the record is another then).
+            let j = r.shard;
+            if read_done(&store, &file.hash, j)?.is_some_and(|now| now.entry != r.entry) {
+                continue;
+            }
             let done = plan_dir(store.local())
                 .join(DONE_DIR)
                 .join(format!("{j:06}.json"));
-            std::fs::remove_file(&done).map_err(|e| PackError::io(&done, e))?;
-            damaged.push(j);
+            match std::fs::remove_file(&done) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(PackError::io(&done, e))
+                }
+                _ => damaged.push(j),
+            }
         }
         missing.extend(&damaged);
-        missing.sort_unstable();
     }
     if !missing.is_empty() {
         let sink = ShardSink::new(&plan);
@@ -200,32 +209,44 @@ pub(crate) fn merge_held(
     Ok(MergeReport { manifest, errors })
 }
 
-/// The shards of `records` whose files in `output` do not match their checksums (damaged at
-/// their size since they were packed), hashed on a few threads.
-fn damaged_shards(output: &Path, records: &[crate::partition::DoneRecord]) -> Vec<u64> {
+/// The records of `records` whose shard files in `output` do not match their checksums
+/// (damaged at their size since they were packed, or gone), hashed on a few threads. A file
+/// that cannot be read is an error: it may be whole.
+fn damaged_shards(
+    output: &Path,
+    records: &[crate::partition::DoneRecord],
+) -> Result<Vec<crate::partition::DoneRecord>, PackError> {
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let bad = std::sync::Mutex::new(Vec::new());
+    let found = std::sync::Mutex::new((Vec::new(), None));
     std::thread::scope(|s| {
         for _ in 0..threads {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(r) = records.get(i) else { break };
                 let Some(e) = &r.entry else { continue };
-                let sum = std::fs::File::open(output.join(&e.file))
+                let path = output.join(&e.file);
+                let sum = std::fs::File::open(&path)
                     .and_then(|f| shardtool_core::Checksum::of_reader(std::io::BufReader::new(f)))
                     .map(|(_, sum)| sum.to_string());
-                if sum.ok().as_deref() != Some(e.checksum.as_str()) {
-                    if let Ok(mut b) = bad.lock() {
-                        b.push(r.shard);
+                let Ok(mut found) = found.lock() else { break };
+                match sum {
+                    Ok(sum) if sum == e.checksum => {}
+                    Ok(_) => found.0.push(r.clone()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => found.0.push(r.clone()),
+                    Err(e) => {
+                        found.1.get_or_insert(PackError::io(&path, e));
                     }
                 }
             });
         }
     });
-    let mut bad = bad.into_inner().unwrap_or_default();
-    bad.sort_unstable();
-    bad
+    let (mut bad, error) = found.into_inner().unwrap_or_default();
+    if let Some(e) = error {
+        return Err(e);
+    }
+    bad.sort_unstable_by_key(|r| r.shard);
+    Ok(bad)
 }
 
 /// Removes the temporary files that killed attempts left (a SIGKILL leaves no chance to clean

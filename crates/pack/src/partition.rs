@@ -330,8 +330,12 @@ pub fn pack_part(
     // Shared with other parts and merges; a plan or pack beside it is refused, as it beside one.
     let _lock = OutputLock::share(output)?;
     let loaded = load(output, jobs)?;
-    // The plan's limit is the whole pack's: a part past it alone would pass it.
-    let max_errors = max_errors.or(loaded.file.max_errors);
+    // The plan's limit is the whole pack's: its listing failures count, and a part past it
+    // alone would pass it. A part's own limit counts its own failures.
+    let (max_errors, listing_errors) = match max_errors {
+        Some(m) => (Some(m), &[][..]),
+        None => (loaded.file.max_errors, &loaded.file.errors[..]),
+    };
     let name = match assignment {
         Assignment::Part { index, count } => format!("part-{index}-of-{count}"),
         // The set it names, as ranges: `--shards 0,9` and `--shards 0-9` differ. A long one
@@ -352,7 +356,14 @@ pub fn pack_part(
         name: format!("{PLAN_DIR}/failures-{name}.jsonl"),
         shown: plan_dir(output).join(format!("failures-{name}.jsonl")),
     };
-    let mut report = run_part(&loaded, assignment, max_errors, &[], &failures, progress)?;
+    let mut report = run_part(
+        &loaded,
+        assignment,
+        max_errors,
+        listing_errors,
+        &failures,
+        progress,
+    )?;
     // A list an earlier, stopped run left is stale now (best effort; local outputs).
     if !is_remote(output) {
         let _ = std::fs::remove_file(&failures.shown);
@@ -726,6 +737,8 @@ pub(crate) fn pack_planned(
     }
     drop(store);
     let loaded = load(output, Some(plan.jobs))?;
+    // A resume without --max-errors keeps the limit the pack was started with.
+    let max_errors = plan.max_errors.or(loaded.file.max_errors);
     // Stopped by --max-errors, the pack lists what it counted where a whole pack would.
     let failures = FailureReport {
         name: ERRORS_FILE.into(),
@@ -734,13 +747,13 @@ pub(crate) fn pack_planned(
     let part = run_part(
         &loaded,
         &Assignment::Part { index: 0, count: 1 },
-        plan.max_errors,
+        max_errors,
         &loaded.file.errors,
         &failures,
         progress,
     )?;
     drop(loaded);
-    let merged = crate::merge::merge_held(output, plan.max_errors, false)?;
+    let merged = crate::merge::merge_held(output, max_errors, false)?;
     if !is_remote(output) {
         let dir = plan_dir(output);
         std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;
