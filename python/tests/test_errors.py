@@ -146,3 +146,9 @@ def test_a_batch_whose_records_were_all_skipped_is_an_empty_array_where_images_a
             assert tuple(batches[0]["image"].permute(0, 3, 1, 2).shape) == (0, 3, 0, 0)
     encoded = list(shardtool.Loader(ds, batch_size=4, shuffle=False, decode=False, skip_corrupt=True))
     assert encoded[0]["image"] == [] and len(encoded[2]["image"]) == 4
+    # Packed shards hold pixels: their records as stored are arrays too.
+    packed = tmp_path / "packed"
+    shardtool.pack(SAMPLE, packed, resize="crop:32x32", shard_samples=8, format="packed")
+    (packed / json.loads((packed / "manifest.json").read_text())["shards"][0]["file"]).unlink()
+    raw = list(shardtool.Loader(packed, batch_size=4, shuffle=False, decode=False, output="numpy", skip_corrupt=True))
+    assert tuple(raw[0]["image"].shape) == (0, 0, 0, 3) and tuple(raw[2]["image"].shape) == (4, 32, 32, 3)

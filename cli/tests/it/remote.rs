@@ -100,6 +100,12 @@ fn http_reads_match_local_reads_and_the_second_epoch_is_all_hits() {
     let shard_gets: Vec<_> = gets.iter().filter(|(p, _)| !p.ends_with(".json")).collect();
     assert!(!shard_gets.is_empty());
     assert!(shard_gets.iter().all(|(_, &n)| n == 1), "{gets:?}");
+    // A manifest of another name, spelled escaped in the URL, is fetched by its stored name.
+    let local = www.join("packed");
+    std::fs::copy(local.join("manifest.json"), local.join("train v2%.json")).unwrap();
+    let url = server.url("packed/train%20v2%25.json");
+    let got = keys(&[&url, "--seed", "3", "--cache-dir", c]);
+    assert_eq!(got, keys(&[local.to_str().unwrap(), "--seed", "3"]));
 }
 
 #[test]

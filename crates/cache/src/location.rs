@@ -48,7 +48,6 @@ fn url_path(name: &str) -> String {
 
 /// A name as stored, from its spelling in a URL (`s%201.tar` is `s 1.tar`): [`url_path`]'s
 /// inverse.
-#[cfg(feature = "remote")]
 pub(crate) fn unescaped(spelled: &str) -> String {
     percent_encoding::percent_decode_str(spelled)
         .decode_utf8_lossy()
@@ -133,8 +132,10 @@ impl Location {
                     )));
                 }
                 let (folder, manifest) = match path.rsplit_once('/') {
+                    // The manifest's name as stored (`train%20v2.json` is `train v2.json`): the
+                    // store escapes it once when it is fetched.
                     Some((dir, file)) if file.ends_with(".json") => {
-                        (format!("{dir}/"), file.to_string())
+                        (format!("{dir}/"), unescaped(file))
                     }
                     _ if path.ends_with('/') => (path, MANIFEST.to_string()),
                     _ => (format!("{path}/"), MANIFEST.to_string()),

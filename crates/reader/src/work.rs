@@ -9,6 +9,7 @@ use crate::metrics::{MetricsRecorder, SlowRecord};
 use crate::plan::SampleRef;
 use crate::transform::{Crop, Transform};
 use crate::ReadError;
+use shardtool_manifest::ShardFormat;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::SyncSender;
 use std::sync::Arc;
@@ -400,7 +401,9 @@ fn assemble(
     let first = recs.first().and_then(Rec::shape);
     // A batch every record of which was skipped: `[0, 0, 0, 3]` where images are decoded, as
     // code written for the stacked batches of one image size expects an array.
-    let empty_decoded = recs.is_empty() && s.transform != Transform::None;
+    let pixels = s.transform != Transform::None
+        || (s.dataset.manifest.shards.iter()).all(|e| e.format == ShardFormat::Packed);
+    let empty_decoded = recs.is_empty() && pixels;
     let fixed = empty_decoded || (first.is_some() && recs.iter().all(|r| r.shape() == first));
     let encoded = recs.iter().any(|r| r.shape().is_none());
     let (layout, total) = if fixed && !encoded {
