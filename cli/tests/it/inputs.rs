@@ -522,3 +522,39 @@ fn a_pipe_or_device_named_as_an_image_is_an_error_line_not_silently_ignored() {
     );
     assert_eq!(manifest(&from_shards).inputs.packed, 2);
 }
+
+#[test]
+fn names_holding_glob_characters_are_themselves_where_they_exist() {
+    let t = tempdir();
+    let one = t.path().join("one");
+    jpeg_folder(&t.path().join("in/cat"), 3, 40, 30);
+    pack(t.path().join("in"), &one).ok();
+    let shard = one.join("shard-000000.tar");
+    for name in ["g/b?d.tar", "g/bXd.tar", "g/b*.tar", "q?x/a.tar"] {
+        copy(&shard, t.path().join(name));
+    }
+    let runs = std::cell::Cell::new(0);
+    // The samples found (copies of one shard: their keys repeat, so more fail than pack).
+    let count = |arg: String| {
+        runs.set(runs.get() + 1);
+        let out = t.path().join(format!("out-{}", runs.get()));
+        pack(&arg, &out).ok();
+        manifest(&out).inputs.found
+    };
+    let root = t.path().display().to_string();
+    // As spelled, not as patterns: one shard of 3 samples each (a file:// URL's %3F and %2A
+    // are those characters).
+    assert_eq!(count(format!("{root}/g/b?d.tar")), 3);
+    assert_eq!(count(format!("file://{root}/g/b%3Fd.tar")), 3);
+    assert_eq!(count(format!("file://{root}/g/b%2A.tar")), 3);
+    assert_eq!(count(format!("{root}/q?x/a.tar")), 3);
+    // A pattern no file is named: the files it matches (b?d.tar and bXd.tar).
+    assert_eq!(count(format!("{root}/g/b?d*.tar")), 6);
+    let r = pack("http://127.0.0.1:9/x/*.tar", t.path().join("remote")).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("remote inputs are not globbed"),
+        "{}",
+        r.stderr
+    );
+}

@@ -404,6 +404,13 @@ pub fn resolve_input(
              the objects by their plain URLs (s3:// with AWS_* credentials)",
         ));
     }
+    if names.iter().any(|n| is_remote(n) && n.contains('*')) {
+        return Err(bad_input(
+            arg,
+            "remote inputs are not globbed: name their folder (ending in /) or a brace pattern \
+             (an object whose name holds * is spelled %2A)",
+        ));
+    }
     if names.iter().any(|n| is_remote(n)) {
         let f = match format {
             Some(f) => f,
@@ -418,11 +425,13 @@ pub fn resolve_input(
         return many(f, names);
     }
     // Local names: a glob in the last component expands to the matching files (in each name a
-    // brace pattern gave, too: `o_{a,b}/*.tar`).
-    let names = if names.iter().any(|n| n.contains(['*', '?'])) {
+    // brace pattern gave, too: `o_{a,b}/*.tar`); a path that exists as spelled is that path
+    // (a folder or file named with `?`, a `file://` URL's escaped `%3F`).
+    let glob = |n: &String| n.contains(['*', '?']) && !Path::new(n).exists();
+    let names = if names.iter().any(glob) {
         let mut all = Vec::new();
         for n in &names {
-            match n.contains(['*', '?']) {
+            match glob(n) {
                 true => all.extend(glob_files(arg, n)?),
                 false => all.push(n.clone()),
             }
