@@ -195,7 +195,8 @@ class Loader:
     and ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
     leaves unreadable records out of their batches instead of raising (``metrics()`` counts them;
-    a batch may then be short, or empty: a ``[0, 0, 0, 3]`` array where images are decoded).
+    a batch may then be short, or empty: ``[0, S, S, 3]`` for a crop to S, ``[0, 0, 0, 3]`` for
+    other decoded images and packed pixels).
     Batches that could not all be held at once (workers × (prefetch + 1) + 1 of them over half the
     memory, or a container's limit) raise ``ValueError`` at ``iter()``; a batch buffer the system
     refuses later (``ulimit -v``) raises ``MemoryError``.
@@ -431,7 +432,8 @@ class Loader:
 
     def _start(self) -> Iterator[Batch]:
         with self._state_guard():
-            self.close()
+            # The batch buffers stay for the new pass to reuse.
+            self._close()
             self._closed_state = None
         self._resolve_device()
         rank, world = self._resolve_partition()
@@ -500,9 +502,11 @@ class Loader:
         Fetches under way are cancelled and none starts after; it waits for the threads at most
         a second (a new reader meanwhile waits for the cache room they still hold).
         ``state_dict()`` still gives the position reached; the next ``iter()`` starts the epoch
-        afresh unless that state is loaded."""
+        afresh unless that state is loaded. Idle batch buffers are let go (batches you hold keep
+        theirs)."""
         with self._state_guard():
             self._close()
+            self.__dict__.pop("_pool", None)
 
     def _close(self) -> None:
         reader = self._reader

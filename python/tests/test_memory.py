@@ -84,3 +84,18 @@ except MemoryError as e:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "MemoryError: no memory for a batch buffer of 402653184 bytes" in r.stdout, (r.stdout, r.stderr)
+
+
+def test_close_lets_the_idle_batch_buffers_go(datasets: Dict[str, Path]) -> None:
+    # close() lets the idle buffers of a pass go (hundreds of MB for large crops); batches held
+    # keep theirs.
+    loader = shardtool.Loader(datasets["tar"], batch_size=8, output="numpy", workers=2)
+    held = next(iter(loader))
+    for _ in loader:
+        pass
+    pool = loader._buffer_pool()
+    assert pool.idle() > 0
+    loader.close()
+    assert loader._buffer_pool() is not pool and loader._buffer_pool().idle() == 0
+    assert held["image"] is not None and len(held["key"]) == 8
+    assert sum(len(b["key"]) for b in loader) == 45
