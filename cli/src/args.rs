@@ -343,9 +343,9 @@ pub struct PackArgs {
     pub max_pixels: u64,
 
     /// Stop with exit code 1 once more than N inputs have failed (with --resume, counting those
-    /// of the shards earlier runs finished; for a part, those of its own shards). Given to
-    /// `plan`, it is the whole pack's: a part without its own counts the listing's failures
-    /// and its shards', and `merge` commits nothing past it.
+    /// of the shards earlier runs finished; for a part, those that failed while listing and
+    /// those of its own shards). Given to `plan`, it is the default of every part, and `merge`
+    /// commits nothing past it.
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 
@@ -370,7 +370,7 @@ pub struct MergeArgs {
     pub output: PathBuf,
 
     /// Commit only if at most N inputs failed in the whole pack (default: the plan's
-    /// --max-errors, if it was given one); past it nothing is committed and the exit code is 1
+    /// --max-errors, if it was given one); past it nothing is committed and the exit code is 1.
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 

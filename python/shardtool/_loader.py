@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import urllib.parse
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 if TYPE_CHECKING:
@@ -26,6 +27,19 @@ Batch = Dict[str, Any]
 
 # Keys every batch dict has; a carried field may not take one of these names.
 _BATCH_KEYS = ("image", "label", "key", "epoch", "index")
+
+# Every Loader of this process, so that a forked child (a DataLoader worker) gives each new
+# locks: one another thread of the parent held at the fork would never be released there.
+_LOADERS: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+
+
+def _new_locks_after_fork() -> None:
+    for loader in list(_LOADERS):
+        loader._new_locks()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_after_fork)
 
 
 def _check_fields(fields: Optional[Sequence[str]]) -> Optional[List[str]]:
@@ -318,12 +332,7 @@ class Loader:
         self._resume: Optional[Dict[str, Any]] = None
         self._samples = 0
         self._info: Dict[int, Tuple[str, int, int]] = {}
-        # One iter() builds its reader at a time: a second one then stops the first.
-        self._iter_lock = threading.Lock()
-        # The position's parts (reader, closed state, loaded state, samples) change together
-        # under it, so a state_dict() from another thread never sees them half changed.
-        self._state_lock = threading.RLock()
-        self._state_pid = os.getpid()
+        self._new_locks()
         # The shared-memory epoch of a shardtool.torch.IterableDataset wrapping this loader:
         # set_epoch() writes it, so DataLoader workers (persistent ones too) read the new epoch.
         self._shared_epoch: Any = None
@@ -391,26 +400,18 @@ class Loader:
         """The epoch the next ``iter()`` reads."""
         return self._epoch
 
-    def _finished(self, state: Dict[str, Any]) -> bool:
-        """Whether ``state`` (a loaded one) is at the end of its epoch: every batch of its share
-        delivered."""
-        reader = state.get("reader")
-        if not isinstance(reader, dict) or reader.get("partial"):
-            return False
-        return int(reader["delivered_prefix"]) >= self._plan_info(int(state["world_size"]))[2]
-
-    def _state_guard(self) -> "threading.RLock":
-        # A forked child (a DataLoader worker) takes a lock of its own: one another thread of
-        # the parent held at the fork would never be released there.
-        if self.__dict__.get("_state_pid") != os.getpid():
-            self._state_lock = threading.RLock()
-            self._state_pid = os.getpid()
-        return self._state_lock
+    def _new_locks(self) -> None:
+        # One iter() builds its reader at a time: a second one then stops the first.
+        self._iter_lock = threading.Lock()
+        # The position's parts (reader, closed state, loaded state, samples) change together
+        # under it, so a state_dict() from another thread never sees them half changed.
+        self._state_lock = threading.RLock()
+        _LOADERS.add(self)
 
     def set_epoch(self, epoch: int) -> None:
         """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``."""
         _check_int("epoch", epoch, 0, maximum=2**64 - 1)
-        with self._state_guard():
+        with self._state_lock:
             if self._resume is not None and self._resume["epoch"] != epoch:
                 self._resume = None
             self._epoch = epoch
@@ -431,7 +432,7 @@ class Loader:
             return self._start()
 
     def _start(self) -> Iterator[Batch]:
-        with self._state_guard():
+        with self._state_lock:
             # The batch buffers stay for the new pass to reuse.
             self._close()
             self._closed_state = None
@@ -466,7 +467,7 @@ class Loader:
             fields=self._fields,
             pool=self._buffer_pool(),
         )
-        with self._state_guard():
+        with self._state_lock:
             self._resume = None
             self._samples = 0 if resume is None else int(resume["samples"])
             self._reader = reader
@@ -504,7 +505,7 @@ class Loader:
         ``state_dict()`` still gives the position reached; the next ``iter()`` starts the epoch
         afresh unless that state is loaded. Idle batch buffers are let go (batches you hold keep
         theirs)."""
-        with self._state_guard():
+        with self._state_lock:
             self._close()
             self.__dict__.pop("_pool", None)
 
@@ -549,7 +550,7 @@ class Loader:
         ``format``, ``dataset`` (the plan's dataset fingerprint), ``seed``, ``epoch``,
         ``batch_size``, ``rank``, ``world_size``, ``split``, ``samples`` (consumed this epoch)
         and the reader's own state."""
-        with self._state_guard():
+        with self._state_lock:
             return self._state_dict()
 
     def _state_dict(self) -> Dict[str, Any]:
@@ -629,7 +630,7 @@ class Loader:
             )
         if state["dataset"] != self._plan_info(int(state["world_size"]))[0]:
             raise ValueError("the state belongs to another dataset")
-        with self._state_guard():
+        with self._state_lock:
             self.close()
             self._epoch = int(state["epoch"])
             self._resume = dict(state)
@@ -656,9 +657,7 @@ class Loader:
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         self.__dict__.update(d)
-        self._iter_lock = threading.Lock()
-        self._state_lock = threading.RLock()
-        self._state_pid = os.getpid()
+        self._new_locks()
 
     def __repr__(self) -> str:
         fields = "" if not self._fields else f", fields={self._fields!r}"

@@ -25,8 +25,8 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
     ``state_dict``/``load_state_dict`` follow torchdata's ``Stateful`` protocol, so a
     ``StatefulDataLoader`` saves and restores each worker's position. torchdata applies a loaded
     state at ``iter()``, after the ``set_epoch()`` a training loop calls once it has loaded its
-    checkpoint: a state at the end of an earlier epoch than the one set is then dropped, and the
-    set epoch read from its start (a state within an epoch resumes that epoch, as loaded).
+    checkpoint: a state of an earlier epoch than the one set is then dropped, and the set epoch
+    read from its start. To go back to an earlier epoch's checkpoint, set that epoch too.
     """
 
     def __init__(self, loader: Loader) -> None:
@@ -56,9 +56,10 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             # set_epoch() was called (in the main process) since this copy last looked.
             self._seen_epoch = epoch
             self.loader.set_epoch(epoch)
-        elif pending is not None and pending["epoch"] < epoch and self.loader._finished(pending):
-            # The end of an earlier epoch than the one set: torchdata loads states at iter(),
+        elif pending is not None and pending["epoch"] < epoch:
+            # A state of an earlier epoch than the one set: torchdata loads states at iter(),
             # after the set_epoch() a training loop calls once it has loaded its checkpoint.
+            # Decided by epochs alone, so every DataLoader worker decides alike.
             self.loader.set_epoch(epoch)
         return iter(self.loader)
 

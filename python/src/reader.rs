@@ -167,6 +167,9 @@ pub struct Reader {
     loader: Mutex<Option<Loader>>,
     /// Set while a thread is in `__next__`: a second iterating thread is refused.
     iterating: AtomicBool,
+    /// The thread in `__next__`, if any: a signal handler it runs that closes the reader need
+    /// not wait for the stop it will record itself.
+    iterating_thread: Mutex<Option<std::thread::ThreadId>>,
     /// The loader's state (JSON) after the batches handed out so far, written as each is: a
     /// checkpointing thread reads it without waiting for the iterating one.
     position: Mutex<String>,
@@ -387,6 +390,7 @@ impl Reader {
             closing: AtomicBool::new(false),
             stopped_at: Mutex::new(None),
             iterating: AtomicBool::new(false),
+            iterating_thread: Mutex::new(None),
             pid: std::process::id(),
         })
     }
@@ -405,13 +409,19 @@ impl Reader {
                 "this reader is being iterated by another thread",
             ));
         }
-        struct Iterating<'a>(&'a AtomicBool);
+        struct Iterating<'a>(&'a Reader);
         impl Drop for Iterating<'_> {
             fn drop(&mut self) {
-                self.0.store(false, Ordering::Release);
+                if let Ok(mut t) = self.0.iterating_thread.lock() {
+                    *t = None;
+                }
+                self.0.iterating.store(false, Ordering::Release);
             }
         }
-        let _iterating = Iterating(&self.iterating);
+        if let Ok(mut t) = self.iterating_thread.lock() {
+            *t = Some(std::thread::current().id());
+        }
+        let _iterating = Iterating(self);
         let closed = || {
             PyRuntimeError::new_err(
                 "this reader was closed (Loader.close(), or a later iter() of the same Loader: \
@@ -447,8 +457,18 @@ impl Reader {
                         loader.put_back(batch);
                         continue;
                     }
-                    self.set_position(loader);
-                    return to_python(py, batch).map(Some);
+                    let (index, samples) = (batch.index, batch.len());
+                    return match to_python(py, batch) {
+                        Ok(t) => {
+                            self.set_position(loader);
+                            Ok(Some(t))
+                        }
+                        Err(e) => {
+                            // Never handed out: a state taken now resumes with it.
+                            loader.forget(index, samples);
+                            Err(e)
+                        }
+                    };
                 }
                 Next::Ready(Err(e)) => return Err(read_error(e)),
                 Next::Done => return Ok(None),
@@ -470,6 +490,12 @@ impl Reader {
         if std::process::id() != self.pid {
             // A forked copy: no thread of it runs here.
             return None;
+        }
+        let here = Some(std::thread::current().id());
+        if self.iterating_thread.lock().is_ok_and(|t| *t == here) {
+            // Called from inside `__next__` (a signal handler): it records the stop only once
+            // the handler has returned.
+            return self.stopped_at.lock().ok().and_then(|s| s.clone());
         }
         let deadline = std::time::Instant::now() + Duration::from_secs_f64(wait_s.clamp(0.0, 60.0));
         loop {

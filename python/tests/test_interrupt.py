@@ -170,3 +170,70 @@ def test_a_slow_batch_is_one_wait_in_the_metrics(datasets: Dict[str, Path]) -> N
     m = json.loads(reader.metrics())
     assert m["samples"] == got == 45 and m["batches"] == 9, m
     assert m["wait_p99_s"] >= 0.9, m
+
+
+def test_a_signal_handler_that_closes_the_loader_keeps_its_position(
+    datasets: Dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The handler runs inside next() (on the thread holding the reader): close() there neither
+    # waits for a stop that thread records only after the handler, nor loses the position.
+    from shardtool import _loader
+
+    path = datasets["tar"]
+    keys = all_keys(path)
+    real = _shardtool.Reader
+
+    def slow(*args: object, **kwargs: object) -> object:
+        return real(*args, test_delay=(keys[12], 2.0), **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_loader._shardtool, "Reader", slow)
+    opts = dict(batch_size=4, shuffle=False, output="numpy", workers=1)
+    loader = shardtool.Loader(path, **opts)
+    it = iter(loader)
+    got = [k for _ in range(3) for k in next(it)["key"]]
+    took: Dict[str, float] = {}
+
+    def handler(signum: int, frame: object) -> None:
+        start = time.monotonic()
+        loader.close()
+        took["close"] = time.monotonic() - start
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(RuntimeError, match="closed"):
+            next(it)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert took["close"] < 0.5, took
+    state = loader.state_dict()
+    assert state["samples"] == 12 and got == keys[:12]
+    monkeypatch.setattr(_loader._shardtool, "Reader", real)
+    resumed = shardtool.Loader(path, **opts)
+    resumed.load_state_dict(state)
+    assert [k for b in resumed for k in b["key"]] == keys[12:]
+
+
+def test_metrics_from_a_monitoring_thread_need_not_wait_for_a_slow_batch(datasets: Dict[str, Path]) -> None:
+    path = datasets["packed"]
+    first = all_keys(path)[0]
+    reader = _shardtool.Reader(
+        str(path), batch_size=4, seed=0, epoch=0, shuffle=False, rank=0, world_size=1,
+        workers=1, test_delay=(first, 2.0),
+    )
+    seen: Dict[str, float] = {}
+
+    def monitor() -> None:
+        time.sleep(0.2)
+        start = time.monotonic()
+        m = json.loads(reader.metrics())
+        s = json.loads(reader.state())
+        seen["took"] = time.monotonic() - start
+        seen["samples"] = m["samples"] + s["delivered_prefix"]
+
+    t = threading.Thread(target=monitor)
+    t.start()
+    next(reader)
+    t.join()
+    assert seen["took"] < 0.5 and seen["samples"] == 0, seen

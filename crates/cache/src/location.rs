@@ -48,6 +48,7 @@ fn url_path(name: &str) -> String {
 
 /// A name as stored, from its spelling in a URL (`s%201.tar` is `s 1.tar`): [`url_path`]'s
 /// inverse.
+#[cfg(feature = "remote")]
 pub(crate) fn unescaped(spelled: &str) -> String {
     percent_encoding::percent_decode_str(spelled)
         .decode_utf8_lossy()
@@ -135,7 +136,15 @@ impl Location {
                     // The manifest's name as stored (`train%20v2.json` is `train v2.json`): the
                     // store escapes it once when it is fetched.
                     Some((dir, file)) if file.ends_with(".json") => {
-                        (format!("{dir}/"), unescaped(file))
+                        let name = percent_encoding::percent_decode_str(file)
+                            .decode_utf8()
+                            .ok()
+                            .filter(|n| !n.contains('/'))
+                            .ok_or_else(|| {
+                                bad("the manifest's name escapes a `/` or bytes that are not \
+                                     UTF-8 text")
+                            })?;
+                        (format!("{dir}/"), name.into_owned())
                     }
                     _ if path.ends_with('/') => (path, MANIFEST.to_string()),
                     _ => (format!("{path}/"), MANIFEST.to_string()),
@@ -158,7 +167,8 @@ impl std::fmt::Display for Location {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Location::Local(p) => write!(f, "{}", p.display()),
-            Location::Remote(r) => write!(f, "{}{}", r.folder, r.manifest),
+            // Credentials masked, the manifest's name spelled as in a URL.
+            Location::Remote(r) => write!(f, "{}{}", r.key(), url_path(&r.manifest)),
         }
     }
 }

@@ -105,9 +105,10 @@ pub(crate) fn merge_held(
     if missing.is_empty() && check_sums && !store.is_remote() {
         for r in damaged_shards(store.local(), &records)? {
             // Not done after all: its record goes, so the part named below redoes the shard;
-            // unless a part redid it meanwhile (the record is another then).
+            // unless a part redid it meanwhile (its file matches now).
             let j = r.shard;
-            if read_done(&store, &file.hash, j)?.is_some_and(|now| now.entry != r.entry) {
+            let entry = (r.entry.as_ref()).map(|e| (store.local().join(&e.file), &e.checksum));
+            if entry.is_some_and(|(path, sum)| matches_checksum(&path, sum).unwrap_or(false)) {
                 continue;
             }
             let done = plan_dir(store.local())
@@ -226,13 +227,11 @@ fn damaged_shards(
                 let Some(r) = records.get(i) else { break };
                 let Some(e) = &r.entry else { continue };
                 let path = output.join(&e.file);
-                let sum = std::fs::File::open(&path)
-                    .and_then(|f| shardtool_core::Checksum::of_reader(std::io::BufReader::new(f)))
-                    .map(|(_, sum)| sum.to_string());
+                let matches = matches_checksum(&path, &e.checksum);
                 let Ok(mut found) = found.lock() else { break };
-                match sum {
-                    Ok(sum) if sum == e.checksum => {}
-                    Ok(_) => found.0.push(r.clone()),
+                match matches {
+                    Ok(true) => {}
+                    Ok(false) => found.0.push(r.clone()),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => found.0.push(r.clone()),
                     Err(e) => {
                         found.1.get_or_insert(PackError::io(&path, e));
@@ -247,6 +246,13 @@ fn damaged_shards(
     }
     bad.sort_unstable_by_key(|r| r.shard);
     Ok(bad)
+}
+
+/// Whether the file at `path` has checksum `sum`.
+fn matches_checksum(path: &Path, sum: &str) -> std::io::Result<bool> {
+    let f = std::fs::File::open(path)?;
+    let (_, got) = shardtool_core::Checksum::of_reader(std::io::BufReader::new(f))?;
+    Ok(got.to_string() == sum)
 }
 
 /// Removes the temporary files that killed attempts left (a SIGKILL leaves no chance to clean

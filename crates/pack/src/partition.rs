@@ -330,12 +330,10 @@ pub fn pack_part(
     // Shared with other parts and merges; a plan or pack beside it is refused, as it beside one.
     let _lock = OutputLock::share(output)?;
     let loaded = load(output, jobs)?;
-    // The plan's limit is the whole pack's: its listing failures count, and a part past it
-    // alone would pass it. A part's own limit counts its own failures.
-    let (max_errors, listing_errors) = match max_errors {
-        Some(m) => (Some(m), &[][..]),
-        None => (loaded.file.max_errors, &loaded.file.errors[..]),
-    };
+    // The limit (the part's own, else the plan's) is the whole pack's: the listing's failures
+    // count in every part, and a part past it alone would pass it.
+    let max_errors = max_errors.or(loaded.file.max_errors);
+    let listing_errors = &loaded.file.errors[..];
     let name = match assignment {
         Assignment::Part { index, count } => format!("part-{index}-of-{count}"),
         // The set it names, as ranges: `--shards 0,9` and `--shards 0-9` differ. A long one

@@ -208,9 +208,10 @@ pub struct MetricsSource {
     recorder: std::sync::Arc<MetricsRecorder>,
     started: std::time::Instant,
     delivered: std::sync::Arc<AtomicU64>,
-    // Read for the cache metrics of a remote dataset.
+    // Read for the cache metrics of a remote dataset; weak, so that a source kept after its
+    // loader is gone keeps no shard open or leased.
     #[cfg_attr(not(feature = "remote"), allow(dead_code))]
-    dataset: std::sync::Arc<crate::Dataset>,
+    dataset: std::sync::Weak<crate::Dataset>,
 }
 
 impl MetricsSource {
@@ -222,7 +223,7 @@ impl MetricsSource {
             recorder,
             started: std::time::Instant::now(),
             delivered: Default::default(),
-            dataset,
+            dataset: std::sync::Arc::downgrade(&dataset),
         }
     }
 
@@ -248,7 +249,7 @@ impl MetricsSource {
             .snapshot(self.started.elapsed(), self.delivered());
         #[cfg(feature = "remote")]
         let m = Metrics {
-            cache: self.dataset.remote().map(|r| r.metrics()),
+            cache: (self.dataset.upgrade()).and_then(|d| d.remote().map(|r| r.metrics())),
             ..m
         };
         m
