@@ -710,6 +710,9 @@ impl Remote {
         let attempts = self.policy.attempts.max(1);
         let mut jitter = Jitter::new();
         let mut backoff = self.policy.backoff;
+        // The first failure's reason: a retry may fail otherwise (a resume the server refuses
+        // after a stall), and the stall is what the user must hear of.
+        let mut first: Option<String> = None;
         for n in 1..=attempts {
             let stopped = || CacheError::Fetch {
                 url: self.url.file_url(name),
@@ -737,13 +740,18 @@ impl Remote {
                 Ok(v) => return Ok((state, v)),
                 Err(e) if e.permanent || n == attempts => {
                     Recorder::add(&self.metrics.failures, 1);
+                    let message = match first {
+                        Some(f) if f != e.message => format!("{} (first: {f})", e.message),
+                        _ => e.message,
+                    };
                     return Err(CacheError::Fetch {
                         url: self.url.file_url(name),
                         attempts: n,
-                        message: e.message,
+                        message,
                     });
                 }
-                Err(_) => {
+                Err(e) => {
+                    first.get_or_insert(e.message);
                     Recorder::add(&self.metrics.retries, 1);
                     // Equal jitter: at least half the backoff, so retries do spread out but
                     // never hammer a struggling server.

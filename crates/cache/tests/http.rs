@@ -214,6 +214,21 @@ fn a_shard_that_keeps_failing_names_its_url_and_last_error() {
 }
 
 #[test]
+fn a_fetch_that_failed_otherwise_after_a_stall_names_the_stall_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_dataset(tmp.path(), &[200_000], &[]);
+    let server = FaultServer::start(tmp.path(), |path, n| match (path.ends_with(".tar"), n) {
+        (true, 1) => Fault::Stall(Duration::from_secs(5)),
+        (true, _) => Fault::Error500,
+        _ => Fault::Ok,
+    });
+    let ds = open(&server.url(""), options(&tmp.path().join("cache"))).unwrap();
+    let text = ds.acquire(0).unwrap_err().to_string();
+    assert!(text.contains("500") && text.contains("(first: "), "{text}");
+    assert!(text.contains("stalled"), "{text}");
+}
+
+#[test]
 fn eviction_keeps_the_cache_under_its_limit_and_spares_shards_in_use() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("www/ds");
