@@ -102,7 +102,7 @@ pub enum Command {
     ///   shardtool status /shared/out
     ///   shardtool status /shared/out --json | jq .missing
     #[command(verbatim_doc_comment)]
-    Status(MergeArgs),
+    Status(StatusArgs),
 
     /// Check a dataset against its manifest: files, sizes, checksums, sample counts, tar/packed
     /// structure, keys, fields and labels; with --decode also decode every image.
@@ -373,6 +373,22 @@ pub struct MergeArgs {
     /// --max-errors, if it was given one); past it nothing is committed and the exit code is 1.
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
+
+    /// Print one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Print only errors.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Arguments of `shardtool status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The output folder of a planned pack (holding _plan/plan.json).
+    #[arg(value_name = "OUTPUT")]
+    pub output: PathBuf,
 
     /// Print one JSON object on stdout.
     #[arg(long)]

@@ -507,7 +507,10 @@ class Loader:
         theirs)."""
         with self._state_lock:
             self._close()
-            self.__dict__.pop("_pool", None)
+            pool = self.__dict__.pop("_pool", None)
+            if pool is not None:
+                # Batches still held give their buffers back to it: freed, not kept.
+                pool.retire()
 
     def _close(self) -> None:
         reader = self._reader

@@ -70,5 +70,6 @@ def merge(output: PathLike, *, max_errors: Optional[int] = None) -> Dict[str, An
 
 def status(output: PathLike) -> Dict[str, Any]:
     """Where the partitioned pack in ``output`` stands: ``shards``, ``done`` and ``missing``
-    shard indices, ``samples`` and ``failed`` so far, and whether it is ``merged``."""
+    shard indices, ``samples`` and ``failed`` so far, whether it is ``merged``, and the plan's
+    ``max_errors`` (``None`` without one; merge commits nothing past it)."""
     return json.loads(_shardtool.status(os.fspath(output)))

@@ -72,6 +72,11 @@ def pack(
     return merged
 
 
+def _flags(e: BaseException) -> str:
+    """``e``'s message naming this command's flags rather than the keyword arguments."""
+    return str(e).replace("overwrite=True", "--overwrite").replace("max_errors", "--max-errors")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m shardtool.ray",
@@ -120,15 +125,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ray.exceptions.RayTaskError as e:
         # A part that failed for good (its retries spent): its own error, not Ray's traceback
         # (such an error is also an instance of its cause's type, so it is caught first).
-        print(f"error: a part failed: {e.cause if e.cause is not None else e}", file=sys.stderr)
+        print(f"error: a part failed: {_flags(e.cause if e.cause is not None else e)}", file=sys.stderr)
         return 1
     except (ValueError, FileNotFoundError) as e:
         # A usage error (another plan in OUTPUT, a bad option): the message, not a traceback,
         # naming this command's flag rather than the keyword argument.
-        print(f"error: {str(e).replace('overwrite=True', '--overwrite')}", file=sys.stderr)
+        print(f"error: {_flags(e)}", file=sys.stderr)
         return 2
     except (DatasetError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_flags(e)}", file=sys.stderr)
         return 1
     finally:
         ray.shutdown()

@@ -147,6 +147,12 @@ impl BufferPool {
     fn idle(&self) -> usize {
         self.allocator.idle()
     }
+
+    /// Frees the idle buffers and every buffer its batches give back from now on (the pool of
+    /// a closed loader).
+    fn retire(&self) {
+        self.allocator.retire();
+    }
 }
 
 impl BufferPool {

@@ -156,7 +156,7 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     failing = cmd[:3] + [str(broken), str(tmp_path / "ray-bad")] + cmd[5:] + ["--max-errors", "0"]
     r = subprocess.run(failing, capture_output=True, text=True, timeout=600)
     assert r.returncode == 1, r.stderr[-4000:]
-    assert "more than max_errors 0" in r.stderr and "Traceback" not in r.stderr, r.stderr[-4000:]
+    assert "more than --max-errors 0" in r.stderr and "Traceback" not in r.stderr, r.stderr[-4000:]
     assert not (tmp_path / "ray-bad" / "manifest.json").exists()
     help = subprocess.run(cmd[:3] + ["--help"], capture_output=True, text=True, timeout=60)
     assert "--overwrite" in help.stdout

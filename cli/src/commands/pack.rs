@@ -1,6 +1,6 @@
 //! `shardtool pack`: flags → `PackPlan` → `shardtool_pack::pack` → summary.
 
-use crate::args::{FormatArg, MergeArgs, PackArgs};
+use crate::args::{FormatArg, MergeArgs, PackArgs, StatusArgs};
 use crate::progress::PackProgress;
 use crate::Failure;
 use anyhow::anyhow;
@@ -403,7 +403,7 @@ pub fn run_merge(a: MergeArgs) -> Result<(), Failure> {
 }
 
 /// Runs `shardtool status`: exit 0 when every shard is done, 1 otherwise.
-pub fn run_status(a: MergeArgs) -> Result<(), Failure> {
+pub fn run_status(a: StatusArgs) -> Result<(), Failure> {
     let s = shardtool_pack::status(&a.output).map_err(failure)?;
     if a.json {
         outln!("{}", serde_json::to_string(&s).unwrap_or_default());
@@ -424,6 +424,12 @@ pub fn run_status(a: MergeArgs) -> Result<(), Failure> {
                 _ => "",
             }
         );
+        if let Some(max) = s.max_errors.filter(|&m| s.failed > m) {
+            outln!(
+                "  more inputs failed than the plan's --max-errors {max}: merge will commit \
+                 nothing unless given a larger --max-errors"
+            );
+        }
         if !s.missing.is_empty() {
             let list: Vec<String> = s.missing.iter().take(50).map(u64::to_string).collect();
             outln!(

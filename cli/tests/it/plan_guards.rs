@@ -212,6 +212,17 @@ fn max_errors_given_to_the_plan_is_the_whole_packs_and_merge_keeps_to_it() {
         .ok();
     let shards = status_json(&out)["shards"].as_u64().unwrap();
     assert_eq!(numbers(&status_json(&out)["done"]).len() as u64, shards);
+    // status says merge will refuse; it takes no limit of its own.
+    let r = Cmd::new(["status"]).arg(&out).ok();
+    assert!(
+        r.stdout.contains("than the plan's --max-errors 1"),
+        "{}",
+        r.stdout
+    );
+    Cmd::new(["status", "--max-errors", "0"])
+        .arg(&out)
+        .run()
+        .assert_code(2);
     let r = Cmd::new(["merge"]).arg(&out).run();
     r.assert_code(1);
     assert!(

@@ -32,6 +32,8 @@ pub struct PlanStatus {
     pub failed: u64,
     /// Whether a manifest has been written.
     pub merged: bool,
+    /// The plan's `--max-errors`, if it has one: merge commits nothing past it.
+    pub max_errors: Option<u64>,
 }
 
 /// Where a partitioned pack in `output` stands.
@@ -46,6 +48,7 @@ pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
         samples: 0,
         failed: file.errors.len() as u64,
         merged: store.size(shardtool_manifest::FILE_NAME)?.is_some(),
+        max_errors: file.max_errors,
     };
     for j in 0..file.shards {
         match read_done(&store, &file.hash, j)? {

@@ -95,6 +95,8 @@ impl HostBuffer for AlignedBuffer {
 pub struct CpuAllocator {
     pool: Mutex<Vec<Vec<u8>>>,
     max_pooled: usize,
+    /// Set by [`CpuAllocator::retire`]: buffers coming back are freed, not kept.
+    retired: std::sync::atomic::AtomicBool,
 }
 
 impl CpuAllocator {
@@ -103,6 +105,17 @@ impl CpuAllocator {
         Self {
             pool: Mutex::new(Vec::new()),
             max_pooled,
+            retired: Default::default(),
+        }
+    }
+
+    /// Frees the idle buffers, and every buffer released from now on: for an allocator no
+    /// reader will use again, whose batches may still come back from their holders.
+    pub fn retire(&self) {
+        self.retired
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut p) = self.pool.lock() {
+            p.clear();
         }
     }
 
@@ -131,7 +144,8 @@ impl BatchAllocator for CpuAllocator {
     fn release(&self, buffer: Box<dyn HostBuffer>) {
         if let Ok(b) = buffer.into_any().downcast::<AlignedBuffer>() {
             if let Ok(mut p) = self.pool.lock() {
-                if p.len() < self.max_pooled {
+                let retired = self.retired.load(std::sync::atomic::Ordering::Relaxed);
+                if p.len() < self.max_pooled && !retired {
                     p.push(b.storage);
                 }
             }
