@@ -248,6 +248,7 @@ impl CacheDir {
         if !src.exists() {
             write_atomic(&src, source.as_bytes())?;
         }
+        remove_stale_downloads(&dir.join("tmp"));
         Ok(dir)
     }
 
@@ -509,6 +510,25 @@ impl CacheDir {
     }
 }
 
+/// Removes the partial downloads of processes that are gone (killed mid-fetch: they are never
+/// resumed, and would hold disk the limit does not count), untouched for ten minutes too, so a
+/// live download of a process this one cannot see (another PID namespace) is spared.
+fn remove_stale_downloads(tmp: &Path) {
+    let Ok(entries) = fs::read_dir(tmp) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let pid = name.rsplit('.').nth(2).unwrap_or("");
+        let idle = (e.metadata().and_then(|m| m.modified()).ok())
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|d| d > std::time::Duration::from_secs(600));
+        if name.ends_with(".part") && idle && !pid_alive(pid) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
 struct Held {
     paths: ShardPaths,
     bytes: u64,
@@ -630,6 +650,29 @@ fn check_owner(root: &Path) -> Result<(), CacheError> {
 mod hardening {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn partial_downloads_of_gone_processes_go_once_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = SystemTime::now() - std::time::Duration::from_secs(3600);
+        let mine = format!("s.tar.download.{}.3.part", std::process::id());
+        let files = [
+            ("s.tar.download.4000000000.1.part", true, true),
+            ("s.tar.download.4000000000.2.part", false, false),
+            (mine.as_str(), true, false),
+            ("notes.txt", true, false),
+        ];
+        for (name, idle, _) in &files {
+            let f = File::create(dir.path().join(name)).unwrap();
+            if *idle {
+                f.set_modified(old).unwrap();
+            }
+        }
+        remove_stale_downloads(dir.path());
+        for (name, _, gone) in &files {
+            assert_eq!(!dir.path().join(name).exists(), *gone, "{name}");
+        }
+    }
 
     #[test]
     fn a_new_cache_folder_is_private_and_another_users_is_refused() {

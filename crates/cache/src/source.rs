@@ -569,8 +569,26 @@ impl Shared {
                 ));
             }
             drop(lock);
+            // A whole file of other bytes: another version, which readers of other processes
+            // may hold (a dataset re-packed on the server, another endpoint under the same URL).
+            // Two such readers each waiting for the other's shard would wait forever.
+            let other_version = paths.data.exists();
             let lock = open_lock(&paths.lock)?;
-            lock.lock().map_err(CacheError::io(&paths.lock))?;
+            if other_version {
+                lock_within(&lock, OTHER_VERSION_WAIT).map_err(|()| CacheError::Fetch {
+                    url: self.remote.url.shown(&spec.file),
+                    attempts: 1,
+                    message: format!(
+                        "the cached copy holds other bytes than this manifest names, and another \
+                         process has read it for {}s: the dataset changed on the server while \
+                         it ran, or another endpoint serves other bytes under this URL; use \
+                         another --cache-dir (cache_dir) for one of them",
+                        OTHER_VERSION_WAIT.as_secs()
+                    ),
+                })?;
+            } else {
+                lock.lock().map_err(CacheError::io(&paths.lock))?;
+            }
             // Someone may have fetched it while we waited for the exclusive lock.
             if !CacheDir::is_whole(&paths, bytes, sum)? {
                 if paths.data.exists() {
@@ -678,6 +696,23 @@ fn decompress(
     Ok(())
 }
 
+/// How long a reader waits for a cached shard of another version that other processes read.
+const OTHER_VERSION_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Takes `lock` exclusively within `wait`.
+fn lock_within(lock: &fs::File, wait: std::time::Duration) -> Result<(), ()> {
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        if lock.try_lock().is_ok() {
+            return Ok(());
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -707,5 +742,24 @@ mod tests {
         assert!(p.may_fetch_next(8, 1) && !p.may_fetch_next(2, 1));
         p.next = 4;
         assert!(!p.may_fetch_next(8, 1), "the queue is done");
+    }
+}
+
+#[cfg(test)]
+mod lock_tests {
+    use super::*;
+
+    #[test]
+    fn an_exclusive_lock_is_waited_for_within_its_bound_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        let reader = fs::File::create(&path).unwrap();
+        reader.lock_shared().unwrap();
+        let other = fs::File::open(&path).unwrap();
+        let t = std::time::Instant::now();
+        assert!(lock_within(&other, std::time::Duration::from_millis(200)).is_err());
+        assert!(t.elapsed() >= std::time::Duration::from_millis(200));
+        drop(reader);
+        assert!(lock_within(&other, std::time::Duration::from_millis(200)).is_ok());
     }
 }
