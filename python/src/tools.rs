@@ -247,6 +247,7 @@ pub fn pack(
         }
         // With `resume`, a plan already there is kept if it is the same plan. Listing has no
         // point to stop at: Ctrl-C waits for it (holding OUTPUT's lock) unless pressed twice.
+        let out_dir = plan.output.clone();
         let file = cancellable(py, move |_| {
             if plan.resume {
                 shardtool_pack::make_or_keep_plan(&plan)
@@ -255,6 +256,14 @@ pub fn pack(
             }
         })?
         .map_err(python_pack_error)?;
+        if let Some(max) = file.max_errors.filter(|&m| file.errors.len() as u64 > m) {
+            // Every part would stop at once: said now, not by each part (the plan is kept).
+            return Err(crate::partition::pack_error(PackError::TooManyErrors {
+                failed: file.errors.len() as u64,
+                max,
+                report: out_dir.join(shardtool_pack::PLAN_DIR).join("plan.json"),
+            }));
+        }
         return json(&serde_json::json!({
             "plan": file.hash,
             "inputs": file.inputs,

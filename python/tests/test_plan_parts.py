@@ -67,6 +67,18 @@ def test_max_errors_given_to_the_plan_holds_for_the_merge(tmp_path: Path) -> Non
     assert merged["manifest"]["totals"]["samples"] == 45 and len(merged["errors"]) == 1
 
 
+def test_a_plan_whose_listing_failures_pass_max_errors_says_so(tmp_path: Path) -> None:
+    shards = tmp_path / "shards"
+    shardtool.pack(SAMPLE, tmp_path / "one", resize="crop:24x24", shard_samples=64)
+    shards.mkdir()
+    shutil.copy(tmp_path / "one" / "shard-000000.tar", shards / "a.tar")
+    (shards / "junk.tar").write_bytes(b"not a tar at all, not even close")
+    with pytest.raises(shardtool.TooManyErrorsError, match="1 inputs failed, more than max_errors 0"):
+        shardtool.plan(shards, tmp_path / "out", max_errors=0, **OPTIONS)
+    # The plan is kept: a part given its own limit packs it.
+    shardtool.pack_part(tmp_path / "out", 0, 1, max_errors=1)
+
+
 def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         shardtool.pack_part(tmp_path / "nothing", 0, 1)

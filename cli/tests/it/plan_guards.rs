@@ -260,11 +260,19 @@ fn a_plans_max_errors_counts_the_inputs_that_failed_while_listing() {
     copy(one.join("shard-000000.tar"), shards.join("a.tar"));
     write_file(shards.join("junk.tar"), b"not a tar at all, not even close");
     let out = dir.path().join("out");
-    Cmd::new(["plan", "--max-errors", "0"])
+    // The plan says so at once (every part would stop), and is kept.
+    let r = Cmd::new(["plan", "--max-errors", "0"])
         .arg(&shards)
         .arg(&out)
         .args(OPTS)
-        .ok();
+        .run();
+    r.assert_code(1);
+    assert!(
+        r.stderr
+            .contains("1 inputs failed, more than --max-errors 0"),
+        "{}",
+        r.stderr
+    );
     // The junk shard failed while listing: past the plan's limit before any shard is packed.
     let r = part(&out, "0/2").run();
     r.assert_code(1);
