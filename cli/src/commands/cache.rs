@@ -158,6 +158,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             let workers = options.concurrency.max(1);
             // The prefetch threads of the reader are not needed: every shard is fetched here.
             options.concurrency = 0;
+            let limit = options.limit;
             let ds = RemoteDataset::open(url, options).map_err(Failure::usage)?;
             ds.check_capacity(0).map_err(Failure::run)?;
             let n = ds.specs().len();
@@ -173,6 +174,14 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
                 failures.len(),
                 ds.cache_dir().display()
             );
+            let whole: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
+            if let Some(limit) = limit.filter(|&l| whole > l) {
+                // Older shards made room for newer ones: a reader fetches those again.
+                eprintln!(
+                    "warning: the dataset takes {whole} bytes in the cache, more than the \
+                     --cache-limit {limit}: only part of it stays cached"
+                );
+            }
             if failures.is_empty() {
                 Ok(())
             } else {

@@ -335,8 +335,30 @@ fn cache_prefetch_ls_and_clear() {
         out.contains("8 shards: 0 already cached, 8 fetched"),
         "{out}"
     );
-    let out = ok(&run(&["cache", "prefetch", &url, "--cache-dir", c]));
+    let again = run(&["cache", "prefetch", &url, "--cache-dir", c]);
+    let out = ok(&again);
     assert!(out.contains("8 already cached, 0 fetched"), "{out}");
+    assert!(!String::from_utf8_lossy(&again.stderr).contains("warning"));
+    // A limit that holds half the dataset: fetched, and said to stay cached in part only.
+    let m = crate::common::manifest(&www.join("ds"));
+    let whole: u64 = (m.shards.iter())
+        .map(|s| s.uncompressed_bytes.unwrap_or(s.bytes))
+        .sum();
+    let half = (whole / 2).to_string();
+    let small = tmp.path().join("small-cache");
+    let s = small.to_str().unwrap();
+    let part = run(&[
+        "cache",
+        "prefetch",
+        &url,
+        "--cache-dir",
+        s,
+        "--cache-limit",
+        &half,
+    ]);
+    ok(&part);
+    let err = String::from_utf8_lossy(&part.stderr);
+    assert!(err.contains("only part of it stays cached"), "{err}");
     let ls: serde_json::Value =
         serde_json::from_str(&ok(&run(&["cache", "ls", "--cache-dir", c, "--json"]))).unwrap();
     assert_eq!(ls[0]["source"], url.as_str());
