@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict
+from typing import Callable, Dict
 
 import pytest
 
@@ -41,3 +41,18 @@ def all_keys(path: Path) -> list:
     """Every sample key of a dataset, read once in manifest order."""
     loader = shardtool.Loader(path, batch_size=7, shuffle=False, output="numpy", decode=False)
     return [k for b in loader for k in b["key"]]
+
+
+def slow_readers(monkeypatch: pytest.MonkeyPatch, key: str, seconds: float) -> Callable[[], None]:
+    """Makes the reader of every Loader started from now on wait ``seconds`` on sample ``key``
+    (the reader's testing aid, so a test can act while an iteration waits); returns what puts
+    the plain reader back."""
+    from shardtool import _loader, _shardtool
+
+    real = _shardtool.Reader
+
+    def slow(*args: object, **kwargs: object) -> object:
+        return real(*args, test_delay=(key, seconds), **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_loader._shardtool, "Reader", slow)
+    return lambda: monkeypatch.setattr(_loader._shardtool, "Reader", real)

@@ -13,7 +13,7 @@ import pytest
 
 import shardtool
 from shardtool import _shardtool
-from conftest import SAMPLE, all_keys
+from conftest import SAMPLE, all_keys, slow_readers
 
 
 def _sigint_after(seconds: float) -> threading.Timer:
@@ -177,16 +177,10 @@ def test_a_signal_handler_that_closes_the_loader_keeps_its_position(
 ) -> None:
     # The handler runs inside next() (on the thread holding the reader): close() there neither
     # waits for a stop that thread records only after the handler, nor loses the position.
-    from shardtool import _loader
 
     path = datasets["tar"]
     keys = all_keys(path)
-    real = _shardtool.Reader
-
-    def slow(*args: object, **kwargs: object) -> object:
-        return real(*args, test_delay=(keys[12], 2.0), **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_loader._shardtool, "Reader", slow)
+    plain = slow_readers(monkeypatch, keys[12], 2.0)
     opts = dict(batch_size=4, shuffle=False, output="numpy", workers=1)
     loader = shardtool.Loader(path, **opts)
     it = iter(loader)
@@ -209,7 +203,7 @@ def test_a_signal_handler_that_closes_the_loader_keeps_its_position(
     assert took["close"] < 0.5, took
     state = loader.state_dict()
     assert state["samples"] == 12 and got == keys[:12]
-    monkeypatch.setattr(_loader._shardtool, "Reader", real)
+    plain()
     resumed = shardtool.Loader(path, **opts)
     resumed.load_state_dict(state)
     assert [k for b in resumed for k in b["key"]] == keys[12:]

@@ -186,16 +186,9 @@ def test_iters_started_at_once_from_two_threads_read_one_pass(
     # end before the other thread calls iter(), and two whole passes one after another are right).
     import threading
 
-    from conftest import all_keys
-    from shardtool import _loader, _shardtool
+    from conftest import all_keys, slow_readers
 
-    keys = all_keys(datasets["tar"])
-    real = _shardtool.Reader
-
-    def slow(*args: object, **kwargs: object) -> object:
-        return real(*args, test_delay=(keys[22], 1.0), **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_loader._shardtool, "Reader", slow)
+    slow_readers(monkeypatch, all_keys(datasets["tar"])[22], 1.0)
     loader = shardtool.Loader(datasets["tar"], batch_size=3, seed=2, output="numpy")
     counts: List[object] = []
     ready = threading.Barrier(2)
@@ -223,17 +216,11 @@ def test_close_from_another_thread_keeps_the_position_of_a_waiting_iteration(
     # position of the 20 samples handed out must survive (it was the epoch's start).
     import threading
 
-    from conftest import all_keys
-    from shardtool import _loader, _shardtool
+    from conftest import all_keys, slow_readers
 
     path = datasets["tar"]
     keys = all_keys(path)
-    real = _shardtool.Reader
-
-    def slow(*args: object, **kwargs: object) -> object:
-        return real(*args, test_delay=(keys[22], 3.0), **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(_loader._shardtool, "Reader", slow)
+    plain = slow_readers(monkeypatch, keys[22], 3.0)
     opts = dict(batch_size=5, shuffle=False, output="numpy", workers=1)
     loader = shardtool.Loader(path, **opts)
     got: List[str] = []
@@ -258,7 +245,7 @@ def test_close_from_another_thread_keeps_the_position_of_a_waiting_iteration(
     assert done.is_set() and got == keys[:20]
     state = loader.state_dict()
     assert state["samples"] == 20 and state["reader"] is not None, state
-    monkeypatch.setattr(_loader._shardtool, "Reader", real)
+    plain()
     resumed = shardtool.Loader(path, **opts)
     resumed.load_state_dict(state)
     assert [k for b in resumed for k in b["key"]] == keys[20:]
