@@ -248,7 +248,9 @@ impl CacheDir {
         if !src.exists() {
             write_atomic(&src, source.as_bytes())?;
         }
-        remove_stale_downloads(&dir.join("tmp"));
+        // Untouched for ten minutes too, so a live download of a process this one cannot see
+        // (another PID namespace) is spared.
+        remove_stale_downloads(&dir.join("tmp"), std::time::Duration::from_secs(600));
         Ok(dir)
     }
 
@@ -496,34 +498,27 @@ impl CacheDir {
                 }
             }
             // Downloads in flight belong to live processes; stale ones can go.
-            if let Ok(it) = fs::read_dir(d.join("tmp")) {
-                for e in it.flatten() {
-                    let name = e.file_name().to_string_lossy().into_owned();
-                    let pid = name.rsplit('.').nth(2).unwrap_or("");
-                    if !pid_alive(pid) {
-                        let _ = fs::remove_file(e.path());
-                    }
-                }
-            }
+            remove_stale_downloads(&d.join("tmp"), std::time::Duration::ZERO);
         }
         Ok(report)
     }
 }
 
-/// Removes the partial downloads of processes that are gone (killed mid-fetch: they are never
-/// resumed, and would hold disk the limit does not count), untouched for ten minutes too, so a
-/// live download of a process this one cannot see (another PID namespace) is spared.
-fn remove_stale_downloads(tmp: &Path) {
+/// Removes the files in `tmp` (partial downloads, named `NAME.WHAT.PID.N.part`) of processes
+/// that are gone: killed mid-fetch, they are never resumed, and would hold disk the limit does
+/// not count. With an `idle` time, only `.part` files untouched for longer go.
+fn remove_stale_downloads(tmp: &Path, idle: std::time::Duration) {
     let Ok(entries) = fs::read_dir(tmp) else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
         let pid = name.rsplit('.').nth(2).unwrap_or("");
-        let idle = (e.metadata().and_then(|m| m.modified()).ok())
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|d| d > std::time::Duration::from_secs(600));
-        if name.ends_with(".part") && idle && !pid_alive(pid) {
+        let untouched = idle.is_zero()
+            || (e.metadata().and_then(|m| m.modified()).ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|d| d > idle);
+        if (idle.is_zero() || name.ends_with(".part")) && untouched && !pid_alive(pid) {
             let _ = fs::remove_file(e.path());
         }
     }
@@ -668,7 +663,7 @@ mod hardening {
                 f.set_modified(old).unwrap();
             }
         }
-        remove_stale_downloads(dir.path());
+        remove_stale_downloads(dir.path(), std::time::Duration::from_secs(600));
         for (name, _, gone) in &files {
             assert_eq!(!dir.path().join(name).exists(), *gone, "{name}");
         }

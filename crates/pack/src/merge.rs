@@ -253,9 +253,7 @@ fn damaged_shards(
 
 /// Whether the file at `path` has checksum `sum`.
 fn matches_checksum(path: &Path, sum: &str) -> std::io::Result<bool> {
-    let f = std::fs::File::open(path)?;
-    let (_, got) = shardtool_core::Checksum::of_reader(std::io::BufReader::new(f))?;
-    Ok(got.to_string() == sum)
+    Ok(crate::plan_file::file_checksum(path)? == sum)
 }
 
 /// Removes the temporary files that killed attempts left (a SIGKILL leaves no chance to clean

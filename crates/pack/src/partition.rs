@@ -241,7 +241,7 @@ fn container_change(c: &crate::plan_file::PlanContainer, path: &Path) -> Option<
         });
     }
     if let Some(sum) = &c.checksum {
-        if crate::plan_file::file_checksum(path).as_ref() != Some(sum) {
+        if crate::plan_file::file_checksum(path).ok().as_ref() != Some(sum) {
             return Some("its checksum differs".into());
         }
     }

@@ -109,12 +109,11 @@ pub(crate) fn modified_ns(path: &Path) -> Option<u64> {
     u64::try_from(since.as_nanos()).ok()
 }
 
-/// The checksum of the file at `path`, read whole; `None` where it cannot be read.
-pub(crate) fn file_checksum(path: &Path) -> Option<String> {
-    let file = std::fs::File::open(path).ok()?;
-    Checksum::of_reader(std::io::BufReader::new(file))
-        .ok()
-        .map(|(_, sum)| sum.to_string())
+/// The checksum of the file at `path`, read whole.
+pub(crate) fn file_checksum(path: &Path) -> std::io::Result<String> {
+    let file = std::fs::File::open(path)?;
+    let (_, sum) = Checksum::of_reader(std::io::BufReader::new(file))?;
+    Ok(sum.to_string())
 }
 
 pub(crate) fn plan_dir(output: &Path) -> PathBuf {
@@ -402,7 +401,7 @@ pub(crate) fn make_plan_in(
         let (kind, headers) = kind_name(&c.kind);
         let list = matches!(c.kind, ContainerKind::Csv { .. } | ContainerKind::Jsonl);
         containers.push(PlanContainer {
-            checksum: list.then(|| file_checksum(&abs)).flatten(),
+            checksum: list.then(|| file_checksum(&abs).ok()).flatten(),
             modified_ns: (!list && !is_staged).then(|| modified_ns(&abs)).flatten(),
             path,
             staged: is_staged,
