@@ -256,14 +256,8 @@ pub fn pack(
             }
         })?
         .map_err(python_pack_error)?;
-        if let Some(max) = file.max_errors.filter(|&m| file.errors.len() as u64 > m) {
-            // Every part would stop at once: said now, not by each part (the plan is kept).
-            return Err(crate::partition::pack_error(PackError::TooManyErrors {
-                failed: file.errors.len() as u64,
-                max,
-                report: out_dir.join(shardtool_pack::PLAN_DIR).join("plan.json"),
-            }));
-        }
+        file.check_listing_failures(&out_dir)
+            .map_err(crate::partition::pack_error)?;
         return json(&serde_json::json!({
             "plan": file.hash,
             "inputs": file.inputs,

@@ -358,15 +358,7 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
         }
         outln!("  next: shardtool pack --plan {out} --part I/N   (for each I < N), then shardtool merge {out}");
     }
-    if let Some(max) = file.max_errors.filter(|&m| file.errors.len() as u64 > m) {
-        // Every part would stop at once: said now, not by each part.
-        return Err(failure(PackError::TooManyErrors {
-            failed: file.errors.len() as u64,
-            max,
-            report: plan.output.join(shardtool_pack::PLAN_DIR).join("plan.json"),
-        }));
-    }
-    Ok(())
+    file.check_listing_failures(&plan.output).map_err(failure)
 }
 
 /// Runs `shardtool merge`.

@@ -71,6 +71,21 @@ pub struct PlanFile {
     pub max_errors: Option<u64>,
 }
 
+impl PlanFile {
+    /// Refuses a plan (kept in `output`) whose listing failures already pass its
+    /// `--max-errors`: every part would stop at once, so it is said now, not by each part.
+    pub fn check_listing_failures(&self, output: &Path) -> Result<(), PackError> {
+        match self.max_errors.filter(|&m| self.errors.len() as u64 > m) {
+            Some(max) => Err(PackError::TooManyErrors {
+                failed: self.errors.len() as u64,
+                max,
+                report: plan_dir(output).join(PLAN_FILE),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 /// A container as the plan records it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
