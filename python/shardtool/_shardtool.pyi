@@ -25,6 +25,10 @@ class IncompleteEpochError(DatasetError):
 class TooManyErrorsError(DatasetError):
     """More inputs failed than max_errors allows: the pack (or part, or merge) stopped."""
 
+class PlanError(DatasetError):
+    """The plan in OUTPUT cannot be run as it is (an input changed since it was made, or the plan
+    file is damaged): running the part again fails the same way; plan again with overwrite=True."""
+
 class Tensor:
     """A C-contiguous CPU array viewing bytes a Rust owner keeps alive (DLPack producer)."""
 

@@ -48,24 +48,27 @@ def pack(
     # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
     _partition.plan(input, output, shard_samples=shard_samples, **{"resume": True, **options})
 
-    from . import DatasetError, TooManyErrorsError
+    from . import DatasetError, PlanError, TooManyErrorsError
 
     max_errors = options.get("max_errors")
 
     # Retried: a worker that died, and a part that failed on I/O or a store error (a part is
-    # idempotent); not a usage error (ValueError) or a part past max_errors, which would fail
-    # again the same way.
+    # idempotent); not a usage error (ValueError), a part past max_errors or a plan that cannot
+    # be run (an input changed since it), which would fail again the same way.
     @ray.remote(num_cpus=cpus_per_part, max_retries=max_retries, retry_exceptions=[OSError, DatasetError])
     def part(index: int) -> Dict[str, Any]:
         try:
             return _partition.pack_part(output, index, parts, jobs=cpus_per_part, max_errors=max_errors)
         except TooManyErrorsError as e:
             return {"too_many_errors": str(e)}
+        except PlanError as e:
+            return {"plan_error": str(e)}
 
     reports: List[Dict[str, Any]] = ray.get([part.remote(i) for i in range(parts)])
-    stopped = [r["too_many_errors"] for r in reports if "too_many_errors" in r]
-    if stopped:
-        raise TooManyErrorsError(stopped[0])
+    for field, error in (("plan_error", PlanError), ("too_many_errors", TooManyErrorsError)):
+        stopped = [r[field] for r in reports if field in r]
+        if stopped:
+            raise error(stopped[0])
     # This run's limit, if given, over the one a kept plan was made with.
     merged = _partition.merge(output, max_errors=max_errors)
     merged["parts"] = reports

@@ -50,6 +50,13 @@ create_exception!(
     DatasetError,
     "More inputs failed than max_errors allows: the pack (or part, or merge) stopped."
 );
+create_exception!(
+    shardtool,
+    PlanError,
+    DatasetError,
+    "The plan in OUTPUT cannot be run as it is (an input changed since it was made, or the plan \
+     file is damaged): running the part again fails the same way; plan again with overwrite=True."
+);
 
 /// A message from the Rust crates, which name the CLI's flags, with the keyword arguments the
 /// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
@@ -158,5 +165,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<IncompleteEpochError>(),
     )?;
     m.add("TooManyErrorsError", py.get_type::<TooManyErrorsError>())?;
+    m.add("PlanError", py.get_type::<PlanError>())?;
     Ok(())
 }

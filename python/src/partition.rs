@@ -14,6 +14,7 @@ pub(crate) fn pack_error(e: PackError) -> PyErr {
     match e {
         PackError::NoPlan { .. } => PyFileNotFoundError::new_err(text),
         PackError::TooManyErrors { .. } => crate::errors::TooManyErrorsError::new_err(text),
+        PackError::BadPlan { .. } => crate::errors::PlanError::new_err(text),
         e if e.is_usage() => PyValueError::new_err(text),
         PackError::Io { .. } => PyOSError::new_err(text),
         _ => DatasetError::new_err(text),

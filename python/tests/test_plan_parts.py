@@ -4,6 +4,7 @@ installed, ``python -m shardtool.ray`` runs the parts as Ray tasks on a local cl
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -170,6 +171,20 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     assert r.returncode == 1, r.stderr[-4000:]
     assert "more than --max-errors 0" in r.stderr and "Traceback" not in r.stderr, r.stderr[-4000:]
     assert not (tmp_path / "ray-bad" / "manifest.json").exists()
+    # A shard input changed since the plan fails its part the same way however often it runs:
+    # the run stops with the reason (PlanError), not after Ray's retries.
+    shards = tmp_path / "shards"
+    shardtool.pack(SAMPLE, shards, resize="crop:16x16", shard_samples=20)
+    changed = tmp_path / "ray-changed"
+    shardtool.plan(shards, changed, shard_samples=7)
+    os.utime(shards / "shard-000000.tar", ns=(0, 1_000_000_000))
+    rerun = cmd[:3] + [str(shards), str(changed), "--parts", "2", "--shard-samples", "7", "--num-cpus", "2"]
+    r = subprocess.run(rerun, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 1, r.stderr[-4000:]
+    assert "shard-000000.tar changed since the plan" in r.stderr, r.stderr[-4000:]
+    assert "a part failed" not in r.stderr and "--overwrite" in r.stderr, r.stderr[-4000:]
+    with pytest.raises(shardtool.PlanError, match="changed since the plan"):
+        shardtool.pack_part(changed, 0, 1)
     help = subprocess.run(cmd[:3] + ["--help"], capture_output=True, text=True, timeout=60)
     assert "--overwrite" in help.stdout
     assert published(out) == published(single)

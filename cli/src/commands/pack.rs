@@ -147,6 +147,9 @@ fn failure(e: PackError) -> Failure {
                 ""
             }
         )),
+        // A plan that cannot be run as it is (an input changed since, a damaged plan file)
+        // fails every attempt alike: exit 2, which schedulers are told not to retry.
+        e @ PackError::BadPlan { .. } => Failure::usage(e),
         e if e.is_usage() => Failure::usage(e),
         e => Failure::run(e),
     }

@@ -39,7 +39,7 @@ fn work_done_under_another_plan_or_on_changed_inputs_is_not_taken() {
     let text = std::fs::read_to_string(&plan_path).unwrap();
     std::fs::write(&plan_path, text.replace("shorter:32", "shorter:33")).unwrap();
     let r = part(&out, "0/1").run();
-    r.assert_code(1);
+    r.assert_code(2);
     assert!(r.stderr.contains("hash"), "{}", r.stderr);
     std::fs::write(&plan_path, text).unwrap();
 
@@ -85,9 +85,10 @@ fn a_shard_or_list_rewritten_at_its_size_after_the_plan_is_changed_not_packed() 
     let planned_at = std::fs::metadata(&shard).unwrap().modified().unwrap();
     copy(&sb, &shard);
     // Its modification time tells: the part fails, naming the shard, before packing anything
-    // (its samples, all failed, would be left out of a merged dataset).
+    // (its samples, all failed, would be left out of a merged dataset), with exit 2: every
+    // retry would fail alike, and schedulers are told not to retry on 2.
     let r = part(&out, "0/1").run();
-    r.assert_code(1);
+    r.assert_code(2);
     assert!(
         r.stderr
             .contains("s.tar changed since the plan was made (its modification time"),
@@ -134,7 +135,7 @@ fn a_shard_or_list_rewritten_at_its_size_after_the_plan_is_changed_not_packed() 
         .ok();
     write_file(&list, rows(true));
     let r = part(&out, "0/1").run();
-    r.assert_code(1);
+    r.assert_code(2);
     assert!(r.stderr.contains("(its checksum differs)"), "{}", r.stderr);
     // A touched shard whose bytes are the planned ones, given back its time, packs.
     let out = dir.path().join("out-touched");
@@ -143,7 +144,7 @@ fn a_shard_or_list_rewritten_at_its_size_after_the_plan_is_changed_not_packed() 
     let planned_at = std::fs::metadata(&shard).unwrap().modified().unwrap();
     let file = std::fs::File::options().write(true).open(&shard).unwrap();
     file.set_modified(std::time::SystemTime::now()).unwrap();
-    part(&out, "0/1").run().assert_code(1);
+    part(&out, "0/1").run().assert_code(2);
     file.set_modified(planned_at).unwrap();
     part(&out, "0/1").ok();
     Cmd::new(["merge"]).arg(&out).ok();
