@@ -71,5 +71,7 @@ def merge(output: PathLike, *, max_errors: Optional[int] = None) -> Dict[str, An
 def status(output: PathLike) -> Dict[str, Any]:
     """Where the partitioned pack in ``output`` stands: ``shards``, ``done`` and ``missing``
     shard indices, ``samples`` and ``failed`` so far, whether it is ``merged``, and the plan's
-    ``max_errors`` (``None`` without one; merge commits nothing past it)."""
+    ``max_errors`` (``None`` without one; merge commits nothing past it), and ``stopped``: the
+    failure lists of runs that stopped past ``max_errors`` (a rerun stops again unless those
+    inputs are mended or it is given a larger ``max_errors``)."""
     return json.loads(_shardtool.status(os.fspath(output)))

@@ -60,7 +60,12 @@ def test_max_errors_given_to_the_plan_holds_for_the_merge(tmp_path: Path) -> Non
     # One part packs every shard, so it meets the failure: the plan's limit stops it.
     with pytest.raises(shardtool.DatasetError, match="more than max_errors 0"):
         shardtool.pack_part(out, 0, 1)
+    stopped = shardtool.status(out)["stopped"]
+    assert [Path(p).name for p in stopped] == ["failures-part-0-of-1.jsonl"]
+    with pytest.raises(shardtool.DatasetError, match="larger max_errors"):
+        shardtool.merge(out)
     shardtool.pack_part(out, 0, 1, max_errors=5)
+    assert shardtool.status(out)["stopped"] == []
     with pytest.raises(shardtool.DatasetError, match="1 inputs failed"):
         shardtool.merge(out)
     assert not (out / "manifest.json").exists()

@@ -206,11 +206,28 @@ fn max_errors_given_to_the_plan_is_the_whole_packs_and_merge_keeps_to_it() {
         "{}",
         r.stderr
     );
+    // status and merge name the stopped run and say a rerun as it was stops again.
+    let stopped = "a run stopped past --max-errors";
+    let r = Cmd::new(["status"]).arg(&out).run();
+    r.assert_code(1);
+    assert!(
+        r.stdout.contains(stopped) && r.stdout.contains("failures-part-0-of-1.jsonl"),
+        "{}",
+        r.stdout
+    );
+    let r = Cmd::new(["merge"]).arg(&out).run();
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains(stopped) && r.stderr.contains("larger --max-errors"),
+        "{}",
+        r.stderr
+    );
     // Lifted for the part, it packs; the merge still keeps to the plan's.
     Cmd::new(["pack", "--plan"])
         .arg(&out)
         .args(["--part", "0/1", "--max-errors", "100"])
         .ok();
+    assert!(!Cmd::new(["status"]).arg(&out).ok().stdout.contains(stopped));
     let shards = status_json(&out)["shards"].as_u64().unwrap();
     assert_eq!(numbers(&status_json(&out)["done"]).len() as u64, shards);
     // status says merge will refuse; it takes no limit of its own.

@@ -204,11 +204,12 @@ pub enum PackError {
         message: String,
     },
     /// Shards without a done record of this plan (or damaged since).
-    #[error("{} of the plan's shards are not done: {}{}{}; {}",
+    #[error("{} of the plan's shards are not done: {}{}{}; {}{}",
         missing.len(), names.iter().take(10).cloned().collect::<Vec<_>>().join(", "),
         if names.len() > 10 { ", …" } else { "" },
         damaged_note(damaged),
-        redo_hint(output, missing, *staged_gone))]
+        redo_hint(output, missing, *staged_gone),
+        stopped_note(stopped))]
     Incomplete {
         /// The output folder.
         output: PathBuf,
@@ -220,6 +221,8 @@ pub enum PackError {
         damaged: Vec<String>,
         /// Whether the plan's staged inputs are gone (an earlier merge removed them).
         staged_gone: bool,
+        /// The failure lists of runs that stopped past `--max-errors` (a local output's).
+        stopped: Box<[PathBuf]>,
     },
     /// `--resume` (or a plan kept) with options or inputs other than those planned.
     #[error("the pack in {path} was planned with other inputs or options ({differs}); rerun with those, or with --overwrite to start over")]
@@ -253,6 +256,24 @@ pub enum PackError {
         /// The cause.
         message: String,
     },
+}
+
+/// Why a rerun of a run that stopped past `--max-errors` stops again, and what to do.
+fn stopped_note(stopped: &[PathBuf]) -> String {
+    match stopped.first() {
+        None => String::new(),
+        Some(first) => format!(
+            " (a run stopped past --max-errors, its failures listed in {}{}: a rerun stops \
+             again unless those inputs are mended or it and merge are given a larger \
+             --max-errors)",
+            first.display(),
+            if stopped.len() > 1 {
+                " and others beside it"
+            } else {
+                ""
+            }
+        ),
+    }
 }
 
 /// Which of the shards not done were damaged after they were packed.

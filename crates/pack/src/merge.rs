@@ -13,7 +13,7 @@ use crate::{ErrorRecord, PackError};
 use serde::Serialize;
 use shardtool_manifest::{errors, Manifest, ERRORS_FILE};
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Where a partitioned pack stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -34,6 +34,30 @@ pub struct PlanStatus {
     pub merged: bool,
     /// The plan's `--max-errors`, if it has one: merge commits nothing past it.
     pub max_errors: Option<u64>,
+    /// The failure lists of runs that stopped past `--max-errors` and have not run through
+    /// since (a local output's).
+    pub stopped: Vec<PathBuf>,
+}
+
+/// The failure lists (`_plan/failures-*.jsonl`) that runs stopped by `--max-errors` left in a
+/// local output: a run that ends removes its own, and a merge all of them.
+pub(crate) fn stopped_runs(store: &Store) -> Vec<PathBuf> {
+    if store.is_remote() {
+        return Vec::new();
+    }
+    let mut out: Vec<PathBuf> = std::fs::read_dir(plan_dir(store.local()))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("failures-") && n.ends_with(".jsonl"))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// Where a partitioned pack in `output` stands.
@@ -49,6 +73,7 @@ pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
         failed: file.errors.len() as u64,
         merged: store.size(shardtool_manifest::FILE_NAME)?.is_some(),
         max_errors: file.max_errors,
+        stopped: stopped_runs(&store),
     };
     for j in 0..file.shards {
         match read_done(&store, &file.hash, j)? {
@@ -143,6 +168,7 @@ pub(crate) fn merge_held(
                 .collect(),
             missing,
             staged_gone,
+            stopped: stopped_runs(&store).into(),
         });
     }
     let mut errors = file.errors.clone();
@@ -203,11 +229,8 @@ pub(crate) fn merge_held(
         // now that every shard is done (the dataset's are in errors.jsonl).
         let dir = plan_dir(store.local());
         let _ = std::fs::remove_dir_all(dir.join(STAGED_DIR));
-        for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name.starts_with("failures-") && name.ends_with(".jsonl") {
-                let _ = std::fs::remove_file(e.path());
-            }
+        for p in stopped_runs(&store) {
+            let _ = std::fs::remove_file(p);
         }
     }
     Ok(MergeReport { manifest, errors })
