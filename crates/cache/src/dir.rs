@@ -163,10 +163,17 @@ impl CacheDir {
     /// An existing non-empty folder without our tag is refused, so a mistyped `--cache-dir`
     /// can never make eviction or `clear` delete someone's data.
     pub fn open(root: impl Into<PathBuf>, limit: Option<u64>) -> Result<Self, CacheError> {
+        let root = root.into();
+        Self::make(&root, limit).map_err(|e| match e {
+            CacheError::Io { cause, .. } => CacheError::Unusable { path: root, cause },
+            e => e,
+        })
+    }
+
+    fn make(root: &Path, limit: Option<u64>) -> Result<Self, CacheError> {
         // Absolute: paths under it are handed out (leases, views linking to shards) and must
         // not depend on the working directory.
-        let root = root.into();
-        let root = std::path::absolute(&root).map_err(CacheError::io(&root))?;
+        let root = std::path::absolute(root).map_err(CacheError::io(root))?;
         let tag = root.join(TAG);
         if !tag.exists() {
             // Only our own tag being written by a racing process may be there already.
@@ -645,6 +652,21 @@ fn check_owner(root: &Path) -> Result<(), CacheError> {
 mod hardening {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_cache_folder_that_cannot_be_made_is_named_with_how_to_choose_another() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("home");
+        fs::write(&file, b"a file where HOME's folder would be").unwrap();
+        let e = CacheDir::open(file.join(".cache/shardtool"), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("cannot use the cache folder "), "{e}");
+        assert!(
+            e.contains(".cache/shardtool") && e.contains("--cache-dir"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn partial_downloads_of_gone_processes_go_once_idle() {

@@ -48,6 +48,17 @@ pub enum CacheError {
         /// Why.
         message: String,
     },
+    /// The cache folder cannot be made or used.
+    #[error(
+        "cannot use the cache folder {path}: {cause} (choose another with --cache-dir, \
+         cache_dir= in Python, or SHARDTOOL_CACHE_DIR)"
+    )]
+    Unusable {
+        /// The cache folder.
+        path: PathBuf,
+        /// The cause (part of the message, so it is printed once).
+        cause: std::io::Error,
+    },
     /// A local file operation failed.
     #[error("{path}: {cause}")]
     Io {
