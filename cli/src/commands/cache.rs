@@ -199,7 +199,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
             let source = match &dataset {
                 Some(d) => match Location::parse(d).map_err(Failure::usage)? {
-                    Location::Remote(r) => Some(r.key()),
+                    Location::Remote(r) => Some(shardtool_cache::cache_key(&r)),
                     Location::Local(p) => {
                         return Err(Failure::usage(anyhow!(
                             "{} is local: local datasets are never cached",

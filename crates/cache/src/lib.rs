@@ -29,7 +29,7 @@ pub use inputs::{Published, RemoteFolder};
 pub use location::{Location, RemoteUrl};
 pub use metrics::{as_seconds, CacheMetrics};
 #[cfg(feature = "remote")]
-pub use remote::FetchPolicy;
+pub use remote::{cache_key, FetchPolicy};
 #[cfg(feature = "remote")]
 pub use source::{CacheOptions, FetchFailure, Lease, RemoteDataset, ShardSpec};
 

@@ -77,6 +77,20 @@ impl RemoteUrl {
         u.to_string()
     }
 
+    /// What the cache knows the dataset by: [`key`](Self::key), and for S3 the endpoint other
+    /// than AWS's that serves it (`AWS_ENDPOINT`), as one bucket path on two stores holds
+    /// two datasets. Credentials an endpoint URL carries are masked.
+    pub fn cache_key(&self, endpoint: Option<&str>) -> String {
+        match endpoint.filter(|e| self.scheme == "s3" && !e.is_empty()) {
+            Some(e) => format!(
+                "{} (endpoint {})",
+                self.key(),
+                shardtool_core::redact_urls(e.trim_end_matches('/'))
+            ),
+            None => self.key(),
+        }
+    }
+
     /// The folder's path inside its bucket or server, without leading or trailing `/`.
     pub fn prefix(&self) -> String {
         self.folder.path().trim_matches('/').to_string()
@@ -213,6 +227,20 @@ mod tests {
         assert_eq!(s.manifest, "other.json");
         assert_eq!(s.prefix(), "a/b");
         assert_eq!(s.folder.host_str(), Some("bucket"));
+    }
+
+    #[test]
+    fn an_s3_dataset_is_cached_by_its_endpoint_too() {
+        let s = remote("s3://bucket/ds/");
+        assert_eq!(s.cache_key(None), "s3://bucket/ds/");
+        let minio = s.cache_key(Some("http://127.0.0.1:9000/"));
+        assert_eq!(minio, "s3://bucket/ds/ (endpoint http://127.0.0.1:9000)");
+        assert_ne!(minio, s.cache_key(Some("http://10.0.0.2:9000")));
+        let masked = s.cache_key(Some("https://user:secret@store.example"));
+        assert!(!masked.contains("secret"), "{masked}");
+        // An HTTP folder names its server already.
+        let h = remote("http://host/ds/");
+        assert_eq!(h.cache_key(Some("http://other:9000")), h.key());
     }
 
     #[test]

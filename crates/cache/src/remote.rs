@@ -137,6 +137,18 @@ fn classify(e: object_store::Error) -> AttemptError {
     AttemptError { message, permanent }
 }
 
+/// What the cache knows the remote dataset `url` by ([`RemoteUrl::cache_key`]), with the S3
+/// endpoint the standard AWS variables name, as [`Remote::connect`] reads them.
+pub fn cache_key(url: &RemoteUrl) -> String {
+    let endpoint = (url.scheme == "s3")
+        .then(|| {
+            object_store::aws::AmazonS3Builder::from_env()
+                .get_config_value(&object_store::aws::AmazonS3ConfigKey::Endpoint)
+        })
+        .flatten();
+    url.cache_key(endpoint.as_deref())
+}
+
 /// A remote dataset folder and the client that reads it.
 pub(crate) struct Remote {
     pub url: RemoteUrl,

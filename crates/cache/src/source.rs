@@ -186,7 +186,7 @@ impl RemoteDataset {
             .map(|s| spec_of(s).map_err(|m| bad(format!("shard {}: {m}", s.file))))
             .collect::<Result<Vec<_>, _>>()?;
         let cache = CacheDir::open(&options.dir, options.limit)?;
-        let dir = cache.dataset_dir(&url.key())?;
+        let dir = cache.dataset_dir(&crate::remote::cache_key(&url))?;
         let shared = Arc::new(Shared {
             remote,
             cache,

@@ -42,6 +42,45 @@ fn reads_a_dataset_from_s3_with_signed_requests() {
     }
     assert_eq!(ds.metrics().misses, 2);
 
+    // The same bucket path on another endpoint is another dataset: cached apart, each read
+    // right, and listed with its endpoint.
+    let other = S3::start();
+    let other_shards = make_dataset(
+        &other.root.path().join("bucket/datasets/ds"),
+        &[70_000],
+        &[0],
+    );
+    for (k, v) in other.env() {
+        std::env::set_var(k, v);
+    }
+    let ds2 = open("s3://bucket/datasets/ds").unwrap();
+    let got = std::fs::read(ds2.acquire(0).unwrap().path()).unwrap();
+    assert_eq!(Checksum::of(&got), Checksum::of(&other_shards[0]));
+    let listed: Vec<String> = shardtool_cache::CacheDir::existing(cache.path())
+        .unwrap()
+        .list()
+        .unwrap()
+        .into_iter()
+        .map(|d| d.source)
+        .collect();
+    let endpoint = |s: &S3| {
+        format!(
+            "s3://bucket/datasets/ds/ (endpoint http://127.0.0.1:{})",
+            s.port
+        )
+    };
+    assert_eq!(listed.len(), 2, "{listed:?}");
+    assert!(
+        listed.contains(&endpoint(&server)) && listed.contains(&endpoint(&other)),
+        "{listed:?}"
+    );
+    let got = std::fs::read(ds.acquire(1).unwrap().path()).unwrap();
+    assert_eq!(Checksum::of(&got), Checksum::of(&shards[1]));
+    drop((ds, ds2));
+    for (k, v) in server.env() {
+        std::env::set_var(k, v);
+    }
+
     // Wrong credentials are refused by the server and reported, not retried forever.
     std::env::set_var("AWS_SECRET_ACCESS_KEY", "wrong");
     let e = open("s3://bucket/datasets/ds/manifest.json")
