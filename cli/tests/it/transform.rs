@@ -130,3 +130,41 @@ fn bad_transforms_and_a_flip_without_a_crop_are_usage_errors() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn resize_of_a_thin_image_past_the_readers_limit_is_an_error_not_an_abort() {
+    let dir = tempdir();
+    let input = dir.path().join("in");
+    crate::common::save_rgb(
+        input.join("a/line.png"),
+        &crate::common::pattern(1, 2000, 3),
+    );
+    for format in ["packed", "wds"] {
+        let out = dir.path().join(format);
+        pack(&input, &out).args(["--format", format, "-q"]).ok();
+        // 16384 × 32768000 pixels: the packed path allocated it (and aborted).
+        for size in ["16384", "512"] {
+            let r = bin()
+                .arg("read")
+                .arg(&out)
+                .args(["--transform", &format!("resize:{size}")])
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(r.status.code(), Some(1), "{format} {size}: {stderr}");
+            assert!(
+                stderr.contains("over the reader's limit of 100000000 pixels")
+                    && !stderr.contains("--max-pixels"),
+                "{format} {size}: {stderr}"
+            );
+        }
+        // A size whose output fits reads.
+        let r = bin()
+            .arg("read")
+            .arg(&out)
+            .args(["--transform", "resize:20"])
+            .output()
+            .unwrap();
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    }
+}

@@ -292,7 +292,10 @@ fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, Strin
                 ..Default::default()
             };
             match shardtool_image::transform(data, &spec)
-                .map_err(|e| e.message)?
+                .map_err(|e| match e.kind {
+                    shardtool_image::ErrorKind::TooManyPixels => reader_limit(&e.message),
+                    _ => e.message,
+                })?
                 .output
             {
                 Output::Pixels(img) => Ok(Rec::Owned {
@@ -307,6 +310,13 @@ fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, Strin
             bytes,
         } if resize != Resize::None => {
             let plan = plan_size(resize, true, w, h);
+            let pixels = u64::from(plan.width) * u64::from(plan.height);
+            if pixels > shardtool_core::Limits::DEFAULT_MAX_PIXELS {
+                return Err(reader_limit(&format!(
+                    "the output {}x{} would be {pixels} pixels",
+                    plan.width, plan.height
+                )));
+            }
             let img = shardtool_image::resize_rgb8(bytes, w, h, &plan, Filter::Bilinear)
                 .map_err(|e| e.message)?;
             Ok(Rec::Owned {
@@ -316,6 +326,18 @@ fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, Strin
         }
         other => Ok(other),
     }
+}
+
+/// Why a record's `resize:S` or decoded output is refused: `message` (which says how large it
+/// would be) without pack's flag, which the reader does not take.
+#[cfg(feature = "decode")]
+fn reader_limit(message: &str) -> String {
+    let what = message.split(", over the limit").next().unwrap_or(message);
+    format!(
+        "{what}, over the reader's limit of {} pixels a record (resize:S of an image this \
+         thin or large; center-crop:S and random-resized-crop:S give S×S)",
+        shardtool_core::Limits::DEFAULT_MAX_PIXELS
+    )
 }
 
 #[cfg(not(feature = "decode"))]
