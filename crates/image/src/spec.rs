@@ -287,8 +287,14 @@ impl DecodeScale {
         match self {
             DecodeScale::Full => 8,
             DecodeScale::Fast => smallest_dct_scale([1, 2, 4], (1, 1), need, scaled),
+            // The gap is measured on the exact scaled size: libjpeg-turbo's rounded-up last
+            // row or column holds less than a pixel of the source (3 rows at 1/2 are 1.5, not
+            // 2), so counting it would take a 3-pixel side down to a 1-pixel target.
             DecodeScale::Gap(g) => {
-                smallest_dct_scale(GAP_SCALES, (u32::from(g.0), 100), need, scaled)
+                smallest_dct_scale(GAP_SCALES, (u32::from(g.0), 100), need, |m| {
+                    let exact = |side: u32| f64::from(side) * f64::from(m) / 8.0;
+                    (exact(source.0), exact(source.1))
+                })
             }
         }
     }
@@ -332,15 +338,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// `dim` at DCT scale `m`/8, rounded up (libjpeg-turbo's `TJSCALED`).
-    fn at(dim: u32, m: u8) -> u64 {
-        (u64::from(dim) * u64::from(m)).div_ceil(8)
-    }
-
-    /// True when scale `m` keeps `gap` (hundredths) times `need` in both directions.
+    /// True when scale `m` keeps `gap` (hundredths) times `need` in both directions, on the
+    /// exact scaled size (`dim` × m/8, not rounded up).
     fn keeps_gap(src: (u32, u32), m: u8, gap: u16, need: (u32, u32)) -> bool {
-        at(src.0, m) * 100 >= u64::from(gap) * u64::from(need.0)
-            && at(src.1, m) * 100 >= u64::from(gap) * u64::from(need.1)
+        let keeps = |dim: u32, need: u32| {
+            u64::from(dim) * u64::from(m) * 100 >= u64::from(gap) * u64::from(need) * 8
+        };
+        keeps(src.0, need.0) && keeps(src.1, need.1)
     }
 
     fn need(n: (u32, u32)) -> (f64, f64) {
@@ -423,6 +427,9 @@ mod tests {
         // 400x350 to shorter:128 (146x128): 6/8 (300x263) would keep 2x, but decodes slower
         // than full size; 4/8 (200x175) does not keep it.
         assert_eq!(two.dct_scale((400, 350), need((146, 128))), 8);
+        // 4000x3 to longer:1000 (1000x1): 4/8 decodes 2000x2, but its second row is half a
+        // source row (1.5 rows), so the gap is not kept: full size, as PIL's draft does.
+        assert_eq!(two.dct_scale((4000, 3), need((1000, 1))), 8);
         // A gap of 1.5 needs 512x384 there: 3/8 gives 600x450.
         let g = DecodeScale::Gap(ReducingGap::from_hundredths(150).unwrap());
         assert_eq!(g.dct_scale((1600, 1200), need((341, 256))), 3);
