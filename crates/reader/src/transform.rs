@@ -238,7 +238,13 @@ impl FromStr for Transform {
                     "{n}={v:?} is not a range LO-HI with 0 < LO ≤ HI ≤ {max}"
                 ))
             };
-            let (lo, hi) = v.split_once('-').ok_or_else(bad)?;
+            // The `-` between the ends, not one of an exponent (`1e-3-1`).
+            let at = v
+                .char_indices()
+                .find(|&(i, c)| c == '-' && i > 0 && !v[..i].ends_with(['e', 'E']))
+                .map(|(i, _)| i)
+                .ok_or_else(bad)?;
+            let (lo, hi) = (&v[..at], &v[at + 1..]);
             let (lo, hi) = (number(lo).ok_or_else(bad)?, number(hi).ok_or_else(bad)?);
             if lo > 0.0 && lo <= hi && hi <= max {
                 Ok((lo, hi))
@@ -352,10 +358,23 @@ mod tests {
                 ratio: (0.75, 4.0 / 3.0)
             }
         );
+        // Ends in exponent form: the range's `-` is the one outside an exponent.
+        let e: Transform = "random-resized-crop:8,scale=1e-3-1,ratio=1E-1-2.5e+0"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            e,
+            Transform::RandomResizedCrop {
+                size: 8,
+                scale: (0.001, 1.0),
+                ratio: (0.1, 2.5)
+            }
+        );
         for t in [
             Transform::None,
             Transform::Decode,
             Transform::Resize { size: 9 },
+            e,
             t,
             rrc(224),
         ] {
