@@ -210,3 +210,27 @@ fn keys_are_unique_and_portable() {
     }
     assert_eq!(seen.len() as u64, manifest(&ds).inputs.packed);
 }
+
+#[test]
+fn one_jpeg_that_fails_its_header_fails_alone_whatever_the_jobs() {
+    // Its repeated header (a bogus Huffman table) left the worker's decoder failing every JPEG
+    // after it: all of them with one worker, a different number each run with two.
+    let dir = tempdir();
+    let input = dir.path().join("in");
+    for i in 0..20 {
+        save_rgb(input.join(format!("c/{i:02}.jpg")), &pattern(40 + i, 30, i));
+    }
+    let photo = std::fs::read(sample_data().join("flower/freshflower_01.jpg")).unwrap();
+    write_file(input.join("c/0_bogus.jpg"), photo[..400].repeat(3));
+    let mut outputs = Vec::new();
+    for jobs in ["1", "2"] {
+        let out = dir.path().join(format!("out{jobs}"));
+        pack(&input, &out).args(["-j", jobs, "-q"]).ok();
+        let errs = errors(&out);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].path.ends_with("0_bogus.jpg"), "{errs:?}");
+        assert_eq!(manifest(&out).totals.samples, 20);
+        outputs.push(dir_contents(&out));
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}

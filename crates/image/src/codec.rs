@@ -98,7 +98,13 @@ fn transform_with(
     })?;
     let orientation = Orientation::read(bytes);
     let decoded = if format == ImageFormat::Jpeg {
-        decode_jpeg(codecs, bytes, spec, orientation)?
+        let decoded = decode_jpeg(codecs, bytes, spec, orientation);
+        if decoded.is_err() {
+            // A handle that failed on a stream keeps state of it that fails later good ones
+            // (a bogus Huffman table, the previous frame's size): replaced after any error.
+            codecs.decompressor = turbojpeg::Decompressor::new().ok();
+        }
+        decoded?
     } else {
         None
     };
@@ -488,7 +494,11 @@ fn encode_jpeg(codecs: &mut Codecs, img: &Rgb8Image, quality: u8) -> Result<Vec<
         height: img.height as usize,
         format: turbojpeg::PixelFormat::RGB,
     };
-    c.compress_to_vec(image).map_err(err)
+    let encoded = c.compress_to_vec(image).map_err(err);
+    if encoded.is_err() {
+        codecs.compressor = turbojpeg::Compressor::new().ok();
+    }
+    encoded
 }
 
 fn encode_png(img: &Rgb8Image) -> Result<Vec<u8>, ImageError> {

@@ -90,8 +90,23 @@ pub fn decode_crop_into(
     CROP.with(|c| {
         let c = &mut *c.borrow_mut();
         if let Some(dec) = c.jpeg.as_mut() {
-            if let Some(region) = dec.region(bytes, limits, &choose, options)? {
-                let decoded = dec.decode(bytes, &region, &mut c.scratch)?;
+            // A handle that failed on a stream keeps state of it that fails later good ones
+            // (a bogus Huffman table): it is replaced after any error.
+            let region = match dec.region(bytes, limits, &choose, options) {
+                Ok(r) => r,
+                Err(e) => {
+                    c.jpeg = tj::Decoder::new();
+                    return Err(e);
+                }
+            };
+            if let Some(region) = region {
+                let decoded = match dec.decode(bytes, &region, &mut c.scratch) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        c.jpeg = tj::Decoder::new();
+                        return Err(e);
+                    }
+                };
                 let report = CropReport {
                     source: region.source,
                     crop: region.crop,

@@ -316,3 +316,37 @@ fn bad_input_is_an_error_not_a_panic() {
     };
     decode_crop_into(&good, &limits, outside, &options(16, true), &mut out).unwrap();
 }
+
+#[test]
+fn a_jpeg_that_fails_leaves_the_next_ones_on_its_thread_decoding() {
+    // A stream whose header repeats (a bogus Huffman table definition) left the thread's
+    // libjpeg-turbo handle failing every later good JPEG, in the pack path and the crop path.
+    let limits = Limits::default();
+    let good = sample("flower/freshflower_01.jpg");
+    let bogus = good[..400].repeat(3);
+    let whole = |w: u32, h: u32| CropBox {
+        x: 0.0,
+        y: 0.0,
+        w: f64::from(w),
+        h: f64::from(h),
+    };
+    let raw = TransformSpec {
+        encode: Encode::Raw,
+        ..TransformSpec::default()
+    };
+    let jpeg = TransformSpec {
+        encode: Encode::Jpeg,
+        ..TransformSpec::default()
+    };
+    let mut out = vec![0; 16 * 16 * 3];
+    for fused in [true, false] {
+        assert!(transform(&bogus, &raw).is_err());
+        let d = transform(&good, &raw).expect("a good JPEG after a bad one decodes");
+        assert!(matches!(d.output, Output::Pixels(_)));
+        assert!(transform(&good[..good.len() / 3], &jpeg).is_err());
+        transform(&good, &jpeg).expect("and after a truncated one");
+        assert!(decode_crop_into(&bogus, &limits, whole, &options(16, fused), &mut out).is_err());
+        decode_crop_into(&good, &limits, whole, &options(16, fused), &mut out)
+            .expect("a good JPEG after a bad one crops");
+    }
+}
