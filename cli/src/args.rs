@@ -36,7 +36,7 @@ pub enum Command {
     ///   shardtool pack photos/ out/ --resize shorter:256
     ///   shardtool pack --list train.csv out/ --resize crop:224x224 --format packed
     ///   shardtool pack 'laion/{00000..00099}.tar' out/ --resize shorter:384 --shard-size 1GB
-    ///   shardtool pack hf/imagenet-1k/data/ out/ --resize shorter:256
+    ///   shardtool pack 'hf/imagenet-1k/data/train-*.parquet' out/ --resize shorter:256
     ///   shardtool pack s3://bucket/cc12m/ out/ --input-format wds
     ///   shardtool pack photos/ out/ --shard-size 64MiB --compress zstd --overwrite
     ///

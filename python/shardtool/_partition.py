@@ -20,7 +20,8 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
     Takes the options of :func:`shardtool.pack`; ``shard_samples`` (positions per shard) is
     required: shard ``j`` holds positions ``[j*K, (j+1)*K)`` of the seeded order, whoever packs it.
     ``output`` is a folder every part can reach, or an empty ``s3://bucket/prefix/``. Returns
-    ``plan`` (the plan hash), ``inputs``, ``shards`` and ``shard_samples``.
+    ``plan`` (the plan hash), ``inputs``, ``shards``, ``shard_samples`` and ``failed_listing``
+    (inputs that failed while listing: they are in the merged ``errors.jsonl``).
 
     A plan already in ``output`` is an error, unless ``overwrite=True`` (replace it and everything
     packed under it) or ``resume=True`` (keep it, when it was made from the same input and options;

@@ -101,7 +101,8 @@ def pack(
     Returns a dict with the published ``manifest``, the failed inputs (``errors``), ``bytes_in``,
     ``bytes_out``, ``packed_now`` (images this call packed: fewer than the manifest's on a
     resume), ``finished_before`` (a resume found the dataset finished) and ``seconds``. Raises ``FileNotFoundError`` for a missing input (a plain
-    local path at once; the files of a pattern or URL when the pack reaches them),
+    local path; a file a pattern or URL names that is missing when the pack reaches it is a
+    failed input, a ``bad_shard`` line in ``errors``),
     ``ValueError`` for bad options (the message names the argument, e.g. ``input_format``),
     ``DatasetError`` when too many inputs fail. The GIL is released while packing; Ctrl-C stops
     the pack at its next input (listing a large input is waited for), removes its temporary

@@ -45,6 +45,9 @@ def pack(
 
     if "jobs" in options:
         raise ValueError("jobs: each part runs cpus_per_part threads; give cpus_per_part instead")
+    for name, value in (("parts", parts), ("cpus_per_part", cpus_per_part), ("max_retries", max_retries)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_retries" else 1):
+            raise ValueError(f"{name} must be an integer of at least {0 if name == 'max_retries' else 1}, not {value!r}")
     # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
     _partition.plan(input, output, shard_samples=shard_samples, **{"resume": True, **options})
 
@@ -89,12 +92,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("output")
     p.add_argument("--parts", type=int, required=True, help="Ray tasks (parts of the plan)")
     p.add_argument("--shard-samples", type=int, required=True, help="positions per shard")
-    p.add_argument("--cpus-per-part", type=int, default=1)
+    p.add_argument("--cpus-per-part", type=int, default=1, help="CPUs (and pack threads) of each task (default 1)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: local)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")
-    p.add_argument("--resize", default="none")
-    p.add_argument("--format", default="wds", choices=["wds", "packed"])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resize", default="none", help="as shardtool pack's --resize (default none)")
+    p.add_argument("--format", default="wds", choices=["wds", "packed"], help="shard format (default wds)")
+    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     p.add_argument(
         "--max-errors",
         type=int,

@@ -556,8 +556,9 @@ fn print_summary(out: &Path, r: &PackReport) {
     if m.classes.is_empty() {
         // Unlabelled may be a surprise: a float `label` column is carried, not read, unless named.
         outln!(
-            "  unlabelled (every label is -1): a list's or Parquet file's label column is read \
-             by --label-column (a float one only when named)"
+            "  unlabelled (every label is -1): a WebDataset sample's label is its .cls field; a \
+             list's or Parquet file's label column is read by --label-column (a float one only \
+             when named)"
         );
     } else {
         outln!(

@@ -255,7 +255,7 @@ impl RemoteDataset {
                 message: format!(
                     "the reader keeps up to {open_bytes} bytes of shards open at once{}; raise \
                      --cache-limit to at least {need}, or open fewer shards at once (a smaller \
-                     shuffle buffer, prefetch or interleave, fewer workers)",
+                     shuffle buffer or interleave, fewer workers)",
                     match need - open_bytes {
                         0 => String::new(),
                         more => format!(" and a shard being fetched needs up to {more} more"),
