@@ -162,6 +162,15 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             let ds = RemoteDataset::open(url, options).map_err(Failure::usage)?;
             ds.check_capacity(0).map_err(Failure::run)?;
             let n = ds.specs().len();
+            // No more downloads at once than the limit holds (each reserves its shard's room
+            // while it runs): more would fail for want of room, not fetch sooner.
+            let largest = ds.largest_fetch();
+            let workers = match limit {
+                Some(l) if largest > 0 => {
+                    workers.min(usize::try_from(l / largest).unwrap_or(usize::MAX).max(1))
+                }
+                _ => workers,
+            };
             // Not held: under a limit below the dataset size, older shards make room for newer.
             let (_, failures) = ds.acquire_all(workers, false);
             let m = ds.metrics();

@@ -359,6 +359,27 @@ fn cache_prefetch_ls_and_clear() {
     ok(&part);
     let err = String::from_utf8_lossy(&part.stderr);
     assert!(err.contains("only part of it stays cached"), "{err}");
+    // A limit that holds fewer shards than the downloads run at once (4): fewer run, and every
+    // shard is fetched (more failed for want of the room the others' downloads held).
+    let largest = (m.shards.iter())
+        .map(|s| s.uncompressed_bytes.unwrap_or(s.bytes))
+        .max()
+        .unwrap();
+    let two = (largest * 2 + 1).to_string();
+    let tight = tmp.path().join("tight-cache");
+    let out = ok(&run(&[
+        "cache",
+        "prefetch",
+        &url,
+        "--cache-dir",
+        tight.to_str().unwrap(),
+        "--cache-limit",
+        &two,
+    ]));
+    assert!(
+        out.contains("8 fetched") && out.contains("0 failed"),
+        "{out}"
+    );
     let ls: serde_json::Value =
         serde_json::from_str(&ok(&run(&["cache", "ls", "--cache-dir", c, "--json"]))).unwrap();
     assert_eq!(ls[0]["source"], url.as_str());

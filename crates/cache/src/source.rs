@@ -327,8 +327,9 @@ impl RemoteDataset {
             .unwrap_or(0)
     }
 
-    /// The most bytes one shard takes while it is fetched.
-    fn largest_fetch(&self) -> u64 {
+    /// The most bytes one shard takes while it is fetched (with a `.zst` shard's compressed
+    /// copy beside its decompressed one): the room each download in flight holds.
+    pub fn largest_fetch(&self) -> u64 {
         self.shared
             .specs
             .iter()
