@@ -138,7 +138,7 @@ fn classify(e: object_store::Error) -> AttemptError {
 }
 
 /// What the cache knows the remote dataset `url` by ([`RemoteUrl::cache_key`]), with the S3
-/// endpoint the standard AWS variables name, as [`Remote::connect`] reads them.
+/// endpoint the standard AWS variables name, as the S3 client reads them.
 pub fn cache_key(url: &RemoteUrl) -> String {
     let endpoint = (url.scheme == "s3")
         .then(|| {

@@ -19,9 +19,12 @@ use crate::containers::{fetch_input, parallel_map, Fetched};
 use crate::listing::{Columns, Container, ContainerKind, ListError, ListOptions, Listing};
 use crate::listing::{MAX_CLASS_NAME_BYTES, MAX_INT_LABEL, MAX_LABEL};
 use crate::{failure, ErrorRecord};
-use guard::{check_row_group, max_page_bytes, open_reader, Bounded};
+use guard::{check_row_group, max_page_bytes, open_bounded, open_reader, Bounded};
 use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
-use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::properties::ReaderProperties;
+use parquet::file::reader::{FileReader, RowGroupReader, SerializedFileReader};
+use parquet::file::serialized_reader::SerializedRowGroupReader;
 use parquet::record::{Field, Row};
 use parquet::schema::types::Type;
 use shardtool_wds::TarWriter;
@@ -52,6 +55,9 @@ enum RowLabel<I, N> {
 /// One Parquet file, opened: where it is, how it is read, and its row groups.
 struct Opened {
     fetched: Option<Fetched>,
+    /// The file's footer, parsed once for all its row groups (parsing it per row group made a
+    /// file of many small groups cost the square of their count).
+    meta: Option<std::sync::Arc<ParquetMetaData>>,
     chosen: Option<Chosen>,
     class_names: Option<Vec<String>>,
     /// Per row group, its first row's number in the file and its row count.
@@ -315,6 +321,7 @@ fn float_label(v: f64, bad: &mut Option<String>) -> Option<RowLabel<i128, String
 fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
     let mut out = Opened {
         fetched: None,
+        meta: None,
         chosen: None,
         class_names: None,
         groups: Vec::new(),
@@ -346,10 +353,11 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
             groups.push((first, n));
             first = first.saturating_add(n);
         }
-        Ok((chosen, names, groups))
+        Ok((chosen, names, groups, std::sync::Arc::new(meta.clone())))
     });
     match r {
-        Ok(Ok((chosen, names, groups))) => {
+        Ok(Ok((chosen, names, groups, meta))) => {
+            out.meta = Some(meta);
             out.chosen = Some(chosen);
             out.class_names = names;
             out.groups = groups;
@@ -377,7 +385,8 @@ fn stage_group(
         errors: Vec::new(),
         failure: None,
     };
-    let (Some(fetched), Some(chosen)) = (&opened.fetched, &opened.chosen) else {
+    let (Some(fetched), Some(chosen), Some(meta)) = (&opened.fetched, &opened.chosen, &opened.meta)
+    else {
         return out;
     };
     let tar_path = options
@@ -386,6 +395,7 @@ fn stage_group(
     let first_row = opened.groups[group].0;
     let r = contain(|| {
         stage_rows(
+            meta,
             &fetched.path,
             name,
             group,
@@ -414,6 +424,7 @@ fn stage_group(
 // One parameter per piece of the row group's context; a struct would be built for one call.
 #[allow(clippy::too_many_arguments)]
 fn stage_rows(
+    meta: &ParquetMetaData,
     path: &Path,
     name: &str,
     group: usize,
@@ -423,11 +434,14 @@ fn stage_rows(
     options: &ListOptions,
     out: &mut StagedGroup,
 ) -> Result<(), String> {
-    let reader = open_reader(path)?;
-    let row_group = reader
-        .get_row_group(group)
-        .map_err(|e| format!("row group {group}: {e}"))?;
-    check_row_group(path, &*row_group, max_page_bytes(options))
+    let row_group = SerializedRowGroupReader::new(
+        std::sync::Arc::new(open_bounded(path)?),
+        meta.row_group(group),
+        meta.page_index_for_row_group(group),
+        std::sync::Arc::new(ReaderProperties::builder().build()),
+    )
+    .map_err(|e| format!("row group {group}: {e}"))?;
+    check_row_group(path, &row_group, max_page_bytes(options))
         .map_err(|e| format!("row group {group}: {e}"))?;
     let file = std::fs::File::options()
         .write(true)

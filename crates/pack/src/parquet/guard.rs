@@ -556,6 +556,13 @@ impl ThriftWalk<'_> {
 /// calling `read` at the end of the file. Here both fail at once.
 pub(super) struct Bounded(std::fs::File);
 
+/// The file at `path`, for reading row groups whose footer [`open_reader`] parsed already.
+pub(super) fn open_bounded(path: &Path) -> Result<Bounded, String> {
+    std::fs::File::open(path)
+        .map(Bounded)
+        .map_err(|e| format!("cannot open: {e}"))
+}
+
 /// A reader of the file from some offset on, for which the file's end is an error.
 pub(super) struct NoReadPastEnd(std::io::BufReader<std::fs::File>);
 
