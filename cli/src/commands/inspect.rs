@@ -106,7 +106,9 @@ fn print_human(r: &InspectReport) {
         .max()
         .unwrap_or(1)
         .min(32);
-    for c in &r.classes {
+    // ImageNet's thousand fit; past that the text shows the first and `--json` lists them all.
+    const MAX_SHOWN: usize = 1000;
+    for c in r.classes.iter().take(MAX_SHOWN) {
         let name: String = c.name.as_deref().unwrap_or("?").chars().take(32).collect();
         let bar = "#".repeat(((c.count * 30).div_ceil(max)) as usize);
         outln!(
@@ -114,6 +116,12 @@ fn print_human(r: &InspectReport) {
             c.label,
             c.count,
             c.count as f64 * 100.0 / total as f64
+        );
+    }
+    if r.classes.len() > MAX_SHOWN {
+        outln!(
+            "    … {} more classes (--json lists every one)",
+            r.classes.len() - MAX_SHOWN
         );
     }
     let s = &r.image_sizes;

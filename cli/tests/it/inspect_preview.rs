@@ -389,3 +389,38 @@ fn help_texts_teach_with_examples() {
         );
     }
 }
+
+#[test]
+fn inspect_text_shows_the_first_thousand_classes_and_says_how_many_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in");
+    let jpeg = crate::common::jpeg(&crate::common::pattern(8, 8, 1));
+    for c in 0..1003 {
+        crate::common::write_file(input.join(format!("c{c:04}/a.jpg")), &jpeg);
+    }
+    let out = dir.path().join("ds");
+    crate::common::pack(&input, &out).arg("-q").ok();
+    let r = Command::new(bin())
+        .arg("inspect")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(r.status.success());
+    let text = String::from_utf8(r.stdout).unwrap();
+    assert!(text.contains("  classes   1003"), "{text}");
+    assert!(
+        text.contains(" c0999 ") && !text.contains(" c1000 "),
+        "{text}"
+    );
+    assert!(
+        text.contains("… 3 more classes (--json lists every one)"),
+        "{text}"
+    );
+    let r = Command::new(bin())
+        .args(["inspect", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&r.stdout).unwrap();
+    assert_eq!(v["classes"].as_array().unwrap().len(), 1003);
+}
