@@ -433,17 +433,8 @@ pub fn run_status(a: StatusArgs) -> Result<(), Failure> {
                  nothing unless given a larger --max-errors"
             );
         }
-        if let Some(first) = s.stopped.first() {
-            outln!(
-                "  a run stopped past --max-errors (its failures: {}{}): rerun it once those \
-                 inputs are mended, or with a larger --max-errors (merge too)",
-                first.display(),
-                if s.stopped.len() > 1 {
-                    " and others beside it"
-                } else {
-                    ""
-                }
-            );
+        if let Some(note) = shardtool_pack::stopped_runs_note(&s.stopped) {
+            outln!("  {note}");
         }
         if !s.missing.is_empty() {
             let list: Vec<String> = s.missing.iter().take(50).map(u64::to_string).collect();

@@ -258,22 +258,25 @@ pub enum PackError {
     },
 }
 
-/// Why a rerun of a run that stopped past `--max-errors` stops again, and what to do.
+/// Why a rerun of a run that stopped past `--max-errors` stops again, and what to do; `None`
+/// when no run stopped. Said by `merge`'s error and by `status`.
+pub fn stopped_runs_note(stopped: &[PathBuf]) -> Option<String> {
+    let first = stopped.first()?;
+    Some(format!(
+        "a run stopped past --max-errors, its failures listed in {}{}: a rerun stops again \
+         unless those inputs are mended or it and merge are given a larger --max-errors",
+        first.display(),
+        if stopped.len() > 1 {
+            " and others beside it"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// [`stopped_runs_note`] as the end of a message.
 fn stopped_note(stopped: &[PathBuf]) -> String {
-    match stopped.first() {
-        None => String::new(),
-        Some(first) => format!(
-            " (a run stopped past --max-errors, its failures listed in {}{}: a rerun stops \
-             again unless those inputs are mended or it and merge are given a larger \
-             --max-errors)",
-            first.display(),
-            if stopped.len() > 1 {
-                " and others beside it"
-            } else {
-                ""
-            }
-        ),
-    }
+    stopped_runs_note(stopped).map_or_else(String::new, |n| format!(" ({n})"))
 }
 
 /// Which of the shards not done were damaged after they were packed.
