@@ -90,23 +90,22 @@ pub fn decode_crop_into(
     CROP.with(|c| {
         let c = &mut *c.borrow_mut();
         if let Some(dec) = c.jpeg.as_mut() {
-            // A handle that failed on a stream keeps state of it that fails later good ones
-            // (a bogus Huffman table): it is replaced after any error.
-            let region = match dec.region(bytes, limits, &choose, options) {
-                Ok(r) => r,
+            let fused = match dec.region(bytes, limits, &choose, options) {
+                Ok(Some(region)) => dec
+                    .decode(bytes, &region, &mut c.scratch)
+                    .map(|decoded| Some((region, decoded))),
+                other => other.map(|_| None),
+            };
+            let fused = match fused {
+                Ok(f) => f,
                 Err(e) => {
+                    // A handle that failed on a stream keeps state of it that fails later good
+                    // ones (a bogus Huffman table): it is replaced after any error.
                     c.jpeg = tj::Decoder::new();
                     return Err(e);
                 }
             };
-            if let Some(region) = region {
-                let decoded = match dec.decode(bytes, &region, &mut c.scratch) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        c.jpeg = tj::Decoder::new();
-                        return Err(e);
-                    }
-                };
+            if let Some((region, decoded)) = fused {
                 let report = CropReport {
                     source: region.source,
                     crop: region.crop,
