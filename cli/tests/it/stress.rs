@@ -41,6 +41,20 @@ fn cached_shards_are_whole(cache: &Path, ds: &Path) -> usize {
     n
 }
 
+/// Bytes of the shard files the cache folder holds, over all datasets.
+fn cached_bytes(cache: &Path) -> u64 {
+    let Ok(datasets) = std::fs::read_dir(cache) else {
+        return 0;
+    };
+    datasets
+        .flatten()
+        .filter_map(|d| std::fs::read_dir(d.path().join("shards")).ok())
+        .flat_map(|shards| shards.flatten())
+        .filter_map(|s| s.metadata().ok())
+        .map(|m| m.len())
+        .sum()
+}
+
 fn read_keys(url: &str, cache: &Path, epoch: u32, extra: &[&str]) -> Vec<String> {
     let r = Cmd::new(["read", url, "--keys", "--seed", "5"])
         .args(["--epoch", &epoch.to_string()])
@@ -212,8 +226,55 @@ fn eight_readers_on_a_three_shard_cache_for_ten_epochs() {
     let server = crate::remote::servers::Lighttpd::start(&t.path().join("www"));
     let url = server.url("ds/");
     let cache = t.path().join("cache");
-    let limit = (3 * shard_bytes_max(&ds)).to_string();
+    let limit_bytes = 3 * shard_bytes_max(&ds);
+    let limit = limit_bytes.to_string();
     let start = Instant::now();
+    // Watches the folder the whole time: the processes together never hold more than the limit.
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let most = std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            let mut most = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(cached_bytes(&cache));
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            most
+        });
+        let misses = eight_readers(&url, &cache, &limit);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        (watcher.join().unwrap(), misses)
+    });
+    let (most, misses) = most;
+    assert!(
+        most <= limit_bytes,
+        "{most} bytes cached, over the limit {limit_bytes}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(600),
+        "took {:?}",
+        start.elapsed()
+    );
+    let gets: BTreeMap<String, usize> = server
+        .gets()
+        .into_iter()
+        .filter(|(p, _)| p.ends_with(".tar"))
+        .collect();
+    let fetched: usize = gets.values().sum();
+    assert!(fetched as u64 >= manifest(&ds).shards.len() as u64);
+    // Every download is a miss one process counted while it held the shard's exclusive lock, so
+    // downloads of one shard never overlap. The HTTP client may also resend a request on its
+    // own when a kept-alive connection was closed under it (invisible to our counters): 1%.
+    let fetched = fetched as u64;
+    assert!(
+        fetched >= misses && fetched <= misses + misses / 100,
+        "{fetched} downloads at the server vs {misses} misses (and retries) the readers counted: \
+         {gets:?}"
+    );
+}
+
+/// Eight processes reading ten epochs each through one cache folder under `limit`; the misses
+/// (and retried downloads) they counted.
+fn eight_readers(url: &str, cache: &Path, limit: &str) -> u64 {
     let children: Vec<_> = (0..8)
         .map(|p| {
             // One process per reader, ten epochs each, each epoch's keys then a marker line.
@@ -223,9 +284,9 @@ fn eight_readers_on_a_three_shard_cache_for_ten_epochs() {
                  --cache-limit \"$3\" || exit 1; echo END; done"
             );
             std::process::Command::new("bash")
-                .args(["-c", &script, BIN, &url])
-                .arg(&cache)
-                .arg(&limit)
+                .args(["-c", &script, BIN, url])
+                .arg(cache)
+                .arg(limit)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -262,25 +323,5 @@ fn eight_readers_on_a_three_shard_cache_for_ten_epochs() {
             }
         }
     }
-    assert!(
-        start.elapsed() < Duration::from_secs(600),
-        "took {:?}",
-        start.elapsed()
-    );
-    let gets: BTreeMap<String, usize> = server
-        .gets()
-        .into_iter()
-        .filter(|(p, _)| p.ends_with(".tar"))
-        .collect();
-    let fetched: usize = gets.values().sum();
-    assert!(fetched as u64 >= manifest(&ds).shards.len() as u64);
-    // Every download is a miss one process counted while it held the shard's exclusive lock, so
-    // downloads of one shard never overlap. The HTTP client may also resend a request on its
-    // own when a kept-alive connection was closed under it (invisible to our counters): 1%.
-    let fetched = fetched as u64;
-    assert!(
-        fetched >= misses && fetched <= misses + misses / 100,
-        "{fetched} downloads at the server vs {misses} misses (and retries) the readers counted: \
-         {gets:?}"
-    );
+    misses
 }

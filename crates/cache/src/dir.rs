@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! <root>/CACHEDIR.TAG          marks the folder as ours; nothing is deleted without it
-//! <root>/evict.lock            serialises space accounting and eviction across processes
+//! <root>/evict.lock            serialises space accounting and eviction across processes, and
+//!                              holds the count of cached bytes (see `usage`)
 //! <root>/reserve/<pid>-<n>     bytes promised to a download in flight
 //! <root>/<dataset id>/source   the dataset's folder URL
 //! <root>/<dataset id>/shards/  published shards (decompressed)
@@ -14,6 +15,7 @@
 // Parts of this module serve only the fetching side (`remote`).
 #![cfg_attr(not(feature = "remote"), allow(dead_code))]
 
+use crate::usage::{self, Candidate};
 use crate::CacheError;
 use serde::{Deserialize, Serialize};
 use shardtool_core::{AtomicFile, Checksum};
@@ -368,44 +370,96 @@ impl CacheDir {
         limit: u64,
         evicted: &mut u64,
     ) -> Result<Result<Reservation, (u64, u64, u64, u64)>, CacheError> {
-        let lock_path = self.root.join("evict.lock");
-        let lock = open_lock(&lock_path)?;
-        lock.lock().map_err(CacheError::io(&lock_path))?;
+        let lock = self.evict_lock()?;
         let (reserved, reserved_by_others) = self.reserved_bytes()?;
-        let mut others = reserved_by_others;
-        let mut shards = self.all_shards()?;
-        let mut used = reserved + shards.iter().map(|s| s.bytes).sum::<u64>();
-        // Oldest use first.
-        shards.sort_by_key(|s| s.used);
-        let mut in_use = 0u64;
-        for s in shards {
-            if used + need <= limit {
-                break;
-            }
-            match s.remove() {
-                Removed::Yes => {
-                    used -= s.bytes;
-                    *evicted += 1;
-                }
-                Removed::InUse => {
-                    in_use += s.bytes;
-                    if !is_held_here(&s.paths.data) {
-                        others += s.bytes;
+        let now = usage::now_secs();
+        let (mut cached, mut listed, mut listed_at) = match usage::read(&lock) {
+            Some(u) if !u.is_stale(now) => (u.bytes, false, u.listed),
+            _ => (self.list_for_eviction()?, true, now),
+        };
+        loop {
+            // Oldest use first: what this process's last listing left, else a new listing.
+            let (mut in_use, mut others) = (0u64, reserved_by_others);
+            usage::with_queue(&self.root, |queue| {
+                let mut kept = Vec::new();
+                while reserved + cached + need > limit {
+                    let Some(c) = queue.pop_front() else { break };
+                    if !listed && !c.unchanged() {
+                        continue;
+                    }
+                    match c.remove() {
+                        Removed::Yes => {
+                            cached = cached.saturating_sub(c.bytes);
+                            *evicted += 1;
+                        }
+                        Removed::InUse => {
+                            in_use += c.bytes;
+                            if !is_held_here(&c.paths().data) {
+                                others += c.bytes;
+                            }
+                            kept.push(c);
+                        }
+                        Removed::No => {}
                     }
                 }
-                Removed::No => {}
+                // Shards in use stay first in line: they are the oldest, and will be released.
+                for c in kept.into_iter().rev() {
+                    queue.push_front(c);
+                }
+            });
+            usage::write(
+                &lock,
+                usage::Usage {
+                    bytes: cached,
+                    listed: listed_at,
+                },
+            );
+            if reserved + cached + need <= limit {
+                break;
             }
-        }
-        if used + need > limit {
-            return Ok(Err((used, in_use, reserved, others)));
+            if listed {
+                return Ok(Err((reserved + cached, in_use, reserved, others)));
+            }
+            // The queue ran dry: shards published since the last listing, or a count gone wrong.
+            cached = self.list_for_eviction()?;
+            (listed, listed_at) = (true, now);
         }
         let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
         let path = self
             .root
             .join("reserve")
             .join(format!("{}-{n}", std::process::id()));
-        write_atomic(&path, need.to_string().as_bytes())?;
+        // Read only under the eviction lock, which is held here, so never seen half written;
+        // not synced: after a power cut no reservation's process is alive.
+        fs::write(&path, need.to_string()).map_err(CacheError::io(&path))?;
         Ok(Ok(Reservation(Some(path))))
+    }
+
+    /// The eviction lock, taken: it serialises space accounting across processes and holds the
+    /// count of cached bytes (see [`usage`]).
+    fn evict_lock(&self) -> Result<File, CacheError> {
+        let lock_path = self.root.join("evict.lock");
+        let lock = open_lock(&lock_path)?;
+        lock.lock().map_err(CacheError::io(&lock_path))?;
+        Ok(lock)
+    }
+
+    /// Lists every cached shard (the caller holds the eviction lock), makes them this process's
+    /// eviction queue, oldest use first, and returns their bytes.
+    fn list_for_eviction(&self) -> Result<u64, CacheError> {
+        let mut shards = self.all_shards()?;
+        shards.sort_by_key(|s| s.used);
+        let total = shards.iter().map(|s| s.bytes).sum();
+        usage::refill(&self.root, shards.into_iter());
+        Ok(total)
+    }
+
+    /// Counts `bytes` of shard files published (`added`) or removed outside eviction.
+    pub(crate) fn account(&self, bytes: u64, added: bool) -> Result<(), CacheError> {
+        let lock = self.evict_lock()?;
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        usage::adjust(&lock, if added { bytes } else { -bytes });
+        Ok(())
     }
 
     /// Bytes promised to downloads of live processes, and the part promised by processes other
@@ -457,7 +511,7 @@ impl CacheDir {
         Ok(out)
     }
 
-    fn all_shards(&self) -> Result<Vec<Held>, CacheError> {
+    fn all_shards(&self) -> Result<Vec<Candidate>, CacheError> {
         let mut out = Vec::new();
         for d in self.datasets()? {
             out.extend(shards_of(&d)?);
@@ -488,6 +542,9 @@ impl CacheDir {
 
     /// Deletes cached shards (of one dataset folder URL, or all), skipping shards in use.
     pub fn clear(&self, source: Option<&str>) -> Result<ClearReport, CacheError> {
+        let lock = self.evict_lock()?;
+        // The next reservation of any process lists the folder again.
+        usage::invalidate(&lock);
         let mut report = ClearReport::default();
         for d in self.datasets()? {
             let src = fs::read_to_string(d.join("source")).unwrap_or_default();
@@ -500,7 +557,7 @@ impl CacheDir {
                         report.removed += 1;
                         report.bytes += h.bytes;
                     }
-                    Removed::InUse => report.in_use.push(h.paths.data.display().to_string()),
+                    Removed::InUse => report.in_use.push(h.paths().data.display().to_string()),
                     Removed::No => {}
                 }
             }
@@ -531,12 +588,6 @@ fn remove_stale_downloads(tmp: &Path, idle: std::time::Duration) {
     }
 }
 
-struct Held {
-    paths: ShardPaths,
-    bytes: u64,
-    used: SystemTime,
-}
-
 /// What became of a cached shard asked to go.
 enum Removed {
     Yes,
@@ -546,19 +597,24 @@ enum Removed {
     No,
 }
 
-impl Held {
+impl Candidate {
+    pub(crate) fn paths(&self) -> ShardPaths {
+        CacheDir::shard_paths(&self.dataset, &self.name)
+    }
+
     /// Deletes the shard and its stamp unless a process holds it. Holding the exclusive lock
     /// means no process has the shard open or is fetching it; whoever wants it next waits,
     /// finds it gone, and fetches it again.
     fn remove(&self) -> Removed {
-        let Ok(lock) = open_lock(&self.paths.lock) else {
+        let paths = self.paths();
+        let Ok(lock) = open_lock(&paths.lock) else {
             return Removed::No;
         };
         if lock.try_lock().is_err() {
             return Removed::InUse;
         }
-        let _ = fs::remove_file(&self.paths.meta);
-        if fs::remove_file(&self.paths.data).is_ok() {
+        let _ = fs::remove_file(&paths.meta);
+        if fs::remove_file(&paths.data).is_ok() {
             Removed::Yes
         } else {
             Removed::No
@@ -566,7 +622,7 @@ impl Held {
     }
 }
 
-fn shards_of(dataset: &Path) -> Result<Vec<Held>, CacheError> {
+fn shards_of(dataset: &Path) -> Result<Vec<Candidate>, CacheError> {
     let dir = dataset.join("shards");
     let mut out = Vec::new();
     for e in fs::read_dir(&dir).map_err(CacheError::io(&dir))?.flatten() {
@@ -578,13 +634,10 @@ fn shards_of(dataset: &Path) -> Result<Vec<Held>, CacheError> {
         if !md.is_file() {
             continue;
         }
-        let paths = CacheDir::shard_paths(dataset, &name);
-        let used = fs::metadata(&paths.meta)
-            .and_then(|m| m.modified())
-            .or_else(|_| md.modified())
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        out.push(Held {
-            paths,
+        let used = usage::last_use(&CacheDir::shard_paths(dataset, &name).meta, &md);
+        out.push(Candidate {
+            dataset: dataset.to_path_buf(),
+            name,
             bytes: md.len(),
             used,
         });

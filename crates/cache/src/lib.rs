@@ -20,6 +20,7 @@ mod metrics;
 mod remote;
 #[cfg(feature = "remote")]
 mod source;
+mod usage;
 #[cfg(feature = "remote")]
 mod writeback;
 

@@ -592,11 +592,13 @@ impl Shared {
             }
             // Someone may have fetched it while we waited for the exclusive lock.
             if !CacheDir::is_whole(&paths, bytes, sum)? {
-                if paths.data.exists() {
-                    // Damaged or partial: never served, fetched again.
+                if let Ok(md) = fs::symlink_metadata(&paths.data) {
+                    // Damaged, partial or another version: never served, fetched again.
                     Recorder::add(&self.remote.metrics.repaired, 1);
                     let _ = fs::remove_file(&paths.meta);
                     fs::remove_file(&paths.data).map_err(CacheError::io(&paths.data))?;
+                    self.cache
+                        .account(if md.is_file() { md.len() } else { 0 }, false)?;
                 }
                 Recorder::add(&self.remote.metrics.misses, 1);
                 self.fetch_locked(spec, &paths)?;
@@ -663,6 +665,7 @@ impl Shared {
             }
         };
         published.commit().map_err(CacheError::io(&paths.data))?;
+        self.cache.account(spec.cached_bytes(), true)?;
         CacheDir::stamp(paths, spec.cached_bytes(), spec.cached_checksum())
     }
 }
