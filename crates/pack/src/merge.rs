@@ -75,8 +75,10 @@ pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
         max_errors: file.max_errors,
         stopped: stopped_runs(&store),
     };
-    for j in 0..file.shards {
-        match read_done(&store, &file.hash, j)? {
+    let all: Vec<u64> = (0..file.shards).collect();
+    let done = store.each(&all, |j| read_done(&store, &file.hash, j))?;
+    for (j, rec) in (0..file.shards).zip(done) {
+        match rec {
             Some(rec) => {
                 s.samples += rec.entry.as_ref().map_or(0, |e| e.samples);
                 s.failed += rec.errors.len() as u64;
@@ -122,8 +124,10 @@ pub(crate) fn merge_held(
         .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
     let mut records = Vec::with_capacity(file.shards as usize);
     let mut missing = Vec::new();
-    for j in 0..file.shards {
-        match read_done(&store, &file.hash, j)? {
+    let all: Vec<u64> = (0..file.shards).collect();
+    let done = store.each(&all, |j| read_done(&store, &file.hash, j))?;
+    for (j, rec) in (0..file.shards).zip(done) {
+        match rec {
             Some(r) => records.push(r),
             None => missing.push(j),
         }

@@ -430,8 +430,9 @@ fn run_part(
     // Failures of this assignment's shards done by earlier runs count towards --max-errors: a
     // resumed pack must not pass the limit one run at a time.
     let mut failed_before = listing_errors.len() as u64;
-    for &j in &shards {
-        match read_done(store, &file.hash, j)? {
+    let done = store.each(&shards, |j| read_done(store, &file.hash, j))?;
+    for (&j, rec) in shards.iter().zip(done) {
+        match rec {
             Some(rec) => {
                 failed_before += rec.errors.len() as u64;
                 if keep {

@@ -7,6 +7,9 @@ use shardtool_cache::RemoteFolder;
 use shardtool_core::AtomicFile;
 use std::path::{Path, PathBuf};
 
+/// The most requests [`Store::each`] has in flight at once on an object store.
+const REQUESTS_AT_ONCE: usize = 16;
+
 /// A partitioned pack's output folder. Names are relative, `/`-separated (`_plan/plan.json`).
 pub(crate) enum Store {
     /// A local folder: files are made in place.
@@ -73,6 +76,22 @@ impl Store {
     /// Whether the output is in an object store.
     pub(crate) fn is_remote(&self) -> bool {
         matches!(self, Store::Remote { .. })
+    }
+
+    /// `f` of each of `items`, in order: for an object store on up to [`REQUESTS_AT_ONCE`]
+    /// threads, so that a look at every shard (status, merge, a part's rerun) does not wait for
+    /// one request after another; for a local folder one after another. The first error wins.
+    pub(crate) fn each<T: Send>(
+        &self,
+        items: &[u64],
+        f: impl Fn(u64) -> Result<T, PackError> + Sync,
+    ) -> Result<Vec<T>, PackError> {
+        let threads = if self.is_remote() {
+            REQUESTS_AT_ONCE
+        } else {
+            1
+        };
+        each_on(threads, items, f)
     }
 
     fn remote_error(&self, e: shardtool_cache::CacheError) -> PackError {
@@ -192,5 +211,81 @@ impl Drop for Store {
         if let Store::Remote { scratch, .. } = self {
             let _ = std::fs::remove_dir_all(scratch);
         }
+    }
+}
+
+/// `f` of each of `items`, in order, on up to `threads` threads; the first error in order wins.
+fn each_on<T: Send>(
+    threads: usize,
+    items: &[u64],
+    f: impl Fn(u64) -> Result<T, PackError> + Sync,
+) -> Result<Vec<T>, PackError> {
+    let threads = threads.min(items.len());
+    if threads <= 1 {
+        return items.iter().map(|&j| f(j)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let mut out: Vec<Option<Result<T, PackError>>> = (0..items.len()).map(|_| None).collect();
+    let parts: Vec<Vec<(usize, Result<T, PackError>)>> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    use std::sync::atomic::Ordering::Relaxed;
+                    while !failed.load(Relaxed) {
+                        let i = next.fetch_add(1, Relaxed);
+                        let Some(&j) = items.get(i) else { break };
+                        let r = f(j);
+                        failed.fetch_or(r.is_err(), Relaxed);
+                        mine.push((i, r));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for (i, r) in parts.into_iter().flatten() {
+        out[i] = Some(r);
+    }
+    // Items are handed out in order, so all before the first error were looked at; that
+    // error is returned, and what came after it may not have been.
+    let mut done = Vec::with_capacity(items.len());
+    for r in out.into_iter().flatten() {
+        done.push(r?);
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn looks_run_in_order_and_the_first_error_in_order_is_returned() {
+        let items: Vec<u64> = (0..200).collect();
+        let slow = |j: u64| {
+            // Later items finish first, so order comes from the indices, not from timing.
+            std::thread::sleep(std::time::Duration::from_micros(200 - j));
+            Ok(j * 2)
+        };
+        for threads in [1, 3, 16] {
+            let got = each_on(threads, &items, slow).unwrap();
+            assert_eq!(got, items.iter().map(|j| j * 2).collect::<Vec<_>>());
+            let failing = |j: u64| match j {
+                50 | 120 => Err(PackError::io(
+                    format!("item {j}"),
+                    std::io::Error::other("unreadable"),
+                )),
+                j => slow(j),
+            };
+            let e = each_on(threads, &items, failing).unwrap_err().to_string();
+            assert!(e.contains("item 50"), "{threads} threads: {e}");
+        }
+        assert!(each_on(4, &[], slow).unwrap().is_empty());
     }
 }
