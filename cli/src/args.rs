@@ -255,9 +255,10 @@ pub struct PackArgs {
     #[arg(long, default_value = "jpeg")]
     pub encode: String,
 
-    /// JPEG quality, 1 to 100.
-    #[arg(long, default_value_t = 90)]
-    pub quality: u8,
+    /// JPEG quality, 1 to 100 [default: 90]. Only wds shards of JPEGs use it (--encode jpeg or
+    /// keep): it is refused with --encode png and --format packed.
+    #[arg(long, value_name = "QUALITY")]
+    pub quality: Option<u8>,
 
     /// JPEG shrinking while decoding: gap:N (1 to 8, two decimals at most: gap:1.5) stops at N times the target so the resize
     /// filter makes the last step; fast shrinks all the way (quicker, blurs detail); full: never.

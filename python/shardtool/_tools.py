@@ -85,7 +85,8 @@ def pack(
     The other options are the CLI's flags with underscores: ``format`` (``"wds"`` or
     ``"packed"``), ``resize`` (``"none"``, ``"shorter:256"``, ``"longer:512"``, ``"fit:512x512"``,
     ``"crop:224x224"``), ``upscale``, ``filter`` (``"catmull-rom"``, ``"lanczos3"``, ``"bilinear"``), ``encode``
-    (``"jpeg"``, ``"png"``, ``"keep"``; ``format="packed"`` stores raw pixels), ``quality``,
+    (``"jpeg"``, ``"png"``, ``"keep"``; ``format="packed"`` stores raw pixels), ``quality`` (JPEG quality, 1 to 100, default 90;
+    refused with ``encode="png"`` and ``format="packed"``, which do not use it),
     ``decode_scale`` (``"gap:2"``, the default: JPEGs shrink while decoding only while still
     twice the target, so the resize filter makes the last step; ``"gap:N"`` for another gap
     from 1 to 8; ``"fast"`` to shrink as far as the target allows, quicker but blurrier;
@@ -120,6 +121,16 @@ def pack(
         raise ValueError(
             f"encode={encode!r}: packed shards hold raw pixels; encode chooses how wds shards "
             "store images"
+        )
+    quality = options.get("quality")
+    if quality is not None and (options.get("format") == "packed" or encode == "png"):
+        raise ValueError(
+            f"quality={quality!r}: only JPEG-encoded wds shards use it, and "
+            + (
+                "packed shards hold raw pixels"
+                if options.get("format") == "packed"
+                else 'encode="png" is lossless'
+            )
         )
     return json.loads(
         _shardtool.pack(

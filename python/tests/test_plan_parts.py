@@ -124,6 +124,11 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "r").exists()
     with pytest.raises(ValueError, match="packed shards hold raw pixels"):
         shardtool.pack(SAMPLE, tmp_path / "t", format="packed", encode="png")
+    with pytest.raises(ValueError, match="quality=95: .*packed shards hold raw pixels"):
+        shardtool.pack(SAMPLE, tmp_path / "t", format="packed", quality=95)
+    with pytest.raises(ValueError, match='quality=95: .*encode="png" is lossless'):
+        shardtool.pack(SAMPLE, tmp_path / "t", encode="png", quality=95)
+    assert not (tmp_path / "t").exists()
     # Messages name keyword arguments, not the CLI's flags.
     with pytest.raises(ValueError, match="need shard_samples"):
         shardtool.pack(SAMPLE, tmp_path / "s", resume=True)

@@ -4,6 +4,7 @@ use crate::args::{FormatArg, MergeArgs, PackArgs, StatusArgs};
 use crate::progress::PackProgress;
 use crate::Failure;
 use anyhow::anyhow;
+use shardtool_image::Encode;
 use shardtool_pack::{
     pack, resolve_input, Assignment, Columns, Compression, InputFormat, InputSource, PackError,
     PackPlan, PackReport, PlanError, ShardFormatChoice,
@@ -61,7 +62,7 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         .encode
         .parse()
         .map_err(|e: shardtool_image::ParseError| e.0)?;
-    t.quality = a.quality;
+    t.quality = a.quality.unwrap_or(t.quality);
     t.decode_scale = a
         .decode_scale
         .parse()
@@ -78,6 +79,18 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
             "--encode {}: packed shards hold raw pixels; --encode chooses how wds shards store images",
             a.encode
         ));
+    }
+    if let Some(q) = a.quality {
+        if plan.format == ShardFormatChoice::Packed || plan.transform.encode == Encode::Png {
+            return Err(format!(
+                "--quality {q}: only JPEG-encoded wds shards use it, and {}",
+                if plan.format == ShardFormatChoice::Packed {
+                    "packed shards hold raw pixels"
+                } else {
+                    "--encode png is lossless"
+                }
+            ));
+        }
     }
     plan.compression = match a.compress.as_deref() {
         None | Some("none") => Compression::None,

@@ -486,7 +486,7 @@ fn a_reader_that_goes_away_ends_the_output_quietly_as_sigpipe_does() {
 
 /// An option that cannot apply is refused, not silently ignored.
 #[test]
-fn encode_with_packed_shards_is_a_usage_error() {
+fn encode_or_quality_with_shards_that_cannot_use_them_is_a_usage_error() {
     let t = tempdir();
     let root = t.path().join("in");
     make_inputs(&root, 2, 0);
@@ -503,6 +503,26 @@ fn encode_with_packed_shards_is_a_usage_error() {
     }
     pack(&root, t.path().join("jpeg"))
         .args(["--format", "packed", "--encode", "jpeg"])
+        .ok();
+    // --quality is used by JPEG-encoded wds shards only.
+    for (flags, why) in [
+        (&["--format", "packed"][..], "packed shards hold raw pixels"),
+        (&["--encode", "png"][..], "--encode png is lossless"),
+    ] {
+        let r = pack(&root, t.path().join("q"))
+            .args(flags)
+            .args(["--quality", "95"])
+            .run();
+        r.assert_code(2);
+        assert!(
+            r.stderr.contains("--quality 95") && r.stderr.contains(why),
+            "{}",
+            r.stderr
+        );
+        assert!(!t.path().join("q").exists());
+    }
+    pack(&root, t.path().join("keep"))
+        .args(["--encode", "keep", "--quality", "95"])
         .ok();
 }
 
