@@ -71,13 +71,20 @@ pub enum Command {
     ///   shardtool pack --plan /shared/out --part 3/16
     ///   shardtool status /shared/out
     ///   shardtool merge /shared/out
-    // The flags that run a plan or resume a pack are refused here, so not shown.
+    // The flags that run a plan or resume a pack, and --shard-size (a plan needs
+    // --shard-samples), are refused here, so not shown.
     #[command(
         verbatim_doc_comment,
         mut_arg("plan", |a| a.hide(true)),
         mut_arg("part", |a| a.hide(true)),
         mut_arg("shards", |a| a.hide(true)),
-        mut_arg("resume", |a| a.hide(true))
+        mut_arg("resume", |a| a.hide(true)),
+        mut_arg("shard_size", |a| a.hide(true)),
+        mut_arg("max_errors", |a| a.help(
+            "Stop a part with exit code 1 once more than N inputs have failed (those that failed \
+             while listing and those of its own shards): the default of every part, and `merge` \
+             commits nothing past it"
+        ))
     )]
     Plan(PackArgs),
 
