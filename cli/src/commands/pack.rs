@@ -302,7 +302,16 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
     };
     if a.json {
         let mut summary = r.summary();
-        summary.insert("part".into(), what.into());
+        // As Python's `pack_part` reports it.
+        match &which {
+            Assignment::Part { index, count } => {
+                summary.insert("part".into(), (*index).into());
+                summary.insert("parts".into(), (*count).into());
+            }
+            Assignment::Shards(s) => {
+                summary.insert("shards".into(), s.clone().into());
+            }
+        }
         summary.insert(
             "images_per_s".into(),
             (r.samples as f64 / r.elapsed.as_secs_f64().max(1e-9)).into(),

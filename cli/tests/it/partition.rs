@@ -246,7 +246,14 @@ fn merge_names_missing_shards_and_status_lists_them() {
     let shards = plan["shards"].as_u64().unwrap();
     // 40 images and 2 broken files are listed; K = 9.
     assert_eq!(shards, 42u64.div_ceil(9));
-    part(&out, "0/2").ok();
+    // The part's summary names it as Python's pack_part does.
+    let r = part(&out, "0/2").arg("--json").ok();
+    let summary: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(
+        (summary["part"].as_u64(), summary["parts"].as_u64()),
+        (Some(0), Some(2))
+    );
+    assert_eq!(summary["packed"].as_u64(), Some(shards.div_ceil(2)));
     let s = status_json(&out);
     let odd: Vec<u64> = (0..shards).filter(|j| j % 2 == 1).collect();
     assert_eq!(numbers(&s["missing"]), odd);
