@@ -70,7 +70,7 @@ impl CacheArgs {
 /// `shardtool cache` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum CacheCommand {
-    /// List the datasets in a cache folder: source URL, shards, bytes, last use.
+    /// List the datasets a cache folder holds shards of: source URL, shards, bytes, last use.
     Ls {
         /// Cache folder [default: as for read].
         #[arg(long, value_name = "DIR")]
@@ -108,12 +108,14 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
         CacheCommand::Ls { cache_dir, json } => {
             let dir = cache_dir.unwrap_or_else(shardtool_cache::default_cache_dir);
             // A cache folder not made yet (before the first remote read) holds nothing.
-            let list = if dir.exists() {
+            let mut list = if dir.exists() {
                 let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
                 cache.list().map_err(Failure::run)?
             } else {
                 Vec::new()
             };
+            // A dataset whose shards were all cleared or evicted holds nothing to show.
+            list.retain(|d| d.shards > 0);
             if json {
                 outln!(
                     "{}",
