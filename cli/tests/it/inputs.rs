@@ -323,6 +323,11 @@ fn hidden_and_non_image_files_are_ignored_and_counted() {
     let root = t.path().join("in");
     save_rgb(root.join("a/one.png"), &small(1));
     save_rgb(root.join("b/two.jpg"), &small(2));
+    // JPEGs as some cameras and browsers name them (JPEG File Interchange Format).
+    save_rgb(root.join("b/three.jpg"), &small(3));
+    std::fs::rename(root.join("b/three.jpg"), root.join("b/three.JFIF")).unwrap();
+    save_rgb(root.join("b/four.jpg"), &small(4));
+    std::fs::rename(root.join("b/four.jpg"), root.join("b/four.jpe")).unwrap();
     // Ignored: hidden files (even with an image extension), non-image extensions, files beside
     // the class folders.
     let ignored = [
@@ -352,7 +357,7 @@ fn hidden_and_non_image_files_are_ignored_and_counted() {
     check_accounting(&ds, &srcs);
     let m = manifest(&ds);
     assert_eq!(m.classes, ["a", "b"]);
-    assert_eq!((m.inputs.found, m.inputs.packed), (2, 2));
+    assert_eq!((m.inputs.found, m.inputs.packed), (4, 4));
     assert_eq!(m.inputs.ignored, ignored.len() as u64);
     assert!(errors(&ds).is_empty());
 }

@@ -10,7 +10,9 @@ use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
 /// File extensions taken as images (compared case-insensitively). Content decides the decoder.
-pub const IMAGE_EXTENSIONS: &[&str] = &["jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff"];
+pub const IMAGE_EXTENSIONS: &[&str] = &[
+    "jpg", "jpeg", "jpe", "jfif", "png", "webp", "gif", "bmp", "tif", "tiff",
+];
 
 /// Where the inputs come from.
 #[derive(Debug, Clone, PartialEq, Eq)]
