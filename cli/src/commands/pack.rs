@@ -555,7 +555,7 @@ fn print_summary(out: &Path, r: &PackReport) {
         (e, false) => format!(" ({e} by earlier runs)"),
     };
     outln!(
-        "packed {} of {} images into {} shard(s) in {}{resumed}",
+        "packed {} of {} inputs into {} shard(s) in {}{resumed}",
         i.packed,
         i.found,
         m.totals.shards,
