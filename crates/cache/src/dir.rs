@@ -292,14 +292,14 @@ impl CacheDir {
         if hash_file(&p.data)? != sum {
             return Ok(false);
         }
-        write_atomic(&p.meta, &serde_json::to_vec(&now).unwrap_or_default())?;
+        write_stamp(&p.meta, &serde_json::to_vec(&now).unwrap_or_default())?;
         Ok(true)
     }
 
     /// Records a freshly published, already checked file.
     pub(crate) fn stamp(p: &ShardPaths, bytes: u64, sum: Checksum) -> Result<(), CacheError> {
         let md = fs::metadata(&p.data).map_err(CacheError::io(&p.data))?;
-        write_atomic(
+        write_stamp(
             &p.meta,
             &serde_json::to_vec(&stamp_of(&md, bytes, sum)).unwrap_or_default(),
         )
@@ -677,6 +677,20 @@ pub(crate) fn hash_file(path: &Path) -> Result<Checksum, CacheError> {
     let file = File::open(path).map_err(CacheError::io(path))?;
     let (_, sum) = Checksum::of_reader(file).map_err(CacheError::io(path))?;
     Ok(sum)
+}
+
+/// Writes a stamp in place of the old one, whole or not at all (a temporary file renamed), but
+/// not synced: it only vouches for a shard file synced before it, and one lost to a power cut
+/// (missing, empty or unreadable) makes the next reader hash the shard again.
+fn write_stamp(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+    let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let tmp = path.with_file_name(format!(".{name}.{}.{n}", std::process::id()));
+    let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written.map_err(CacheError::io(path))
 }
 
 /// Writes a small file atomically (see [`AtomicFile`]); its temporary name starts with a dot.
