@@ -19,6 +19,7 @@ use crate::usage::{self, Candidate};
 use crate::CacheError;
 use serde::{Deserialize, Serialize};
 use shardtool_core::{AtomicFile, Checksum};
+use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::unix::fs::MetadataExt;
@@ -373,40 +374,43 @@ impl CacheDir {
         let lock = self.evict_lock()?;
         let (reserved, reserved_by_others) = self.reserved_bytes()?;
         let now = usage::now_secs();
-        let (mut cached, mut listed, mut listed_at) = match usage::read(&lock) {
-            Some(u) if !u.is_stale(now) => (u.bytes, false, u.listed),
-            _ => (self.list_for_eviction()?, true, now),
+        // Oldest use first: what this process's last listing left, else a new listing.
+        let (mut cached, mut listed, mut listed_at, mut queue) = match usage::read(&lock) {
+            Some(u) if !u.is_stale(now) => {
+                (u.bytes, false, u.listed, usage::take_queue(&self.root))
+            }
+            _ => {
+                let (total, all) = self.list_for_eviction()?;
+                (total, true, now, all)
+            }
         };
         loop {
-            // Oldest use first: what this process's last listing left, else a new listing.
             let (mut in_use, mut others) = (0u64, reserved_by_others);
-            usage::with_queue(&self.root, |queue| {
-                let mut kept = Vec::new();
-                while reserved + cached + need > limit {
-                    let Some(c) = queue.pop_front() else { break };
-                    if !listed && !c.unchanged() {
-                        continue;
-                    }
-                    match c.remove() {
-                        Removed::Yes => {
-                            cached = cached.saturating_sub(c.bytes);
-                            *evicted += 1;
-                        }
-                        Removed::InUse => {
-                            in_use += c.bytes;
-                            if !is_held_here(&c.paths().data) {
-                                others += c.bytes;
-                            }
-                            kept.push(c);
-                        }
-                        Removed::No => {}
-                    }
+            let mut kept = Vec::new();
+            while reserved + cached + need > limit {
+                let Some(c) = queue.pop_front() else { break };
+                if !listed && !c.unchanged() {
+                    continue;
                 }
-                // Shards in use stay first in line: they are the oldest, and will be released.
-                for c in kept.into_iter().rev() {
-                    queue.push_front(c);
+                match c.remove() {
+                    Removed::Yes => {
+                        cached = cached.saturating_sub(c.bytes);
+                        *evicted += 1;
+                    }
+                    Removed::InUse => {
+                        in_use += c.bytes;
+                        if !is_held_here(&c.paths().data) {
+                            others += c.bytes;
+                        }
+                        kept.push(c);
+                    }
+                    Removed::No => {}
                 }
-            });
+            }
+            // Shards in use stay first in line: they are the oldest, and will be released.
+            for c in kept.into_iter().rev() {
+                queue.push_front(c);
+            }
             usage::write(
                 &lock,
                 usage::Usage {
@@ -414,14 +418,18 @@ impl CacheDir {
                     listed: listed_at,
                 },
             );
-            if reserved + cached + need <= limit {
+            let fits = reserved + cached + need <= limit;
+            if fits || listed {
+                usage::keep_queue(&self.root, queue);
+            }
+            if fits {
                 break;
             }
             if listed {
                 return Ok(Err((reserved + cached, in_use, reserved, others)));
             }
             // The queue ran dry: shards published since the last listing, or a count gone wrong.
-            cached = self.list_for_eviction()?;
+            (cached, queue) = self.list_for_eviction()?;
             (listed, listed_at) = (true, now);
         }
         let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
@@ -444,14 +452,13 @@ impl CacheDir {
         Ok(lock)
     }
 
-    /// Lists every cached shard (the caller holds the eviction lock), makes them this process's
-    /// eviction queue, oldest use first, and returns their bytes.
-    fn list_for_eviction(&self) -> Result<u64, CacheError> {
+    /// Lists every cached shard (the caller holds the eviction lock): their bytes, and the
+    /// shards as eviction candidates, oldest use first.
+    fn list_for_eviction(&self) -> Result<(u64, VecDeque<Candidate>), CacheError> {
         let mut shards = self.all_shards()?;
         shards.sort_by_key(|s| s.used);
         let total = shards.iter().map(|s| s.bytes).sum();
-        usage::refill(&self.root, shards.into_iter());
-        Ok(total)
+        Ok((total, shards.into()))
     }
 
     /// Counts `bytes` of shard files published (`added`) or removed outside eviction.

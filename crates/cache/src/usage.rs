@@ -131,19 +131,35 @@ pub(crate) fn last_use(meta: &Path, data: &fs::Metadata) -> SystemTime {
 /// Each cache folder's candidates left over from this process's last listing.
 static QUEUES: Mutex<Option<HashMap<PathBuf, VecDeque<Candidate>>>> = Mutex::new(None);
 
-/// Runs `f` on the queue of the cache folder `root`.
-pub(crate) fn with_queue<T>(root: &Path, f: impl FnOnce(&mut VecDeque<Candidate>) -> T) -> T {
-    let mut all = QUEUES.lock().unwrap_or_else(|p| p.into_inner());
-    let all = all.get_or_insert_with(Default::default);
-    f(all.entry(root.to_path_buf()).or_default())
+/// Takes this process's queue of the cache folder `root` (empty when there is none). Callers
+/// hold the eviction lock, which no two threads hold at once, so the queues are never busy,
+/// unless this process was forked while another thread of its parent held them: that copy
+/// stays locked for good, and every reservation lists the folder (slower, still right).
+pub(crate) fn take_queue(root: &Path) -> VecDeque<Candidate> {
+    match QUEUES.try_lock() {
+        Ok(mut all) => all
+            .get_or_insert_with(Default::default)
+            .remove(root)
+            .unwrap_or_default(),
+        Err(std::sync::TryLockError::Poisoned(p)) => p
+            .into_inner()
+            .get_or_insert_with(Default::default)
+            .remove(root)
+            .unwrap_or_default(),
+        Err(std::sync::TryLockError::WouldBlock) => VecDeque::new(),
+    }
 }
 
-/// Keeps the oldest `QUEUE_LEN` of what a pass over a listing left, oldest first.
-pub(crate) fn refill(root: &Path, left: impl Iterator<Item = Candidate>) {
-    with_queue(root, |q| {
-        q.clear();
-        q.extend(left.take(QUEUE_LEN));
-    });
+/// Keeps the oldest [`QUEUE_LEN`] of `queue` as the queue of the cache folder `root`.
+pub(crate) fn keep_queue(root: &Path, mut queue: VecDeque<Candidate>) {
+    queue.truncate(QUEUE_LEN);
+    let mut all = match QUEUES.try_lock() {
+        Ok(all) => all,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    all.get_or_insert_with(Default::default)
+        .insert(root.to_path_buf(), queue);
 }
 
 #[cfg(test)]
@@ -250,5 +266,17 @@ mod tests {
         assert!(read(&lock).unwrap().is_stale(now_secs()));
         assert_eq!(fetch(16, true), 0);
         assert_eq!(read(&lock).unwrap().bytes, 100);
+        // The queues locked for good, as in a child forked while a thread of its parent held
+        // them (this test holds them, so no other test may): every reservation lists instead.
+        for i in 17..26 {
+            fetch(i, true);
+        }
+        assert_eq!(du(&d), 1000);
+        let held = QUEUES.lock().unwrap();
+        assert_eq!(fetch(26, true), 1);
+        assert_eq!(fetch(27, true), 1);
+        drop(held);
+        assert_eq!(du(&d), 1000);
+        assert!(gone(16) && gone(17) && !gone(18));
     }
 }
