@@ -624,6 +624,13 @@ fn keys_that_break_the_rules_are_refused_or_numbered_with_keys_index() {
         .unwrap()
         .ends_with(":plain"));
     verify_ok(&numbered);
+    // Packed, the sample without a .cls is a record of label -1 beside labelled ones: whole.
+    let packed = t.path().join("packed");
+    pack(&input, &packed)
+        .args(args)
+        .args(["--keys", "index", "--format", "packed"])
+        .ok();
+    verify_ok(&packed);
 }
 
 fn shard_images() -> Vec<PathBuf> {

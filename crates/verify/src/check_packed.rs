@@ -84,7 +84,10 @@ pub(crate) fn check_packed(bytes: &[u8], ctx: &Ctx<'_>, records: Records) -> Sca
         scan.key(ctx, key, || {
             format!("is used by an earlier record of this shard (record {i})")
         });
-        check_label_range(rec.label, ctx, &mut scan, || key.to_string());
+        // -1 is an unlabelled record, in a dataset of classes too.
+        if rec.label != -1 {
+            check_label_range(rec.label, ctx, &mut scan, || key.to_string());
+        }
         let meta = shard.sample_meta(i);
         let [h, w, _] = rec.shape;
         let class = meta.get("class").and_then(Value::as_str);

@@ -221,7 +221,14 @@ pub(crate) fn check_class_and_size(
     scan: &mut Scan,
     member: impl Fn() -> String,
 ) -> Option<(u64, u64)> {
-    if let (Some(class), Some(l)) = (class, label) {
+    if let (Some(class), Some(-1)) = (class, label) {
+        scan.member(
+            ctx,
+            &member(),
+            ProblemKind::LabelMismatch,
+            format!("states class {class:?}, but it is unlabelled (label -1)"),
+        );
+    } else if let (Some(class), Some(l)) = (class, label) {
         let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
         if let Some(named) = named.filter(|named| *named != class) {
             scan.member(
