@@ -379,3 +379,63 @@ def test_pack_input_errors(tmp_path: Path) -> None:
     assert not (tmp_path / "c" / "manifest.json").exists()
     lines = (tmp_path / "c" / "errors.jsonl").read_text().splitlines()
     assert [json.loads(line)["kind"] for line in lines] == ["bad_shard", "bad_shard"]
+
+
+def test_pack_parquet_carries_nested_and_binary_columns(tmp_path: Path) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    photos = sorted(SAMPLE.rglob("*.jpg"))[:4]
+    masks = []
+    for i in range(4):
+        buf = io.BytesIO()
+        Image.new("L", (8, 8), 40 * i).save(buf, format="PNG")
+        masks.append(buf.getvalue())
+    image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    table = pa.table(
+        {
+            "image": pa.array([{"bytes": p.read_bytes(), "path": p.name} for p in photos], image_type),
+            # ControlNet's layout: a second image per row.
+            "conditioning_image": pa.array(
+                [{"bytes": m, "path": f"c{i}.png"} for i, m in enumerate(masks)], image_type
+            ),
+            "tags": pa.array([["a", "b"], [], None, ["c"]], pa.list_(pa.string())),
+            "meta": pa.array(
+                [{"w": i, "src": f"s{i}"} for i in range(4)],
+                pa.struct([("w", pa.int32()), ("src", pa.string())]),
+            ),
+            "props": pa.array([[("k", i)] for i in range(4)], pa.map_(pa.string(), pa.int64())),
+            "embedding": pa.array([bytes([255, i, 0, 7]) for i in range(4)], pa.binary()),
+            "note": pa.array([f"note {i}".encode() for i in range(4)], pa.binary()),
+            "n": pa.array(range(4), pa.int64()),
+        }
+    )
+    src = tmp_path / "rows.parquet"
+    pq.write_table(table, src)
+    with pytest.raises(ValueError, match='text column "n" holds neither strings nor bytes'):
+        shardtool.pack(src, tmp_path / "bad", text_column="n")
+    out = tmp_path / "ds"
+    m = shardtool.pack(src, out, resize="shorter:16", shuffle=False)["manifest"]
+    assert m["inputs"]["packed"] == 4 and m["inputs"]["failed"] == 0
+    assert "conditioning_image.png" in m["fields"] and "embedding.bin" in m["fields"]
+    got = sorted(_members(out).values(), key=lambda s: json.loads(s["json"])["source"])
+    for i, s in enumerate(got):
+        meta = json.loads(s["json"])
+        assert s["conditioning_image.png"] == masks[i]
+        assert s["embedding.bin"] == bytes([255, i, 0, 7])
+        assert meta["conditioning_image"] == {"path": f"c{i}.png"}
+        assert meta["tags"] == [["a", "b"], [], None, ["c"]][i]
+        assert meta["meta"] == {"w": i, "src": f"s{i}"}
+        assert meta["props"] == {"k": i}
+        assert meta["note"] == f"note {i}"
+        assert meta["n"] == i
+    assert shardtool.verify(out)["ok"] is True
+    packed = tmp_path / "packed"
+    shardtool.pack(src, packed, resize="crop:16x16", format="packed", shuffle=False)
+    assert shardtool.verify(packed)["ok"] is True
+    loader = shardtool.Loader(packed, batch_size=4, shuffle=False, output="numpy", fields=["conditioning_image.png"])
+    (batch,) = list(loader)
+    assert sorted(bytes(b) for b in batch["conditioning_image.png"]) == sorted(masks)

@@ -14,6 +14,7 @@
 //! metadata.
 
 mod guard;
+mod values;
 
 use crate::containers::{fetch_input, parallel_map, Fetched};
 use crate::listing::{Columns, Container, ContainerKind, ListError, ListOptions, Listing};
@@ -177,6 +178,12 @@ fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, 
             .iter()
             .find_map(|n| find(n).filter(|f| is_string(f))),
     };
+    if let Some(t) = text.filter(|t| !(is_string(t) || is_binary(t))) {
+        return Err(format!(
+            "text column {:?} holds neither strings nor bytes (UTF-8 text)",
+            t.name()
+        ));
+    }
     Ok(Chosen {
         image: image.name().to_string(),
         image_struct: is_image_struct(image),
@@ -200,42 +207,6 @@ fn hf_class_names(reader: &SerializedFileReader<Bounded>, label: &str) -> Option
     (names.len() <= MAX_INT_LABEL as usize + 1).then_some(names)
 }
 
-/// A scalar column value as JSON; `None` for binary and nested values, which are not carried.
-fn scalar_json(f: &Field) -> Option<serde_json::Value> {
-    use serde_json::Value as V;
-    Some(match f {
-        Field::Null => V::Null,
-        Field::Bool(b) => V::Bool(*b),
-        Field::Byte(v) => V::from(*v),
-        Field::Short(v) => V::from(*v),
-        Field::Int(v) => V::from(*v),
-        Field::Long(v) => V::from(*v),
-        Field::UByte(v) => V::from(*v),
-        Field::UShort(v) => V::from(*v),
-        Field::UInt(v) => V::from(*v),
-        Field::ULong(v) => V::from(*v),
-        // By its shortest decimal form: widened bit for bit, 0.1f32 would read 0.10000000149011612.
-        Field::Float(v) => v
-            .to_string()
-            .parse()
-            .ok()
-            .and_then(serde_json::Number::from_f64)
-            .map_or(V::Null, V::Number),
-        Field::Double(v) => serde_json::Number::from_f64(*v).map_or(V::Null, V::Number),
-        Field::Str(s) => V::String(s.clone()),
-        Field::Date(_)
-        | Field::TimeMillis(_)
-        | Field::TimeMicros(_)
-        | Field::TimestampMillis(_)
-        | Field::TimestampMicros(_)
-        | Field::Decimal(_)
-        | Field::Float16(_) => V::String(f.to_string()),
-        Field::Bytes(_) | Field::Group(_) | Field::ListInternal(_) | Field::MapInternal(_) => {
-            return None
-        }
-    })
-}
-
 /// What one row contributes.
 struct RowParts<'r> {
     image: Option<&'r [u8]>,
@@ -244,7 +215,11 @@ struct RowParts<'r> {
     /// A label that is no class index (a float with a fraction, an infinity).
     bad_label: Option<String>,
     text: Option<String>,
+    /// A text column's value that is not UTF-8.
+    bad_text: Option<String>,
     columns: serde_json::Map<String, serde_json::Value>,
+    /// Binary columns carried as fields of their own: (field name, bytes).
+    fields: Vec<(String, &'r [u8])>,
 }
 
 fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
@@ -254,7 +229,9 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
         label: None,
         bad_label: None,
         text: None,
+        bad_text: None,
         columns: serde_json::Map::new(),
+        fields: Vec::new(),
     };
     for (name, field) in row.get_column_iter() {
         if *name == chosen.image {
@@ -290,11 +267,43 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
         } else if Some(name) == chosen.text.as_ref() {
             p.text = match field {
                 Field::Str(s) => Some(s.clone()),
-                Field::Null => None,
-                other => Some(other.to_string()),
+                Field::Bytes(b) => match std::str::from_utf8(b.data()) {
+                    Ok(text) => Some(text.into()),
+                    Err(_) => {
+                        p.bad_text = Some(format!(
+                            "the text column {name:?} holds bytes that are not UTF-8 text"
+                        ));
+                        None
+                    }
+                },
+                // `choose` takes only string and binary columns as text.
+                _ => None,
             };
-        } else if let Some(v) = scalar_json(field) {
-            p.columns.insert(name.clone(), v);
+        } else {
+            match values::carried(name, field) {
+                values::Carried::Json(v) => {
+                    p.columns.insert(name.clone(), v);
+                }
+                values::Carried::Field {
+                    name: mut field_name,
+                    bytes,
+                    rest,
+                } => {
+                    // Two columns named alike (`Mask`, `mask`) keep a field each.
+                    let (base, ext) = field_name.rsplit_once('.').unwrap_or((&field_name, ""));
+                    let (base, ext) = (base.to_string(), ext.to_string());
+                    let mut n = 2;
+                    while p.fields.iter().any(|(f, _)| *f == field_name) {
+                        field_name = format!("{base}_{n}.{ext}");
+                        n += 1;
+                    }
+                    if let Some(rest) = rest.filter(|r| r.as_object().is_none_or(|o| !o.is_empty()))
+                    {
+                        p.columns.insert(name.clone(), rest);
+                    }
+                    p.fields.push((field_name, bytes));
+                }
+            }
         }
     }
     if let Some(path) = p.image_path {
@@ -493,6 +502,10 @@ fn stage_rows(
             out.errors.push(failure(source(), "bad_label", why));
             continue;
         }
+        if let Some(why) = p.bad_text {
+            out.errors.push(failure(source(), "bad_field", why));
+            continue;
+        }
         let label = match p.label {
             None => None,
             Some(RowLabel::Name(n)) if n.len() > MAX_CLASS_NAME_BYTES => {
@@ -545,6 +558,9 @@ fn stage_rows(
         if let Some(t) = &p.text {
             tar.append(&format!("r{i}.txt"), t.as_bytes()).map_err(io)?;
         }
+        for (field, bytes) in &p.fields {
+            tar.append(&format!("r{i}.{field}"), bytes).map_err(io)?;
+        }
         if !p.columns.is_empty() {
             let json = serde_json::to_vec(&p.columns).map_err(|e| e.to_string())?;
             tar.append(&format!("r{i}.{COLUMNS_FIELD}"), &json)
@@ -584,7 +600,9 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     // A column no file has (a misspelt --label-column, a layout without an `image` column) is
     // the command's mistake, not every file's failure.
     fn missing(o: &Opened) -> Option<&str> {
-        o.failure.as_deref().filter(|f| f.starts_with("no column "))
+        o.failure
+            .as_deref()
+            .filter(|f| f.starts_with("no column ") || f.contains(" holds neither "))
     }
     let first = opened.first().and_then(missing);
     if let Some(first) = first.filter(|_| opened.iter().all(|o| missing(o).is_some())) {
@@ -812,7 +830,7 @@ mod tests {
 
     #[test]
     fn floats_are_carried_as_their_shortest_decimal() {
-        let json = |f: Field| scalar_json(&f).unwrap().to_string();
+        let json = |f: Field| values::json(&f).to_string();
         assert_eq!(json(Field::Float(0.1)), "0.1");
         assert_eq!(json(Field::Float(-3.25e-7)), "-3.25e-7");
         assert_eq!(json(Field::Double(0.1)), "0.1");

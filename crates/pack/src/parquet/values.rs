@@ -1,0 +1,213 @@
+//! Parquet column values as a sample carries them: scalars, lists, structs and maps as JSON in
+//! the sample's `.json`; binary values (a second image, a mask) as fields of their own.
+
+use parquet::record::Field;
+use serde_json::Value as V;
+
+/// What a column other than the image, label and text gives a sample.
+pub(crate) enum Carried<'r> {
+    /// A member of the sample's `.json`.
+    Json(V),
+    /// A field of its own, named for the column and its content (`mask.png`, `embedding.bin`),
+    /// and what else the column held (a Hugging Face image struct's `path`) for the `.json`.
+    Field {
+        name: String,
+        bytes: &'r [u8],
+        rest: Option<V>,
+    },
+}
+
+/// How column `column`'s value `f` is carried. Binary that is an image becomes a field named
+/// by its format, UTF-8 text a JSON string, other binary a `.bin` field; a struct with a
+/// binary `bytes` member (the Hugging Face `Image` feature) is carried as its bytes, with the
+/// other members as JSON.
+pub(crate) fn carried<'r>(column: &str, f: &'r Field) -> Carried<'r> {
+    match f {
+        Field::Bytes(b) => binary(column, b.data(), None),
+        Field::Group(g)
+            if g.get_column_iter()
+                .any(|(n, v)| n == "bytes" && matches!(v, Field::Bytes(_))) =>
+        {
+            let mut rest = serde_json::Map::new();
+            let mut data: &[u8] = &[];
+            for (n, v) in g.get_column_iter() {
+                match (n.as_str(), v) {
+                    ("bytes", Field::Bytes(b)) => data = b.data(),
+                    _ => {
+                        rest.insert(n.clone(), json(v));
+                    }
+                }
+            }
+            binary(column, data, Some(V::Object(rest)))
+        }
+        other => Carried::Json(json(other)),
+    }
+}
+
+fn binary<'r>(column: &str, bytes: &'r [u8], rest: Option<V>) -> Carried<'r> {
+    let ext = match image_format(bytes) {
+        Some(ext) => ext,
+        None => match (std::str::from_utf8(bytes), rest) {
+            (Ok(text), None) => return Carried::Json(V::String(text.into())),
+            (_, rest) => {
+                return Carried::Field {
+                    name: field_name(column, "bin"),
+                    bytes,
+                    rest,
+                }
+            }
+        },
+    };
+    Carried::Field {
+        name: field_name(column, ext),
+        bytes,
+        rest,
+    }
+}
+
+/// The image format the bytes start with, as a field extension.
+fn image_format(b: &[u8]) -> Option<&'static str> {
+    Some(match b {
+        [0xFF, 0xD8, 0xFF, ..] => "jpg",
+        [0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, ..] => "png",
+        [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', ..] => "webp",
+        [b'G', b'I', b'F', b'8', ..] => "gif",
+        [b'I', b'I', 0x2A, 0x00, ..] | [b'M', b'M', 0x00, 0x2A, ..] => "tiff",
+        [b'B', b'M', ..] if b.len() > 26 => "bmp",
+        _ => return None,
+    })
+}
+
+/// A field name from a column name: lower case, characters other than a-z 0-9 _ - as `_`,
+/// short enough for `.ext` to follow within a field name's 64 bytes.
+fn field_name(column: &str, ext: &str) -> String {
+    let mut base: String = column
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '_' | '-') => c,
+            _ => '_',
+        })
+        .take(63 - ext.len())
+        .collect();
+    if base.is_empty() {
+        base.push_str("column");
+    }
+    format!("{base}.{ext}")
+}
+
+/// A value as JSON: scalars as themselves (dates, times and decimals as their text), lists as
+/// arrays, structs as objects, maps as objects (or `[key, value]` pairs when a key is not
+/// text), binary as UTF-8 text or else base64.
+pub(crate) fn json(f: &Field) -> V {
+    match f {
+        Field::Null => V::Null,
+        Field::Bool(b) => V::Bool(*b),
+        Field::Byte(v) => V::from(*v),
+        Field::Short(v) => V::from(*v),
+        Field::Int(v) => V::from(*v),
+        Field::Long(v) => V::from(*v),
+        Field::UByte(v) => V::from(*v),
+        Field::UShort(v) => V::from(*v),
+        Field::UInt(v) => V::from(*v),
+        Field::ULong(v) => V::from(*v),
+        // By its shortest decimal form: widened bit for bit, 0.1f32 would read 0.10000000149011612.
+        Field::Float(v) => v
+            .to_string()
+            .parse()
+            .ok()
+            .and_then(serde_json::Number::from_f64)
+            .map_or(V::Null, V::Number),
+        Field::Double(v) => serde_json::Number::from_f64(*v).map_or(V::Null, V::Number),
+        Field::Str(s) => V::String(s.clone()),
+        Field::Date(_)
+        | Field::TimeMillis(_)
+        | Field::TimeMicros(_)
+        | Field::TimestampMillis(_)
+        | Field::TimestampMicros(_)
+        | Field::Decimal(_)
+        | Field::Float16(_) => V::String(f.to_string()),
+        Field::Bytes(b) => match std::str::from_utf8(b.data()) {
+            Ok(text) => V::String(text.into()),
+            Err(_) => V::String(base64(b.data())),
+        },
+        Field::Group(g) => V::Object(
+            g.get_column_iter()
+                .map(|(n, v)| (n.clone(), json(v)))
+                .collect(),
+        ),
+        Field::ListInternal(l) => V::Array(l.elements().iter().map(json).collect()),
+        Field::MapInternal(m) => {
+            if m.entries().iter().all(|(k, _)| matches!(k, Field::Str(_))) {
+                V::Object(
+                    m.entries()
+                        .iter()
+                        .map(|(k, v)| match k {
+                            Field::Str(k) => (k.clone(), json(v)),
+                            _ => unreachable!("every key is text"),
+                        })
+                        .collect(),
+                )
+            } else {
+                V::Array(
+                    m.entries()
+                        .iter()
+                        .map(|(k, v)| V::Array(vec![json(k), json(v)]))
+                        .collect(),
+                )
+            }
+        }
+    }
+}
+
+/// Standard base64 with padding (RFC 4648).
+fn base64(data: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for chunk in data.chunks(3) {
+        let n = chunk.iter().fold(0u32, |n, &b| n << 8 | u32::from(b)) << (8 * (3 - chunk.len()));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_follows_rfc_4648() {
+        for (raw, coded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(raw.as_bytes()), coded);
+        }
+        assert_eq!(base64(&[0xFF, 0xFE, 0x00]), "//4A");
+    }
+
+    #[test]
+    fn field_names_follow_the_field_rules() {
+        assert_eq!(
+            field_name("conditioning_image", "png"),
+            "conditioning_image.png"
+        );
+        assert_eq!(field_name("Mask Image/2", "png"), "mask_image_2.png");
+        assert_eq!(field_name("", "bin"), "column.bin");
+        let long = field_name(&"x".repeat(200), "webp");
+        assert_eq!(long.len(), 64);
+        for name in [long, field_name("ü.ß", "jpg")] {
+            assert!(shardtool_manifest::is_field_name(&name), "{name}");
+        }
+    }
+}
