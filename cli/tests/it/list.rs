@@ -267,6 +267,45 @@ fn bad_rows_are_reported_once_each() {
 }
 
 #[test]
+fn a_shared_key_stays_with_the_first_row_and_a_keyless_row_never_takes_a_stated_key() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 4);
+    write_file(
+        data.join("list.csv"),
+        "path,label,key\n\
+         imgs/0.png,0,000000000\n\
+         imgs/1.png,0,\n\
+         imgs/2.png,1,000000001\n\
+         imgs/3.png,1,000000000\n",
+    );
+    let mut spare_used = false;
+    for seed in 0..8 {
+        let ds = t.path().join(format!("ds{seed}"));
+        pack_list(data.join("list.csv"), &ds)
+            .args(["--seed", &seed.to_string()])
+            .ok();
+        let samples = wds_samples(&ds);
+        let srcs: Vec<String> = samples.iter().map(|s| s.source().to_string()).collect();
+        let errs = check_accounting(&ds, &srcs);
+        // Whatever the seed: the first row listed keeps the shared key, the keyless row is
+        // packed under a key no row states.
+        assert_eq!(errs.len(), 1, "seed {seed}: {errs:?}");
+        assert_eq!(errs["imgs/3.png"].kind, "duplicate_key");
+        let key_of = |src: &str| &samples.iter().find(|s| s.source() == src).unwrap().key;
+        assert_eq!(key_of("imgs/0.png"), "000000000");
+        assert_eq!(key_of("imgs/2.png"), "000000001");
+        let keyless = key_of("imgs/1.png");
+        assert!(!["000000000", "000000001"].contains(&keyless.as_str()));
+        spare_used |= keyless.as_str() >= "000000004";
+    }
+    assert!(
+        spare_used,
+        "no seed put the keyless row where a stated key is"
+    );
+}
+
+#[test]
 fn bad_jsonl_lines_are_reported() {
     let t = tempdir();
     let data = t.path().join("data");

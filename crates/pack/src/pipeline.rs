@@ -153,6 +153,9 @@ pub(crate) struct Ordered {
     pub(crate) renumbered: bool,
     /// Inputs refused for their key, by position (ascending).
     pub(crate) rejected: Vec<(usize, ErrorRecord)>,
+    /// Keyless inputs at a position whose key an input states: (position, the key number they
+    /// take instead), by position.
+    spare_keys: Vec<(u32, u64)>,
 }
 
 impl Ordered {
@@ -183,6 +186,7 @@ impl Ordered {
         // not take a generated key; generated keys are unique by construction. Rejected positions
         // are marked in `order` rather than removed.
         let renumbered = keys == KeyChoice::Index;
+        let mut spare_keys = Vec::new();
         if inputs.has_keys() && !renumbered {
             // Inputs with keys of their own, sorted by key (4 bytes each, where sets of borrowed
             // keys cost tens of bytes per input): equal keys are neighbours, and a generated key
@@ -192,31 +196,36 @@ impl Ordered {
                 .filter(|&i| inputs.get(i as usize).key.is_some())
                 .collect();
             by_key.sort_unstable_by(|&a, &b| key_of(a).cmp(key_of(b)));
-            // Of inputs sharing a key, the one at the earliest position keeps it.
-            let mut position_of = vec![0u32; n];
-            for (p, &i) in order.iter().enumerate() {
-                position_of[i as usize] = p as u32;
-            }
+            // Of inputs sharing a key, the first listed keeps it, whatever the seed.
             let mut duplicate = vec![false; n];
             for group in by_key.chunk_by(|&a, &b| key_of(a) == key_of(b)) {
-                if let Some(&first) = group.iter().min_by_key(|&&i| position_of[i as usize]) {
+                if let Some(&first) = group.iter().min() {
                     for &i in group.iter().filter(|&&i| i != first) {
                         duplicate[i as usize] = true;
                     }
                 }
             }
-            drop(position_of);
+            let taken = |k: &str| by_key.binary_search_by(|&i| key_of(i).cmp(k)).is_ok();
+            // An input without a key gets its position's key, or, when an input states that
+            // one, the next key past every position's that none states.
+            let mut spare = n as u64;
             for (position, slot) in order.iter_mut().enumerate() {
                 let item = inputs.get(*slot as usize);
                 let generated;
                 let (key, clash) = match item.key {
                     Some(k) => (k, duplicate[*slot as usize]),
                     None => {
-                        generated = index_key(position as u64);
-                        let taken = by_key
-                            .binary_search_by(|&i| key_of(i).cmp(generated.as_str()))
-                            .is_ok();
-                        (generated.as_str(), taken)
+                        generated = if taken(&index_key(position as u64)) {
+                            while taken(&index_key(spare)) {
+                                spare += 1;
+                            }
+                            spare_keys.push((position as u32, spare));
+                            spare += 1;
+                            index_key(spare - 1)
+                        } else {
+                            index_key(position as u64)
+                        };
+                        (generated.as_str(), false)
                     }
                 };
                 let problem = match validate_key(key) {
@@ -245,6 +254,7 @@ impl Ordered {
             order,
             renumbered,
             rejected,
+            spare_keys,
         })
     }
 
@@ -258,7 +268,10 @@ impl Ordered {
         let own = self.inputs.get(self.order[position] as usize).key;
         match own.filter(|_| !self.renumbered) {
             Some(k) => k.to_string(),
-            None => index_key(position as u64),
+            None => match (self.spare_keys).binary_search_by_key(&(position as u32), |&(p, _)| p) {
+                Ok(i) => index_key(self.spare_keys[i].1),
+                Err(_) => index_key(position as u64),
+            },
         }
     }
 
