@@ -223,7 +223,7 @@ fn bad_rows_are_reported_once_each() {
         [
             "path,label,key",
             "imgs/0.png,0,a",      // good
-            "imgs/1.png,,b",       // no label
+            "imgs/1.png,,b",       // no label: unlabelled (-1)
             ",1,c",                // no path
             "imgs/missing.png,1,", // no such file
             "imgs/broken.png,0,",  // not an image
@@ -246,13 +246,18 @@ fn bad_rows_are_reported_once_each() {
     assert_eq!(m.inputs.found, 9);
     let mut packed = srcs.clone();
     packed.sort();
-    assert_eq!(packed, ["imgs/0.png", "imgs/5.png"], "{errs:?}");
-    assert_eq!(errs.len(), 7, "{errs:?}");
+    assert_eq!(
+        packed,
+        ["imgs/0.png", "imgs/1.png", "imgs/5.png"],
+        "{errs:?}"
+    );
+    assert_eq!(by_source(&samples)["imgs/1.png"].cls, -1);
+    assert_eq!(errs.len(), 6, "{errs:?}");
     let kinds: BTreeMap<&str, usize> = errs.values().fold(BTreeMap::new(), |mut m, e| {
         *m.entry(e.kind.as_str()).or_default() += 1;
         m
     });
-    assert_eq!(kinds["bad_list_row"], 2, "{errs:?}");
+    assert_eq!(kinds["bad_list_row"], 1, "{errs:?}");
     assert_eq!(kinds["bad_key"], 2, "{errs:?}");
     assert_eq!(kinds["duplicate_key"], 1, "{errs:?}");
     assert_eq!(errs["imgs/missing.png"].kind, "unreadable");
@@ -260,7 +265,7 @@ fn bad_rows_are_reported_once_each() {
     // Bad rows name the list and the line.
     for e in errs.values().filter(|e| e.kind == "bad_list_row") {
         assert!(e.path.contains("list.csv"), "{e:?}");
-        assert!(e.path.ends_with(":3") || e.path.ends_with(":4"), "{e:?}");
+        assert!(e.path.ends_with(":4"), "{e:?}");
     }
     // Of two rows with the same key, the first one listed keeps it.
     assert_eq!(errs["imgs/3.png"].kind, "duplicate_key");
@@ -317,14 +322,17 @@ fn bad_jsonl_lines_are_reported() {
     let ds = t.path().join("ds");
     pack_list(data.join("l.jsonl"), &ds).ok();
     let samples = wds_samples(&ds);
-    let srcs: Vec<String> = samples.iter().map(|s| s.source().to_string()).collect();
-    assert_eq!(srcs, ["imgs/0.png"]);
+    let mut srcs: Vec<String> = samples.iter().map(|s| s.source().to_string()).collect();
+    srcs.sort();
+    // A row without a label is unlabelled (-1), as a null label in Parquet.
+    assert_eq!(srcs, ["imgs/0.png", "imgs/1.png"]);
+    assert_eq!(by_source(&samples)["imgs/1.png"].cls, -1);
     let errs = check_accounting(&ds, &srcs);
-    assert_eq!(errs.len(), 4, "{errs:?}");
+    assert_eq!(errs.len(), 3, "{errs:?}");
     assert!(errs.values().all(|e| e.kind == "bad_list_row"), "{errs:?}");
     let mut lines: Vec<&str> = errs.keys().map(|p| p.rsplit(':').next().unwrap()).collect();
     lines.sort_unstable();
-    assert_eq!(lines, ["2", "3", "4", "5"]);
+    assert_eq!(lines, ["2", "4", "5"]);
 }
 
 #[test]

@@ -276,15 +276,12 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
             ));
             return Ok(());
         }
-        let (Some(path), true) = (row.path.as_deref(), label.is_some() || !labelled) else {
+        // An empty label is no label (-1), as a null one in Parquet or a sample without `.cls`.
+        let Some(path) = row.path.as_deref() else {
             listing.errors.push(failure(
                 where_(),
                 "bad_list_row",
-                if labelled {
-                    format!("row needs a non-empty {} and {}", cols.path, cols.label)
-                } else {
-                    format!("row needs a non-empty {}", cols.path)
-                },
+                format!("row needs a non-empty {}", cols.path),
             ));
             return Ok(());
         };
