@@ -539,3 +539,24 @@ fn a_list_given_by_url_is_a_usage_error_that_says_why() {
         r.stderr
     );
 }
+
+#[test]
+fn inputs_by_schemes_shardtool_does_not_read_are_usage_errors_that_say_so() {
+    let t = tempdir();
+    for (input, says) in [
+        (
+            "gs://bucket/wds/shard-{0..1}.tar",
+            "unsupported scheme \"gs\"",
+        ),
+        ("hf://datasets/x/data/", "unsupported scheme \"hf\""),
+        (
+            "pipe:curl -s http://host/a.tar",
+            "pipe: commands are not run",
+        ),
+    ] {
+        let r = Cmd::new(["pack", input]).arg(t.path().join("out")).run();
+        r.assert_code(2);
+        assert!(r.stderr.contains(says), "{input}: {}", r.stderr);
+        assert!(!t.path().join("out").exists());
+    }
+}

@@ -103,6 +103,29 @@ pub fn is_remote(s: &str) -> bool {
 
 /// A `file://` URL as a path; anything else unchanged.
 pub(crate) fn local_path(s: &str) -> Result<String, ListError> {
+    let scheme = s.split_once("://").map(|(scheme, _)| scheme);
+    if let Some(scheme) = scheme.filter(|sc| {
+        !sc.is_empty()
+            && sc
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"+.-".contains(&b))
+            && !["file", "http", "https", "s3"].contains(&sc.to_ascii_lowercase().as_str())
+    }) {
+        return Err(bad_input(
+            s,
+            &format!(
+                "unsupported scheme {scheme:?}: inputs are local paths, file://, http://, \
+                 https:// or s3:// URLs (an S3-compatible store by AWS_ENDPOINT)"
+            ),
+        ));
+    }
+    // webdataset's `pipe:COMMAND` runs a command; here it would be a file name.
+    if s.starts_with("pipe:") && !Path::new(s).exists() {
+        return Err(bad_input(
+            s,
+            "pipe: commands are not run: name the shards by path or http(s):// or s3:// URL",
+        ));
+    }
     if s.get(..7)
         .is_some_and(|p| p.eq_ignore_ascii_case("file://"))
     {
