@@ -362,10 +362,11 @@ pub(crate) fn failure_summary(errors: &[ErrorRecord]) -> String {
     let counts: Vec<String> = kinds.iter().map(|(k, n)| format!("{n} {k}")).collect();
     match errors.first() {
         Some(e) => {
-            let first: String = format!("{}: {}", e.path, e.message)
-                .chars()
-                .take(300)
-                .collect();
+            let full = format!("{}: {}", e.path, e.message);
+            let mut first: String = full.chars().take(300).collect();
+            if first.len() < full.len() {
+                first.push_str(" …");
+            }
             format!("{}; the first, {first}", counts.join(", "))
         }
         None => String::new(),
