@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import urllib.parse
+import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -328,6 +329,9 @@ class Loader:
         # The position when the last reader was closed, for state_dict().
         self._closed_state: Optional[Dict[str, Any]] = None
         self._closed_metrics: Dict[str, Any] = {}
+        # The epoch of the last pass read to its end, and whether a repeat of it was warned of.
+        self._finished_epoch: Optional[int] = None
+        self._warned_repeat = False
         self._partition: Optional[Tuple[int, int]] = None
         self._resume: Optional[Dict[str, Any]] = None
         self._samples = 0
@@ -441,6 +445,19 @@ class Loader:
         # A loaded position is used up only once a reader starts from it: an iter() that fails
         # (a manifest not fetched) leaves it for the next.
         resume = self._resume
+        if (
+            self._shuffle
+            and resume is None
+            and self.__dict__.get("_finished_epoch") == self._epoch
+            and not self.__dict__.get("_warned_repeat")
+        ):
+            self._warned_repeat = True
+            warnings.warn(
+                f"shardtool.Loader: this pass reads epoch {self._epoch} again, in the order of the "
+                "last pass; call loader.set_epoch(epoch) before each epoch for a new shard order "
+                "and shuffle (as with torch's DistributedSampler)",
+                stacklevel=3,
+            )
         reader = _shardtool.Reader(
             self._dataset,
             batch_size=self._batch_size,
@@ -472,9 +489,11 @@ class Loader:
             self._samples = 0 if resume is None else int(resume["samples"])
             self._reader = reader
             self._partition = (rank, world)
-        return self._batches(reader, _converter(self._output))
+        return self._batches(reader, _converter(self._output), self._epoch)
 
-    def _batches(self, reader: _shardtool.Reader, convert: Callable[[Any], Any]) -> Iterator[Batch]:
+    def _batches(
+        self, reader: _shardtool.Reader, convert: Callable[[Any], Any], pass_epoch: int
+    ) -> Iterator[Batch]:
         for epoch, index, keys, labels, image, fields in reader:
             try:
                 batch: Batch = {
@@ -497,6 +516,7 @@ class Loader:
             # handed out (3.9 and 3.10 check between most instructions: a window of a few).
             self._samples += n
             yield batch
+        self._finished_epoch = pass_epoch
 
     def close(self) -> None:
         """Stops the reader threads of the current iteration, if any (batches stay valid).

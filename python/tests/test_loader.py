@@ -100,3 +100,26 @@ def test_out_of_order_delivery_yields_every_batch(datasets: Dict[str, Path]) -> 
     loader = shardtool.Loader(path, batch_size=3, seed=4, in_order=False, workers=2, output="numpy")
     got = [b["index"] for b in loader]
     assert sorted(got) == list(range(len(loader)))
+
+
+def test_a_second_pass_at_the_same_epoch_warns_once_to_call_set_epoch(datasets: Dict[str, Path]) -> None:
+    import warnings
+
+    path = datasets["tar"]
+    loader = shardtool.Loader(path, batch_size=8, seed=5, output="numpy")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        # A peek (a pass left early) is no epoch read twice.
+        next(iter(loader))
+        first = [k for b in loader for k in b["key"]]
+    with pytest.warns(UserWarning, match=r"reads epoch 0 again.*set_epoch"):
+        again = [k for b in loader for k in b["key"]]
+    assert again == first
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        list(loader)  # warned once per Loader
+        loader.set_epoch(1)
+        list(loader)
+        unshuffled = shardtool.Loader(path, batch_size=8, shuffle=False, output="numpy")
+        list(unshuffled)
+        list(unshuffled)
