@@ -323,3 +323,19 @@ fn bench_runs_the_device_loader_on_the_cpu_twin_and_refuses_a_missing_gpu() {
         );
     }
 }
+
+#[test]
+fn a_folder_without_a_manifest_is_named_as_no_shardtool_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &[]);
+    // The shards alone, as a WebDataset folder holds them.
+    std::fs::remove_file(ds.join("manifest.json")).unwrap();
+    let out = bin().arg("read").arg(&ds).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no manifest.json") && err.contains("shardtool pack makes one"),
+        "{err}"
+    );
+}
