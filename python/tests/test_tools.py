@@ -439,3 +439,27 @@ def test_pack_parquet_carries_nested_and_binary_columns(tmp_path: Path) -> None:
     loader = shardtool.Loader(packed, batch_size=4, shuffle=False, output="numpy", fields=["conditioning_image.png"])
     (batch,) = list(loader)
     assert sorted(bytes(b) for b in batch["conditioning_image.png"]) == sorted(masks)
+
+
+def test_pack_parquet_takes_the_class_label_feature_as_the_label_whatever_its_name(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    root, _ = inputs
+    first = sorted((root / "parquet" / "data").glob("*.parquet"))[0]
+    table = pq.read_table(first)
+    meta = json.loads(table.schema.metadata[b"huggingface"])
+    names = meta["info"]["features"]["label"]["names"]
+    labels = table.column("label").to_pylist()
+    # As the `beans` dataset names it: `labels`.
+    meta["info"]["features"]["labels"] = meta["info"]["features"].pop("label")
+    renamed = table.rename_columns(["labels" if c == "label" else c for c in table.column_names])
+    renamed = renamed.replace_schema_metadata({b"huggingface": json.dumps(meta).encode()})
+    src = tmp_path / "beans.parquet"
+    pq.write_table(renamed, src)
+    m = shardtool.pack(src, tmp_path / "ds", resize="shorter:16")["manifest"]
+    assert m["classes"] == names
+    for s in _members(tmp_path / "ds").values():
+        row = int(json.loads(s["json"])["source"].rsplit(":", 1)[1])
+        assert int(s["cls"]) == labels[row]

@@ -116,7 +116,13 @@ fn is_string(t: &Type) -> bool {
         ) || t.get_basic_info().converted_type() == ConvertedType::UTF8)
 }
 
-fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, String> {
+/// `class_label`: the one column the Hugging Face features declare a `ClassLabel`, if any,
+/// taken as the label when no column is named `label`.
+fn choose(
+    fields: &[std::sync::Arc<Type>],
+    columns: &Columns,
+    class_label: Option<&str>,
+) -> Result<Chosen, String> {
     let find = |n: &str| fields.iter().find(|f| f.name() == n);
     let names = || {
         fields
@@ -151,7 +157,7 @@ fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, 
         Some(n) => {
             Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
         }
-        None => find("label"),
+        None => find("label").or_else(|| class_label.and_then(find)),
     };
     let physical =
         |l: &Type, of: &[Physical]| l.is_primitive() && of.contains(&l.get_physical_type());
@@ -193,12 +199,30 @@ fn choose(fields: &[std::sync::Arc<Type>], columns: &Columns) -> Result<Chosen, 
     })
 }
 
-/// Class names of `label` from the `huggingface` key-value metadata (a `ClassLabel` feature).
-fn hf_class_names(reader: &SerializedFileReader<Bounded>, label: &str) -> Option<Vec<String>> {
+/// The `huggingface` key-value metadata's features, as JSON.
+fn hf_features(reader: &SerializedFileReader<Bounded>) -> Option<serde_json::Value> {
     let kv = reader.metadata().file_metadata().key_value_metadata()?;
     let hf = kv.iter().find(|k| k.key == "huggingface")?.value.as_ref()?;
     let v: serde_json::Value = serde_json::from_str(hf).ok()?;
-    let feature = v.get("info")?.get("features")?.get(label)?;
+    Some(v.get("info")?.get("features")?.clone())
+}
+
+/// The column the features declare a `ClassLabel`, when exactly one is (`labels`, `fine_label`).
+fn hf_class_label_column(reader: &SerializedFileReader<Bounded>) -> Option<String> {
+    let features = hf_features(reader)?;
+    let mut labels = features.as_object()?.iter().filter(|(_, f)| {
+        f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel")
+    });
+    match (labels.next(), labels.next()) {
+        (Some((name, _)), None) => Some(name.clone()),
+        _ => None,
+    }
+}
+
+/// Class names of `label` from the `huggingface` key-value metadata (a `ClassLabel` feature).
+fn hf_class_names(reader: &SerializedFileReader<Bounded>, label: &str) -> Option<Vec<String>> {
+    let features = hf_features(reader)?;
+    let feature = features.get(label)?;
     let names = feature.get("names")?.as_array()?;
     let names: Vec<String> = names
         .iter()
@@ -350,7 +374,12 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
         let reader = open_reader(&path)?;
         let meta = reader.metadata();
         let schema = meta.file_metadata().schema_descr().root_schema();
-        let chosen = choose(schema.get_fields(), &options.columns)?;
+        let class_label = hf_class_label_column(&reader);
+        let chosen = choose(
+            schema.get_fields(),
+            &options.columns,
+            class_label.as_deref(),
+        )?;
         let names = chosen
             .label
             .as_ref()
