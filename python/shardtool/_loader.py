@@ -180,7 +180,8 @@ class Loader:
     initialised ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0 of 1. Every rank yields
     ``len(loader)`` batches, so DDP never waits on a rank that ran out. ``remainder="drop"`` leaves
     out the ``N mod world_size`` samples that do not divide evenly; ``"pad"`` repeats a few
-    instead.
+    instead. ``drop_last=True`` also leaves out each epoch's last batch when it is short, so every
+    batch holds ``batch_size`` samples (fixed shapes for XLA or CUDA graphs).
 
     ``device`` is ``"cpu"`` (the default), ``"cuda:N"``, or ``"cuda"``, whose index is
     ``LOCAL_RANK`` read at the first ``iter()`` (an explicit index wins). This build hands out CPU
@@ -235,6 +236,7 @@ class Loader:
         transform: Optional[str] = None,
         flip: bool = False,
         remainder: str = "drop",
+        drop_last: bool = False,
         in_order: bool = True,
         output: str = "torch",
         device: Union[str, "torch.device", None] = None,
@@ -311,6 +313,9 @@ class Loader:
         self._transform = transform
         self._flip = flip
         self._remainder = remainder
+        if not isinstance(drop_last, bool):
+            raise TypeError(f"drop_last must be True or False, not {type(drop_last).__name__}")
+        self._drop_last = drop_last
         self._in_order = in_order
         self._output = output
         self._cache_dir = None if cache_dir is None else os.fspath(cache_dir)
@@ -387,6 +392,7 @@ class Loader:
                 batch_size=self._batch_size,
                 world_size=world,
                 remainder=self._remainder,
+                drop_last=self.__dict__.get("_drop_last", False),
                 cache_dir=self._cache_dir,
                 cache_limit=self._cache_limit,
                 fetch_timeout=self.__dict__.get("_fetch_timeout"),
@@ -470,6 +476,7 @@ class Loader:
             transform=self._transform,
             flip=self._flip,
             remainder=self._remainder,
+            drop_last=self.__dict__.get("_drop_last", False),
             in_order=self._in_order,
             shuffle_buffer=self._shuffle_buffer,
             interleave=self._interleave,

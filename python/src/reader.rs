@@ -7,7 +7,7 @@ use crate::errors::read_error;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
-use shardtool_reader::plan::rank_share;
+use shardtool_reader::plan::{rank_share, whole_batches};
 use shardtool_reader::{
     dataset_fingerprint, Batch, BatchAllocator, CacheOptions, CorruptPolicy, CpuAllocator, Dataset,
     Layout, Loader, LoaderState, Location, Next, Remainder, Transform,
@@ -71,7 +71,7 @@ fn fetching(
 /// `(fingerprint, samples per rank, batches per rank)` of a dataset for `world_size` ranks,
 /// without starting a reader (a remote dataset's manifest is fetched as the reader would).
 #[pyfunction]
-#[pyo3(signature = (dataset, *, batch_size, world_size, remainder="drop", cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None))]
+#[pyo3(signature = (dataset, *, batch_size, world_size, remainder="drop", drop_last=false, cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None))]
 // One parameter per keyword argument of the Python signature.
 #[allow(clippy::too_many_arguments)]
 pub fn plan_info(
@@ -80,6 +80,7 @@ pub fn plan_info(
     batch_size: usize,
     world_size: u32,
     remainder: &str,
+    drop_last: bool,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
     fetch_timeout: Option<f64>,
@@ -99,11 +100,12 @@ pub fn plan_info(
     let d = py.detach(|| open(&dataset, &cache)).map_err(read_error)?;
     let total: u64 = d.counts().iter().sum();
     let samples = rank_share(total, world_size, r).map_err(read_error)?;
-    Ok((
-        dataset_fingerprint(&d),
-        samples,
-        samples.div_ceil(batch_size as u64),
-    ))
+    let batches = if drop_last {
+        whole_batches(samples, batch_size as u64).map_err(read_error)?
+    } else {
+        samples.div_ceil(batch_size as u64)
+    };
+    Ok((dataset_fingerprint(&d), samples, batches))
 }
 
 /// Checks `fields` against a local dataset's manifest (the reader's own rule and message);
@@ -296,7 +298,7 @@ impl Reader {
     /// released).
     #[new]
     #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
-        workers=None, transform="decode", flip=false, remainder="drop", in_order=true, shuffle_buffer=None,
+        workers=None, transform="decode", flip=false, remainder="drop", drop_last=false, in_order=true, shuffle_buffer=None,
         interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
         cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None, fields=None,
         pool=None, test_delay=None))]
@@ -315,6 +317,7 @@ impl Reader {
         transform: &str,
         flip: bool,
         remainder: &str,
+        drop_last: bool,
         in_order: bool,
         shuffle_buffer: Option<usize>,
         interleave: Option<usize>,
@@ -351,6 +354,7 @@ impl Reader {
             )
             .flip(flip)
             .remainder(self::remainder(remainder)?)
+            .drop_last(drop_last)
             .in_order(in_order)
             .on_corrupt(if skip_corrupt {
                 CorruptPolicy::Skip

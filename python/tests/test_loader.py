@@ -123,3 +123,20 @@ def test_a_second_pass_at_the_same_epoch_warns_once_to_call_set_epoch(datasets: 
         unshuffled = shardtool.Loader(path, batch_size=8, shuffle=False, output="numpy")
         list(unshuffled)
         list(unshuffled)
+
+
+def test_drop_last_gives_only_full_batches_and_says_so_in_len(datasets: Dict[str, Path]) -> None:
+    path = datasets["packed"]
+    total = samples(path)
+    full = shardtool.Loader(path, batch_size=8, seed=3, output="numpy")
+    dropped = shardtool.Loader(path, batch_size=8, seed=3, output="numpy", drop_last=True)
+    assert total % 8 != 0, "the test needs a short last batch"
+    assert len(full) == -(-total // 8) and len(dropped) == total // 8
+    kept = [b["key"] for b in dropped]
+    assert len(kept) == len(dropped) and all(len(k) == 8 for k in kept)
+    # The same order, without the short last batch.
+    assert kept == [b["key"] for b in full][: len(dropped)]
+    with pytest.raises(ValueError, match="drop-last leaves no batch"):
+        list(shardtool.Loader(path, batch_size=total + 1, output="numpy", drop_last=True))
+    with pytest.raises(TypeError, match="drop_last must be True or False"):
+        shardtool.Loader(path, batch_size=8, drop_last=1)  # type: ignore[arg-type]

@@ -47,6 +47,10 @@ pub struct LoaderArgs {
     /// N mod world samples of the epoch order are left out.
     #[arg(long, default_value = "drop", value_parser = ["drop", "pad"])]
     pub remainder: String,
+    /// Leave out the last batch of the epoch when it is short: every batch holds --batch
+    /// samples (fixed shapes for XLA or CUDA graphs).
+    #[arg(long)]
+    pub drop_last: bool,
     /// Deliver batches as they complete instead of in order.
     #[arg(long)]
     pub out_of_order: bool,
@@ -109,6 +113,7 @@ impl LoaderArgs {
             .shuffle_buffer(usize::try_from(self.shuffle_buffer).unwrap_or(usize::MAX))
             .interleave(usize::try_from(self.interleave).unwrap_or(usize::MAX))
             .shuffle(!self.no_shuffle)
+            .drop_last(self.drop_last)
             .remainder(if self.remainder == "pad" {
                 Remainder::Pad
             } else {

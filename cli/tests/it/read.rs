@@ -339,3 +339,15 @@ fn a_folder_without_a_manifest_is_named_as_no_shardtool_dataset() {
         "{err}"
     );
 }
+
+#[test]
+fn drop_last_leaves_out_only_the_short_last_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &["--format", "packed"]);
+    let d = ds.to_str().unwrap();
+    let all = keys(&[d, "--seed", "2", "--batch", "10"]);
+    let whole = keys(&[d, "--seed", "2", "--batch", "10", "--drop-last"]);
+    assert_eq!(all.len(), 45);
+    assert_eq!(whole, all[..40], "the same order, less the last 5");
+}

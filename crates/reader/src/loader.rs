@@ -88,6 +88,7 @@ pub struct LoaderBuilder {
     in_order: bool,
     transform: Transform,
     flip: bool,
+    drop_last: bool,
     region_decode: bool,
     corrupt: CorruptPolicy,
     resume: Option<LoaderState>,
@@ -181,6 +182,7 @@ impl LoaderBuilder {
             in_order: true,
             transform: Transform::None,
             flip: false,
+            drop_last: false,
             region_decode: true,
             corrupt: CorruptPolicy::Fail,
             resume: None,
@@ -222,6 +224,12 @@ impl LoaderBuilder {
     /// Remainder policy (default drop).
     pub fn remainder(mut self, r: crate::Remainder) -> Self {
         self.order.remainder = r;
+        self
+    }
+    /// Leaves out the last batch of the epoch when it is short, so every batch holds
+    /// `batch_size` samples (fixed shapes for XLA or CUDA graphs; default false).
+    pub fn drop_last(mut self, on: bool) -> Self {
+        self.drop_last = on;
         self
     }
     /// Epoch (default 0).
@@ -443,21 +451,23 @@ impl LoaderBuilder {
         }
         let counts = dataset.counts();
         let total: u64 = counts.iter().sum();
-        let order =
-            rank_order(&counts, &self.order, self.epoch, self.rank, self.world).map_err(|e| {
-                ReadError::Manifest {
-                    path: dataset.dir.join("manifest.json"),
-                    message: format!(
-                        "the order of the {} samples it states cannot be held in memory ({e})",
-                        per_rank(total, self.world, self.order.remainder)
-                    ),
-                }
+        let mut order = rank_order(&counts, &self.order, self.epoch, self.rank, self.world)
+            .map_err(|e| ReadError::Manifest {
+                path: dataset.dir.join("manifest.json"),
+                message: format!(
+                    "the order of the {} samples it states cannot be held in memory ({e})",
+                    per_rank(total, self.world, self.order.remainder)
+                ),
             })?;
         debug_assert_eq!(
             order.len() as u64,
             per_rank(total, self.world, self.order.remainder)
         );
         crate::plan::rank_share(total, self.world, self.order.remainder)?;
+        if self.drop_last {
+            let whole = crate::plan::whole_batches(order.len() as u64, self.batch_size as u64)?;
+            order.truncate((whole * self.batch_size as u64) as usize);
+        }
         if let Some(side) = self.transform.fixed_size() {
             let batch = self.batch_size.min(order.len()) as u64;
             let bytes = batch * u64::from(side) * u64::from(side) * 3;

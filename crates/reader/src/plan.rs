@@ -101,6 +101,17 @@ pub fn rank_share(total: u64, world: u32, remainder: Remainder) -> Result<u64, c
     }
 }
 
+/// The whole batches of `samples` (drop-last), refusing none from samples there are.
+pub fn whole_batches(samples: u64, batch: u64) -> Result<u64, crate::ReadError> {
+    match samples / batch.max(1) {
+        0 if samples > 0 => Err(crate::ReadError::BadOptions(format!(
+            "drop-last leaves no batch: each rank reads {samples} samples, fewer than the \
+             batch of {batch}"
+        ))),
+        n => Ok(n),
+    }
+}
+
 /// Samples each rank gets this epoch.
 pub fn per_rank(total: u64, world: u32, remainder: Remainder) -> u64 {
     let world = u64::from(world.max(1));
