@@ -501,29 +501,42 @@ class Loader:
     def _batches(
         self, reader: _shardtool.Reader, convert: Callable[[Any], Any], pass_epoch: int
     ) -> Iterator[Batch]:
-        for epoch, index, keys, labels, image, fields in reader:
-            try:
-                batch: Batch = {
-                    "image": [convert(t) for t in image] if isinstance(image, list) else convert(image),
-                    "label": convert(labels),
-                    "key": keys,
-                    "epoch": epoch,
-                    "index": index,
-                }
-                for name, values in fields:
-                    batch[name] = _field_values(name, values, keys)
-                n = len(keys)
-            except BaseException:
-                # Never handed out (Ctrl-C, a signal handler's exception): a state saved now
-                # must resume with it.
-                reader.forget(index, len(keys))
-                raise
-            # No call between here and the yield: from Python 3.11 a signal handler runs only at
-            # calls and jumps, so it cannot raise after the batch is counted and before it is
-            # handed out (3.9 and 3.10 check between most instructions: a window of a few).
-            self._samples += n
-            yield batch
-        self._finished_epoch = pass_epoch
+        try:
+            for epoch, index, keys, labels, image, fields in reader:
+                try:
+                    batch: Batch = {
+                        "image": (
+                            [convert(t) for t in image] if isinstance(image, list) else convert(image)
+                        ),
+                        "label": convert(labels),
+                        "key": keys,
+                        "epoch": epoch,
+                        "index": index,
+                    }
+                    for name, values in fields:
+                        batch[name] = _field_values(name, values, keys)
+                    n = len(keys)
+                except BaseException:
+                    # Never handed out (Ctrl-C, a signal handler's exception): a state saved
+                    # now must resume with it.
+                    reader.forget(index, len(keys))
+                    raise
+                # No call between here and the yield: from Python 3.11 a signal handler runs
+                # only at calls and jumps, so it cannot raise after the batch is counted and
+                # before it is handed out (3.9 and 3.10 check between most instructions: a
+                # window of a few).
+                self._samples += n
+                yield batch
+            self._finished_epoch = pass_epoch
+        except BaseException:
+            # An error, or the pass left (`break`, the iterator dropped, a DataLoader worker
+            # ending): the threads stop and the cache room and shard locks they hold go now,
+            # not at the next iter() or close(), which a DataLoader worker never calls. The
+            # position stays for state_dict().
+            with self._state_lock:
+                if self._reader is reader:
+                    self._close()
+            raise
 
     def close(self) -> None:
         """Stops the reader threads of the current iteration, if any (batches stay valid).

@@ -284,3 +284,20 @@ def test_state_dict_from_a_checkpointing_thread_never_finds_the_reader_busy(data
         t.join()
     assert not errors, errors[:3]
     assert len(states) > 10
+
+
+def test_a_pass_left_early_stops_its_reader_and_keeps_its_position(datasets: Dict[str, Path]) -> None:
+    path = datasets["packed"]
+    loader = shardtool.Loader(path, batch_size=4, seed=2, output="numpy")
+    whole = [k for b in shardtool.Loader(path, batch_size=4, seed=2, output="numpy") for k in b["key"]]
+    it = iter(loader)
+    seen = [k for _ in range(3) for k in next(it)["key"]]
+    # Dropped (as `break` drops a for loop's iterator, or a DataLoader worker ends): the reader
+    # stops now, releasing its threads, shard locks and cache room, not at the next iter().
+    del it
+    assert loader._reader is None
+    state = loader.state_dict()
+    assert state["samples"] == 12
+    resumed = shardtool.Loader(path, batch_size=4, seed=2, output="numpy")
+    resumed.load_state_dict(state)
+    assert seen + [k for b in resumed for k in b["key"]] == whole
