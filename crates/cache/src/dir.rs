@@ -157,6 +157,10 @@ fn is_held_here(path: &Path) -> bool {
     map.as_ref().is_some_and(|m| m.contains_key(path))
 }
 
+/// How far ahead a prefetched shard's last use is set: it goes after every shard already read
+/// in the eviction order, for this long if it is never read.
+pub(crate) const AHEAD_GRACE: Duration = Duration::from_secs(600);
+
 /// The longest a download waits for other processes to release room in a full cache.
 pub(crate) const ROOM_WAIT: Duration = Duration::from_secs(120);
 
@@ -306,10 +310,10 @@ impl CacheDir {
         )
     }
 
-    /// Marks a shard as just used (the LRU clock is its stamp's mtime).
-    pub(crate) fn touch(p: &ShardPaths) {
+    /// Marks a shard as used at `when` (the LRU clock is its stamp's mtime).
+    pub(crate) fn touch(p: &ShardPaths, when: SystemTime) {
         if let Ok(f) = OpenOptions::new().append(true).open(&p.meta) {
-            let _ = f.set_modified(SystemTime::now());
+            let _ = f.set_modified(when);
         }
     }
 
@@ -437,9 +441,7 @@ impl CacheDir {
             .root
             .join("reserve")
             .join(format!("{}-{n}", std::process::id()));
-        // Read only under the eviction lock, which is held here, so never seen half written;
-        // not synced: after a power cut no reservation's process is alive.
-        fs::write(&path, need.to_string()).map_err(CacheError::io(&path))?;
+        write_atomic(&path, need.to_string().as_bytes())?;
         Ok(Ok(Reservation(Some(path))))
     }
 
@@ -461,7 +463,38 @@ impl CacheDir {
         Ok((total, shards.into()))
     }
 
-    /// Counts `bytes` of shard files published (`added`) or removed outside eviction.
+    /// Publishes a shard file of `bytes` by `commit` (its rename into `shards/`), counts it and
+    /// releases the room `reservation` promised its download, all under the eviction lock: no
+    /// listing or reservation sees it uncounted, or counted twice (as cached and as promised).
+    pub(crate) fn publish(
+        &self,
+        bytes: u64,
+        reservation: Reservation,
+        commit: impl FnOnce() -> Result<(), CacheError>,
+    ) -> Result<(), CacheError> {
+        let lock = self.evict_lock()?;
+        commit()?;
+        usage::adjust(&lock, i64::try_from(bytes).unwrap_or(i64::MAX));
+        drop(reservation);
+        Ok(())
+    }
+
+    /// Removes a shard that is not served (damaged, another version) and uncounts it, under the
+    /// eviction lock; the caller holds the shard's own lock.
+    pub(crate) fn remove_counted(&self, p: &ShardPaths) -> Result<(), CacheError> {
+        let lock = self.evict_lock()?;
+        let bytes = fs::symlink_metadata(&p.data)
+            .ok()
+            .filter(fs::Metadata::is_file)
+            .map_or(0, |m| m.len());
+        let _ = fs::remove_file(&p.meta);
+        fs::remove_file(&p.data).map_err(CacheError::io(&p.data))?;
+        usage::adjust(&lock, -i64::try_from(bytes).unwrap_or(i64::MAX));
+        Ok(())
+    }
+
+    /// Counts `bytes` of shard files published by hand (tests).
+    #[cfg(test)]
     pub(crate) fn account(&self, bytes: u64, added: bool) -> Result<(), CacheError> {
         let lock = self.evict_lock()?;
         let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
@@ -535,9 +568,10 @@ impl CacheDir {
                 source: fs::read_to_string(d.join("source")).unwrap_or_default(),
                 shards: held.len() as u64,
                 bytes: held.iter().map(|h| h.bytes).sum(),
+                // A shard fetched ahead and not read yet is stamped ahead of now.
                 last_used: held
                     .iter()
-                    .map(|h| h.used)
+                    .map(|h| h.used.min(SystemTime::now()))
                     .max()
                     .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
                     .map_or(0, |d| d.as_secs()),

@@ -559,7 +559,14 @@ impl Shared {
             // Shared: blocks only while another process fetches or evicts this shard.
             lock.lock_shared().map_err(CacheError::io(&paths.lock))?;
             if CacheDir::is_whole(&paths, bytes, sum)? {
-                CacheDir::touch(&paths);
+                // Fetched ahead (`count_hit` false only for the prefetcher): last in line for
+                // eviction until it is read, so that other processes' fetches take shards
+                // already read first, not this one before this process reads it.
+                let used = match count_hit {
+                    true => std::time::SystemTime::now(),
+                    false => std::time::SystemTime::now() + crate::dir::AHEAD_GRACE,
+                };
+                CacheDir::touch(&paths, used);
                 if !fetched && count_hit {
                     Recorder::add(&self.remote.metrics.hits, 1);
                 }
@@ -592,13 +599,10 @@ impl Shared {
             }
             // Someone may have fetched it while we waited for the exclusive lock.
             if !CacheDir::is_whole(&paths, bytes, sum)? {
-                if let Ok(md) = fs::symlink_metadata(&paths.data) {
+                if paths.data.exists() {
                     // Damaged, partial or another version: never served, fetched again.
                     Recorder::add(&self.remote.metrics.repaired, 1);
-                    let _ = fs::remove_file(&paths.meta);
-                    fs::remove_file(&paths.data).map_err(CacheError::io(&paths.data))?;
-                    self.cache
-                        .account(if md.is_file() { md.len() } else { 0 }, false)?;
+                    self.cache.remove_counted(&paths)?;
                 }
                 Recorder::add(&self.remote.metrics.misses, 1);
                 self.fetch_locked(spec, &paths)?;
@@ -620,7 +624,7 @@ impl Shared {
     /// Downloads, checks, decompresses and publishes one shard; the caller holds its lock.
     fn fetch_locked(&self, spec: &ShardSpec, paths: &ShardPaths) -> Result<(), CacheError> {
         let need = spec.cached_bytes() + spec.decompressed.map_or(0, |_| spec.bytes);
-        let (_reservation, evicted) = self.cache.reserve(need)?;
+        let (reservation, evicted) = self.cache.reserve(need)?;
         Recorder::add(&self.remote.metrics.evictions, evicted);
         let tmp_dir = self.dir.join("tmp");
         let tmp = |what: &str| {
@@ -664,8 +668,17 @@ impl Shared {
                 out
             }
         };
-        published.commit().map_err(CacheError::io(&paths.data))?;
-        self.cache.account(spec.cached_bytes(), true)?;
+        let mut published = published;
+        // The bulk of the flush happens here, outside the eviction lock; the commit under it
+        // (a rename and a folder fsync) is counted at once and its reservation released, so
+        // no listing or reservation sees the shard uncounted or counted twice.
+        published
+            .flush()
+            .and_then(|()| published.clone_file()?.sync_all())
+            .map_err(CacheError::io(published.temp_path()))?;
+        self.cache.publish(spec.cached_bytes(), reservation, || {
+            published.commit().map_err(CacheError::io(&paths.data))
+        })?;
         CacheDir::stamp(paths, spec.cached_bytes(), spec.cached_checksum())
     }
 }

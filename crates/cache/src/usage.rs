@@ -238,7 +238,7 @@ mod tests {
         assert_eq!(fetch(10, true), 1);
         assert!(gone(0), "the least recently used goes first");
         // Used since the listing: spared, the next oldest goes.
-        CacheDir::touch(&CacheDir::shard_paths(&d, "s1.tar"));
+        CacheDir::touch(&CacheDir::shard_paths(&d, "s1.tar"), SystemTime::now());
         assert_eq!(fetch(11, true), 1);
         assert!(!gone(1) && gone(2));
         assert_eq!(du(&d), 1000);
@@ -278,5 +278,35 @@ mod tests {
         drop(held);
         assert_eq!(du(&d), 1000);
         assert!(gone(16) && gone(17) && !gone(18));
+    }
+
+    #[test]
+    fn a_shard_fetched_ahead_goes_after_every_shard_already_read() {
+        use crate::dir::{CacheDir, AHEAD_GRACE};
+        let t = tempfile::tempdir().unwrap();
+        let cache = CacheDir::open(t.path().join("c"), Some(300)).unwrap();
+        let d = cache.dataset_dir("https://h/d/").unwrap();
+        let then = SystemTime::now() - Duration::from_secs(3600);
+        for i in 0..3u64 {
+            let (r, _) = cache.reserve(100).unwrap();
+            let p = CacheDir::shard_paths(&d, &format!("s{i}.tar"));
+            fs::write(&p.data, [0u8; 100]).unwrap();
+            cache.account(100, true).unwrap();
+            CacheDir::stamp(&p, 100, shardtool_core::Checksum(0)).unwrap();
+            CacheDir::touch(&p, then + Duration::from_secs(i));
+            drop(r);
+        }
+        // s0, the oldest, was fetched ahead by a prefetcher and not read yet.
+        CacheDir::touch(
+            &CacheDir::shard_paths(&d, "s0.tar"),
+            SystemTime::now() + AHEAD_GRACE,
+        );
+        let gone = |i: u64| !d.join(format!("shards/s{i}.tar")).exists();
+        let (_r, evicted) = cache.reserve(100).unwrap();
+        assert_eq!(evicted, 1);
+        assert!(
+            !gone(0) && gone(1) && !gone(2),
+            "the read shard s1 goes first"
+        );
     }
 }

@@ -210,9 +210,10 @@ fn hf_features(reader: &SerializedFileReader<Bounded>) -> Option<serde_json::Val
 /// The column the features declare a `ClassLabel`, when exactly one is (`labels`, `fine_label`).
 fn hf_class_label_column(reader: &SerializedFileReader<Bounded>) -> Option<String> {
     let features = hf_features(reader)?;
-    let mut labels = features.as_object()?.iter().filter(|(_, f)| {
-        f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel")
-    });
+    let mut labels = features
+        .as_object()?
+        .iter()
+        .filter(|(_, f)| f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel"));
     match (labels.next(), labels.next()) {
         (Some((name, _)), None) => Some(name.clone()),
         _ => None,
