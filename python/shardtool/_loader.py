@@ -206,8 +206,8 @@ class Loader:
     remote one's at the first ``iter()``: an unknown name raises ``ValueError`` listing the
     dataset's fields.
 
-    ``workers`` Rust threads decode (default: all cores, divided among DataLoader worker
-    processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples)
+    ``workers`` Rust threads decode (default: all cores, divided among the ranks on this node
+    by ``LOCAL_WORLD_SIZE`` as torchrun sets it and among DataLoader worker processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples)
     and ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
     leaves unreadable records out of their batches instead of raising (``metrics()`` counts them;
@@ -433,9 +433,12 @@ class Loader:
     def _threads(self) -> Optional[int]:
         if self._workers is not None or self._split is None:
             return self._workers
-        # Each of N DataLoader worker processes gets its part of the cores.
+        # Each of N DataLoader worker processes gets its part of the cores, and of those each of
+        # the ranks torchrun starts on this node (LOCAL_WORLD_SIZE) gets its part.
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        return max(1, (cores or 1) // self._split[1])
+        local = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
+        ranks = int(local) if local.isdigit() and int(local) > 0 else 1
+        return max(1, (cores or 1) // (self._split[1] * ranks))
 
     def __iter__(self) -> Iterator[Batch]:
         with self._iter_lock:
@@ -633,7 +636,14 @@ class Loader:
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, not {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:
-            raise ValueError(f"unknown loader state format {state.get('format')!r}")
+            # torchdata's StatefulDataLoader.state_dict() holds its workers' states, not ours.
+            hint = (
+                ": it is a StatefulDataLoader's state; load it with that DataLoader's "
+                "load_state_dict()"
+                if any(k.startswith("_") or "worker" in k for k in state)
+                else ""
+            )
+            raise ValueError(f"unknown loader state format {state.get('format')!r}{hint}")
         missing = {"dataset", "seed", "epoch", "batch_size", "world_size", "samples", "reader"} - state.keys()
         if missing:
             raise ValueError(f"loader state lacks {sorted(missing)}")

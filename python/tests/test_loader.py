@@ -140,3 +140,19 @@ def test_drop_last_gives_only_full_batches_and_says_so_in_len(datasets: Dict[str
         list(shardtool.Loader(path, batch_size=total + 1, output="numpy", drop_last=True))
     with pytest.raises(TypeError, match="drop_last must be True or False"):
         shardtool.Loader(path, batch_size=8, drop_last=1)  # type: ignore[arg-type]
+
+
+def test_reader_threads_are_shared_among_the_ranks_and_workers_of_a_node(
+    datasets: Dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    cores = len(os.sched_getaffinity(0))
+    loader = shardtool.Loader(datasets["tar"], batch_size=4)
+    loader._split = (0, 1)  # as a DataLoader worker of one sets it
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert loader._threads() == cores
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores))
+    assert loader._threads() == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "not a number")
+    assert loader._threads() == cores

@@ -92,3 +92,14 @@ def test_a_state_of_an_earlier_epoch_resumes_once_that_epoch_is_set(datasets: Di
     rest = [k for b in dl for k in b["key"]]
     loader = shardtool.Loader(path, batch_size=4, seed=9, output="numpy")
     assert head + rest == [k for b in loader for k in b["key"]]
+
+
+def test_a_dataloaders_state_given_to_a_loader_says_where_it_belongs(datasets: Dict[str, Path]) -> None:
+    path = datasets["packed"]
+    d = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=4, output="numpy"))
+    dl = stateful.StatefulDataLoader(d, batch_size=None, num_workers=0)
+    it = iter(dl)
+    next(it)
+    state = dl.state_dict()
+    with pytest.raises(ValueError, match="StatefulDataLoader's state; load it with that DataLoader"):
+        shardtool.Loader(path, batch_size=4).load_state_dict(state)

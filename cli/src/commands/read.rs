@@ -28,7 +28,8 @@ pub struct LoaderArgs {
     /// Number of ranks, given with --rank (see --rank for the default).
     #[arg(long, requires = "rank")]
     pub world: Option<u32>,
-    /// Reader threads (default: all cores). Never changes the order.
+    /// Reader threads (default: all cores, divided by $LOCAL_WORLD_SIZE, the ranks torchrun
+    /// starts on this node). Never changes the order.
     #[arg(long, value_name = "K")]
     pub workers: Option<usize>,
     /// Samples per batch.

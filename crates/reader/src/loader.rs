@@ -151,6 +151,18 @@ fn strict_differences(s: &LoaderState, b: &LoaderBuilder) -> Vec<String> {
     out
 }
 
+/// The cores this process may use, divided among the ranks torchrun starts on this node
+/// (`LOCAL_WORLD_SIZE`): eight ranks each taking every core would run eight times the threads.
+fn default_workers() -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let local = std::env::var("LOCAL_WORLD_SIZE")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(1);
+    (cores / local).max(1)
+}
+
 /// Most batches each worker may have ready ahead of the consumer: each is a whole batch buffer.
 pub const MAX_PREFETCH: usize = 1024;
 
@@ -177,7 +189,7 @@ impl LoaderBuilder {
             rank: rank.ok().flatten().unwrap_or(0),
             world: world.ok().flatten().unwrap_or(1),
             env_partition_error,
-            workers: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            workers: default_workers(),
             prefetch: 2,
             in_order: true,
             transform: Transform::None,
@@ -245,7 +257,8 @@ impl LoaderBuilder {
         self.env_partition_error = None;
         self
     }
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: the cores, shared among `LOCAL_WORLD_SIZE` ranks when
+    /// torchrun sets it).
     pub fn workers(mut self, k: usize) -> Self {
         self.workers = k;
         self
