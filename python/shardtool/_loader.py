@@ -165,7 +165,10 @@ class Loader:
     of a remote one (whose shards are fetched through a checked cache in ``cache_dir``, at most
     ``cache_limit`` bytes: an int or a size like ``"64GiB"``; a fetch fails after
     ``fetch_timeout`` seconds without a byte, default 30, and is tried ``fetch_attempts`` times,
-    default 5, with backoff, resuming by range).
+    default 5, with backoff, resuming by range; ``prefetch_shards``, default 8, are fetched ahead
+    of the one read, ``fetch_concurrency``, default 4, at once: ``prefetch_shards=0`` fetches
+    each shard when it is opened, which ranks sharing a small cache may want, so that no rank
+    fetches ahead what another's fetch then evicts).
 
     Iterating yields dicts: ``image`` (uint8 ``[B, H, W, 3]`` when every image of the batch has
     the same shape, else a list of ``[h, w, 3]`` arrays; with ``decode=False`` on tar shards, a
@@ -244,6 +247,8 @@ class Loader:
         cache_limit: Optional[Union[int, str]] = None,
         fetch_timeout: Optional[float] = None,
         fetch_attempts: Optional[int] = None,
+        prefetch_shards: Optional[int] = None,
+        fetch_concurrency: Optional[int] = None,
         shuffle_buffer: Optional[int] = None,
         interleave: Optional[int] = None,
         prefetch: Optional[int] = None,
@@ -265,6 +270,8 @@ class Loader:
         _check_int("interleave", interleave, 1, optional=True)
         _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
         _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=100)
+        _check_int("prefetch_shards", prefetch_shards, 0, optional=True, maximum=2**32)
+        _check_int("fetch_concurrency", fetch_concurrency, 1, optional=True, maximum=1024)
         if fetch_timeout is not None:
             if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, (int, float)):
                 raise TypeError(f"fetch_timeout must be a number of seconds, not {type(fetch_timeout).__name__}")
@@ -322,6 +329,8 @@ class Loader:
         self._cache_limit = limit
         self._fetch_timeout = None if fetch_timeout is None else float(fetch_timeout)
         self._fetch_attempts = fetch_attempts
+        self._prefetch_shards = prefetch_shards
+        self._fetch_concurrency = fetch_concurrency
         self._shuffle_buffer = shuffle_buffer
         self._interleave = interleave
         self._prefetch = prefetch
@@ -491,6 +500,8 @@ class Loader:
             cache_limit=self._cache_limit,
             fetch_timeout=self.__dict__.get("_fetch_timeout"),
             fetch_attempts=self.__dict__.get("_fetch_attempts"),
+            prefetch_shards=self.__dict__.get("_prefetch_shards"),
+            fetch_concurrency=self.__dict__.get("_fetch_concurrency"),
             fields=self._fields,
             pool=self._buffer_pool(),
         )

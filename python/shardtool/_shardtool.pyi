@@ -91,6 +91,8 @@ class Reader:
         cache_limit: Optional[int] = None,
         fetch_timeout: Optional[float] = None,
         fetch_attempts: Optional[int] = None,
+        prefetch_shards: Optional[int] = None,
+        fetch_concurrency: Optional[int] = None,
         fields: Optional[List[str]] = None,
         pool: Optional[BufferPool] = None,
         test_delay: Optional[Tuple[str, float]] = None,

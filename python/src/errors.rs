@@ -62,7 +62,7 @@ create_exception!(
 /// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
 /// parenthesis, and not followed by more of a word), never part of a path.
 pub(crate) fn pythonic(text: String) -> String {
-    const FLAGS: [(&str, &str); 14] = [
+    const FLAGS: [(&str, &str); 17] = [
         ("--overwrite", "overwrite=True"),
         ("--resume", "resume=True"),
         ("--max-errors", "max_errors"),
@@ -76,6 +76,9 @@ pub(crate) fn pythonic(text: String) -> String {
         ("--input-format", "input_format"),
         ("--fetch-timeout", "fetch_timeout"),
         ("--fetch-attempts", "fetch_attempts"),
+        ("--prefetch-shards", "prefetch_shards"),
+        ("--fetch-concurrency", "fetch_concurrency"),
+        ("--drop-last", "drop_last=True"),
         ("--remainder pad", "remainder=\"pad\""),
     ];
     let mut out = String::with_capacity(text.len());

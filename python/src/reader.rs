@@ -300,7 +300,8 @@ impl Reader {
     #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
         workers=None, transform="decode", flip=false, remainder="drop", drop_last=false, in_order=true, shuffle_buffer=None,
         interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
-        cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None, fields=None,
+        cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None,
+        prefetch_shards=None, fetch_concurrency=None, fields=None,
         pool=None, test_delay=None))]
     // One parameter per keyword argument of the Python signature.
     #[allow(clippy::too_many_arguments)]
@@ -329,17 +330,28 @@ impl Reader {
         cache_limit: Option<u64>,
         fetch_timeout: Option<f64>,
         fetch_attempts: Option<u32>,
+        prefetch_shards: Option<usize>,
+        fetch_concurrency: Option<usize>,
         fields: Option<Vec<String>>,
         pool: Option<PyRefMut<'_, BufferPool>>,
         test_delay: Option<(String, f64)>,
     ) -> PyResult<Self> {
         let location = Location::parse(&dataset)
             .map_err(|e| read_error(shardtool_reader::ReadError::from(e)))?;
-        let cache = fetching(
+        let mut cache = fetching(
             cache_options(cache_dir, cache_limit),
             fetch_timeout,
             fetch_attempts,
         )?;
+        if let Some(n) = prefetch_shards {
+            cache.ahead = n;
+        }
+        if let Some(n) = fetch_concurrency {
+            if n == 0 {
+                return Err(PyValueError::new_err("fetch_concurrency must be at least 1"));
+            }
+            cache.concurrency = n;
+        }
         let mut b = Loader::builder_at(location)
             .cache(cache)
             .batch_size(batch_size)

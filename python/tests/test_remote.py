@@ -224,3 +224,20 @@ def test_a_checkpoint_needs_no_server_and_a_lost_shard_is_a_cache_error(served: 
     with pytest.raises(shardtool.CacheError, match="could not be opened"):
         for _ in shardtool.Loader(url, **opts):
             pass
+
+
+def test_prefetch_shards_and_fetch_concurrency_reach_the_cache(served: Path, tmp_path: Path) -> None:
+    ds = served / "ds"
+    shardtool.pack(SAMPLE, ds, resize="crop:16x16", shard_samples=8)
+    url = _url(served, "ds/")
+    shards = len(json.loads((ds / "manifest.json").read_text())["shards"])
+    # Nothing fetched ahead: each shard is fetched when it is opened, so none is a hit.
+    loader = shardtool.Loader(
+        url, batch_size=4, output="numpy", cache_dir=tmp_path / "c", prefetch_shards=0, fetch_concurrency=1
+    )
+    keys = [k for b in loader for k in b["key"]]
+    assert len(keys) == len(set(keys)) == samples(ds)
+    cache = loader.metrics()["cache"]
+    assert (cache["misses"], cache["hits"]) == (shards, 0), cache
+    with pytest.raises(ValueError, match="fetch_concurrency"):
+        shardtool.Loader(url, batch_size=4, fetch_concurrency=0)

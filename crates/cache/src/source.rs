@@ -254,8 +254,9 @@ impl RemoteDataset {
                 limit,
                 message: format!(
                     "the reader keeps up to {open_bytes} bytes of shards open at once{}; raise \
-                     --cache-limit to at least {need}, or open fewer shards at once (a smaller \
-                     shuffle buffer or interleave, fewer workers)",
+                     --cache-limit to at least {need} (for each process reading through this \
+                     cache folder: the ranks of a node sharing it need the sum), or open fewer \
+                     shards at once (a smaller shuffle buffer or interleave, fewer workers)",
                     match need - open_bytes {
                         0 => String::new(),
                         more => format!(" and a shard being fetched needs up to {more} more"),
