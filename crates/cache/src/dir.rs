@@ -447,11 +447,11 @@ impl CacheDir {
 
     /// The eviction lock, taken: it serialises space accounting across processes and holds the
     /// count of cached bytes (see [`usage`]).
-    fn evict_lock(&self) -> Result<File, CacheError> {
+    fn evict_lock(&self) -> Result<Locked, CacheError> {
         let lock_path = self.root.join("evict.lock");
         let lock = open_lock(&lock_path)?;
         lock.lock().map_err(CacheError::io(&lock_path))?;
-        Ok(lock)
+        Ok(Locked::new(lock))
     }
 
     /// Lists every cached shard (the caller holds the eviction lock): their bytes, and the
@@ -654,6 +654,7 @@ impl Candidate {
         if lock.try_lock().is_err() {
             return Removed::InUse;
         }
+        let _held = Locked::new(lock);
         let _ = fs::remove_file(&paths.meta);
         if fs::remove_file(&paths.data).is_ok() {
             Removed::Yes
@@ -700,6 +701,32 @@ fn pid_alive(pid: &str) -> bool {
         Ok(p) if p == std::process::id() => true,
         Ok(p) => Path::new("/proc").join(p.to_string()).exists(),
         Err(_) => false,
+    }
+}
+
+/// An open lock file whose flock this process holds, released explicitly when dropped: closing
+/// the file alone leaves the lock held while a forked child (a DataLoader worker) keeps its
+/// copy of the descriptor open, stalling every process that needs it.
+#[derive(Debug)]
+pub(crate) struct Locked(File);
+
+impl Locked {
+    /// Wraps `file`, which holds its lock already.
+    pub(crate) fn new(file: File) -> Self {
+        Self(file)
+    }
+}
+
+impl std::ops::Deref for Locked {
+    type Target = File;
+    fn deref(&self) -> &File {
+        &self.0
+    }
+}
+
+impl Drop for Locked {
+    fn drop(&mut self) {
+        let _ = self.0.unlock();
     }
 }
 
@@ -774,6 +801,31 @@ mod hardening {
             e.contains(".cache/shardtool") && e.contains("--cache-dir"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_lock_is_released_though_a_forked_child_keeps_the_file_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.lock");
+        for explicit in [false, true] {
+            let f = open_lock(&path).unwrap();
+            f.lock().unwrap();
+            // What fork gives a child: another descriptor of the same open file.
+            let child_copy = f.try_clone().unwrap();
+            if explicit {
+                drop(Locked::new(f));
+            } else {
+                drop(f);
+            }
+            let other = open_lock(&path).unwrap();
+            assert_eq!(
+                other.try_lock().is_ok(),
+                explicit,
+                "explicit unlock: {explicit}"
+            );
+            drop(other);
+            drop(child_copy);
+        }
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A remote dataset read through the cache: its manifest, shard leases (fetch on a miss, shared
 //! lock while in use) and a bounded prefetcher driven by the epoch plan.
 
-use crate::dir::{open_lock, CacheDir, ShardPaths};
+use crate::dir::{open_lock, CacheDir, Locked, ShardPaths};
 use crate::location::RemoteUrl;
 use crate::metrics::{CacheMetrics, Recorder};
 use crate::remote::{FetchPolicy, Remote};
@@ -82,14 +82,14 @@ impl ShardSpec {
 pub struct Lease {
     path: PathBuf,
     // The shared lock is held by this open file and released when it is dropped.
-    _lock: Option<File>,
+    _lock: Option<Locked>,
     /// Whether this acquisition fetched the shard (rather than finding it cached).
     fetched: bool,
 }
 
 impl Lease {
     /// A lease on `path`, holding `lock` (shared) when given.
-    fn new(path: PathBuf, lock: Option<File>, fetched: bool) -> Self {
+    fn new(path: PathBuf, lock: Option<Locked>, fetched: bool) -> Self {
         if lock.is_some() {
             crate::dir::held_here(&path, true);
         }
@@ -559,6 +559,7 @@ impl Shared {
             let lock = open_lock(&paths.lock)?;
             // Shared: blocks only while another process fetches or evicts this shard.
             lock.lock_shared().map_err(CacheError::io(&paths.lock))?;
+            let lock = Locked::new(lock);
             if CacheDir::is_whole(&paths, bytes, sum)? {
                 // Fetched ahead (`count_hit` false only for the prefetcher): last in line for
                 // eviction until it is read, so that other processes' fetches take shards
@@ -598,6 +599,7 @@ impl Shared {
             } else {
                 lock.lock().map_err(CacheError::io(&paths.lock))?;
             }
+            let lock = Locked::new(lock);
             // Someone may have fetched it while we waited for the exclusive lock.
             if !CacheDir::is_whole(&paths, bytes, sum)? {
                 if paths.data.exists() {

@@ -51,9 +51,12 @@ pub(crate) fn now_secs() -> u64 {
 pub(crate) fn read(lock: &File) -> Option<Usage> {
     let mut buf = [0u8; 128];
     let n = lock.read_at(&mut buf, 0).ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    // The first line only: what follows it (another version's longer record, a note) is cut
+    // off by the next write.
+    let line = buf[..n].split(|&b| b == b'\n').next()?;
+    let text = std::str::from_utf8(line).ok()?;
     // The record ends in " end": a write cut short is never read as a smaller count.
-    let rest = text.strip_prefix(HEAD)?.strip_suffix(" end\n")?;
+    let rest = text.strip_prefix(HEAD)?.strip_suffix(" end")?;
     let (bytes, listed) = rest.split_once(" listed ")?;
     Some(Usage {
         bytes: bytes.parse().ok()?,
@@ -68,7 +71,10 @@ pub(crate) fn write(lock: &File, usage: Usage) {
         "{HEAD}{:020} listed {:020} end\n",
         usage.bytes, usage.listed
     );
-    let _ = lock.write_all_at(text.as_bytes(), 0);
+    if lock.write_all_at(text.as_bytes(), 0).is_ok() {
+        // Anything past the record would make the file unreadable as one.
+        let _ = lock.set_len(text.len() as u64);
+    }
 }
 
 /// Marks the count as needing a listing.
@@ -190,6 +196,20 @@ mod tests {
         let len = fs::metadata(t.path().join("evict.lock")).unwrap().len();
         f.set_len(len - 3).unwrap();
         assert_eq!(read(&f), None, "a record without its end is not trusted");
+        // Bytes past a record (a longer one of another version, a note): unreadable only until
+        // the next write, which cuts them off.
+        write(&f, u);
+        f.write_all_at(b"\nleft by someone else, longer than a record", len)
+            .unwrap();
+        assert_eq!(read(&f), Some(u), "the first line is the record");
+        f.write_all_at(b"garbage", 0).unwrap();
+        assert_eq!(read(&f), None);
+        write(&f, u);
+        assert_eq!(read(&f), Some(u));
+        assert_eq!(
+            fs::metadata(t.path().join("evict.lock")).unwrap().len(),
+            len
+        );
         invalidate(&f);
         assert!(read(&f).unwrap().is_stale(now_secs()));
         assert!(!Usage {
