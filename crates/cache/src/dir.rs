@@ -98,15 +98,30 @@ pub(crate) struct ShardPaths {
     pub lock: PathBuf,
 }
 
-/// Bytes promised to a download; released on drop.
-pub(crate) struct Reservation(Option<PathBuf>);
+/// Bytes promised to a download; released on drop. Its file stays locked while it lives: a
+/// reservation file nobody holds locked is a dead process's, whatever PID namespace (container)
+/// made it.
+pub(crate) struct Reservation(Option<(PathBuf, Locked)>);
 
 impl Drop for Reservation {
     fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
+        if let Some((p, _lock)) = self.0.take() {
             let _ = fs::remove_file(p);
         }
     }
+}
+
+/// This process's mark in the names of the files it makes in a cache folder: its PID and its
+/// start time, so that processes of two containers with the same PID (each one's PID 1) never
+/// take or remove each other's files.
+fn process_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        let nanos = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        format!("{}.{nanos:x}", std::process::id())
+    })
 }
 
 static RESERVATIONS: AtomicU64 = AtomicU64::new(0);
@@ -207,7 +222,7 @@ impl CacheDir {
                 let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
                 // The temporary name starts with TAG_TMP, which the emptiness check above
                 // allows, so processes creating one cache at once do not refuse each other's.
-                let tmp = root.join(format!("{TAG_TMP}{}.{n}", std::process::id()));
+                let tmp = root.join(format!("{TAG_TMP}{}.{n}", process_token()));
                 let mut f =
                     AtomicFile::create_at(tmp.clone(), &tag).map_err(CacheError::io(&tmp))?;
                 f.write_all(TAG_TEXT.as_bytes())
@@ -440,9 +455,12 @@ impl CacheDir {
         let path = self
             .root
             .join("reserve")
-            .join(format!("{}-{n}", std::process::id()));
+            .join(format!("{}-{n}", process_token()));
         write_atomic(&path, need.to_string().as_bytes())?;
-        Ok(Ok(Reservation(Some(path))))
+        // Locked before the eviction lock is let go, so no one sees it unlocked (dead).
+        let lock = open_lock(&path)?;
+        lock.lock().map_err(CacheError::io(&path))?;
+        Ok(Ok(Reservation(Some((path, Locked::new(lock))))))
     }
 
     /// The eviction lock, taken: it serialises space accounting across processes and holds the
@@ -506,7 +524,6 @@ impl CacheDir {
     /// than this one; promises of dead ones are dropped.
     fn reserved_bytes(&self) -> Result<(u64, u64), CacheError> {
         let dir = self.root.join("reserve");
-        let me = std::process::id().to_string();
         let (mut total, mut others) = (0, 0);
         for e in fs::read_dir(&dir).map_err(CacheError::io(&dir))?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -514,9 +531,29 @@ impl CacheDir {
                 // A reservation still being written.
                 continue;
             }
-            let pid = name.split('-').next().unwrap_or("");
-            if !pid_alive(pid) {
-                let _ = fs::remove_file(e.path());
+            let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);
+            let alive = if owner.contains('.') {
+                // Its process holds it locked for as long as it lives, in any PID namespace.
+                match open_lock(&e.path()) {
+                    Ok(f) => match f.try_lock() {
+                        Ok(()) => {
+                            let _held = Locked::new(f);
+                            let _ = fs::remove_file(e.path());
+                            false
+                        }
+                        Err(_) => true,
+                    },
+                    Err(_) => false,
+                }
+            } else {
+                // An older build's, named by a bare PID and never locked.
+                let alive = pid_alive(owner);
+                if !alive {
+                    let _ = fs::remove_file(e.path());
+                }
+                alive
+            };
+            if !alive {
                 continue;
             }
             let mut text = String::new();
@@ -526,7 +563,7 @@ impl CacheDir {
             {
                 let n = text.trim().parse::<u64>().unwrap_or(0);
                 total += n;
-                if pid != me {
+                if owner != process_token() {
                     others += n;
                 }
             }
@@ -753,7 +790,7 @@ pub(crate) fn hash_file(path: &Path) -> Result<Checksum, CacheError> {
 fn write_stamp(path: &Path, bytes: &[u8]) -> Result<(), CacheError> {
     let n = RESERVATIONS.fetch_add(1, Ordering::Relaxed);
     let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let tmp = path.with_file_name(format!(".{name}.{}.{n}", std::process::id()));
+    let tmp = path.with_file_name(format!(".{name}.{}.{n}", process_token()));
     let written = fs::write(&tmp, bytes).and_then(|()| fs::rename(&tmp, path));
     if written.is_err() {
         let _ = fs::remove_file(&tmp);
@@ -784,140 +821,4 @@ fn check_owner(root: &Path) -> Result<(), CacheError> {
 }
 
 #[cfg(test)]
-mod hardening {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    #[test]
-    fn a_cache_folder_that_cannot_be_made_is_named_with_how_to_choose_another() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("home");
-        fs::write(&file, b"a file where HOME's folder would be").unwrap();
-        let e = CacheDir::open(file.join(".cache/shardtool"), None)
-            .unwrap_err()
-            .to_string();
-        assert!(e.starts_with("cannot use the cache folder "), "{e}");
-        assert!(
-            e.contains(".cache/shardtool") && e.contains("--cache-dir"),
-            "{e}"
-        );
-    }
-
-    #[test]
-    fn a_lock_is_released_though_a_forked_child_keeps_the_file_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x.lock");
-        for explicit in [false, true] {
-            let f = open_lock(&path).unwrap();
-            f.lock().unwrap();
-            // What fork gives a child: another descriptor of the same open file.
-            let child_copy = f.try_clone().unwrap();
-            if explicit {
-                drop(Locked::new(f));
-            } else {
-                drop(f);
-            }
-            let other = open_lock(&path).unwrap();
-            assert_eq!(
-                other.try_lock().is_ok(),
-                explicit,
-                "explicit unlock: {explicit}"
-            );
-            drop(other);
-            drop(child_copy);
-        }
-    }
-
-    #[test]
-    fn partial_downloads_of_gone_processes_go_once_idle() {
-        let dir = tempfile::tempdir().unwrap();
-        let old = SystemTime::now() - std::time::Duration::from_secs(3600);
-        let mine = format!("s.tar.download.{}.3.part", std::process::id());
-        let files = [
-            ("s.tar.download.4000000000.1.part", true, true),
-            ("s.tar.download.4000000000.2.part", false, false),
-            (mine.as_str(), true, false),
-            ("notes.txt", true, false),
-        ];
-        for (name, idle, _) in &files {
-            let f = File::create(dir.path().join(name)).unwrap();
-            if *idle {
-                f.set_modified(old).unwrap();
-            }
-        }
-        remove_stale_downloads(dir.path(), std::time::Duration::from_secs(600));
-        for (name, _, gone) in &files {
-            assert_eq!(!dir.path().join(name).exists(), *gone, "{name}");
-        }
-    }
-
-    #[test]
-    fn a_new_cache_folder_is_private_and_another_users_is_refused() {
-        let t = tempfile::tempdir().unwrap();
-        let root = t.path().join("cache");
-        CacheDir::open(&root, None).unwrap();
-        let mode = fs::metadata(&root).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode, 0o700, "mode {mode:o}");
-        // Giving it away needs root; where the tests run unprivileged this half cannot be set up.
-        if std::os::unix::fs::chown(&root, Some(4242), None).is_ok() {
-            assert!(matches!(
-                CacheDir::open(&root, None),
-                Err(CacheError::NotOurs { owner: 4242, .. })
-            ));
-            assert!(matches!(
-                CacheDir::existing(&root),
-                Err(CacheError::NotOurs { .. })
-            ));
-        } else {
-            eprintln!("not root: the foreign-owner half of this test was not set up");
-        }
-    }
-
-    #[test]
-    fn processes_creating_one_cache_at_once_never_refuse_each_other() {
-        // The window: one opener sees no tag, a racing one commits the tag and creates
-        // `reserve`, then the first lists the folder. Many rounds make it likely to open.
-        let t = tempfile::tempdir().unwrap();
-        for round in 0..300 {
-            let root = t.path().join(format!("cache-{round}"));
-            let gate = std::sync::Barrier::new(4);
-            std::thread::scope(|s| {
-                let opened: Vec<_> = (0..4)
-                    .map(|_| {
-                        s.spawn(|| {
-                            gate.wait();
-                            CacheDir::open(&root, None).map(|_| ())
-                        })
-                    })
-                    .collect();
-                for h in opened {
-                    if let Err(e) = h.join().unwrap() {
-                        panic!("round {round}: {e}");
-                    }
-                }
-            });
-            assert!(root.join(TAG).is_file());
-        }
-    }
-
-    #[test]
-    fn clear_never_follows_links_out_of_the_folder() {
-        let t = tempfile::tempdir().unwrap();
-        let outside = t.path().join("precious");
-        fs::create_dir_all(outside.join("shards")).unwrap();
-        fs::write(outside.join("source"), "https://h/d/").unwrap();
-        fs::write(outside.join("shards/a.tar"), b"keep me").unwrap();
-        fs::write(t.path().join("file.tar"), b"keep me too").unwrap();
-        let cache = CacheDir::open(t.path().join("cache"), None).unwrap();
-        // A linked dataset folder, and a link among a real dataset's shards.
-        std::os::unix::fs::symlink(&outside, cache.root().join("linked-0000")).unwrap();
-        let d = cache.dataset_dir("https://h/real/").unwrap();
-        std::os::unix::fs::symlink(t.path().join("file.tar"), d.join("shards/b.tar")).unwrap();
-        fs::write(d.join("shards/own.tar"), b"ours").unwrap();
-        let report = cache.clear(None).unwrap();
-        assert_eq!(report.removed, 1, "only our own shard goes");
-        assert!(!d.join("shards/own.tar").exists());
-        assert_eq!(fs::read(outside.join("shards/a.tar")).unwrap(), b"keep me");
-        assert_eq!(fs::read(t.path().join("file.tar")).unwrap(), b"keep me too");
-    }
-}
+mod hardening;
