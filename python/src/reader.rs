@@ -348,7 +348,9 @@ impl Reader {
         }
         if let Some(n) = fetch_concurrency {
             if n == 0 {
-                return Err(PyValueError::new_err("fetch_concurrency must be at least 1"));
+                return Err(PyValueError::new_err(
+                    "fetch_concurrency must be at least 1",
+                ));
             }
             cache.concurrency = n;
         }
