@@ -10,13 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${N:-10000}
 RUNS=${RUNS:-3}
-command -v lighttpd >/dev/null || [ -x /usr/sbin/lighttpd ] || { echo "needs lighttpd"; exit 2; }
-cargo build --release -q -p shardtool
-BIN=$PWD/target/release/shardtool
-TMP=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cleanup() { [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+. scripts/loopback_http.sh
 python3 - "$TMP/imgs/a" "$N" <<'PY'
 import os, sys
 from PIL import Image
@@ -27,14 +21,7 @@ for i in range(int(sys.argv[2])):
 PY
 $BIN pack "$TMP/imgs" "$TMP/www/ds" --shard-samples 1 -q
 BYTES=$(du -sb "$TMP/www/ds" | cut -f1)
-cat > "$TMP/lighttpd.conf" <<CONF
-server.document-root = "$TMP/www"
-server.bind = "127.0.0.1"
-server.port = $PORT
-server.errorlog = "$TMP/lighttpd.err"
-CONF
-/usr/sbin/lighttpd -D -f "$TMP/lighttpd.conf" & LPID=$!
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/ds/manifest.json" -o /dev/null && break; sleep 0.1; done
+serve_folder "$TMP/www" ds/manifest.json
 URL="http://127.0.0.1:$PORT/ds/"
 echo "dataset: $N shards, $BYTES bytes, lighttpd on loopback; $(nproc) cores"
 

@@ -13,28 +13,11 @@ cd "$(dirname "$0")/.."
 RUNS=${RUNS:-3}
 CROPS=bench-data/crops
 [ -d "$CROPS" ] || scripts/make_bench_data.sh
-command -v lighttpd >/dev/null || [ -x /usr/sbin/lighttpd ] || { echo "needs lighttpd (apt-get install lighttpd lighttpd-mod-webdav)"; exit 2; }
-command -v curl >/dev/null || { echo "needs curl"; exit 2; }
-cargo build --release -q -p shardtool
-BIN=$PWD/target/release/shardtool
-TMP=$(mktemp -d)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-cleanup() { [ -n "${LPID:-}" ] && kill "$LPID" 2>/dev/null; rm -rf "$TMP"; }
-trap cleanup EXIT
+. scripts/loopback_http.sh
 scripts/list_repeated.py "$CROPS" "$TMP/list.csv" 4
 mkdir -p "$TMP/www"
 $BIN pack --list "$TMP/list.csv" "$TMP/www/ds" --resize crop:256x256 --format packed --shard-size 64MiB -q
-cat > "$TMP/lighttpd.conf" <<CONF
-server.document-root = "$TMP/www"
-server.bind = "127.0.0.1"
-server.port = $PORT
-server.modules = ("mod_webdav")
-webdav.activate = "enable"
-webdav.opts = ("propfind-depth-infinity" => "enable")
-server.errorlog = "$TMP/lighttpd.err"
-CONF
-/usr/sbin/lighttpd -D -f "$TMP/lighttpd.conf" & LPID=$!
-for _ in $(seq 50); do curl -sf "http://127.0.0.1:$PORT/ds/manifest.json" -o /dev/null && break; sleep 0.1; done
+serve_folder "$TMP/www" ds/manifest.json webdav
 URL="http://127.0.0.1:$PORT/ds/"
 SHARDS=$(python3 -c "import json; print(' '.join(s['file'] for s in json.load(open('$TMP/www/ds/manifest.json'))['shards']))")
 BYTES=$(python3 -c "import json; print(sum(s['bytes'] for s in json.load(open('$TMP/www/ds/manifest.json'))['shards']))")
