@@ -5,7 +5,8 @@
 //! <root>/CACHEDIR.TAG          marks the folder as ours; nothing is deleted without it
 //! <root>/evict.lock            serialises space accounting and eviction across processes, and
 //!                              holds the count of cached bytes (see `usage`)
-//! <root>/reserve/<pid>-<n>     bytes promised to a download in flight
+//! <root>/reserve/<pid>.<start>-<n>  bytes promised to a download in flight, locked by its
+//!                              process while it lives
 //! <root>/<dataset id>/source   the dataset's folder URL
 //! <root>/<dataset id>/shards/  published shards (decompressed)
 //! <root>/<dataset id>/meta/    per-shard stamp {bytes, checksum, mtime, inode}; its mtime is the LRU clock

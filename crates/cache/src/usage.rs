@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, SystemTime};
 
 /// How old the count may grow before the next reservation lists the folder again.
@@ -135,37 +135,35 @@ pub(crate) fn last_use(meta: &Path, data: &fs::Metadata) -> SystemTime {
 }
 
 /// Each cache folder's candidates left over from this process's last listing.
-static QUEUES: Mutex<Option<HashMap<PathBuf, VecDeque<Candidate>>>> = Mutex::new(None);
+type Queues = Option<HashMap<PathBuf, VecDeque<Candidate>>>;
+static QUEUES: Mutex<Queues> = Mutex::new(None);
 
-/// Takes this process's queue of the cache folder `root` (empty when there is none). Callers
-/// hold the eviction lock, which no two threads hold at once, so the queues are never busy,
-/// unless this process was forked while another thread of its parent held them: that copy
-/// stays locked for good, and every reservation lists the folder (slower, still right).
-pub(crate) fn take_queue(root: &Path) -> VecDeque<Candidate> {
+/// The queues, unless busy. Callers hold the eviction lock, which no two threads hold at once,
+/// so they are never busy, unless this process was forked while another thread of its parent
+/// held them: that copy stays locked for good, and every reservation lists the folder (slower,
+/// still right).
+fn queues() -> Option<MutexGuard<'static, Queues>> {
     match QUEUES.try_lock() {
-        Ok(mut all) => all
-            .get_or_insert_with(Default::default)
-            .remove(root)
-            .unwrap_or_default(),
-        Err(std::sync::TryLockError::Poisoned(p)) => p
-            .into_inner()
-            .get_or_insert_with(Default::default)
-            .remove(root)
-            .unwrap_or_default(),
-        Err(std::sync::TryLockError::WouldBlock) => VecDeque::new(),
+        Ok(all) => Some(all),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
     }
+}
+
+/// Takes this process's queue of the cache folder `root` (empty when there is none).
+pub(crate) fn take_queue(root: &Path) -> VecDeque<Candidate> {
+    queues()
+        .and_then(|mut all| all.get_or_insert_with(Default::default).remove(root))
+        .unwrap_or_default()
 }
 
 /// Keeps the oldest [`QUEUE_LEN`] of `queue` as the queue of the cache folder `root`.
 pub(crate) fn keep_queue(root: &Path, mut queue: VecDeque<Candidate>) {
     queue.truncate(QUEUE_LEN);
-    let mut all = match QUEUES.try_lock() {
-        Ok(all) => all,
-        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
-        Err(std::sync::TryLockError::WouldBlock) => return,
-    };
-    all.get_or_insert_with(Default::default)
-        .insert(root.to_path_buf(), queue);
+    if let Some(mut all) = queues() {
+        all.get_or_insert_with(Default::default)
+            .insert(root.to_path_buf(), queue);
+    }
 }
 
 #[cfg(test)]
