@@ -208,21 +208,19 @@ fn hf_features(reader: &SerializedFileReader<Bounded>) -> Option<serde_json::Val
 }
 
 /// The column the features declare a `ClassLabel`, when exactly one is (`labels`, `fine_label`).
-fn hf_class_label_column(reader: &SerializedFileReader<Bounded>) -> Option<String> {
-    let features = hf_features(reader)?;
+fn hf_class_label_column(features: &serde_json::Value) -> Option<&str> {
     let mut labels = features
         .as_object()?
         .iter()
         .filter(|(_, f)| f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel"));
     match (labels.next(), labels.next()) {
-        (Some((name, _)), None) => Some(name.clone()),
+        (Some((name, _)), None) => Some(name),
         _ => None,
     }
 }
 
-/// Class names of `label` from the `huggingface` key-value metadata (a `ClassLabel` feature).
-fn hf_class_names(reader: &SerializedFileReader<Bounded>, label: &str) -> Option<Vec<String>> {
-    let features = hf_features(reader)?;
+/// Class names of `label` from the `huggingface` metadata's features (a `ClassLabel` feature).
+fn hf_class_names(features: &serde_json::Value, label: &str) -> Option<Vec<String>> {
     let feature = features.get(label)?;
     let names = feature.get("names")?.as_array()?;
     let names: Vec<String> = names
@@ -375,16 +373,15 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
         let reader = open_reader(&path)?;
         let meta = reader.metadata();
         let schema = meta.file_metadata().schema_descr().root_schema();
-        let class_label = hf_class_label_column(&reader);
+        let features = hf_features(&reader);
         let chosen = choose(
             schema.get_fields(),
             &options.columns,
-            class_label.as_deref(),
+            features.as_ref().and_then(hf_class_label_column),
         )?;
-        let names = chosen
-            .label
-            .as_ref()
-            .and_then(|l| hf_class_names(&reader, l));
+        let names = (features.as_ref())
+            .zip(chosen.label.as_ref())
+            .and_then(|(f, l)| hf_class_names(f, l));
         let mut groups = Vec::with_capacity(meta.num_row_groups());
         let mut first = 0u64;
         for g in meta.row_groups() {
