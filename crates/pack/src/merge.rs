@@ -9,7 +9,7 @@ use crate::plan::PackPlan;
 use crate::plan_file::{bad_plan, plan_dir, read_plan_in, DONE_DIR, PLAN_FILE, STAGED_DIR};
 use crate::sink::{split_fields, ShardSink};
 use crate::store::Store;
-use crate::{ErrorRecord, PackError};
+use crate::{DoneRecord, ErrorRecord, PackError, PlanFile};
 use serde::Serialize;
 use shardtool_manifest::{errors, Manifest, ERRORS_FILE};
 use std::collections::BTreeMap;
@@ -60,6 +60,12 @@ pub(crate) fn stopped_runs(store: &Store) -> Vec<PathBuf> {
     out
 }
 
+/// The done record of every shard of the plan, by shard (`None`: not done).
+fn every_done(store: &Store, file: &PlanFile) -> Result<Vec<Option<DoneRecord>>, PackError> {
+    let all: Vec<u64> = (0..file.shards).collect();
+    store.each(&all, |j| read_done(store, &file.hash, j))
+}
+
 /// Where a partitioned pack in `output` stands.
 pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
     let store = Store::open(output)?;
@@ -75,9 +81,7 @@ pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
         max_errors: file.max_errors,
         stopped: stopped_runs(&store),
     };
-    let all: Vec<u64> = (0..file.shards).collect();
-    let done = store.each(&all, |j| read_done(&store, &file.hash, j))?;
-    for (j, rec) in (0..file.shards).zip(done) {
+    for (j, rec) in (0..file.shards).zip(every_done(&store, &file)?) {
         match rec {
             Some(rec) => {
                 s.samples += rec.entry.as_ref().map_or(0, |e| e.samples);
@@ -124,9 +128,7 @@ pub(crate) fn merge_held(
         .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
     let mut records = Vec::with_capacity(file.shards as usize);
     let mut missing = Vec::new();
-    let all: Vec<u64> = (0..file.shards).collect();
-    let done = store.each(&all, |j| read_done(&store, &file.hash, j))?;
-    for (j, rec) in (0..file.shards).zip(done) {
+    for (j, rec) in (0..file.shards).zip(every_done(&store, &file)?) {
         match rec {
             Some(r) => records.push(r),
             None => missing.push(j),
