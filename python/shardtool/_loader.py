@@ -210,8 +210,9 @@ class Loader:
     dataset's fields.
 
     ``workers`` Rust threads decode (default: all cores, divided among the ranks on this node
-    by ``LOCAL_WORLD_SIZE`` as torchrun sets it and among DataLoader worker processes); ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples)
-    and ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
+    by ``LOCAL_WORLD_SIZE`` as torchrun sets it and among DataLoader worker processes);
+    ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples) and
+    ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
     leaves unreadable records out of their batches instead of raising (``metrics()`` counts them;
     a batch may then be short, or empty: ``[0, S, S, 3]`` for a crop to S, ``[0, 0, 0, 3]`` for
@@ -291,7 +292,7 @@ class Loader:
         parsed_device = _parse_device(device)
         limit = cache_limit_bytes(cache_limit)
         for name, flag in (("shuffle", shuffle), ("decode", decode), ("in_order", in_order),
-                           ("skip_corrupt", skip_corrupt), ("flip", flip)):
+                           ("skip_corrupt", skip_corrupt), ("flip", flip), ("drop_last", drop_last)):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
         if transform is None:
@@ -320,8 +321,6 @@ class Loader:
         self._transform = transform
         self._flip = flip
         self._remainder = remainder
-        if not isinstance(drop_last, bool):
-            raise TypeError(f"drop_last must be True or False, not {type(drop_last).__name__}")
         self._drop_last = drop_last
         self._in_order = in_order
         self._output = output
