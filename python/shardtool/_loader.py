@@ -438,16 +438,6 @@ class Loader:
 
     # -- iteration -----------------------------------------------------------------------------
 
-    def _threads(self) -> Optional[int]:
-        if self._workers is not None or self._split is None:
-            return self._workers
-        # Each of N DataLoader worker processes gets its part of the cores, and of those each of
-        # the ranks torchrun starts on this node (LOCAL_WORLD_SIZE) gets its part.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-        local = os.environ.get("LOCAL_WORLD_SIZE", "").strip()
-        ranks = int(local) if local.isdigit() and int(local) > 0 else 1
-        return max(1, (cores or 1) // (self._split[1] * ranks))
-
     def __iter__(self) -> Iterator[Batch]:
         with self._iter_lock:
             return self._start()
@@ -483,7 +473,7 @@ class Loader:
             shuffle=self._shuffle,
             rank=rank,
             world_size=world,
-            workers=self._threads(),
+            workers=self._workers,
             transform=self._transform,
             flip=self._flip,
             remainder=self._remainder,

@@ -185,6 +185,8 @@ pub struct Reader {
     metrics: shardtool_reader::MetricsSource,
     /// Batches of this rank's epoch.
     batches: u64,
+    /// Worker threads this pass started.
+    workers: usize,
     /// Set by `close`: a thread waiting in `__next__` stops the reader at its next wait slice.
     closing: AtomicBool,
     /// The position and metrics (JSON) when a thread waiting in `__next__` stopped the reader
@@ -410,6 +412,7 @@ impl Reader {
             position: Mutex::new(state_json(&loader)),
             metrics: loader.metrics_source(),
             batches: loader.batches_per_epoch(),
+            workers: loader.workers(),
             loader: Mutex::new(Some(loader)),
             closing: AtomicBool::new(false),
             stopped_at: Mutex::new(None),
@@ -567,6 +570,12 @@ impl Reader {
     /// Batches of this rank's epoch (all shares together).
     fn batches_per_epoch(&self) -> u64 {
         self.batches
+    }
+
+    /// Worker threads this pass started (at most one per batch left to read).
+    #[getter]
+    fn workers(&self) -> usize {
+        self.workers
     }
 
     /// Stops the reader threads (batches already returned stay valid; fetches under way are

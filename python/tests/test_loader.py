@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import pytest
@@ -148,11 +148,25 @@ def test_reader_threads_are_shared_among_the_ranks_and_workers_of_a_node(
     import os
 
     cores = len(os.sched_getaffinity(0))
-    loader = shardtool.Loader(datasets["tar"], batch_size=4)
-    loader._split = (0, 1)  # as a DataLoader worker of one sets it
+
+    def threads(split: Optional[Tuple[int, int]], workers: Optional[int] = None) -> int:
+        # batch_size 1: more batches than cores, so the count is not capped by the work.
+        loader = shardtool.Loader(datasets["tar"], batch_size=1, workers=workers)
+        loader._split = split  # as a DataLoader worker sets it
+        iter(loader)
+        try:
+            assert loader._reader is not None
+            return loader._reader.workers
+        finally:
+            loader.close()
+
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    assert loader._threads() == cores
+    assert threads(None) == cores
+    assert threads((0, 1)) == cores
+    assert threads((1, 2)) == max(1, cores // 2)
+    assert threads((0, 2), workers=3) == 3
     monkeypatch.setenv("LOCAL_WORLD_SIZE", str(cores))
-    assert loader._threads() == 1
+    assert threads(None) == 1
+    assert threads((0, 1), workers=2) == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "not a number")
-    assert loader._threads() == cores
+    assert threads(None) == cores

@@ -23,6 +23,7 @@ mod metrics;
 /// loader, public only for the shuffle-quality example and tests: not a stable API.
 #[doc(hidden)]
 pub mod plan;
+mod threads;
 mod transform;
 mod work;
 

@@ -83,7 +83,8 @@ pub struct LoaderBuilder {
     world: u32,
     /// Why RANK or WORLD_SIZE could not be used; an error at `build` unless `partition` is given.
     env_partition_error: Option<String>,
-    workers: usize,
+    /// None: [`crate::threads::default_workers_here`] at build.
+    workers: Option<usize>,
     prefetch: usize,
     in_order: bool,
     transform: Transform,
@@ -151,18 +152,6 @@ fn strict_differences(s: &LoaderState, b: &LoaderBuilder) -> Vec<String> {
     out
 }
 
-/// The cores this process may use, divided among the ranks torchrun starts on this node
-/// (`LOCAL_WORLD_SIZE`): eight ranks each taking every core would run eight times the threads.
-fn default_workers() -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let local = std::env::var("LOCAL_WORLD_SIZE")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(1);
-    (cores / local).max(1)
-}
-
 /// Most batches each worker may have ready ahead of the consumer: each is a whole batch buffer.
 pub const MAX_PREFETCH: usize = 1024;
 
@@ -189,7 +178,7 @@ impl LoaderBuilder {
             rank: rank.ok().flatten().unwrap_or(0),
             world: world.ok().flatten().unwrap_or(1),
             env_partition_error,
-            workers: default_workers(),
+            workers: None,
             prefetch: 2,
             in_order: true,
             transform: Transform::None,
@@ -257,10 +246,10 @@ impl LoaderBuilder {
         self.env_partition_error = None;
         self
     }
-    /// Worker threads (default: the cores, shared among `LOCAL_WORLD_SIZE` ranks when
-    /// torchrun sets it).
+    /// Worker threads (default: the cores, shared among the `LOCAL_WORLD_SIZE` ranks torchrun
+    /// starts on the node and among the consumers of a [`split`](Self::split)).
     pub fn workers(mut self, k: usize) -> Self {
-        self.workers = k;
+        self.workers = Some(k);
         self
     }
     /// Batches each worker may have ready ahead of the consumer (default 2, at most
@@ -443,10 +432,13 @@ impl LoaderBuilder {
                 "{e}: set it right, or give the rank and world size explicitly"
             )));
         }
-        if self.batch_size == 0 || self.workers == 0 || self.world == 0 || self.rank >= self.world {
+        let threads = self
+            .workers
+            .unwrap_or_else(|| crate::threads::default_workers_here(self.split));
+        if self.batch_size == 0 || threads == 0 || self.world == 0 || self.rank >= self.world {
             return Err(ReadError::BadOptions(format!(
                 "need batch size > 0, workers > 0 and rank < world (got batch {}, workers {}, rank {} of {})",
-                self.batch_size, self.workers, self.rank, self.world
+                self.batch_size, threads, self.rank, self.world
             )));
         }
         #[cfg(not(feature = "decode"))]
@@ -495,9 +487,7 @@ impl LoaderBuilder {
             }
             // Each worker started (at most one per batch) holds the batch it fills and
             // `prefetch` ready ones; the consumer one.
-            let workers = self
-                .workers
-                .min(order.len().div_ceil(self.batch_size).max(1));
+            let workers = threads.min(order.len().div_ceil(self.batch_size).max(1));
             let held = (workers * (self.prefetch.max(1) + 1) + 1) as u64;
             let all = bytes.saturating_mul(held);
             if let Some(memory) = crate::batch::usable_memory().filter(|&m| all > m / 2) {
@@ -550,7 +540,7 @@ impl LoaderBuilder {
         // The batches still to read, dealt round-robin to the threads, so a resumed or split
         // loader keeps every thread busy.
         let todo: Vec<u64> = (0..batches).filter(|b| !skip.contains(b)).collect();
-        let k = self.workers.min(todo.len().max(1));
+        let k = threads.min(todo.len().max(1));
         // Samples still to read per shard: a shard is closed (and evictable) after its last.
         let mut left = vec![0u64; counts.len()];
         for (pos, r) in order.iter().enumerate() {
@@ -721,6 +711,11 @@ impl Loader {
     /// path or an `http(s)://`, `s3://` or `file://` URL (`Location::parse`).
     pub fn builder_at(location: Location) -> LoaderBuilder {
         LoaderBuilder::new(location)
+    }
+
+    /// The worker threads reading this pass (at most one per batch left to read).
+    pub fn workers(&self) -> usize {
+        self.workers as usize
     }
 
     /// Batches this rank yields this epoch (the same on every rank).
