@@ -278,8 +278,8 @@ impl CacheDir {
         if !src.exists() {
             write_atomic(&src, source.as_bytes())?;
         }
-        // Untouched for ten minutes too, so a live download of a process this one cannot see
-        // (another PID namespace) is spared.
+        // Files not named as downloads go only once untouched for ten minutes too, so one of a
+        // process this one cannot see (another PID namespace) is spared.
         remove_stale_downloads(&dir.join("tmp"), std::time::Duration::from_secs(600));
         Ok(dir)
     }
@@ -647,15 +647,30 @@ impl CacheDir {
     }
 }
 
-/// Removes the files in `tmp` (partial downloads, named `NAME.WHAT.PID.N.part`) of processes
-/// that are gone: killed mid-fetch, they are never resumed, and would hold disk the limit does
-/// not count. With an `idle` time, only `.part` files untouched for longer go.
+/// Removes the files in `tmp` (partial downloads, named `NAME.WHAT.PID.N.part`) that no fetch
+/// is writing: killed mid-fetch, they are never resumed, and would hold disk the limit does not
+/// count. A fetch holds shard NAME's lock exclusively while its files exist, so a file whose
+/// shard lock can be taken now is stale, whatever its PID (another container's processes are
+/// not in this one's `/proc`). Other files go when their PID is gone and, with an `idle` time,
+/// only once untouched for longer.
 fn remove_stale_downloads(tmp: &Path, idle: std::time::Duration) {
     let Ok(entries) = fs::read_dir(tmp) else {
         return;
     };
+    let locks = tmp.parent().map(|d| d.join("locks"));
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
+        if let (Some(shard), Some(locks)) = (crate::wait::part_shard(&name), &locks) {
+            let lock = locks.join(format!("{shard}.lock"));
+            if let Ok(lock) = open_lock(&lock) {
+                if lock.try_lock().is_ok() {
+                    let lock = Locked::new(lock);
+                    let _ = fs::remove_file(e.path());
+                    drop(lock);
+                }
+            }
+            continue;
+        }
         let pid = name.rsplit('.').nth(2).unwrap_or("");
         let untouched = idle.is_zero()
             || (e.metadata().and_then(|m| m.modified()).ok())

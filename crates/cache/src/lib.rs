@@ -21,6 +21,7 @@ mod remote;
 #[cfg(feature = "remote")]
 mod source;
 mod usage;
+mod wait;
 #[cfg(feature = "remote")]
 mod writeback;
 

@@ -5,10 +5,11 @@ use crate::dir::{open_lock, CacheDir, Locked, ShardPaths};
 use crate::location::RemoteUrl;
 use crate::metrics::{CacheMetrics, Recorder};
 use crate::remote::{FetchPolicy, Remote};
+use crate::wait::{lock_within, OTHER_VERSION_WAIT};
 use crate::CacheError;
 use shardtool_core::{AtomicFile, Checksum};
 use shardtool_manifest::{Compression, Manifest};
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -158,6 +159,8 @@ struct Shared {
     prefetch: Mutex<Prefetch>,
     wake: Condvar,
     ahead: usize,
+    /// How long a lock another process holds is waited for while its download does not move.
+    holder_stall: std::time::Duration,
 }
 
 /// A remote dataset opened through a cache folder.
@@ -202,6 +205,7 @@ impl RemoteDataset {
             }),
             wake: Condvar::new(),
             ahead: options.ahead,
+            holder_stall: crate::wait::holder_stall(&options.policy),
         });
         let threads = (0..options.concurrency)
             .filter_map(|i| {
@@ -557,8 +561,8 @@ impl Shared {
         let mut fetched = false;
         loop {
             let lock = open_lock(&paths.lock)?;
-            // Shared: blocks only while another process fetches or evicts this shard.
-            lock.lock_shared().map_err(CacheError::io(&paths.lock))?;
+            // Shared: waits only while another process (or thread) fetches or evicts this shard.
+            self.wait_for_holder(&lock, true, spec)?;
             let lock = Locked::new(lock);
             if CacheDir::is_whole(&paths, bytes, sum)? {
                 // Fetched ahead (`count_hit` false only for the prefetcher): last in line for
@@ -597,7 +601,7 @@ impl Shared {
                     ),
                 })?;
             } else {
-                lock.lock().map_err(CacheError::io(&paths.lock))?;
+                self.wait_for_holder(&lock, false, spec)?;
             }
             let lock = Locked::new(lock);
             // Someone may have fetched it while we waited for the exclusive lock.
@@ -613,6 +617,32 @@ impl Shared {
             }
             drop(lock);
         }
+    }
+
+    /// Takes the lock of `spec`'s cached copy, shared or exclusive, waiting while its holder's
+    /// download moves: a holder stopped or hung for [`Shared::holder_stall`] fails the wait.
+    fn wait_for_holder(
+        &self,
+        lock: &File,
+        shared: bool,
+        spec: &ShardSpec,
+    ) -> Result<(), CacheError> {
+        let tmp = self.dir.join("tmp");
+        crate::wait::lock_while_moving(lock, shared, &tmp, spec.cached_name(), self.holder_stall)
+            .map_err(|stalled| CacheError::Fetch {
+                url: self.remote.url.shown(&spec.file),
+                attempts: 1,
+                message: format!(
+                    "another process has held this shard's cache lock for {}s, writing nothing \
+                     to its download for the last {}s: it is stopped or hung (kill it, or \
+                     continue it if it was stopped); the lock is {}",
+                    stalled.0.as_secs(),
+                    self.holder_stall.as_secs(),
+                    CacheDir::shard_paths(&self.dir, spec.cached_name())
+                        .lock
+                        .display()
+                ),
+            })
     }
 
     /// Fetches shard `i` again, checking its size and checksum against the manifest, keeping
@@ -716,23 +746,6 @@ fn decompress(
     Ok(())
 }
 
-/// How long a reader waits for a cached shard of another version that other processes read.
-const OTHER_VERSION_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Takes `lock` exclusively within `wait`.
-fn lock_within(lock: &fs::File, wait: std::time::Duration) -> Result<(), ()> {
-    let deadline = std::time::Instant::now() + wait;
-    loop {
-        if lock.try_lock().is_ok() {
-            return Ok(());
-        }
-        if std::time::Instant::now() >= deadline {
-            return Err(());
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -762,24 +775,5 @@ mod tests {
         assert!(p.may_fetch_next(8, 1) && !p.may_fetch_next(2, 1));
         p.next = 4;
         assert!(!p.may_fetch_next(8, 1), "the queue is done");
-    }
-}
-
-#[cfg(test)]
-mod lock_tests {
-    use super::*;
-
-    #[test]
-    fn an_exclusive_lock_is_waited_for_within_its_bound_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("x.lock");
-        let reader = fs::File::create(&path).unwrap();
-        reader.lock_shared().unwrap();
-        let other = fs::File::open(&path).unwrap();
-        let t = std::time::Instant::now();
-        assert!(lock_within(&other, std::time::Duration::from_millis(200)).is_err());
-        assert!(t.elapsed() >= std::time::Duration::from_millis(200));
-        drop(reader);
-        assert!(lock_within(&other, std::time::Duration::from_millis(200)).is_ok());
     }
 }

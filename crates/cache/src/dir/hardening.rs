@@ -45,26 +45,45 @@ fn a_lock_is_released_though_a_forked_child_keeps_the_file_open() {
 }
 
 #[test]
-fn partial_downloads_of_gone_processes_go_once_idle() {
+fn partial_downloads_go_when_no_fetch_holds_their_shard() {
     let dir = tempfile::tempdir().unwrap();
+    let (tmp, locks) = (dir.path().join("tmp"), dir.path().join("locks"));
+    fs::create_dir_all(&tmp).unwrap();
+    fs::create_dir_all(&locks).unwrap();
+    // A fetch of a.tar under way in a process whose PID this one cannot see (another container).
+    let fetching = open_lock(&locks.join("a.tar.lock")).unwrap();
+    fetching.lock().unwrap();
     let old = SystemTime::now() - std::time::Duration::from_secs(3600);
-    let mine = format!("s.tar.download.{}.3.part", std::process::id());
+    let mine = format!("c.tar.download.{}.3.part", std::process::id());
+    // (name, idle, gone)
     let files = [
-        ("s.tar.download.4000000000.1.part", true, true),
-        ("s.tar.download.4000000000.2.part", false, false),
-        (mine.as_str(), true, false),
+        // Its shard locked: a live fetch, kept however old, whatever its PID.
+        ("a.tar.download.4000000000.1.part", true, false),
+        ("a.tar.zstd.1.2.part", true, false),
+        // No fetch holds the shard: stale at once, whatever its PID says (PID 1 of a container
+        // that ended, or this very process).
+        ("b.tar.download.1.1.part", false, true),
+        (mine.as_str(), false, true),
+        // Not a download's name: by its PID and idle time, as before.
+        ("x.download.4000000000.part", true, true),
+        ("y.download.4000000000.part", false, false),
         ("notes.txt", true, false),
     ];
     for (name, idle, _) in &files {
-        let f = File::create(dir.path().join(name)).unwrap();
+        let f = File::create(tmp.join(name)).unwrap();
         if *idle {
             f.set_modified(old).unwrap();
         }
     }
-    remove_stale_downloads(dir.path(), std::time::Duration::from_secs(600));
+    remove_stale_downloads(&tmp, std::time::Duration::from_secs(600));
     for (name, _, gone) in &files {
-        assert_eq!(!dir.path().join(name).exists(), *gone, "{name}");
+        assert_eq!(!tmp.join(name).exists(), *gone, "{name}");
     }
+    // The fetch ends without removing its files (killed): they go at the next look.
+    drop(fetching);
+    remove_stale_downloads(&tmp, std::time::Duration::from_secs(600));
+    assert!(!tmp.join("a.tar.download.4000000000.1.part").exists());
+    assert!(!tmp.join("a.tar.zstd.1.2.part").exists());
 }
 
 #[test]
