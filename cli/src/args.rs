@@ -243,6 +243,14 @@ pub struct PackArgs {
     #[arg(long, value_name = "NAME")]
     pub text_column: Option<String>,
 
+    /// A list or Parquet column to leave out, as if the input lacked it (repeat the flag, or
+    /// separate names with commas; case is ignored): not carried into .json or as a field, and
+    /// never chosen by default (drop `label` for an unlabelled dataset, `text` for no caption).
+    /// Parquet files never read it, so a large column (embeddings, a second image) costs
+    /// nothing. Each must be a column of the input.
+    #[arg(long, value_name = "NAME", value_delimiter = ',')]
+    pub drop_column: Vec<String>,
+
     /// none | shorter:N | longer:N | fit:WxH | crop:WxH. Downscale only unless --upscale
     /// (crop always yields exactly WxH). 640x480 with shorter:256 gives 341x256.
     #[arg(long, default_value = "none", value_name = "MODE")]
@@ -315,7 +323,8 @@ pub struct PackArgs {
     /// Run a part of the partitioned pack planned in this OUTPUT (see `shardtool plan`); the
     /// options come from the plan.
     #[arg(long, value_name = "OUTPUT", conflicts_with_all = [
-        "list", "input_format", "image_column", "label_column", "text_column", "resize",
+        "list", "input_format", "image_column", "label_column", "text_column", "drop_column",
+        "resize",
         "upscale", "filter", "encode", "quality", "decode_scale", "format", "compress", "keys",
         "seed", "no_shuffle", "shard_size", "shard_samples", "prefix", "max_pixels", "overwrite",
         "resume"])]

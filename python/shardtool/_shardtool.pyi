@@ -129,6 +129,7 @@ def pack(
     image_column: Optional[str] = None,
     label_column: Optional[str] = None,
     text_column: Optional[str] = None,
+    drop_columns: Optional[List[str]] = None,
     format: str = "wds",
     resize: str = "none",
     upscale: bool = False,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _shardtool
 from ._loader import _check_int, cache_limit_bytes
@@ -43,6 +43,11 @@ def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
         value = options.get(name)
         if value is not None and not isinstance(value, str):
             raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    drop = options.get("drop_columns")
+    if drop is not None:
+        if not isinstance(drop, (list, tuple)) or not all(isinstance(c, str) for c in drop):
+            raise TypeError("drop_columns must be a list of column names (str)")
+        options["drop_columns"] = list(drop)
     size = options.get("shard_size")
     if size is not None and options.get("shard_samples") is not None:
         raise ValueError(
@@ -65,6 +70,7 @@ def pack(
     image_column: Optional[str] = None,
     label_column: Optional[str] = None,
     text_column: Optional[str] = None,
+    drop_columns: Optional[Sequence[str]] = None,
     **options: Any,
 ) -> Dict[str, Any]:
     """Packs images into shards in ``output``, as ``shardtool pack INPUT OUTPUT`` does.
@@ -80,7 +86,10 @@ def pack(
     needs it). ``image_column``, ``label_column`` and ``text_column`` name the list or Parquet
     columns holding the image (for a list, its path), the label (an integer or class name) and
     the text carried as each sample's ``.txt``; by default ``image`` (list: ``path``), ``label``
-    and ``text`` (Parquet: ``text``, then ``caption``).
+    and ``text`` (Parquet: ``text``, then ``caption``). ``drop_columns`` names list or Parquet
+    columns to leave out as if the input lacked them (case ignored): not carried into ``.json``
+    or as fields, never chosen by default (drop ``"label"`` for an unlabelled dataset); Parquet
+    files never read them, so a large column costs nothing. Each must be a column of the input.
 
     The other options are the CLI's flags with underscores: ``format`` (``"wds"`` or
     ``"packed"``), ``resize`` (``"none"``, ``"shorter:256"``, ``"longer:512"``, ``"fit:512x512"``,
@@ -110,7 +119,7 @@ def pack(
     files and raises ``KeyboardInterrupt``: rerun with ``resume=True`` (with ``shard_samples``)
     or ``overwrite=True``. ``resume`` and ``overwrite`` together are refused.
     """
-    options = checked_options(options)
+    options = checked_options(dict(options, drop_columns=drop_columns))
     if options.get("resume") and options.get("overwrite"):
         raise ValueError(
             "resume=True continues an interrupted pack, overwrite=True starts over: pass one"

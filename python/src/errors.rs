@@ -62,7 +62,7 @@ create_exception!(
 /// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
 /// parenthesis, and not followed by more of a word), never part of a path.
 pub(crate) fn pythonic(text: String) -> String {
-    const FLAGS: [(&str, &str); 17] = [
+    const FLAGS: [(&str, &str); 18] = [
         ("--overwrite", "overwrite=True"),
         ("--resume", "resume=True"),
         ("--max-errors", "max_errors"),
@@ -73,6 +73,7 @@ pub(crate) fn pythonic(text: String) -> String {
         ("--label-column", "label_column"),
         ("--text-column", "text_column"),
         ("--image-column", "image_column"),
+        ("--drop-column", "drop_columns"),
         ("--input-format", "input_format"),
         ("--fetch-timeout", "fetch_timeout"),
         ("--fetch-attempts", "fetch_attempts"),

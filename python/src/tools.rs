@@ -128,7 +128,7 @@ fn input_error(e: ListError) -> PyErr {
 /// summary as JSON.
 #[pyfunction]
 #[pyo3(signature = (input, output, *, input_format=None, image_column=None, label_column=None,
-    text_column=None, format="wds", resize="none", upscale=false,
+    text_column=None, drop_columns=None, format="wds", resize="none", upscale=false,
     filter="catmull-rom", encode="jpeg", quality=90, decode_scale="gap:2", compress=None, keys="input", seed=None, shuffle=true,
     shard_size="256MiB", shard_samples=None, prefix="shard", jobs=None, max_pixels=100_000_000,
     max_errors=None, overwrite=false, resume=false, plan_only=false))]
@@ -142,6 +142,7 @@ pub fn pack(
     image_column: Option<String>,
     label_column: Option<String>,
     text_column: Option<String>,
+    drop_columns: Option<Vec<String>>,
     format: &str,
     resize: &str,
     upscale: bool,
@@ -179,6 +180,7 @@ pub fn pack(
         image: image_column,
         label: label_column,
         text: text_column,
+        drop: drop_columns.unwrap_or_default(),
     };
     let t = &mut plan.transform;
     t.resize = resize

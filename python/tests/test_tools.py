@@ -167,6 +167,70 @@ def test_pack_parquet_with_input_format_and_custom_columns(
         assert s["txt"].decode() == e["text"]
 
 
+def test_pack_parquet_drop_columns_are_neither_read_nor_carried(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    root, expect = inputs
+    name = "train-00000-of-00002.parquet"
+    table = pq.read_table(root / "parquet" / "data" / name)
+    rows = table.num_rows
+    # Beside the Hub's layout: a large binary column (embeddings, a second image) and a note.
+    wide = table.append_column(
+        "embedding", pa.array([bytes([i]) * 200_000 for i in range(rows)], pa.binary())
+    ).append_column("note", pa.array([f"n{i}" for i in range(rows)], pa.string()))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    f = folder / "x.parquet"
+    pq.write_table(wide, f, compression="none", use_dictionary=False)
+    # Damage the embedding column's first page header: a read of that column fails its rows.
+    meta = pq.ParquetFile(f).metadata.row_group(0)
+    chunk = next(
+        meta.column(i) for i in range(meta.num_columns) if meta.column(i).path_in_schema == "embedding"
+    )
+    data = bytearray(f.read_bytes())
+    data[chunk.data_page_offset : chunk.data_page_offset + 32] = b"\xff" * 32
+    f.write_bytes(bytes(data))
+    with pytest.raises(shardtool.DatasetError):
+        shardtool.pack(f, tmp_path / "all", resize="shorter:16")
+
+    out = tmp_path / "ds"
+    summary = shardtool.pack(f, out, resize="shorter:16", drop_columns=["EMBEDDING", "note"])
+    assert summary["manifest"]["inputs"]["packed"] == rows
+    got = _members(out)
+    assert len(got) == rows
+    for s in got.values():
+        meta_json = json.loads(s["json"])
+        assert "embedding" not in meta_json and "note" not in meta_json, meta_json
+        assert not any(field.startswith("embedding") for field in s), list(s)
+        row = int(meta_json["source"].rsplit(":", 1)[1])
+        e = expect["parquet"][f"{name}:{row}"]
+        assert int(s["cls"]) == e["label"]
+        assert s["txt"].decode() == e["text"]
+
+    # A dropped label column leaves the dataset unlabelled, a dropped text column captionless.
+    bare = tmp_path / "bare"
+    shardtool.pack(f, bare, resize="shorter:16", drop_columns=("embedding", "label", "text"))
+    got = _members(bare)
+    assert len(got) == rows
+    assert all("cls" not in s and "txt" not in s for s in got.values())
+    assert all("label" not in json.loads(s["json"]) for s in got.values())
+
+    with pytest.raises(ValueError, match="none of the 1 Parquet file.*has that column"):
+        shardtool.pack(f, tmp_path / "typo", drop_columns=["embeding"])
+    with pytest.raises(ValueError, match="it is the column label_column names"):
+        shardtool.pack(f, tmp_path / "both", drop_columns=["label"], label_column="label")
+    with pytest.raises(TypeError, match="drop_columns must be a list"):
+        shardtool.pack(f, tmp_path / "str", drop_columns="note")  # type: ignore[arg-type]
+    # A plan records the dropped columns: its parts leave them out too.
+    plan = shardtool.plan(f, tmp_path / "plan", shard_samples=4, drop_columns=["embedding"])
+    assert plan["inputs"] == rows
+    plan_json = json.loads((tmp_path / "plan" / "_plan" / "plan.json").read_text())
+    assert plan_json["options"]["drop_columns"] == ["embedding"], plan_json["options"]
+
+
 def test_pack_parquet_with_class_names_as_string_labels(
     inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -47,6 +47,7 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         image: a.image_column,
         label: a.label_column,
         text: a.text_column,
+        drop: a.drop_column,
     };
     let t = &mut plan.transform;
     t.resize = a

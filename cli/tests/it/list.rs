@@ -377,3 +377,79 @@ fn list_and_folder_give_the_same_pixels() {
         assert_eq!(x.image, y.image, "{src}");
     }
 }
+
+#[test]
+fn dropped_columns_are_left_out_and_must_exist() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 3);
+    write_file(
+        data.join("l.csv"),
+        "path,label,note,score\nimgs/0.png,1,a,0.5\nimgs/1.png,0,b,0.7\nimgs/2.png,1,c,0.9\n",
+    );
+    // JSONL: a column some rows lack is still a column of the list.
+    write_file(
+        data.join("l.jsonl"),
+        "{\"path\":\"imgs/0.png\",\"label\":1,\"note\":\"a\"}\n{\"path\":\"imgs/1.png\",\"label\":0,\"secret\":\"s\"}\n{\"path\":\"imgs/2.png\",\"label\":1}\n",
+    );
+    let ds = t.path().join("csv");
+    pack_list(data.join("l.csv"), &ds)
+        .args(["--drop-column", "NOTE", "--drop-column", "score"])
+        .ok();
+    let s = by_source_map(&ds);
+    assert_eq!(s.len(), 3);
+    for (src, label) in [("imgs/0.png", 1), ("imgs/1.png", 0), ("imgs/2.png", 1)] {
+        let json = &s[src].json;
+        assert_eq!(s[src].cls, label, "{src}");
+        assert!(
+            json.get("note").is_none() && json.get("score").is_none(),
+            "{json}"
+        );
+    }
+    let ds = t.path().join("jsonl");
+    pack_list(data.join("l.jsonl"), &ds)
+        .args(["--drop-column", "secret,note"])
+        .ok();
+    let s = by_source_map(&ds);
+    assert!(s
+        .values()
+        .all(|x| x.json.get("secret").is_none() && x.json.get("note").is_none()));
+    assert_eq!(s["imgs/1.png"].cls, 0);
+    // The default label column dropped: unlabelled, and not carried.
+    let ds = t.path().join("unlabelled");
+    pack_list(data.join("l.csv"), &ds)
+        .args(["--drop-column", "label"])
+        .ok();
+    let s = by_source_map(&ds);
+    assert!(s
+        .values()
+        .all(|x| x.cls == -1 && x.json.get("label").is_none()));
+    assert!(manifest(&ds).classes.is_empty());
+    // Misspelt, a column the list reads, a column also named for a role, or another input kind:
+    // usage errors saying so, nothing written.
+    let folder = t.path().join("folder");
+    save_rgb(folder.join("cat/0.png"), &pattern(8, 8, 0));
+    let cases: [(Vec<&str>, &str); 5] = [
+        (vec!["--drop-column", "nots"], "no row has a `nots` column"),
+        (vec!["--drop-column", "path"], "`path` column is read"),
+        (vec!["--drop-column", "key"], "`key` column is read"),
+        (
+            vec!["--drop-column", "note", "--text-column", "Note"],
+            "it is the column --text-column names",
+        ),
+        (vec!["--drop-column", "note"], "applies to list and Parquet"),
+    ];
+    for (i, (args, says)) in cases.iter().enumerate() {
+        let out = t.path().join(format!("bad{i}"));
+        let r = if i == 4 {
+            pack(&folder, &out).args(args.iter().copied()).run()
+        } else {
+            pack_list(data.join("l.csv"), &out)
+                .args(args.iter().copied())
+                .run()
+        };
+        r.assert_code(2);
+        assert!(r.stderr.contains(says), "{args:?}: {}", r.stderr);
+        assert!(!out.join("manifest.json").exists());
+    }
+}

@@ -69,6 +69,10 @@ pub fn list(data: &[u8]) {
         image: (head & 2 != 0).then(|| "img".into()),
         label: (head & 4 != 0).then(|| "cls".into()),
         text: (head & 8 != 0).then(|| "caption".into()),
+        drop: match head & 16 {
+            0 => Vec::new(),
+            _ => vec!["note".into()],
+        },
     };
     let Ok(listing) = list_text(Path::new(name), text, &columns) else {
         return;

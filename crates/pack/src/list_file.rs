@@ -24,6 +24,8 @@ struct Row<'a> {
     extra: bool,
     /// Whether the row has the text column.
     text: bool,
+    /// Which dropped columns the row has (bits of their places in the drop list).
+    dropped: u64,
     /// Whether its label is there but neither a string nor a whole number (a JSON `true`, a
     /// list, `3.5`).
     odd_label: bool,
@@ -86,6 +88,10 @@ struct ListColumns<'a> {
     label_required: bool,
     /// Whether the text column was named by the user (then some row must have it).
     text_required: bool,
+    /// Whether the label column is read: not when it is dropped.
+    label_on: bool,
+    /// Columns not carried (`--drop-column`); each must be in some row.
+    drop: &'a [String],
 }
 
 impl<'a> ListColumns<'a> {
@@ -96,14 +102,28 @@ impl<'a> ListColumns<'a> {
             text: c.text.as_deref().unwrap_or("text"),
             label_required: c.label.is_some(),
             text_required: c.text.is_some(),
+            label_on: !c.is_dropped(c.label.as_deref().unwrap_or("label")),
+            drop: &c.drop,
         }
     }
 
-    /// Whether `name` is read by the lister itself rather than carried.
+    /// Whether `name` is read by the lister itself (or dropped) rather than carried.
     fn is_own(&self, name: &str) -> bool {
         [self.path, self.label, "key"]
             .iter()
             .any(|c| c.eq_ignore_ascii_case(name))
+            || self.drop.iter().any(|d| d.eq_ignore_ascii_case(name))
+    }
+
+    /// Which of the dropped columns `names` holds, as bits of `drop`'s positions.
+    fn dropped_in<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> u64 {
+        let mut bits = 0;
+        for n in names {
+            if let Some(i) = self.drop.iter().position(|d| d.eq_ignore_ascii_case(n)) {
+                bits |= 1 << i;
+            }
+        }
+        bits
     }
 }
 
@@ -166,11 +186,13 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     let mut any_label = false;
     let mut any_extra = false;
     let mut any_text = false;
+    let mut dropped_seen = 0u64;
     let mut max_int: Option<i64> = None;
     let mut names: BTreeMap<String, u32> = BTreeMap::new();
     let headers = for_each_row(text, kind, &cols, &mut |row| {
         any_extra |= row.extra;
         any_text |= row.text;
+        dropped_seen |= row.dropped;
         any_label |= row.odd_label;
         // Rows reported as errors below teach nothing about the labels.
         if row.problem.is_some() || row.odd_label || too_long(row.label.as_deref()) {
@@ -197,9 +219,15 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     .map_err(bad)?;
     // A list without a label column (or with no label in any row) is unlabelled.
     let labelled = match &headers {
-        Some(h) => h.iter().any(|c| c.eq_ignore_ascii_case(cols.label)),
+        Some(h) => cols.label_on && h.iter().any(|c| c.eq_ignore_ascii_case(cols.label)),
         None => any_label,
     };
+    if let Some(d) = (cols.drop.iter().enumerate()).find(|(i, _)| dropped_seen & (1 << i) == 0) {
+        return Err(bad(format!(
+            "no row has a `{}` column (--drop-column)",
+            d.1
+        )));
+    }
     if cols.label_required && !labelled {
         return Err(bad(format!("no `{}` column (--label-column)", cols.label)));
     }
@@ -407,10 +435,11 @@ fn csv_rows(
             cols.path, cols.label
         ));
     };
-    let l = col(cols.label);
+    let l = col(cols.label).filter(|_| cols.label_on);
     let k = col("key");
     let extra = names.iter().any(|n| !cols.is_own(n));
     let text = col(cols.text).is_some();
+    let dropped = cols.dropped_in(names.iter().map(String::as_str));
     // One record buffer for the whole file.
     let mut rec = csv::StringRecord::new();
     // The line the last row started on, and its byte.
@@ -449,6 +478,7 @@ fn csv_rows(
                 key: k.and_then(|k| rec.get(k)).and_then(non_empty),
                 span,
                 extra,
+                dropped,
                 text,
                 // A number that is not whole is no class index, and no name either (as in
                 // JSONL), whatever the other rows hold.
@@ -471,6 +501,7 @@ fn csv_rows(
                 key: None,
                 span,
                 extra,
+                dropped,
                 text,
                 odd_label: false,
                 problem: Some(format!("the row cannot be read: {e}")),
@@ -545,8 +576,10 @@ fn jsonl_rows(
         };
         let extra = names().any(|k| !cols.is_own(k));
         let text = names().any(|k| k.eq_ignore_ascii_case(cols.text));
+        let dropped = cols.dropped_in(names());
         let odd_label = object
             .as_ref()
+            .filter(|_| cols.label_on)
             .and_then(|o| o.get(cols.label))
             .is_some_and(|v| match v {
                 serde_json::Value::Number(n) => !whole_number(&n.to_string()),
@@ -555,10 +588,11 @@ fn jsonl_rows(
         f(Row {
             line: i + 1,
             path: field(cols.path),
-            label: field(cols.label),
+            label: field(cols.label).filter(|_| cols.label_on),
             key: field("key"),
             span,
             extra,
+            dropped,
             text,
             odd_label,
             problem: not_object.or_else(|| {

@@ -38,6 +38,50 @@ pub struct Columns {
     pub label: Option<String>,
     /// The text column, carried as the `.txt` field.
     pub text: Option<String>,
+    /// Columns read as if the input lacked them: never carried, never chosen by default (a
+    /// dropped `label` leaves the dataset unlabelled, a dropped `text` carries no caption).
+    pub drop: Vec<String>,
+}
+
+/// The most columns `--drop-column` may name.
+pub const MAX_DROPPED_COLUMNS: usize = 64;
+
+impl Columns {
+    /// Whether `name` is dropped (names compared ignoring ASCII case, as list columns are).
+    pub(crate) fn is_dropped(&self, name: &str) -> bool {
+        self.drop.iter().any(|d| d.eq_ignore_ascii_case(name))
+    }
+
+    /// Refuses a drop list that names a column also named for a role, or is too long.
+    fn check_drop(&self, list: bool) -> Result<(), String> {
+        if self.drop.len() > MAX_DROPPED_COLUMNS {
+            return Err(format!(
+                "--drop-column names {} columns, over the {MAX_DROPPED_COLUMNS} it may",
+                self.drop.len()
+            ));
+        }
+        let named = [
+            ("--image-column", self.image.as_deref()),
+            ("--label-column", self.label.as_deref()),
+            ("--text-column", self.text.as_deref()),
+        ];
+        for (flag, name) in named {
+            if let Some(n) = name.filter(|n| self.is_dropped(n)) {
+                return Err(format!("--drop-column {n}: it is the column {flag} names"));
+            }
+        }
+        if list {
+            let path = self.image.as_deref().unwrap_or("path");
+            for own in [path, "key"] {
+                if self.is_dropped(own) {
+                    return Err(format!(
+                        "--drop-column {own}: a list's `{own}` column is read, never carried"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// How inputs are listed.
@@ -492,6 +536,7 @@ pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listin
             ("--image-column", &c.image),
             ("--label-column", &c.label),
             ("--text-column", &c.text),
+            ("--drop-column", &c.drop.first().cloned()),
         ]
         .into_iter()
         .find(|(_, v)| v.is_some()),
@@ -503,6 +548,8 @@ pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listin
             ),
         });
     }
+    c.check_drop(matches!(source, InputSource::List(_)))
+        .map_err(|message| ListError::BadInput { message })?;
     let mut listing = match source {
         InputSource::Folder(root) => {
             crate::imagefolder::list_folder(root, options.exclude.as_deref())?

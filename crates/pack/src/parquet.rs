@@ -10,33 +10,30 @@
 //! file stating it must name the same classes; an index past them fails the row; -1,
 //! `ClassLabel`'s "none", leaves the row unlabelled; any other negative fails it), or a string,
 //! a class name (classes numbered in sorted order; an empty one leaves the row unlabelled); the
-//! text is `text` or `caption` (or `--text-column`); other scalar columns go to the sample's
-//! metadata.
+//! text is `text` or `caption` (or `--text-column`); other columns go to the sample's
+//! metadata or fields of their own, and `--drop-column`s are never read.
 
 mod guard;
+mod schema;
 mod values;
 
 use crate::containers::{fetch_input, parallel_map, Fetched};
-use crate::listing::{Columns, Container, ContainerKind, ListError, ListOptions, Listing};
+use crate::listing::{Container, ContainerKind, ListError, ListOptions, Listing};
 use crate::listing::{MAX_CLASS_NAME_BYTES, MAX_INT_LABEL, MAX_LABEL};
 use crate::{failure, ErrorRecord};
-use guard::{check_row_group, max_page_bytes, open_bounded, open_reader, Bounded};
-use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
+use guard::{check_row_group, max_page_bytes, open_bounded, open_reader};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::properties::ReaderProperties;
-use parquet::file::reader::{FileReader, RowGroupReader, SerializedFileReader};
+use parquet::file::reader::{FileReader, RowGroupReader};
 use parquet::file::serialized_reader::SerializedRowGroupReader;
 use parquet::record::{Field, Row};
-use parquet::schema::types::Type;
+use schema::{choose, hf_class_label_column, hf_class_names, hf_features, projection, Chosen};
 use shardtool_wds::TarWriter;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// The staged member holding a row's other columns, merged into the sample's metadata.
 pub(crate) const COLUMNS_FIELD: &str = "columns.json";
-
-/// Default text columns, in order of preference.
-const TEXT_COLUMNS: [&str; 2] = ["text", "caption"];
 
 /// A staged row.
 struct StagedRow {
@@ -76,158 +73,6 @@ struct StagedGroup {
     errors: Vec<ErrorRecord>,
     /// A problem that stopped this row group; its rows before it are kept.
     failure: Option<String>,
-}
-
-/// The columns a file is read with.
-#[derive(Clone)]
-struct Chosen {
-    image: String,
-    /// Whether the image column is a struct (`bytes`, `path`) rather than binary.
-    image_struct: bool,
-    label: Option<String>,
-    /// A `label` column found by its name but left as metadata (floats, which may be scores).
-    label_left: bool,
-    text: Option<String>,
-}
-
-fn is_binary(t: &Type) -> bool {
-    t.is_primitive()
-        && t.get_physical_type() == Physical::BYTE_ARRAY
-        && !matches!(
-            t.get_basic_info().logical_type_ref(),
-            Some(LogicalType::String)
-        )
-        && t.get_basic_info().converted_type() != ConvertedType::UTF8
-}
-
-fn is_image_struct(t: &Type) -> bool {
-    t.is_group()
-        && t.get_fields()
-            .iter()
-            .any(|f| f.name() == "bytes" && is_binary(f))
-}
-
-fn is_string(t: &Type) -> bool {
-    t.is_primitive()
-        && t.get_physical_type() == Physical::BYTE_ARRAY
-        && (matches!(
-            t.get_basic_info().logical_type_ref(),
-            Some(LogicalType::String)
-        ) || t.get_basic_info().converted_type() == ConvertedType::UTF8)
-}
-
-/// `class_label`: the one column the Hugging Face features declare a `ClassLabel`, if any,
-/// taken as the label when no column is named `label`.
-fn choose(
-    fields: &[std::sync::Arc<Type>],
-    columns: &Columns,
-    class_label: Option<&str>,
-) -> Result<Chosen, String> {
-    let find = |n: &str| fields.iter().find(|f| f.name() == n);
-    let names = || {
-        fields
-            .iter()
-            .map(|f| f.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let image = match &columns.image {
-        Some(n) => {
-            find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?
-        }
-        None => find("image")
-            .filter(|f| is_image_struct(f) || is_binary(f))
-            .or_else(|| fields.iter().find(|f| is_image_struct(f)))
-            .or_else(|| fields.iter().find(|f| is_binary(f)))
-            .ok_or_else(|| {
-                format!(
-                    "no image column: looked for a struct column with a binary `bytes` field, or \
-                     a binary column (the columns are {}); name one with --image-column",
-                    names()
-                )
-            })?,
-    };
-    if !(is_image_struct(image) || is_binary(image)) {
-        return Err(format!(
-            "column {:?} holds neither image bytes nor a struct with `bytes`",
-            image.name()
-        ));
-    }
-    let label = match &columns.label {
-        Some(n) => {
-            Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
-        }
-        None => find("label").or_else(|| class_label.and_then(find)),
-    };
-    let physical =
-        |l: &Type, of: &[Physical]| l.is_primitive() && of.contains(&l.get_physical_type());
-    // Floats when named: pandas stores an integer column with missing values as float64 (NaN);
-    // a float `label` found by its name alone may be a score, and is carried as metadata.
-    let is_int = |l: &Type| {
-        physical(l, &[Physical::INT32, Physical::INT64])
-            || columns.label.is_some() && physical(l, &[Physical::FLOAT, Physical::DOUBLE])
-    };
-    let usable = |l: &Type| is_int(l) || is_string(l);
-    if let Some(l) = label.filter(|l| columns.label.is_some() && !usable(l)) {
-        return Err(format!(
-            "label column {:?} holds neither integers (class indices) nor strings (class names)",
-            l.name()
-        ));
-    }
-    let label_left = label.is_some_and(|l| !usable(l));
-    let label = label.filter(|l| usable(l));
-    let text = match &columns.text {
-        Some(n) => {
-            Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
-        }
-        None => TEXT_COLUMNS
-            .iter()
-            .find_map(|n| find(n).filter(|f| is_string(f))),
-    };
-    if let Some(t) = text.filter(|t| !(is_string(t) || is_binary(t))) {
-        return Err(format!(
-            "text column {:?} holds neither strings nor bytes (UTF-8 text)",
-            t.name()
-        ));
-    }
-    Ok(Chosen {
-        image: image.name().to_string(),
-        image_struct: is_image_struct(image),
-        label: label.map(|l| l.name().to_string()),
-        label_left,
-        text: text.map(|t| t.name().to_string()),
-    })
-}
-
-/// The `huggingface` key-value metadata's features, as JSON.
-fn hf_features(reader: &SerializedFileReader<Bounded>) -> Option<serde_json::Value> {
-    let kv = reader.metadata().file_metadata().key_value_metadata()?;
-    let hf = kv.iter().find(|k| k.key == "huggingface")?.value.as_ref()?;
-    let v: serde_json::Value = serde_json::from_str(hf).ok()?;
-    Some(v.get("info")?.get("features")?.clone())
-}
-
-/// The column the features declare a `ClassLabel`, when exactly one is (`labels`, `fine_label`).
-fn hf_class_label_column(features: &serde_json::Value) -> Option<&str> {
-    let mut labels = features
-        .as_object()?
-        .iter()
-        .filter(|(_, f)| f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel"));
-    match (labels.next(), labels.next()) {
-        (Some((name, _)), None) => Some(name),
-        _ => None,
-    }
-}
-
-/// Class names of `label` from the `huggingface` metadata's features (a `ClassLabel` feature).
-fn hf_class_names(features: &serde_json::Value, label: &str) -> Option<Vec<String>> {
-    let feature = features.get(label)?;
-    let names = feature.get("names")?.as_array()?;
-    let names: Vec<String> = names
-        .iter()
-        .map(|n| n.as_str().map(str::to_string))
-        .collect::<Option<_>>()?;
-    (names.len() <= MAX_INT_LABEL as usize + 1).then_some(names)
 }
 
 /// What one row contributes.
@@ -477,8 +322,11 @@ fn stage_rows(
         std::sync::Arc::new(ReaderProperties::builder().build()),
     )
     .map_err(|e| format!("row group {group}: {e}"))?;
-    check_row_group(path, &row_group, max_page_bytes(options))
-        .map_err(|e| format!("row group {group}: {e}"))?;
+    let columns = &options.columns;
+    check_row_group(path, &row_group, max_page_bytes(options), &|c| {
+        columns.is_dropped(c)
+    })
+    .map_err(|e| format!("row group {group}: {e}"))?;
     let file = std::fs::File::options()
         .write(true)
         .create_new(true)
@@ -486,7 +334,7 @@ fn stage_rows(
         .map_err(|e| format!("{}: {e}", tar_path.display()))?;
     let mut tar = TarWriter::new(BufWriter::with_capacity(1 << 20, file));
     let rows = row_group
-        .get_row_iter(None)
+        .get_row_iter(projection(meta, columns)?)
         .map_err(|e| format!("cannot read rows: {e}"))?;
     let io = |e: std::io::Error| format!("{}: {e}", tar_path.display());
     let mut result = Ok(());
@@ -637,6 +485,22 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
             message: format!(
                 "none of the {} Parquet file(s) fits the columns asked for: {first} (choose \
                  them with --image-column, --label-column, --text-column)",
+                files.len()
+            ),
+        });
+    }
+    // A dropped column no file has is misspelt, or the files are not the ones meant.
+    let dropped = (opened.iter())
+        .filter_map(|o| o.chosen.as_ref())
+        .fold(0u64, |all, c| all | c.dropped);
+    let any_chosen = opened.iter().any(|o| o.chosen.is_some());
+    let drop = &options.columns.drop;
+    if let Some(d) = (drop.iter().enumerate()).find(|(i, _)| any_chosen && dropped & (1 << i) == 0)
+    {
+        return Err(ListError::BadInput {
+            message: format!(
+                "--drop-column {}: none of the {} Parquet file(s) has that column",
+                d.1,
                 files.len()
             ),
         });

@@ -183,6 +183,9 @@ pub struct FrozenOptions {
     pub label_column: Option<String>,
     /// The text column.
     pub text_column: Option<String>,
+    /// `--drop-column`s (left out when none, as plans before it were written).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drop_columns: Vec<String>,
     /// `--resize`.
     pub resize: String,
     /// `--upscale`.
@@ -253,6 +256,7 @@ impl PackPlan {
             image_column: self.columns.image.clone(),
             label_column: self.columns.label.clone(),
             text_column: self.columns.text.clone(),
+            drop_columns: self.columns.drop.clone(),
             resize: t.resize.to_string(),
             upscale: t.upscale,
             filter: t.filter.to_string(),
@@ -295,6 +299,7 @@ impl PackPlan {
             image: f.image_column.clone(),
             label: f.label_column.clone(),
             text: f.text_column.clone(),
+            drop: f.drop_columns.clone(),
         };
         let e = |what: &str, m: String| format!("{what}: {m}");
         let t = &mut plan.transform;

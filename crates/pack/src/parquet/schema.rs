@@ -1,0 +1,198 @@
+//! Which columns of a Parquet file are read for what: the image, label and text chosen from
+//! its schema and Hugging Face features, and the projection that leaves dropped columns unread.
+
+use super::guard::Bounded;
+use crate::listing::{Columns, MAX_INT_LABEL};
+use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::reader::{FileReader, SerializedFileReader};
+use parquet::schema::types::Type;
+
+/// Default text columns, in order of preference.
+const TEXT_COLUMNS: [&str; 2] = ["text", "caption"];
+
+/// The columns a file is read with.
+#[derive(Clone)]
+pub(super) struct Chosen {
+    pub(super) image: String,
+    /// Whether the image column is a struct (`bytes`, `path`) rather than binary.
+    pub(super) image_struct: bool,
+    pub(super) label: Option<String>,
+    /// A `label` column found by its name but left as metadata (floats, which may be scores).
+    pub(super) label_left: bool,
+    pub(super) text: Option<String>,
+    /// Which `--drop-column`s the file has (bits of their places in the list).
+    pub(super) dropped: u64,
+}
+
+fn is_binary(t: &Type) -> bool {
+    t.is_primitive()
+        && t.get_physical_type() == Physical::BYTE_ARRAY
+        && !matches!(
+            t.get_basic_info().logical_type_ref(),
+            Some(LogicalType::String)
+        )
+        && t.get_basic_info().converted_type() != ConvertedType::UTF8
+}
+
+fn is_image_struct(t: &Type) -> bool {
+    t.is_group()
+        && t.get_fields()
+            .iter()
+            .any(|f| f.name() == "bytes" && is_binary(f))
+}
+
+fn is_string(t: &Type) -> bool {
+    t.is_primitive()
+        && t.get_physical_type() == Physical::BYTE_ARRAY
+        && (matches!(
+            t.get_basic_info().logical_type_ref(),
+            Some(LogicalType::String)
+        ) || t.get_basic_info().converted_type() == ConvertedType::UTF8)
+}
+
+/// `class_label`: the one column the Hugging Face features declare a `ClassLabel`, if any,
+/// taken as the label when no column is named `label`.
+pub(super) fn choose(
+    fields: &[std::sync::Arc<Type>],
+    columns: &Columns,
+    class_label: Option<&str>,
+) -> Result<Chosen, String> {
+    let mut dropped = 0u64;
+    for f in fields {
+        if let Some(i) = (columns.drop.iter()).position(|d| d.eq_ignore_ascii_case(f.name())) {
+            dropped |= 1 << i;
+        }
+    }
+    // Dropped columns are as if the file lacked them.
+    let fields: Vec<_> = (fields.iter())
+        .filter(|f| !columns.is_dropped(f.name()))
+        .collect();
+    let find = |n: &str| fields.iter().copied().find(|f| f.name() == n);
+    let names = || {
+        fields
+            .iter()
+            .map(|f| f.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let image = match &columns.image {
+        Some(n) => {
+            find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?
+        }
+        None => find("image")
+            .filter(|f| is_image_struct(f) || is_binary(f))
+            .or_else(|| fields.iter().copied().find(|f| is_image_struct(f)))
+            .or_else(|| fields.iter().copied().find(|f| is_binary(f)))
+            .ok_or_else(|| {
+                format!(
+                    "no image column: looked for a struct column with a binary `bytes` field, or \
+                     a binary column (the columns are {}); name one with --image-column",
+                    names()
+                )
+            })?,
+    };
+    if !(is_image_struct(image) || is_binary(image)) {
+        return Err(format!(
+            "column {:?} holds neither image bytes nor a struct with `bytes`",
+            image.name()
+        ));
+    }
+    let label = match &columns.label {
+        Some(n) => {
+            Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
+        }
+        None => find("label").or_else(|| class_label.and_then(find)),
+    };
+    let physical =
+        |l: &Type, of: &[Physical]| l.is_primitive() && of.contains(&l.get_physical_type());
+    // Floats when named: pandas stores an integer column with missing values as float64 (NaN);
+    // a float `label` found by its name alone may be a score, and is carried as metadata.
+    let is_int = |l: &Type| {
+        physical(l, &[Physical::INT32, Physical::INT64])
+            || columns.label.is_some() && physical(l, &[Physical::FLOAT, Physical::DOUBLE])
+    };
+    let usable = |l: &Type| is_int(l) || is_string(l);
+    if let Some(l) = label.filter(|l| columns.label.is_some() && !usable(l)) {
+        return Err(format!(
+            "label column {:?} holds neither integers (class indices) nor strings (class names)",
+            l.name()
+        ));
+    }
+    let label_left = label.is_some_and(|l| !usable(l));
+    let label = label.filter(|l| usable(l));
+    let text = match &columns.text {
+        Some(n) => {
+            Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
+        }
+        None => TEXT_COLUMNS
+            .iter()
+            .find_map(|n| find(n).filter(|f| is_string(f))),
+    };
+    if let Some(t) = text.filter(|t| !(is_string(t) || is_binary(t))) {
+        return Err(format!(
+            "text column {:?} holds neither strings nor bytes (UTF-8 text)",
+            t.name()
+        ));
+    }
+    Ok(Chosen {
+        image: image.name().to_string(),
+        image_struct: is_image_struct(image),
+        label: label.map(|l| l.name().to_string()),
+        label_left,
+        text: text.map(|t| t.name().to_string()),
+        dropped,
+    })
+}
+
+/// The file's schema without its dropped columns, when it has some: rows then never read them.
+pub(super) fn projection(
+    meta: &ParquetMetaData,
+    columns: &Columns,
+) -> Result<Option<Type>, String> {
+    let root = meta.file_metadata().schema_descr().root_schema();
+    let fields = root.get_fields();
+    if !fields.iter().any(|f| columns.is_dropped(f.name())) {
+        return Ok(None);
+    }
+    let kept = (fields.iter())
+        .filter(|f| !columns.is_dropped(f.name()))
+        .cloned()
+        .collect();
+    Type::group_type_builder(root.name())
+        .with_fields(kept)
+        .build()
+        .map(Some)
+        .map_err(|e| format!("cannot leave out the dropped columns: {e}"))
+}
+
+/// The `huggingface` key-value metadata's features, as JSON.
+pub(super) fn hf_features(reader: &SerializedFileReader<Bounded>) -> Option<serde_json::Value> {
+    let kv = reader.metadata().file_metadata().key_value_metadata()?;
+    let hf = kv.iter().find(|k| k.key == "huggingface")?.value.as_ref()?;
+    let v: serde_json::Value = serde_json::from_str(hf).ok()?;
+    Some(v.get("info")?.get("features")?.clone())
+}
+
+/// The column the features declare a `ClassLabel`, when exactly one is (`labels`, `fine_label`).
+pub(super) fn hf_class_label_column(features: &serde_json::Value) -> Option<&str> {
+    let mut labels = features
+        .as_object()?
+        .iter()
+        .filter(|(_, f)| f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel"));
+    match (labels.next(), labels.next()) {
+        (Some((name, _)), None) => Some(name),
+        _ => None,
+    }
+}
+
+/// Class names of `label` from the `huggingface` metadata's features (a `ClassLabel` feature).
+pub(super) fn hf_class_names(features: &serde_json::Value, label: &str) -> Option<Vec<String>> {
+    let feature = features.get(label)?;
+    let names = feature.get("names")?.as_array()?;
+    let names: Vec<String> = names
+        .iter()
+        .map(|n| n.as_str().map(str::to_string))
+        .collect::<Option<_>>()?;
+    (names.len() <= MAX_INT_LABEL as usize + 1).then_some(names)
+}
