@@ -4,6 +4,7 @@ installed, ``python -m shardtool.ray`` runs the parts as Ray tasks on a local cl
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -185,8 +186,8 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     assert r.returncode == 1, r.stderr[-4000:]
     assert "more than --max-errors 0" in r.stderr and "Traceback" not in r.stderr, r.stderr[-4000:]
     assert not (tmp_path / "ray-bad" / "manifest.json").exists()
-    # A shard input changed since the plan fails its part the same way however often it runs:
-    # the run stops with the reason (PlanError), not after Ray's retries.
+    # A shard input changed since the plan: the rerun is refused before any task starts (exit
+    # 2), and a part run by hand fails with the reason (PlanError), as often as it runs.
     shards = tmp_path / "shards"
     shardtool.pack(SAMPLE, shards, resize="crop:16x16", shard_samples=20)
     changed = tmp_path / "ray-changed"
@@ -194,7 +195,7 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     os.utime(shards / "shard-000000.tar", ns=(0, 1_000_000_000))
     rerun = cmd[:3] + [str(shards), str(changed), "--parts", "2", "--shard-samples", "7", "--num-cpus", "2"]
     r = subprocess.run(rerun, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 1, r.stderr[-4000:]
+    assert r.returncode == 2, r.stderr[-4000:]
     assert "shard-000000.tar changed since the plan" in r.stderr, r.stderr[-4000:]
     assert "a part failed" not in r.stderr and "--overwrite" in r.stderr, r.stderr[-4000:]
     with pytest.raises(shardtool.PlanError, match="changed since the plan"):
@@ -219,6 +220,32 @@ def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: P
     assert other["plan"] != first["plan"]
     # (A plan killed while planning is made again: plan_file::tests, which knows whether the
     # file system's locks bind every host.)
+
+
+def test_a_rerun_after_the_caption_list_changed_is_refused_not_reported_done(tmp_path: Path) -> None:
+    images = sorted(SAMPLE.glob("*/*"))[:3]
+    listing = tmp_path / "caps.jsonl"
+
+    def write(captions: list) -> None:
+        rows = [{"path": str(p), "text": c} for p, c in zip(images, captions)]
+        listing.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    write(["a cat", "a dog", "a fox"])
+    out = tmp_path / "out"
+    shardtool.plan(listing, out, shard_samples=1, resize="crop:8x8")
+    shardtool.pack_part(out, 0, 1)
+    shardtool.merge(out)
+    # Every shard is done; the captions are edited at the same size and the driver reruns.
+    write(["A CAT", "a dog", "a fox"])
+    for rerun in (
+        lambda: shardtool.plan(listing, out, shard_samples=1, resize="crop:8x8", resume=True),
+        lambda: shardtool.pack(listing, out, shard_samples=1, resize="crop:8x8", resume=True),
+    ):
+        with pytest.raises(ValueError, match="caps.jsonl changed since the plan was made"):
+            rerun()
+    # As it was, the rerun keeps the plan.
+    write(["a cat", "a dog", "a fox"])
+    shardtool.plan(listing, out, shard_samples=1, resize="crop:8x8", resume=True)
 
 
 def test_resume_knows_the_input_folder_whatever_it_is_named_from(

@@ -206,7 +206,7 @@ impl Loaded {
                     ))
                 }
             };
-            if let Some(what) = used.then(|| container_change(c, &path)).flatten() {
+            if let Some(what) = used.then(|| c.change(&path)).flatten() {
                 return Err(bad_plan(
                     &plan_path,
                     format!(
@@ -229,33 +229,6 @@ impl Loaded {
             planned_sizes: self.planned_sizes.clone(),
         })
     }
-}
-
-/// How the container `c` of a plan, now at `path`, differs from when it was planned, if it does.
-fn container_change(c: &crate::plan_file::PlanContainer, path: &Path) -> Option<String> {
-    let now = std::fs::metadata(path).ok().map(|m| m.len());
-    if c.size.is_some() && now != c.size {
-        return Some(match (now, c.size) {
-            (Some(n), Some(p)) => format!("{n} bytes, {p} when planned"),
-            _ => "it cannot be read".into(),
-        });
-    }
-    if let Some(sum) = &c.checksum {
-        if crate::plan_file::file_checksum(path).ok().as_ref() != Some(sum) {
-            return Some("its checksum differs".into());
-        }
-    }
-    if let Some(t) = c.modified_ns {
-        if crate::plan_file::modified_ns(path) != Some(t) {
-            // A shard is not hashed (a part reads only its spans of it): its time stands for it.
-            return Some(
-                "its modification time differs; a copy that did not keep times or a touch changes \
-                 it too: if its bytes are the planned ones, give it back its time (cp -p, rsync -t)"
-                    .into(),
-            );
-        }
-    }
-    None
 }
 
 /// The shards `assignment` names in a plan of `shards` shards, ascending.

@@ -117,6 +117,36 @@ pub struct PlanContainer {
     pub modified_ns: Option<u64>,
 }
 
+impl PlanContainer {
+    /// How this container, now at `path`, differs from when it was planned, if it does.
+    pub(crate) fn change(&self, path: &Path) -> Option<String> {
+        let c = self;
+        let now = std::fs::metadata(path).ok().map(|m| m.len());
+        if c.size.is_some() && now != c.size {
+            return Some(match (now, c.size) {
+                (Some(n), Some(p)) => format!("{n} bytes, {p} when planned"),
+                _ => "it cannot be read".into(),
+            });
+        }
+        if let Some(sum) = &c.checksum {
+            if file_checksum(path).ok().as_ref() != Some(sum) {
+                return Some("its checksum differs".into());
+            }
+        }
+        if let Some(t) = c.modified_ns {
+            if modified_ns(path) != Some(t) {
+                // A shard is not hashed (a part reads only its spans of it): its time stands for it.
+                return Some(
+                    "its modification time differs; a copy that did not keep times or a touch changes \
+                     it too: if its bytes are the planned ones, give it back its time (cp -p, rsync -t)"
+                        .into(),
+                );
+            }
+        }
+        None
+    }
+}
+
 /// When the file at `path` was last modified, in nanoseconds since the epoch.
 pub(crate) fn modified_ns(path: &Path) -> Option<u64> {
     let t = std::fs::metadata(path).ok()?.modified().ok()?;
@@ -327,22 +357,41 @@ pub fn make_or_keep_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
 }
 
 /// Refuses to go on with the plan `file` for `plan` unless both were made from the same inputs
-/// (wherever they were named from) and options: [`PackError::ResumeMismatch`] names the
-/// differences.
+/// (wherever they were named from), unchanged since, and options: [`PackError::ResumeMismatch`]
+/// names the differences.
 pub(crate) fn check_same_options(file: &PlanFile, plan: &PackPlan) -> Result<(), PackError> {
     // The same paths as spelled (absolute), or the same folders once links are resolved here.
     let (planned, given) = (file.options.clone().absolute(), plan.frozen().absolute());
     if planned == given {
-        return Ok(());
+        return check_same_containers(file, plan);
     }
     let (planned, given) = (planned.resolved(), given.resolved());
     if planned == given {
-        return Ok(());
+        return check_same_containers(file, plan);
     }
     Err(PackError::ResumeMismatch {
         path: plan.output.clone(),
         differs: planned.differences(&given),
     })
+}
+
+/// Refuses to go on with the plan `file` when a list or shard it read in place changed since
+/// (a caption list edited at the same size, a shard replaced): its done shards hold the old
+/// samples, and a rerun would report them as the dataset. Staged copies (fetched URLs, Parquet
+/// files) are the plan's own and are not compared.
+fn check_same_containers(file: &PlanFile, plan: &PackPlan) -> Result<(), PackError> {
+    for c in file.containers.iter().filter(|c| !c.staged) {
+        if let Some(what) = c.change(&c.path) {
+            return Err(PackError::ResumeMismatch {
+                path: plan.output.clone(),
+                differs: format!(
+                    "input: {} changed since the plan was made ({what})",
+                    redact_urls(&c.source)
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// [`make_plan`] into an opened output, under `held` (the caller's lock on a local output) or
