@@ -181,6 +181,8 @@ def test_pack_parquet_drop_columns_are_neither_read_nor_carried(
     wide = table.append_column(
         "embedding", pa.array([bytes([i]) * 200_000 for i in range(rows)], pa.binary())
     ).append_column("note", pa.array([f"n{i}" for i in range(rows)], pa.string()))
+    # A column named as the image struct's `path` goes into the `.json`: both are kept.
+    wide = wide.append_column("image_path", pa.array([f"mine{i}" for i in range(rows)]))
     folder = tmp_path / "in"
     folder.mkdir()
     f = folder / "x.parquet"
@@ -206,6 +208,8 @@ def test_pack_parquet_drop_columns_are_neither_read_nor_carried(
         assert "embedding" not in meta_json and "note" not in meta_json, meta_json
         assert not any(field.startswith("embedding") for field in s), list(s)
         row = int(meta_json["source"].rsplit(":", 1)[1])
+        assert meta_json["image_path"] == f"mine{row}", meta_json
+        assert isinstance(meta_json["input_image_path"], str), meta_json
         e = expect["parquet"][f"{name}:{row}"]
         assert int(s["cls"]) == e["label"]
         assert s["txt"].decode() == e["text"]

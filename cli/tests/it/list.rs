@@ -453,3 +453,32 @@ fn dropped_columns_are_left_out_and_must_exist() {
         assert!(!out.join("manifest.json").exists());
     }
 }
+
+#[test]
+fn columns_named_as_our_metadata_are_renamed_and_none_is_lost() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 1);
+    // `width` and `source` are names our metadata uses: carried as `input_width` and
+    // `input_source`, except that `input_width` is a column of its own here.
+    write_file(
+        data.join("l.csv"),
+        "path,width,input_width,source\nimgs/0.png,640,99,laion\n",
+    );
+    let first = t.path().join("first");
+    pack_list(data.join("l.csv"), &first).ok();
+    let s = wds_samples(&first);
+    let json = &s[0].json;
+    assert_eq!(json["input_width"], "99", "{json}");
+    assert_eq!(json["input_input_width"], "640", "{json}");
+    assert_eq!(json["input_source"], "laion", "{json}");
+    // Re-packed: this input's source goes under `input_source`, the user's column one further.
+    let again = t.path().join("again");
+    pack(&first, &again).ok();
+    let s2 = wds_samples(&again);
+    let json2 = &s2[0].json;
+    assert_eq!(json2["input_source"], json["source"], "{json2}");
+    assert_eq!(json2["input_input_source"], "laion", "{json2}");
+    assert_eq!(json2["input_width"], "99", "{json2}");
+    assert_eq!(json2["input_input_width"], "640", "{json2}");
+}

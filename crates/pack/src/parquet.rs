@@ -175,8 +175,13 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
         }
     }
     if let Some(path) = p.image_path {
+        // Beside a column of that name, under `input_image_path` (and so on): both kept.
+        let mut name = String::from("image_path");
+        while p.columns.contains_key(&name) {
+            name.insert_str(0, "input_");
+        }
         p.columns
-            .insert("image_path".into(), serde_json::Value::String(path.into()));
+            .insert(name, serde_json::Value::String(path.into()));
     }
     p
 }

@@ -648,7 +648,7 @@ fn class_name(classes: &[String], label: i64) -> String {
 }
 
 /// Names our metadata uses (`fields` holds a packed record's carried fields); a carried column
-/// of the same name is stored as `input_<name>`.
+/// of the same name is stored as `input_<name>` (`input_input_<name>` when that is taken too).
 const OWN_META: [&str; 9] = [
     "fields",
     "key",
@@ -831,13 +831,19 @@ fn process(
     }
     let any_columns = !columns.is_empty();
     if let Some(m) = meta.as_object_mut() {
-        for (k, v) in columns {
-            let k = if OWN_META.contains(&k.as_str()) {
-                format!("input_{k}")
-            } else {
-                k
-            };
-            m.entry(k).or_insert(v);
+        // A column named as our metadata goes under `input_<name>`, prefixed again while that
+        // is taken (a column `input_width` beside `width`, a re-pack of our own output): no
+        // value is lost, whatever the names.
+        let (own, other): (Vec<_>, Vec<_>) = columns
+            .into_iter()
+            .partition(|(k, _)| OWN_META.contains(&k.as_str()));
+        m.extend(other);
+        for (k, v) in own {
+            let mut name = format!("input_{k}");
+            while m.contains_key(&name) {
+                name.insert_str(0, "input_");
+            }
+            m.insert(name, v);
         }
     }
     // Carried columns make the sample's `.json`: verify allows 1 MiB.

@@ -81,8 +81,8 @@ pub(crate) fn packed_record_problem(
 
 /// The members of `json` worth keeping when it is metadata shardtool wrote (a `source`, a
 /// `key` and the four sizes, as a pack's `.json` states them): its source and original size as
-/// `input_source`, `input_orig_width` and `input_orig_height` (this input's, replacing an
-/// earlier pack's), and its other members but the key, label, class and the sizes of the
+/// `input_source`, `input_orig_width` and `input_orig_height` (this input's; an earlier pack's
+/// move to `input_input_source` and so on), and its other members but the key, label, class and the sizes of the
 /// image it described, which a new pack states afresh. `None` for any other json (an input's
 /// own, carried byte for byte).
 pub(crate) fn own_metadata(json: &[u8]) -> Option<serde_json::Map<String, serde_json::Value>> {
@@ -107,10 +107,23 @@ pub(crate) fn own_metadata(json: &[u8]) -> Option<serde_json::Map<String, serde_
     }
     for own in ["source", "orig_width", "orig_height"] {
         if let Some(v) = m.remove(own) {
-            m.insert(format!("input_{own}"), v);
+            shift_in(&mut m, format!("input_{own}"), v);
         }
     }
     Some(m)
+}
+
+/// Puts `v` under `name`, moving what held that name (an earlier pack's `input_source`, or a
+/// user's `source` column carried under it) to `input_<name>`, and so on: nothing is lost.
+fn shift_in(
+    m: &mut serde_json::Map<String, serde_json::Value>,
+    mut name: String,
+    mut v: serde_json::Value,
+) {
+    while let Some(old) = m.insert(name.clone(), v) {
+        name.insert_str(0, "input_");
+        v = old;
+    }
 }
 
 /// Bytes a sample may carry besides its image (captions, metadata, other fields).
