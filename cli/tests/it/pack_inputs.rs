@@ -521,8 +521,9 @@ fn carried_fields_that_would_not_verify_are_refused_with_their_reason() {
     let t = tempdir();
     let image = std::fs::read(&shard_images()[0]).unwrap();
     let huge = format!("{{\"k\":\"{}\"}}", "y".repeat(2 << 20));
-    let samples: [(&str, &str, &[u8]); 6] = [
+    let samples: [(&str, &str, &[u8]); 7] = [
         ("latin", "txt", b"caf\xe9"),
+        ("latinjson", "json", b"{\"x\": \"caf\xe9\"}"),
         ("array", "json", b"[1, 2]"),
         ("twice", "json", br#"{"key": "twice", "key": "twice"}"#),
         ("otherkey", "json", br#"{"key": "someone-else"}"#),
@@ -542,6 +543,7 @@ fn carried_fields_that_would_not_verify_are_refused_with_their_reason() {
     let huge_says = format!("its json is {} bytes, over the", huge.len());
     for (key, says) in [
         ("latin", "its txt is not UTF-8 text"),
+        ("latinjson", "its json is not UTF-8 text"),
         ("array", "its json is JSON but not an object"),
         ("twice", "its json is not valid JSON: duplicate field `key`"),
         ("otherkey", "its json states key \"someone-else\""),

@@ -119,6 +119,14 @@ impl<'a> SampleMeta<'a> {
                 "is {len} bytes, over the {MAX_TEXT_BYTES}-byte limit for metadata"
             ));
         }
+        // JSON is UTF-8 text, and readers decode it whole; a parser skipping a member's string
+        // does not look at its bytes, so this is checked first.
+        if let Err(e) = std::str::from_utf8(bytes) {
+            return Err(format!(
+                "is not UTF-8 text, as JSON must be (byte {} is not)",
+                e.valid_up_to()
+            ));
+        }
         let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         if !object {
             return match serde_json::from_slice::<de::IgnoredAny>(bytes) {
@@ -153,6 +161,15 @@ pub fn json_string(raw: &RawValue) -> Option<Cow<'_, str>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_that_is_not_utf8_breaks_the_rules_even_in_a_member_no_rule_reads() {
+        let bad = b"{\"x\": \"\xff\", \"key\": \"k\"}";
+        let err = SampleMeta::parse(bad.len() as u64, bad).err().unwrap();
+        assert!(err.contains("not UTF-8") && err.contains("byte 7"), "{err}");
+        let good = "{\"x\": \"\u{e9}t\u{e9}\"}".as_bytes();
+        assert!(SampleMeta::parse(good.len() as u64, good).is_ok());
+    }
 
     #[test]
     fn reads_the_members_the_rules_use_and_says_why_a_json_breaks_them() {
