@@ -500,3 +500,59 @@ fn tar_jsons(dir: &Path) -> std::collections::HashMap<String, Value> {
     }
     out
 }
+
+#[test]
+fn samples_with_more_fields_than_verify_checks_are_refused_and_missing_fields_are_bounded() {
+    let root = tempdir();
+    let image = crate::common::jpeg(&crate::common::pattern(16, 12, 1));
+    let most = shardtool_wds::MAX_SAMPLE_MEMBERS - 3;
+    // One sample with a field too many, two with 30 each.
+    let mut w = TarWriter::new(Vec::new());
+    for (key, n) in [("wide", most + 1), ("a", 30), ("b", 30)] {
+        w.append(&format!("{key}.jpg"), &image).unwrap();
+        for i in 0..n {
+            w.append(&format!("{key}.f{i:04}"), b"x").unwrap();
+        }
+    }
+    let input = root.path().join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    std::fs::write(input.join("s-0.tar"), w.finish().unwrap()).unwrap();
+    let dir = root.path().join("ds");
+    pack(&input, &dir).args(["-q"]).ok();
+    let errors = std::fs::read_to_string(dir.join("errors.jsonl")).unwrap();
+    assert!(
+        errors.contains(":wide") && errors.contains(&format!("over the {most} a sample may")),
+        "{errors}"
+    );
+    assert_eq!(manifest(&dir).inputs.packed, 2);
+    let (code, _) = verify(&dir, &[]);
+    assert_eq!(code, Some(0));
+    // A sample stripped of its 30 fields: eight named, the rest counted in one more line.
+    let strip = |b: &[u8]| -> Vec<u8> {
+        let mut w = TarWriter::new(Vec::new());
+        let mut keys = Vec::new();
+        for e in TarReader::new(b) {
+            let e = e.unwrap();
+            let (key, field) = split_name(&e.name);
+            if keys.is_empty() {
+                keys.push(key.to_string());
+            }
+            if !(key == keys[0] && field.starts_with('f')) {
+                w.append(&e.name, e.data).unwrap();
+            }
+        }
+        w.finish().unwrap()
+    };
+    rewrite(&dir, strip, |_| {});
+    let (code, kinds) = verify(&dir, &[]);
+    assert_eq!(code, Some(1));
+    assert_eq!(kinds, vec!["missing_field".to_string(); 9], "{kinds:?}");
+    let r = Cmd::new(["verify"]).arg(&dir).run();
+    assert!(
+        // 30 carried fields, the image and the json declared; 8 of them named.
+        r.stdout.contains("lacks 22 more of the fields") && r.stdout.contains(", and 24 more)"),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.len() < 4000, "{}", r.stdout.len());
+}

@@ -787,6 +787,17 @@ fn process(
         }
     };
     carried.sort_by(|a, b| a.0.cmp(&b.0));
+    // The image, `.json` and `.cls` besides them.
+    let most = shardtool_wds::MAX_SAMPLE_MEMBERS - 3;
+    if carried.len() > most {
+        return Err(fail(
+            "bad_field",
+            format!(
+                "it carries {} fields besides its image, over the {most} a sample may",
+                carried.len()
+            ),
+        ));
+    }
     let carried_bytes: u64 = carried.iter().map(|(_, d)| d.len() as u64).sum();
     if carried_bytes > MAX_CARRIED_BYTES {
         return Err(fail(

@@ -27,7 +27,7 @@ pub(crate) const MAX_SHARD_PROBLEMS: usize = 1000;
 /// Most members of one sample that are checked: a sample has a handful, and a shard of millions
 /// of members under one key must not cost memory or time in proportion (the field checks are
 /// quadratic in a sample's members). The rest are reported once and only hashed.
-pub(crate) const MAX_SAMPLE_MEMBERS: usize = 4096;
+pub(crate) use shardtool_wds::MAX_SAMPLE_MEMBERS;
 
 /// What the checks of one shard need to know about the dataset.
 #[derive(Clone, Copy)]

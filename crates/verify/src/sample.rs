@@ -9,6 +9,9 @@ use shardtool_wds::{json_string, json_value, SampleMeta};
 use std::borrow::Cow;
 use std::collections::HashSet;
 
+/// Missing fields of one sample reported one by one; the rest are counted in one more problem.
+const MISSING_SHOWN: usize = 8;
+
 /// Checks a finished sample: its key (against the shard's keys so far, in `scan`), its fields
 /// (whose kept data lies in `kept`), label and metadata; with `decode`, hands its images to `scan`.
 pub(crate) fn finish_sample(
@@ -42,14 +45,21 @@ pub(crate) fn finish_sample(
     if !ctx.fields.is_empty() || !ctx.optional.is_empty() {
         // Built only for a problem: this runs once per sample.
         let declared = || {
-            ctx.fields
-                .iter()
-                .map(String::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
+            let names: Vec<&str> = ctx.fields.iter().map(String::as_str).take(8).collect();
+            match ctx.fields.len() - names.len() {
+                0 => names.join(", "),
+                more => format!("{}, and {more} more", names.join(", ")),
+            }
         };
+        let mut missing = 0usize;
         for f in ctx.fields {
             if !fields.iter().any(|(n, _)| n == f) {
+                // A sample lacking many is one problem, not one per field (a report of
+                // thousands of lines, each naming every field).
+                missing += 1;
+                if missing > MISSING_SHOWN {
+                    continue;
+                }
                 scan.member(
                     ctx,
                     &format!("{key}.{f}"),
@@ -60,6 +70,17 @@ pub(crate) fn finish_sample(
                     ),
                 );
             }
+        }
+        if missing > MISSING_SHOWN {
+            scan.member(
+                ctx,
+                key,
+                ProblemKind::MissingField,
+                format!(
+                    "sample {key} lacks {} more of the fields the manifest declares",
+                    missing - MISSING_SHOWN
+                ),
+            );
         }
         // Reported once per field name, in name order (no allocation when there are none).
         let mut unexpected: Vec<&str> = fields

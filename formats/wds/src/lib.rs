@@ -23,3 +23,8 @@ pub use writer::{tar_bytes, ustar_header, TarWriter, FIXED_MTIME};
 
 /// Size of a tar block.
 pub const BLOCK: usize = 512;
+
+/// Most members one sample may have (its image, metadata, label and carried fields): a sample
+/// has a handful; verify checks this many and reports the rest, and pack refuses a sample over
+/// it, so that what pack writes verifies.
+pub const MAX_SAMPLE_MEMBERS: usize = 4096;
