@@ -235,6 +235,34 @@ def test_pack_parquet_drop_columns_are_neither_read_nor_carried(
     assert plan_json["options"]["drop_columns"] == ["embedding"], plan_json["options"]
 
 
+def test_pack_parquet_rows_a_failed_row_group_leaves_unread_are_counted_failed(tmp_path: Path) -> None:
+    import io
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    png = io.BytesIO()
+    Image.new("RGB", (8, 8), (9, 9, 9)).save(png, "PNG")
+    rows = 30
+    texts = [f"t{i}".encode() for i in range(rows)]
+    texts[5] = b"\xff\xfe" * 300  # not UTF-8, in a string column: the reader stops there
+    offsets = np.cumsum([0] + [len(t) for t in texts]).astype(np.int32)
+    text = pa.Array.from_buffers(
+        pa.string(), rows, [None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(texts))]
+    )
+    f = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"image": pa.array([png.getvalue()] * rows), "text": text}), f, row_group_size=10)
+    summary = shardtool.pack(f, tmp_path / "ds")
+    inputs = summary["manifest"]["inputs"]
+    # Rows 5-9 (the rest of the first row group) failed, each named; the other groups packed.
+    assert inputs["found"] == rows and inputs["packed"] == 25 and inputs["failed"] == 5, inputs
+    failed = sorted(int(e["path"].rsplit(":", 1)[1]) for e in summary["errors"])
+    assert failed == [5, 6, 7, 8, 9], summary["errors"]
+    assert all(e["kind"] == "bad_parquet" and len(e["message"]) < 450 for e in summary["errors"])
+
+
 def test_pack_parquet_with_class_names_as_string_labels(
     inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -301,6 +301,26 @@ fn stage_group(
             ))
         }
     }
+    // Each row read is staged or failed, in order: the rows after a stop are inputs too, each
+    // failed with the reason (one line for the group would leave them out of every count).
+    let (first, rows) = opened.groups[group];
+    let handled = (out.rows.len() + out.errors.len()) as u64;
+    if let Some(why) = out.failure.take_if(|_| handled < rows) {
+        // The crate's message may quote a whole value's bytes: kept short, as it is repeated.
+        let mut why = format!("not read: {why}");
+        if why.len() > 400 {
+            let cut = (0..=400)
+                .rev()
+                .find(|&i| why.is_char_boundary(i))
+                .unwrap_or(0);
+            why.truncate(cut);
+            why.push('…');
+        }
+        for row in first + handled..first + rows {
+            out.errors
+                .push(failure(format!("{name}:{row}"), "bad_parquet", why.clone()));
+        }
+    }
     if tar_path.exists() {
         out.tar = Some(tar_path);
     }
