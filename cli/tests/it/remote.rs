@@ -782,3 +782,41 @@ fn an_upload_the_server_cuts_off_is_an_error_with_a_message_not_a_silent_death()
     assert!(!published.join("shard-000000.tar").exists());
     assert!(!published.join("manifest.json").exists());
 }
+
+#[test]
+fn merge_into_s3_removes_the_staged_copies_of_its_inputs() {
+    use crate::common::{pack, tempdir, Cmd};
+    use crate::partition::{inputs, part, published, OPTS};
+    let dir = tempdir();
+    let input = inputs(dir.path(), 20);
+    let s3 = S3::start();
+    let bucket = s3.root.path().join("bucket");
+    pack(&input, bucket.join("wds"))
+        .args(["--shard-samples", "10", "-q"])
+        .ok();
+    let with_env = |mut c: Cmd| {
+        for (k, v) in s3.env() {
+            c = c.env(k, v);
+        }
+        c
+    };
+    let urls = "s3://bucket/wds/shard-{000000..000001}.tar";
+    let out = "s3://bucket/out/";
+    with_env(Cmd::new(["plan", urls, out]).args(OPTS)).ok();
+    let staged = bucket.join("out/_plan/staged");
+    let files = |d: &Path| -> usize {
+        std::fs::read_dir(d)
+            .map(|e| e.flatten().filter(|e| e.path().is_file()).count())
+            .unwrap_or(0)
+    };
+    assert_eq!(files(&staged), 2, "the plan stages each input once");
+    with_env(part(Path::new(out), "0/1")).ok();
+    with_env(Cmd::new(["merge", out])).ok();
+    assert_eq!(files(&staged), 0, "merge removes the staged copies");
+    let single = dir.path().join("single");
+    with_env(pack(urls, &single).args(OPTS).args(["-q"])).ok();
+    for (name, bytes) in published(&single) {
+        let got = std::fs::read(bucket.join("out").join(&name)).unwrap_or_default();
+        assert!(got == bytes, "{name} differs from the single pack's");
+    }
+}

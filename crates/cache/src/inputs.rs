@@ -109,6 +109,11 @@ impl RemoteFolder {
         self.remote.put(name, bytes.into(), false).map(|_| ())
     }
 
+    /// Deletes object `name` (one already gone is no error).
+    pub fn delete(&self, name: &str) -> Result<(), CacheError> {
+        self.remote.delete(name)
+    }
+
     /// The size of object `name`, or `None` when there is none.
     pub fn size(&self, name: &str) -> Result<Option<u64>, CacheError> {
         self.remote.size_opt(name)

@@ -697,6 +697,25 @@ impl Remote {
         .map(|((), v)| v)
     }
 
+    /// Deletes object `name`; one already gone is no error.
+    pub fn delete(&self, name: &str) -> Result<(), CacheError> {
+        let path = self.path(name);
+        self.with_retries(name, (), |()| {
+            let path = &path;
+            async move {
+                let r = tokio::time::timeout(self.policy.stall_timeout, self.store.delete(path))
+                    .await
+                    .map_err(|_| AttemptError::retry("no response (stalled)"))
+                    .and_then(|r| match r {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        Err(e) => Err(classify(e)),
+                    });
+                ((), r)
+            }
+        })
+        .map(|((), ())| ())
+    }
+
     /// The size of object `name`, or `None` when there is none.
     pub fn size_opt(&self, name: &str) -> Result<Option<u64>, CacheError> {
         let path = self.path(name);

@@ -6,7 +6,9 @@ use crate::listing::Listing;
 use crate::partition::read_done;
 use crate::pipeline::{build_manifest, ManifestParts};
 use crate::plan::PackPlan;
-use crate::plan_file::{bad_plan, plan_dir, read_plan_in, DONE_DIR, PLAN_FILE, STAGED_DIR};
+use crate::plan_file::{
+    bad_plan, plan_dir, read_plan_in, DONE_DIR, PLAN_DIR, PLAN_FILE, STAGED_DIR,
+};
 use crate::sink::{split_fields, ShardSink};
 use crate::store::Store;
 use crate::{DoneRecord, ErrorRecord, PackError, PlanFile};
@@ -230,14 +232,23 @@ pub(crate) fn merge_held(
         remove_leftovers(store.local(), &plan.prefix);
     }
     store.write(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
+    // Staged inputs were only for the parts; lists of failures that stopped runs are stale
+    // now that every shard is done (the dataset's are in errors.jsonl).
     if !store.is_remote() {
-        // Staged inputs were only for the parts; lists of failures that stopped runs are stale
-        // now that every shard is done (the dataset's are in errors.jsonl).
         let dir = plan_dir(store.local());
         let _ = std::fs::remove_dir_all(dir.join(STAGED_DIR));
         for p in stopped_runs(&store) {
             let _ = std::fs::remove_file(p);
         }
+    } else {
+        // The dataset is committed: a staged copy left behind (a delete that failed) costs
+        // storage only, so it does not fail the merge.
+        let staged: Vec<String> = (file.containers.iter())
+            .filter(|c| c.staged)
+            .map(|c| format!("{PLAN_DIR}/{STAGED_DIR}/{}", c.path.to_string_lossy()))
+            .collect();
+        let all: Vec<u64> = (0..staged.len() as u64).collect();
+        let _ = store.each(&all, |i| store.delete(&staged[i as usize]));
     }
     Ok(MergeReport { manifest, errors })
 }

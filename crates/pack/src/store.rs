@@ -142,6 +142,19 @@ impl Store {
         }
     }
 
+    /// Removes `name`; one already gone is no error.
+    pub(crate) fn delete(&self, name: &str) -> Result<(), PackError> {
+        match self {
+            Store::Local(root) => match std::fs::remove_file(root.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(PackError::io(root.join(name), e))
+                }
+                _ => Ok(()),
+            },
+            Store::Remote { folder, .. } => folder.delete(name).map_err(|e| self.remote_error(e)),
+        }
+    }
+
     /// The size of `name`, `None` when it does not exist.
     pub(crate) fn size(&self, name: &str) -> Result<Option<u64>, PackError> {
         match self {
