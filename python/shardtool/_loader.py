@@ -54,8 +54,14 @@ def _check_fields(fields: Optional[Sequence[str]]) -> Optional[List[str]]:
     for name in names:
         if not isinstance(name, str) or not name:
             raise ValueError(f"fields must hold non-empty strings, not {name!r}")
+        if name in ("image", "label", "key"):
+            raise ValueError(f"field {name!r} is the batch's own {name!r}, always delivered")
         if name in _BATCH_KEYS:
-            raise ValueError(f"field {name!r} clashes with the batch key {name!r}; it is always delivered")
+            raise ValueError(
+                f"a carried field named {name!r} cannot be a key of the batch, whose {name!r} is "
+                f"the batch's {'position in the epoch' if name == 'index' else 'epoch'}; read "
+                f"it with `shardtool read DATASET --fields {name}`"
+            )
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValueError(f"fields lists {repeated} more than once")

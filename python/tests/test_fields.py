@@ -180,8 +180,12 @@ def test_bad_field_names_are_refused_at_construction(
         shardtool.Loader(path, batch_size=2, fields="txt")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="more than once"):
         shardtool.Loader(path, batch_size=2, fields=["txt", "txt"])
-    with pytest.raises(ValueError, match="clashes with the batch key 'image'"):
+    with pytest.raises(ValueError, match="is the batch's own 'image', always delivered"):
         shardtool.Loader(path, batch_size=2, fields=["image"])
+    # A field may be named as the batch's position or epoch: refused for the right reason,
+    # naming where it can be read.
+    with pytest.raises(ValueError, match="position in the epoch.*read DATASET --fields index"):
+        shardtool.Loader(path, batch_size=2, fields=["index"])
     with pytest.raises(ValueError, match=r'no field "caption".*bin, json in every sample and cls, txt in some'):
         shardtool.Loader(path, batch_size=2, fields=["caption"])
     with pytest.raises(ValueError, match="image data"):
