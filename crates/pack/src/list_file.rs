@@ -711,6 +711,20 @@ pub(crate) fn row_columns(
                     map.insert(name, value);
                 }
             }
+            // A caption that is no JSON string (a number, `true`, a list) is its text as written:
+            // `2024.10` stays `2024.10`, not the number printed again.
+            if let Some((k, _)) = map
+                .iter()
+                .find(|(k, v)| k.eq_ignore_ascii_case(cols.text) && !v.is_string() && !v.is_null())
+            {
+                let raw: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
+                    serde_json::from_slice(row).map_err(|e| e.to_string())?;
+                if let Some(text) = raw.get(k.as_str()) {
+                    let text = text.get().to_string();
+                    map.remove(&k.clone());
+                    return Ok((Some(text), map));
+                }
+            }
         }
         ContainerKind::Tar | ContainerKind::Parquet => return Err("not a list".into()),
     }

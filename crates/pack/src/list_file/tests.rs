@@ -302,3 +302,29 @@ fn a_row_longer_than_a_parser_buffer_reads_whole() {
     assert_eq!(ours, theirs);
     assert_eq!(ours[1].len(), 20_000 * 3);
 }
+
+#[test]
+fn a_jsonl_caption_that_is_no_string_is_its_text_as_written() {
+    let columns = Columns::default();
+    for (row, text) in [
+        (
+            r#"{"path": "a.png", "text": 2024.10, "n": 1}"#,
+            Some("2024.10"),
+        ),
+        (r#"{"path": "a.png", "text": 1e2}"#, Some("1e2")),
+        (r#"{"path": "a.png", "TEXT": true}"#, Some("true")),
+        (
+            r#"{"path": "a.png", "text": [1, "a"]}"#,
+            Some(r#"[1, "a"]"#),
+        ),
+        (r#"{"path": "a.png", "text": "plain"}"#, Some("plain")),
+        (r#"{"path": "a.png", "text": null}"#, None),
+    ] {
+        let (got, rest) = row_columns(row.as_bytes(), &ContainerKind::Jsonl, &columns).unwrap();
+        assert_eq!(got.as_deref(), text, "{row}");
+        assert!(
+            !rest.keys().any(|k| k.eq_ignore_ascii_case("text")),
+            "{row}"
+        );
+    }
+}
