@@ -522,13 +522,11 @@ fn render(title: &str, subtitle: &str, picked: &[Picked], opts: &PreviewOptions)
                 draw_text(&mut img, x0 + 4, y0 + 16, &msg, 1, TEXT);
             }
         }
-        let class = p
-            .item
-            .class
-            .clone()
-            .or_else(|| p.item.label.map(|l| format!("label {l}")))
-            .unwrap_or_else(|| "(no label)".into());
-        let class = fit_text(&class, SCALE, tile);
+        let class = fit_text(
+            &shown_class(p.item.class.as_deref(), p.item.label),
+            SCALE,
+            tile,
+        );
         let ty = y0 + tile + 4;
         draw_text(&mut img, x0, ty, &class, SCALE, TEXT);
         let info = format!("{}x{} {}", p.item.width, p.item.height, p.item.key);
@@ -553,9 +551,29 @@ pub fn encode_png(img: &Rgb8Image) -> Result<Vec<u8>, String> {
     encode_png_rgb8(img).map_err(|e| format!("PNG encoding failed: {}", e.message))
 }
 
+/// The caption of a tile: the class name, led by its index where the font cannot draw all of
+/// it (non-ASCII names would all read `?`), else the label, else "(no label)".
+fn shown_class(class: Option<&str>, label: Option<i64>) -> String {
+    match (class, label) {
+        (Some(c), Some(l)) if !c.chars().all(|ch| (' '..='~').contains(&ch)) => format!("#{l} {c}"),
+        (Some(c), _) => c.to_string(),
+        (None, Some(l)) => format!("label {l}"),
+        (None, None) => "(no label)".into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn class_names_the_font_cannot_draw_are_led_by_their_index() {
+        assert_eq!(shown_class(Some("dog"), Some(1)), "dog");
+        assert_eq!(shown_class(Some("猫"), Some(2)), "#2 猫");
+        assert_eq!(shown_class(Some("🐶"), Some(3)), "#3 🐶");
+        assert_eq!(shown_class(None, Some(4)), "label 4");
+        assert_eq!(shown_class(None, None), "(no label)");
+    }
 
     #[test]
     fn choose_is_seeded_distinct_and_bounded() {
