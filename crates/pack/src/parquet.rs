@@ -307,7 +307,7 @@ fn stage_group(
     let handled = (out.rows.len() + out.errors.len()) as u64;
     if let Some(why) = out.failure.take_if(|_| handled < rows) {
         // The crate's message may quote a whole value's bytes: kept short, as it is repeated.
-        let mut why = format!("not read: {why}");
+        let mut why = why;
         if why.len() > 400 {
             let cut = (0..=400)
                 .rev()
