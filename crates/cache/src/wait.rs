@@ -56,28 +56,43 @@ pub(crate) fn lock_while_moving(
     shard: &str,
     stall: Duration,
 ) -> Result<(), Stalled> {
+    let take = || match shared {
+        true => lock.try_lock_shared(),
+        false => lock.try_lock(),
+    };
+    if take().is_ok() {
+        return Ok(());
+    }
     let started = Instant::now();
-    let mut last = progress(tmp, shard);
-    let mut moved = started;
-    let mut pause = Duration::from_millis(2);
+    let (mut last, mut moved, mut looked) = (progress(tmp, shard), started, started);
+    // Polled often, so a reader waiting for a fetch of its own prefetcher starts within a few
+    // milliseconds of its end; the download is looked at four times a second.
+    let mut pause = Duration::from_millis(1);
     loop {
-        let taken = match shared {
-            true => lock.try_lock_shared(),
-            false => lock.try_lock(),
-        };
-        if taken.is_ok() {
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(POLL);
+        if take().is_ok() {
             return Ok(());
         }
-        std::thread::sleep(pause);
-        pause = (pause * 2).min(Duration::from_millis(500));
-        let now = progress(tmp, shard);
-        if now != last {
-            (last, moved) = (now, Instant::now());
-        } else if moved.elapsed() >= stall {
-            return Err(Stalled(started.elapsed()));
+        if looked.elapsed() >= LOOK {
+            looked = Instant::now();
+            let now = progress(tmp, shard);
+            if now != last {
+                (last, moved) = (now, looked);
+            } else if moved.elapsed() >= stall {
+                return Err(Stalled(started.elapsed()));
+            }
         }
     }
 }
+
+/// The longest pause between two tries of a held lock.
+#[cfg(feature = "remote")]
+const POLL: Duration = Duration::from_millis(20);
+
+/// How often a held lock's download is looked at for progress.
+#[cfg(feature = "remote")]
+const LOOK: Duration = Duration::from_millis(250);
 
 #[cfg(feature = "remote")]
 /// The longest a healthy fetcher goes without writing to its download: waiting for cache room,
