@@ -31,6 +31,7 @@ use schema::{choose, hf_class_label_column, hf_class_names, hf_features, project
 use shardtool_wds::TarWriter;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 
 /// The staged member holding a row's other columns, merged into the sample's metadata.
 pub(crate) const COLUMNS_FIELD: &str = "columns.json";
@@ -62,6 +63,8 @@ struct Opened {
     groups: Vec<(u64, u64)>,
     /// A problem with the whole file (unreadable, no image column).
     failure: Option<String>,
+    /// Rows of failed row groups still to be reported one by one (see [`MAX_UNREAD_LINES`]).
+    unread_lines: std::sync::atomic::AtomicU64,
 }
 
 /// One row group, staged as its own tar.
@@ -208,6 +211,7 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
         class_names: None,
         groups: Vec::new(),
         failure: None,
+        unread_lines: MAX_UNREAD_LINES.into(),
     };
     let fetched = match fetch_input(name, index, options) {
         Ok(f) => f,
@@ -256,6 +260,10 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
     out
 }
 
+/// The most rows of a file's failed row groups reported one by one (a hostile footer may declare
+/// any count): past it, a group's failure is one line.
+const MAX_UNREAD_LINES: u64 = 100_000;
+
 /// Stages row group `group` of file `index` (opened as `opened`) into its own tar.
 fn stage_group(
     name: &str,
@@ -303,9 +311,15 @@ fn stage_group(
     }
     // Each row read is staged or failed, in order: the rows after a stop are inputs too, each
     // failed with the reason (one line for the group would leave them out of every count).
+    // The count is the file's word: past a bound for the file, the group keeps its one line.
     let (first, rows) = opened.groups[group];
     let handled = (out.rows.len() + out.errors.len()) as u64;
-    if let Some(why) = out.failure.take_if(|_| handled < rows) {
+    let unread = rows.saturating_sub(handled);
+    let budget = &opened.unread_lines;
+    let take = |left: u64| left.checked_sub(unread);
+    let fits =
+        unread > 0 && (budget.fetch_update(Ordering::Relaxed, Ordering::Relaxed, take)).is_ok();
+    if let Some(why) = out.failure.take_if(|_| fits) {
         // The crate's message may quote a whole value's bytes: kept short, as it is repeated.
         let mut why = why;
         if why.len() > 400 {
