@@ -50,7 +50,7 @@ pub fn packed_open(data: &[u8]) {
         // Carried fields were validated at open: each one reads back, and `json` always does.
         for (name, value) in shard.carried(i) {
             assert_eq!(
-                shard.field(i, name).as_deref(),
+                shard.field(i, &name).as_deref(),
                 Some(value.bytes()),
                 "record {i}: field {name}"
             );

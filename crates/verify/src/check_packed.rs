@@ -125,7 +125,7 @@ fn check_carried(
     scan: &mut Scan,
 ) {
     let member = |f: &str| format!("{key}.{f}");
-    let carried: Vec<(&str, FieldValue<'_>)> = shard.carried(i).collect();
+    let carried: Vec<(String, FieldValue<'_>)> = shard.carried(i).collect();
     for f in required {
         if carried.iter().all(|(n, _)| n != f) {
             scan.member(
@@ -136,7 +136,8 @@ fn check_carried(
             );
         }
     }
-    for (name, value) in carried {
+    for (name, value) in &carried {
+        let name = name.as_str();
         if !(required.contains(&name) || ctx.optional.contains(name)) {
             scan.member(
                 ctx,

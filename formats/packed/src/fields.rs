@@ -34,7 +34,7 @@ pub fn field_value(bytes: &[u8]) -> Value {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FieldValue<'a> {
     /// Valid UTF-8, stored as a JSON string.
-    Text(&'a str),
+    Text(Cow<'a, str>),
     /// Any other bytes, stored as base64 (decoded here).
     Binary(Vec<u8>),
 }
@@ -48,11 +48,20 @@ impl<'a> FieldValue<'a> {
         }
     }
 
-    /// The field's bytes, borrowed when they are text.
+    /// The field's bytes, borrowed when they are borrowed text.
     pub fn into_bytes(self) -> Cow<'a, [u8]> {
         match self {
-            FieldValue::Text(s) => Cow::Borrowed(s.as_bytes()),
+            FieldValue::Text(Cow::Borrowed(s)) => Cow::Borrowed(s.as_bytes()),
+            FieldValue::Text(Cow::Owned(s)) => Cow::Owned(s.into_bytes()),
             FieldValue::Binary(b) => Cow::Owned(b),
+        }
+    }
+
+    /// The value with its text owned.
+    pub fn into_owned(self) -> FieldValue<'static> {
+        match self {
+            FieldValue::Text(s) => FieldValue::Text(Cow::Owned(s.into_owned())),
+            FieldValue::Binary(b) => FieldValue::Binary(b),
         }
     }
 }
@@ -60,7 +69,7 @@ impl<'a> FieldValue<'a> {
 /// Reads a stored value; `Err` says why it is not one of the two forms.
 pub(crate) fn parse_value(v: &Value) -> Result<FieldValue<'_>, String> {
     match v {
-        Value::String(s) => Ok(FieldValue::Text(s)),
+        Value::String(s) => Ok(FieldValue::Text(Cow::Borrowed(s))),
         Value::Object(obj) => match (obj.get(BASE64_KEY), obj.len()) {
             (Some(Value::String(b)), 1) => B64
                 .decode(b)

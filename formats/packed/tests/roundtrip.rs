@@ -271,10 +271,10 @@ fn carried_fields_round_trip_byte_for_byte() {
     assert_eq!(shard.field(0, "txt").unwrap(), caption.as_bytes());
     assert_eq!(shard.field(0, "npy").unwrap(), binary);
     assert_eq!(shard.field(0, "json").unwrap(), input_json.as_bytes());
-    let names: Vec<&str> = shard.carried(0).map(|(n, _)| n).collect();
+    let names: Vec<String> = shard.carried(0).map(|(n, _)| n).collect();
     assert_eq!(names, ["json", "npy", "txt"]);
     assert!(matches!(
-        shard.carried(0).find(|(n, _)| *n == "npy").unwrap().1,
+        shard.carried(0).find(|(n, _)| n == "npy").unwrap().1,
         FieldValue::Binary(_)
     ));
     assert_eq!(shard.field(1, "txt").unwrap(), &b""[..]);
@@ -285,7 +285,7 @@ fn carried_fields_round_trip_byte_for_byte() {
     for i in [1, 2] {
         let own: serde_json::Value =
             serde_json::from_slice(&shard.field(i, "json").unwrap()).unwrap();
-        let mut want = shard.sample_meta(i).clone();
+        let mut want = shard.sample_meta(i);
         want.as_object_mut().unwrap().remove("fields");
         assert_eq!(own, want);
         assert_eq!(own["key"], r[i].key.as_str());
