@@ -114,6 +114,9 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
     out
 }
 
+/// Remote input shards fetched (into staged files) at once, whatever `--jobs` says.
+const REMOTE_FETCHES: usize = 16;
+
 /// Lists the samples of WebDataset shards (local paths or URLs, in order). Each sample's members
 /// are found by the headers alone; its image is the first field of [`IMAGE_FIELDS`] it has, and
 /// its label its `.cls` (none, or a negative one, leaves it unlabelled).
@@ -133,9 +136,14 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
     let mut max_label: Option<u32> = None;
     // A few shards are indexed at a time, so only their sample indexes are held at once (the
     // compact input store keeps what lasts), however many shards there are.
-    let chunk = options.jobs.max(1) * 2;
+    // Remote shards are mostly waited for: fetched more at once than there are cores.
+    let threads = match shards.iter().any(|s| crate::containers::is_remote(s)) {
+        true => options.jobs.max(REMOTE_FETCHES),
+        false => options.jobs,
+    };
+    let chunk = threads.max(1) * 2;
     for (c, names) in shards.chunks(chunk).enumerate() {
-        let indexed = parallel_map(names, options.jobs, |i, name| {
+        let indexed = parallel_map(names, threads, |i, name| {
             index_shard(name, c * chunk + i, options)
         });
         for (name, shard) in names.iter().zip(indexed) {
