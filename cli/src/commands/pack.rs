@@ -492,6 +492,12 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
     let json = a.json;
     let plan = plan(a).map_err(|e| Failure::usage(anyhow!(e)))?;
     crate::progress::stop_on_signals();
+    if !quiet {
+        if let Some(what) = slow_listing(&plan.source) {
+            // Progress counts inputs once they are listed; until then it would say nothing.
+            eprintln!("listing: {what} before packing…");
+        }
+    }
     let progress = PackProgress::new(quiet);
     let result = pack(&plan, &progress);
     progress.finish();
@@ -718,5 +724,23 @@ mod tests {
             assignment(None, None, env(&[])),
             Ok(Assignment::Part { index: 0, count: 1 })
         );
+    }
+}
+
+/// What listing `source` does that takes time before the first input is packed, if anything:
+/// fetching remote shards or files, staging Parquet row groups.
+fn slow_listing(source: &InputSource) -> Option<String> {
+    let remote = |v: &[String]| v.iter().filter(|s| shardtool_pack::is_remote(s)).count();
+    match source {
+        InputSource::Wds(v) if remote(v) > 0 => Some(format!(
+            "fetching {} remote shard(s) into the output folder",
+            remote(v)
+        )),
+        InputSource::Parquet(v) => Some(format!(
+            "{}staging the rows of {} Parquet file(s)",
+            if remote(v) > 0 { "fetching and " } else { "" },
+            v.len()
+        )),
+        _ => None,
     }
 }

@@ -1,9 +1,11 @@
 //! `--list`: CSV and JSONL inputs with integer or class-name labels, optional keys, paths relative
-//! to the list's folder, and bad rows reported in `errors.jsonl`.
+//! to the list's folder, bad rows reported in `errors.jsonl`, extra columns carried or dropped.
 
 use crate::common::*;
+use crate::pack_inputs::{shard_images, tar_fields, verify_ok};
+use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Writes `imgs/0.png` … `imgs/{n-1}.png` under `dir`.
 fn make_images(dir: &Path, n: u32) {
@@ -481,4 +483,81 @@ fn columns_named_as_our_metadata_are_renamed_and_none_is_lost() {
     assert_eq!(json2["input_input_source"], "laion", "{json2}");
     assert_eq!(json2["input_width"], "99", "{json2}");
     assert_eq!(json2["input_input_width"], "640", "{json2}");
+}
+
+/// Extra columns of a CSV or JSONL list travel in the `.json` (a caption as `.txt`), for tar
+/// and packed output alike; a list without labels packs unlabelled.
+#[test]
+fn lists_carry_their_extra_columns_and_may_have_no_labels() {
+    let t = tempdir();
+    let photos: Vec<PathBuf> = shard_images();
+    let list = t.path().join("l.csv");
+    let mut text = String::from("path,text,score,url\n");
+    for (i, p) in photos.iter().enumerate() {
+        text.push_str(&format!(
+            "{},\"caption, {i}\",{i},http://x/{i}\n",
+            p.display()
+        ));
+    }
+    std::fs::write(&list, text).unwrap();
+    let ds = t.path().join("ds");
+    let r = pack_list(&list, &ds).args(["--resize", "shorter:32"]).ok();
+    assert!(
+        r.stdout.contains("unlabelled (every label is -1)"),
+        "{}",
+        r.stdout
+    );
+    let m = manifest(&ds);
+    assert!(m.classes.is_empty(), "unlabelled");
+    assert_eq!(m.fields, ["jpg", "json", "txt"], "no .cls");
+    for s in tar_fields(&ds).values() {
+        let json: Value = serde_json::from_slice(&s["json"]).unwrap();
+        let i: usize = json["score"].as_str().unwrap().parse().unwrap();
+        assert_eq!(s["txt"], format!("caption, {i}").as_bytes());
+        assert_eq!(json["url"], format!("http://x/{i}"));
+        assert!(json.get("label").is_none());
+    }
+    verify_ok(&ds);
+    // A text column named on the command line must exist, as a label column must.
+    let r = pack_list(&list, t.path().join("ds-typo"))
+        .args(["--text-column", "txt"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("no `txt` column (--text-column)"),
+        "{}",
+        r.stderr
+    );
+    // JSONL names are read as CSV headers are, their case ignored; a column named as packed
+    // metadata's own `fields` is kept as `input_fields`; columns making a json over the 1 MiB
+    // verify allows fail their row.
+    let list = t.path().join("l.jsonl");
+    let rows = [
+        serde_json::json!({"Path": photos[0], "Label": "cat", "Key": "k0", "fields": "physics"}),
+        serde_json::json!({"path": photos[1], "LABEL": "dog", "key": "k1", "notes": "x".repeat(1 << 20)}),
+        serde_json::json!({"path": photos[2], "label": "dog", "key": "k2", "fields": {"a": 1}}),
+    ];
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(&list, text).unwrap();
+    for format in ["wds", "packed"] {
+        let ds = t.path().join(format!("ds-jsonl-{format}"));
+        pack_list(&list, &ds)
+            .args(["--resize", "crop:16x16", "--format", format])
+            .ok();
+        let m = manifest(&ds);
+        assert_eq!(m.classes, ["cat", "dog"], "{format}");
+        let errs = check_accounting(&ds, &[]);
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        let e = errs.values().next().unwrap();
+        assert_eq!(e.kind, "bad_field", "{e:?}");
+        assert!(e.message.starts_with("its columns make a json of"), "{e:?}");
+        assert_eq!(m.inputs.packed, 2, "{format}");
+        verify_ok(&ds);
+    }
+    let samples = tar_fields(&t.path().join("ds-jsonl-wds"));
+    let json: Value = serde_json::from_slice(&samples["k0"]["json"]).unwrap();
+    assert_eq!(
+        (json["class"].as_str(), json["input_fields"].as_str()),
+        (Some("cat"), Some("physics"))
+    );
 }

@@ -26,7 +26,7 @@ mod splits;
 mod store;
 mod wds_input;
 
-pub use containers::{expand_braces, resolve_input, InputFormat};
+pub use containers::{expand_braces, is_remote, resolve_input, InputFormat};
 pub use listing::{
     list_inputs, Columns, Container, ContainerKind, InputItem, InputSource, Inputs, ListError,
     ListOptions, Listing, Origin, IMAGE_EXTENSIONS, MAX_LABEL,
