@@ -615,6 +615,24 @@ fn print_summary(out: &Path, r: &PackReport) {
     );
 }
 
+/// What listing `source` does that takes time before the first input is packed, if anything:
+/// fetching remote shards or files, staging Parquet row groups.
+fn slow_listing(source: &InputSource) -> Option<String> {
+    let remote = |v: &[String]| v.iter().filter(|s| shardtool_pack::is_remote(s)).count();
+    match source {
+        InputSource::Wds(v) if remote(v) > 0 => Some(format!(
+            "fetching {} remote shard(s) into the output folder",
+            remote(v)
+        )),
+        InputSource::Parquet(v) => Some(format!(
+            "{}staging the rows of {} Parquet file(s)",
+            if remote(v) > 0 { "fetching and " } else { "" },
+            v.len()
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -724,23 +742,5 @@ mod tests {
             assignment(None, None, env(&[])),
             Ok(Assignment::Part { index: 0, count: 1 })
         );
-    }
-}
-
-/// What listing `source` does that takes time before the first input is packed, if anything:
-/// fetching remote shards or files, staging Parquet row groups.
-fn slow_listing(source: &InputSource) -> Option<String> {
-    let remote = |v: &[String]| v.iter().filter(|s| shardtool_pack::is_remote(s)).count();
-    match source {
-        InputSource::Wds(v) if remote(v) > 0 => Some(format!(
-            "fetching {} remote shard(s) into the output folder",
-            remote(v)
-        )),
-        InputSource::Parquet(v) => Some(format!(
-            "{}staging the rows of {} Parquet file(s)",
-            if remote(v) > 0 { "fetching and " } else { "" },
-            v.len()
-        )),
-        _ => None,
     }
 }
