@@ -173,14 +173,41 @@ pub fn rank_order(
         }));
         return Ok(out);
     }
-    buffer_shuffle(
-        &pieces,
-        opts.interleave.max(1),
-        opts.buffer.max(1),
-        derive_seed(&[opts.seed, epoch, 2, u64::from(rank)]),
-        &mut out,
-    );
+    // Positions past the end of the epoch order are copies (`Remainder::Pad`): shuffled apart
+    // and put last, so a short last batch left out (`drop_last`) leaves out copies first, never
+    // a sample this rank alone reads.
+    let (originals, copies) = split_pieces(&pieces, total.saturating_sub(begin).min(per));
+    for (part, pieces) in [(2, originals), (3, copies)] {
+        buffer_shuffle(
+            &pieces,
+            opts.interleave.max(1),
+            opts.buffer.max(1),
+            derive_seed(&[opts.seed, epoch, part, u64::from(rank)]),
+            &mut out,
+        );
+    }
     Ok(out)
+}
+
+/// `pieces` cut after their first `n` samples: those, and the rest.
+fn split_pieces(pieces: &[Piece], n: u64) -> (Vec<Piece>, Vec<Piece>) {
+    let (mut head, mut tail) = (Vec::new(), Vec::new());
+    let mut left = n;
+    for &p in pieces {
+        let len = u64::from(p.end - p.start);
+        if left >= len {
+            head.push(p);
+            left -= len;
+        } else if left == 0 {
+            tail.push(p);
+        } else {
+            let cut = p.start + left as u32;
+            head.push(Piece { end: cut, ..p });
+            tail.push(Piece { start: cut, ..p });
+            left = 0;
+        }
+    }
+    (head, tail)
 }
 
 /// Interleaves `k` pieces at a time round-robin into a bounded buffer, emitting a random buffered
@@ -356,6 +383,15 @@ mod tests {
                     // Every sample at least once; repeats only to fill the last range.
                     prop_assert_eq!(seen.len() as u64, total);
                     prop_assert!(seen.values().all(|&c| c <= 2 || total < u64::from(world)));
+                    // The copies come last in their rank's order: the ranks' leading samples
+                    // before them are every sample once (a dropped short batch drops copies).
+                    let mut first = HashMap::new();
+                    for (r, order) in ranks.iter().enumerate() {
+                        let originals = total.saturating_sub(r as u64 * per as u64).min(per as u64);
+                        for s in &order[..originals as usize] { *first.entry(*s).or_insert(0) += 1; }
+                    }
+                    prop_assert_eq!(first.len() as u64, total);
+                    prop_assert!(first.values().all(|&c| c == 1));
                 }
             }
         }
