@@ -27,7 +27,10 @@ use parquet::file::properties::ReaderProperties;
 use parquet::file::reader::{FileReader, RowGroupReader};
 use parquet::file::serialized_reader::SerializedRowGroupReader;
 use parquet::record::{Field, Row};
-use schema::{choose, hf_class_label_column, hf_class_names, hf_features, projection, Chosen};
+use schema::{
+    choose, hf_class_label_column, hf_class_names, hf_features, projection, strings_as_bytes,
+    Chosen,
+};
 use shardtool_wds::TarWriter;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -130,6 +133,16 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                 Field::UInt(v) => Some(RowLabel::Index(i128::from(*v))),
                 Field::ULong(v) => Some(RowLabel::Index(i128::from(*v))),
                 Field::Str(name) if !name.is_empty() => Some(RowLabel::Name(name.clone())),
+                // A string column read as bytes (see `strings_as_bytes`).
+                Field::Bytes(b) if !b.data().is_empty() => match std::str::from_utf8(b.data()) {
+                    Ok(name) => Some(RowLabel::Name(name.into())),
+                    Err(_) => {
+                        p.bad_label = Some(format!(
+                            "the label column {name:?} holds bytes that are not UTF-8"
+                        ));
+                        None
+                    }
+                },
                 // A whole float is a class index (as `3.0` in a list); NaN is a missing label.
                 Field::Float(v) => float_label(f64::from(*v), &mut p.bad_label),
                 Field::Double(v) => float_label(*v, &mut p.bad_label),
@@ -354,13 +367,16 @@ fn stage_rows(
     options: &ListOptions,
     out: &mut StagedGroup,
 ) -> Result<(), String> {
-    let row_group = SerializedRowGroupReader::new(
-        std::sync::Arc::new(open_bounded(path)?),
-        meta.row_group(group),
-        meta.page_index_for_row_group(group),
-        std::sync::Arc::new(ReaderProperties::builder().build()),
-    )
-    .map_err(|e| format!("row group {group}: {e}"))?;
+    let open = |rg| {
+        SerializedRowGroupReader::new(
+            std::sync::Arc::new(open_bounded(path)?),
+            rg,
+            meta.page_index_for_row_group(group),
+            std::sync::Arc::new(ReaderProperties::builder().build()),
+        )
+        .map_err(|e| format!("row group {group}: {e}"))
+    };
+    let row_group = open(meta.row_group(group))?;
     let columns = &options.columns;
     check_row_group(path, &row_group, max_page_bytes(options), &|c| {
         columns.is_dropped(c)
@@ -372,18 +388,34 @@ fn stage_rows(
         .open(tar_path)
         .map_err(|e| format!("{}: {e}", tar_path.display()))?;
     let mut tar = TarWriter::new(BufWriter::with_capacity(1 << 20, file));
-    let rows = row_group
-        .get_row_iter(projection(meta, columns)?)
-        .map_err(|e| format!("cannot read rows: {e}"))?;
     let io = |e: std::io::Error| format!("{}: {e}", tar_path.display());
     let mut result = Ok(());
     // Class name → its place in `out.names`.
     let mut ids: std::collections::HashMap<String, u32> = Default::default();
-    for (k, row) in rows.enumerate() {
+    let read = projection(meta, columns)?;
+    // Set once, if a row needs the group read again (below); they outlive the rows read.
+    let (bytes_meta, bytes_reader) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
+    let mut rows =
+        (row_group.get_row_iter(read.clone())).map_err(|e| format!("cannot read rows: {e}"))?;
+    let mut k = 0usize;
+    while let Some(row) = rows.next() {
         let i = first_row + k as u64;
         let source = || format!("{name}:{i}");
         let row = match row {
             Ok(r) => r,
+            Err(_) if bytes_meta.get().is_none() => {
+                // A string that is not UTF-8 stops the crate's row reader for good: the group
+                // is read again with its string columns as bytes, from this row on.
+                let _ = bytes_meta.set(strings_as_bytes(meta, group)?);
+                let again = open(bytes_meta.get().ok_or("no metadata")?)?;
+                let again: &SerializedRowGroupReader<_> = bytes_reader.get_or_init(|| again);
+                rows = (again.get_row_iter(read.clone()))
+                    .map_err(|e| format!("cannot read rows: {e}"))?;
+                for _ in 0..k {
+                    rows.next();
+                }
+                continue;
+            }
             Err(e) => {
                 result = Err(format!(
                     "row {i}: {e}; the rest of row group {group} is not read"
@@ -391,6 +423,7 @@ fn stage_rows(
                 break;
             }
         };
+        k += 1;
         let p = row_parts(&row, chosen);
         let Some(image) = p.image.filter(|b| !b.is_empty()) else {
             out.errors.push(failure(

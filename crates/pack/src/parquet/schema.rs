@@ -196,3 +196,58 @@ pub(super) fn hf_class_names(features: &serde_json::Value, label: &str) -> Optio
         .collect::<Option<_>>()?;
     (names.len() <= MAX_INT_LABEL as usize + 1).then_some(names)
 }
+
+/// Row group `group`'s metadata with its top-level string columns described as plain bytes: the
+/// crate fails a row whose string is not UTF-8, and its row reader cannot read past it, while
+/// bytes it hands over as they are (a text column's bad value then fails its row alone). The
+/// chunks' places, sizes, codecs and encodings are copied: the pages are read as before.
+pub(super) fn strings_as_bytes(
+    meta: &ParquetMetaData,
+    group: usize,
+) -> Result<parquet::file::metadata::RowGroupMetaData, String> {
+    use parquet::file::metadata::{ColumnChunkMetaData, RowGroupMetaData};
+    use parquet::schema::types::SchemaDescriptor;
+    use std::sync::Arc;
+    let bad = |e: parquet::errors::ParquetError| format!("cannot read strings as bytes: {e}");
+    let root = meta.file_metadata().schema_descr().root_schema();
+    let fields = (root.get_fields().iter())
+        .map(|f| match is_string(f) {
+            true => Type::primitive_type_builder(f.name(), Physical::BYTE_ARRAY)
+                .with_repetition(f.get_basic_info().repetition())
+                .build()
+                .map(Arc::new),
+            false => Ok(f.clone()),
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(bad)?;
+    let root = Type::group_type_builder(root.name())
+        .with_fields(fields)
+        .build()
+        .map_err(bad)?;
+    let schema = Arc::new(SchemaDescriptor::new(Arc::new(root)));
+    let rg = meta.row_group(group);
+    if schema.num_columns() != rg.num_columns() {
+        return Err("cannot read strings as bytes: the columns differ".into());
+    }
+    let mut columns = Vec::with_capacity(rg.num_columns());
+    for (i, c) in rg.columns().iter().enumerate() {
+        let copy = ColumnChunkMetaData::builder(schema.column(i))
+            .set_encodings_mask(*c.encodings_mask())
+            .set_num_values(c.num_values())
+            .set_compression(c.compression())
+            .set_total_compressed_size(c.compressed_size())
+            .set_total_uncompressed_size(c.uncompressed_size())
+            .set_data_page_offset(c.data_page_offset())
+            .set_dictionary_page_offset(c.dictionary_page_offset())
+            .set_index_page_offset(c.index_page_offset())
+            .build()
+            .map_err(bad)?;
+        columns.push(copy);
+    }
+    RowGroupMetaData::builder(schema)
+        .set_num_rows(rg.num_rows())
+        .set_total_byte_size(rg.total_byte_size())
+        .set_column_metadata(columns)
+        .build()
+        .map_err(bad)
+}
