@@ -105,6 +105,22 @@ pub struct Dataset {
     /// Set for a remote dataset read through the cache.
     #[cfg(feature = "remote")]
     remote: Option<Arc<RemoteDataset>>,
+    /// A local dataset's manifest file and which file it was when read: a shard opened later
+    /// is the manifest's only while the manifest is still that file (`pack --overwrite` removes
+    /// it before it replaces a shard).
+    manifest_file: Option<(PathBuf, FileId)>,
+}
+
+/// Which file a path named: device, inode, size and modification time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileId(u64, u64, u64, i64, i64);
+
+impl FileId {
+    fn of(path: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).ok()?;
+        Some(Self(m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    }
 }
 
 /// Largest manifest read.
@@ -123,6 +139,7 @@ impl Dataset {
             manifest,
             fields: Vec::new(),
             remote: Some(Arc::new(remote)),
+            manifest_file: None,
         })
     }
 
@@ -160,6 +177,7 @@ impl Dataset {
                 path.to_path_buf(),
             )
         };
+        let before = FileId::of(&manifest_path);
         let bytes = shardtool_core::read_within(&manifest_path, MAX_MANIFEST).map_err(|e| {
             match e.kind() {
                 std::io::ErrorKind::FileTooLarge => ReadError::Manifest {
@@ -184,9 +202,19 @@ impl Dataset {
         })?;
         let manifest =
             Manifest::from_slice(&bytes, MAX_MANIFEST).map_err(|e| ReadError::Manifest {
-                path: manifest_path,
+                path: manifest_path.clone(),
                 message: e.to_string(),
             })?;
+        // Replaced while read: the bytes may be either file's.
+        let id = before.filter(|&b| FileId::of(&manifest_path) == Some(b));
+        if id.is_none() {
+            return Err(ReadError::Manifest {
+                path: manifest_path,
+                message: "it was replaced while it was read (a pack writing this folder?): \
+                          open the dataset again"
+                    .into(),
+            });
+        }
         let shards = manifest.shards.iter().map(|_| Default::default()).collect();
         Ok(Self {
             dir,
@@ -195,6 +223,7 @@ impl Dataset {
             fields: Vec::new(),
             #[cfg(feature = "remote")]
             remote: None,
+            manifest_file: id.map(|id| (manifest_path, id)),
         })
     }
 
@@ -283,7 +312,25 @@ impl Dataset {
             max_bytes: shard_size(entry),
             map: true,
         };
-        let bytes = open_shard(&self.dir.join(&entry.file), how).map_err(|e| self.corrupt(i, e))?;
+        let opened = open_shard(&self.dir.join(&entry.file), how);
+        // Opened while the manifest was still the one read: the shard is its own (a writer
+        // removes the manifest before it replaces any shard). Checked on a failure too: a
+        // shard gone or of another size is then the change, not damage.
+        if let Some((path, id)) = &self.manifest_file {
+            if FileId::of(path).as_ref() != Some(id) {
+                return Err(ReadError::Unavailable {
+                    shard: entry.file.clone(),
+                    message: format!(
+                        "the dataset changed under this reader: {} was replaced or removed \
+                         since it was read (another pack --overwrite of this folder?), so its \
+                         shards may be another dataset's; start the epoch again",
+                        path.display()
+                    ),
+                    cache: false,
+                });
+            }
+        }
+        let bytes = opened.map_err(|e| self.corrupt(i, e))?;
         self.view_of(i, ShardBytes::Local(bytes))
     }
 

@@ -603,3 +603,35 @@ fn next_timeout_reports_pending_then_the_batch() {
         shardtool_reader::Next::Done
     ));
 }
+
+#[test]
+fn a_dataset_rewritten_under_an_open_one_is_an_error_not_a_mix() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[4, 4, 4]);
+    let ds = shardtool_reader::Dataset::open(dir.path()).unwrap();
+    ds.shard(0).unwrap();
+    // As `pack --overwrite` does: the manifest goes first, then shards are replaced, then a new
+    // manifest is published.
+    std::fs::remove_file(dir.path().join("manifest.json")).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    packed_dataset(other.path(), &[3, 3, 3]);
+    for f in ["shard-000001.safetensors", "manifest.json"] {
+        std::fs::rename(other.path().join(f), dir.path().join(f)).unwrap();
+    }
+    let err = ds.shard(1).err().unwrap().to_string();
+    assert!(
+        err.contains("the dataset changed under this reader"),
+        "{err}"
+    );
+    // A shard opened before the change stays readable; one removed since says the same.
+    assert_eq!(ds.shard(0).unwrap().len(), 4);
+    std::fs::remove_file(dir.path().join("shard-000002.safetensors")).unwrap();
+    let err = ds.shard(2).err().unwrap().to_string();
+    assert!(
+        err.contains("the dataset changed under this reader"),
+        "{err}"
+    );
+    // Opened again, the dataset is the new one, whole.
+    let again = shardtool_reader::Dataset::open(dir.path()).unwrap();
+    assert_eq!(again.shard(1).unwrap().len(), 3);
+}
