@@ -31,6 +31,11 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
     """
     out = os.fspath(output)
     options = checked_options(dict(options, shard_samples=shard_samples))
+    if options.get("resume") and options.get("overwrite"):
+        # As pack refuses it: overwrite would replace the plan (and a merged dataset) at once.
+        raise ValueError(
+            "resume=True keeps a plan made from the same inputs, overwrite=True plans again: pass one"
+        )
     return json.loads(_shardtool.pack(os.fspath(input), out, plan_only=True, **options))
 
 

@@ -49,7 +49,8 @@ def pack(
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_retries" else 1):
             raise ValueError(f"{name} must be an integer of at least {0 if name == 'max_retries' else 1}, not {value!r}")
     # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
-    _partition.plan(input, output, shard_samples=shard_samples, **{"resume": True, **options})
+    resume = not options.get("overwrite", False)
+    _partition.plan(input, output, shard_samples=shard_samples, **{"resume": resume, **options})
 
     from . import DatasetError, PlanError, TooManyErrorsError
 

@@ -215,8 +215,12 @@ def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: P
         shardtool.plan(SAMPLE, out, resume=True, **dict(OPTIONS, seed=4))
     # The way out is named as Python takes it.
     assert "overwrite=True" in str(refused.value) and "--" not in str(refused.value)
-    # overwrite wins over resume: the plan is made again with the new options.
-    other = shardtool.plan(SAMPLE, out, resume=True, overwrite=True, **dict(OPTIONS, seed=4))
+    # Both at once are refused, as pack refuses them: overwrite would replace the plan (and a
+    # merged dataset) at once. overwrite alone plans again with the new options.
+    with pytest.raises(ValueError, match="pass one"):
+        shardtool.plan(SAMPLE, out, resume=True, overwrite=True, **dict(OPTIONS, seed=4))
+    assert shardtool.plan(SAMPLE, out, resume=True, **OPTIONS)["plan"] == first["plan"]
+    other = shardtool.plan(SAMPLE, out, overwrite=True, **dict(OPTIONS, seed=4))
     assert other["plan"] != first["plan"]
     # (A plan killed while planning is made again: plan_file::tests, which knows whether the
     # file system's locks bind every host.)

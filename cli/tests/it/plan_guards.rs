@@ -301,3 +301,21 @@ fn a_plans_max_errors_counts_the_inputs_that_failed_while_listing() {
     );
     assert!(numbers(&status_json(&out)["done"]).is_empty());
 }
+
+#[test]
+fn a_plan_whose_every_input_failed_to_list_is_refused_as_pack_refuses_it() {
+    let dir = tempdir();
+    let gone = dir.path().join("gone/shard-{000010..000011}.tar");
+    let gone = gone.to_str().unwrap();
+    let out = dir.path().join("out");
+    let r = Cmd::new(["plan", gone]).arg(&out).args(OPTS).run();
+    r.assert_code(1);
+    assert!(r.stderr.contains("no usable image"), "{}", r.stderr);
+    assert!(!out.join("_plan/plan.json").exists());
+    let errors = std::fs::read_to_string(out.join("errors.jsonl")).unwrap();
+    assert_eq!(errors.lines().count(), 2, "{errors}");
+    // As a pack of the same input says.
+    let r = pack(gone, dir.path().join("single")).args(OPTS).run();
+    r.assert_code(1);
+    assert!(r.stderr.contains("no usable image"), "{}", r.stderr);
+}

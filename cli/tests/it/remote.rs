@@ -508,6 +508,24 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(text.contains("too small"), "{text}");
+    // Fetching fewer at once is advised only where it would help.
+    assert!(text.contains("fetch fewer at once"), "{text}");
+    let cold_one = cold.to_str().unwrap().to_owned() + "-one";
+    let one = run(&[
+        "verify",
+        &url,
+        "--cache-dir",
+        &cold_one,
+        "--cache-limit",
+        "1000",
+        "--fetch-concurrency",
+        "1",
+    ]);
+    let one = String::from_utf8_lossy(&one.stderr).into_owned();
+    assert!(
+        one.contains("too small") && !one.contains("fetch fewer"),
+        "{one}"
+    );
     let least = text
         .split("at least ")
         .nth(1)

@@ -307,13 +307,26 @@ impl RemoteDataset {
         let extra = transient.saturating_mul(fetching.clamp(1, to_fetch.len().max(1)) as u64);
         let need = held.saturating_add(extra);
         match self.shared.cache.limit() {
+            // Fetching fewer at once helps only where compressed copies need room beside
+            // their decompressed ones.
+            Some(limit) if limit < need && extra == 0 => Err(CacheError::TooSmall {
+                limit,
+                message: format!(
+                    "the {held} bytes of shards read here are held in the cache at once; raise \
+                     --cache-limit to at least {need}"
+                ),
+            }),
             Some(limit) if limit < need => Err(CacheError::TooSmall {
                 limit,
                 message: format!(
                     "the {held} bytes of shards read here are held in the cache at once, and \
                      those fetched {fetching} at a time need up to {extra} more while \
-                     decompressed; raise --cache-limit to at least {need}, or fetch fewer at \
-                     once (--fetch-concurrency)"
+                     decompressed; raise --cache-limit to at least {need}{}",
+                    if fetching > 1 {
+                        ", or fetch fewer at once (--fetch-concurrency)"
+                    } else {
+                        ""
+                    }
                 ),
             }),
             _ => Ok(()),

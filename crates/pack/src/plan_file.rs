@@ -435,12 +435,18 @@ pub(crate) fn make_plan_in(
     let mut listing = list_for(plan, &staged_dir, || prepare_output(plan))?;
     // Staged files stay for the parts, unless planning fails.
     let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
-    if listing.inputs.is_empty() && listing.errors.is_empty() {
+    if listing.inputs.is_empty() {
+        // Every input failed while listing (missing files, a server down): a plan of no
+        // shards would let every part and `status` succeed until the merge.
+        let report = output.join(ERRORS_FILE);
+        if !listing.errors.is_empty() {
+            crate::pipeline::write_errors(&report, &listing.errors)?;
+        }
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,
-            failed: 0,
-            summary: String::new(),
-            report: output.join(ERRORS_FILE),
+            failed: listing.errors.len() as u64,
+            summary: crate::failure_summary(&listing.errors),
+            report,
         });
     }
     std::fs::create_dir_all(dir.join(DONE_DIR)).map_err(|e| PackError::io(&dir, e))?;
