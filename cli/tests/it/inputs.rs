@@ -563,3 +563,47 @@ fn names_holding_glob_characters_are_themselves_where_they_exist() {
         r.stderr
     );
 }
+
+#[test]
+fn a_pack_that_has_not_finished_is_no_input() {
+    let t = tempdir();
+    let ds = t.path().join("ds");
+    pack(sample_data(), &ds)
+        .args(["--resize", "crop:16x16", "--shard-samples", "10", "-q"])
+        .ok();
+    std::fs::remove_file(ds.join("manifest.json")).unwrap();
+    let try_pack = |n: u32| {
+        pack(&ds, t.path().join(format!("out{n}")))
+            .args(["-q"])
+            .run()
+    };
+    // Shards alone (the manifest lost): a WebDataset folder like any other.
+    try_pack(0).assert_code(0);
+    // A plan beside them, a hidden shard being written, or the folder locked by a pack: refused.
+    std::fs::create_dir(ds.join("_plan")).unwrap();
+    let r = try_pack(1);
+    r.assert_code(2);
+    assert!(
+        r.stderr
+            .contains("a pack that has not finished (it holds a plan"),
+        "{}",
+        r.stderr
+    );
+    std::fs::remove_dir(ds.join("_plan")).unwrap();
+    std::fs::write(ds.join(".shard-000005.tar.4242.3.tmp"), b"partial").unwrap();
+    let r = try_pack(2);
+    r.assert_code(2);
+    assert!(r.stderr.contains("a shard being written"), "{}", r.stderr);
+    std::fs::remove_file(ds.join(".shard-000005.tar.4242.3.tmp")).unwrap();
+    let held = std::fs::File::open(&ds).unwrap();
+    held.lock().unwrap();
+    let r = try_pack(3);
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("another process is packing into it"),
+        "{}",
+        r.stderr
+    );
+    drop(held);
+    try_pack(4).assert_code(0);
+}

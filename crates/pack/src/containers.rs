@@ -306,6 +306,34 @@ fn files_with_extension(dir: &Path, exts: &[&str], out: &mut Vec<String>) -> Res
     Ok(())
 }
 
+/// Why the folder `dir` looks like a shardtool pack still running or stopped before publishing
+/// its manifest, if it does: a pack holds the folder locked, a partitioned one keeps `_plan/`,
+/// and shards are written as hidden `.NAME.PID.N.tmp` files first.
+fn unfinished_pack(dir: &Path) -> Option<&'static str> {
+    if dir.join(shardtool_manifest::FILE_NAME).exists() {
+        return None;
+    }
+    if dir.join(crate::plan_file::PLAN_DIR).is_dir() {
+        return Some("it holds a plan, `_plan/`");
+    }
+    let locked = std::fs::File::open(dir)
+        .is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)));
+    if locked {
+        return Some("another process is packing into it");
+    }
+    let temporary = |name: &str| {
+        let parts: Vec<&str> = name.rsplitn(4, '.').collect();
+        name.starts_with('.')
+            && matches!(parts.as_slice(), ["tmp", n, pid, _]
+                if [n, pid].iter().all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())))
+    };
+    let writing = std::fs::read_dir(dir).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| temporary(&e.file_name().to_string_lossy()))
+    });
+    writing.then_some("it holds a shard being written, a hidden `.tmp` file")
+}
+
 /// The files matching `pattern`, a path whose last component holds `*` or `?` (sorted); `arg`,
 /// the input as given, names it in errors.
 fn glob_files(arg: &str, pattern: &str) -> Result<Vec<String>, ListError> {
@@ -465,6 +493,16 @@ pub fn resolve_input(
     };
     if names.len() == 1 && Path::new(&names[0]).is_dir() {
         let dir = Path::new(&names[0]);
+        if let Some(why) = unfinished_pack(dir) {
+            return Err(bad_input(
+                arg,
+                &format!(
+                    "the folder is a pack that has not finished ({why}, and no manifest.json): \
+                     its shards are not a dataset yet; let it finish (or finish it: pack \
+                     --resume, or the plan's parts and merge), then pack from it"
+                ),
+            ));
+        }
         let found = |exts: &[&str]| -> Result<Vec<String>, ListError> {
             let mut out = Vec::new();
             files_with_extension(dir, exts, &mut out)?;
