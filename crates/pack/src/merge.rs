@@ -321,9 +321,18 @@ fn remove_leftovers(output: &Path, prefix: &str) {
             } else {
                 ours(&name)
             };
-            if stale {
+            // A merge or part beside this one (they share the folder's lock) writes its own:
+            // a temporary file of a live process (`.NAME.PID.N.tmp`) is left to it.
+            if stale && !of_live_process(&name) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
+}
+
+/// Whether the temporary file `name` (`.NAME.PID.N.tmp`) belongs to a running process of this
+/// host other than this one.
+fn of_live_process(name: &str) -> bool {
+    let pid = name.rsplit('.').nth(2).and_then(|p| p.parse::<u32>().ok());
+    pid.is_some_and(|p| p != std::process::id() && Path::new(&format!("/proc/{p}")).exists())
 }
