@@ -27,6 +27,13 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
                 list.display()
             ))
         }
+        (Some(_), Some(_), None) if format.is_some_and(|f| f != InputFormat::List) => {
+            return Err(format!(
+                "--input-format {}: --list reads a list (CSV when its name ends in .csv, \
+                 JSONL otherwise); give the input as INPUT for another format",
+                a.input_format.as_deref().unwrap_or_default()
+            ))
+        }
         (Some(list), Some(out), None) => (InputSource::List(list), PathBuf::from(out)),
         (Some(_), Some(_), Some(_)) => {
             return Err("with --list, give only OUTPUT (the inputs come from the list)".into())

@@ -191,6 +191,16 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
             .map_err(Failure::usage)?;
         builder = builder.resume(state);
     }
+    if let Some(path) = &a.state_out {
+        // Found out before reading: the position it is there to keep is lost otherwise.
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--state-out {}: its folder does not exist",
+                path.display()
+            )));
+        }
+    }
     let keys = a.keys || !a.fields.is_empty();
     if !a.fields.is_empty() {
         builder = builder.fields(a.fields.iter().cloned());

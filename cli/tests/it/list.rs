@@ -344,6 +344,16 @@ fn unusable_lists_are_usage_errors() {
     make_images(&data, 1);
     write_file(data.join("noheader.csv"), "imgs/0.png,0\n");
     write_file(data.join("wrongcols.csv"), "file,class\nimgs/0.png,0\n");
+    // Another input format beside --list: refused, not ignored.
+    let r = pack_list(data.join("wrongcols.csv"), t.path().join("fmt"))
+        .args(["--input-format", "wds"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("--list reads a list (CSV when"),
+        "{}",
+        r.stderr
+    );
     for l in ["noheader.csv", "wrongcols.csv", "absent.csv"] {
         let ds = t.path().join(format!("ds-{l}"));
         let r = pack_list(data.join(l), &ds).run();
