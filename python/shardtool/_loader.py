@@ -43,6 +43,19 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_new_locks_after_fork)
 
 
+def _check_fetch(
+    fetch_timeout: Optional[float], fetch_attempts: Optional[int], fetch_concurrency: Optional[int]
+) -> None:
+    """The fetch options of a remote dataset (Loader, verify, inspect), checked by name."""
+    _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=100)
+    _check_int("fetch_concurrency", fetch_concurrency, 1, optional=True, maximum=1024)
+    if fetch_timeout is not None:
+        if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, (int, float)):
+            raise TypeError(f"fetch_timeout must be a number of seconds, not {type(fetch_timeout).__name__}")
+        if not 0 < fetch_timeout <= 86400:
+            raise ValueError(f"fetch_timeout must be more than 0 and at most 86400 seconds (a day), not {fetch_timeout}")
+
+
 def _check_fields(fields: Optional[Sequence[str]]) -> Optional[List[str]]:
     """``fields`` as a list of names, checked for type, emptiness, repeats and clashes with the
     batch dict's own keys (the manifest is checked separately)."""
@@ -276,14 +289,8 @@ class Loader:
         _check_int("shuffle_buffer", shuffle_buffer, 1, optional=True)
         _check_int("interleave", interleave, 1, optional=True)
         _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
-        _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=100)
         _check_int("prefetch_shards", prefetch_shards, 0, optional=True, maximum=2**32)
-        _check_int("fetch_concurrency", fetch_concurrency, 1, optional=True, maximum=1024)
-        if fetch_timeout is not None:
-            if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, (int, float)):
-                raise TypeError(f"fetch_timeout must be a number of seconds, not {type(fetch_timeout).__name__}")
-            if not 0 < fetch_timeout <= 86400:
-                raise ValueError(f"fetch_timeout must be more than 0 and at most 86400 seconds (a day), not {fetch_timeout}")
+        _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and world_size is not None:

@@ -163,6 +163,9 @@ def verify(
     jobs: Optional[int] = None,
     cache_dir: Optional[str] = None,
     cache_limit: Optional[int] = None,
+    fetch_timeout: Optional[float] = None,
+    fetch_attempts: Optional[int] = None,
+    fetch_concurrency: Optional[int] = None,
 ) -> str: ...
 def inspect(
     path: str,
@@ -170,6 +173,9 @@ def inspect(
     jobs: Optional[int] = None,
     cache_dir: Optional[str] = None,
     cache_limit: Optional[int] = None,
+    fetch_timeout: Optional[float] = None,
+    fetch_attempts: Optional[int] = None,
+    fetch_concurrency: Optional[int] = None,
 ) -> str: ...
 def parse_byte_size(text: str) -> int: ...
 def check_transform(text: str) -> Tuple[str, bool]: ...

@@ -7,7 +7,7 @@ import os
 from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _shardtool
-from ._loader import _check_int, cache_limit_bytes
+from ._loader import _check_fetch, _check_int, cache_limit_bytes
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -161,6 +161,9 @@ def verify(
     jobs: Union[int, None] = None,
     cache_dir: Optional[PathLike] = None,
     cache_limit: Optional[Union[int, str]] = None,
+    fetch_timeout: Optional[float] = None,
+    fetch_attempts: Optional[int] = None,
+    fetch_concurrency: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Checks every shard of a dataset (sizes, checksums, structure; with ``decode``, every image).
 
@@ -168,6 +171,8 @@ def verify(
     ``s3://`` URL. A remote dataset's shards are fetched into the shard cache (``cache_dir``, at
     most ``cache_limit`` bytes, as for :class:`Loader`; the whole dataset must fit), checked on
     the way in, and verified there; problems name the shards as the server stores them.
+    ``fetch_timeout``, ``fetch_attempts`` and ``fetch_concurrency`` are as for :class:`Loader`
+    (``--fetch-timeout``, ``--fetch-attempts``, ``--fetch-concurrency``).
 
     Returns the report as a dict; ``report["ok"]`` is true when no problem was found, and
     ``report["problems"]`` lists the rest. Raises ``FileNotFoundError`` for a missing path,
@@ -175,6 +180,7 @@ def verify(
     ``CacheError`` when a remote dataset cannot be opened or does not fit in the cache.
     """
     _check_int("jobs", jobs, 1, optional=True, maximum=4096)
+    _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
     return json.loads(
         _shardtool.verify(
             os.fspath(path),
@@ -182,6 +188,9 @@ def verify(
             jobs=jobs,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
             cache_limit=cache_limit_bytes(cache_limit),
+            fetch_timeout=fetch_timeout,
+            fetch_attempts=fetch_attempts,
+            fetch_concurrency=fetch_concurrency,
         )
     )
 
@@ -192,6 +201,9 @@ def inspect(
     jobs: Union[int, None] = None,
     cache_dir: Optional[PathLike] = None,
     cache_limit: Optional[Union[int, str]] = None,
+    fetch_timeout: Optional[float] = None,
+    fetch_attempts: Optional[int] = None,
+    fetch_concurrency: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Counts, class histogram, image sizes, fields and pack options of a dataset or one shard,
     as a dict.
@@ -200,14 +212,19 @@ def inspect(
     or ``s3://`` URL of a dataset: its shards are fetched into the shard cache (``cache_dir``, at
     most ``cache_limit`` bytes, as for :class:`Loader`; the whole dataset must fit) and read
     there, with stored sizes and formats as the server has them. Shards that cannot be read are
-    listed under ``problems`` and left out of the figures.
+    listed under ``problems`` and left out of the figures. ``fetch_timeout``, ``fetch_attempts``
+    and ``fetch_concurrency`` are as for :class:`Loader`.
     """
     _check_int("jobs", jobs, 1, optional=True, maximum=4096)
+    _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
     return json.loads(
         _shardtool.inspect(
             os.fspath(path),
             jobs=jobs,
             cache_dir=None if cache_dir is None else os.fspath(cache_dir),
             cache_limit=cache_limit_bytes(cache_limit),
+            fetch_timeout=fetch_timeout,
+            fetch_attempts=fetch_attempts,
+            fetch_concurrency=fetch_concurrency,
         )
     )

@@ -48,7 +48,7 @@ fn open(dataset: &str, cache: &CacheOptions) -> Result<Dataset, shardtool_reader
 }
 
 /// `cache` with a `fetch_timeout` (seconds without a byte) and `fetch_attempts`, where given.
-fn fetching(
+pub(crate) fn fetching(
     mut cache: CacheOptions,
     fetch_timeout: Option<f64>,
     fetch_attempts: Option<u32>,

@@ -312,14 +312,22 @@ fn python_pack_error(e: PackError) -> PyErr {
     }
 }
 
+/// How a remote dataset's shards are fetched, from the keyword arguments (`None`: the default).
+struct Fetch {
+    dir: Option<PathBuf>,
+    limit: Option<u64>,
+    timeout: Option<f64>,
+    attempts: Option<u32>,
+    concurrency: Option<usize>,
+}
+
 /// Runs `local` on a local dataset path, or `remote` on a remote dataset (an `http(s)://` or
 /// `s3://` URL, opened through the cache `cache_dir`/`cache_limit` with its fetch thread count),
 /// on a thread Ctrl-C can interrupt; the result as JSON.
 fn on_dataset<T: serde::Serialize + Send + 'static>(
     py: Python<'_>,
     path: PathBuf,
-    cache_dir: Option<PathBuf>,
-    cache_limit: Option<u64>,
+    fetch: Fetch,
     local: impl FnOnce(&std::path::Path) -> Result<T, VerifyError> + Send + 'static,
     remote: impl FnOnce(&RemoteDataset, usize) -> Result<T, VerifyError> + Send + 'static,
 ) -> PyResult<String> {
@@ -331,7 +339,19 @@ fn on_dataset<T: serde::Serialize + Send + 'static>(
     let r = match location {
         Location::Local(path) => interruptible(py, move || local(&path))?,
         Location::Remote(url) => {
-            let mut cache = crate::reader::cache_options(cache_dir, cache_limit);
+            let mut cache = crate::reader::fetching(
+                crate::reader::cache_options(fetch.dir, fetch.limit),
+                fetch.timeout,
+                fetch.attempts,
+            )?;
+            if let Some(n) = fetch.concurrency {
+                if n == 0 {
+                    return Err(PyValueError::new_err(
+                        "fetch_concurrency must be at least 1",
+                    ));
+                }
+                cache.concurrency = n;
+            }
             let workers = cache.concurrency.max(1);
             // Every shard is fetched by the task itself: no prefetch threads.
             cache.concurrency = 0;
@@ -348,7 +368,10 @@ fn on_dataset<T: serde::Serialize + Send + 'static>(
 /// Verifies a dataset (a local folder or manifest, or an `http(s)://` or `s3://` URL whose shards
 /// are fetched through the cache); returns the report as JSON.
 #[pyfunction]
-#[pyo3(signature = (path, *, decode=false, jobs=None, cache_dir=None, cache_limit=None))]
+#[pyo3(signature = (path, *, decode=false, jobs=None, cache_dir=None, cache_limit=None,
+    fetch_timeout=None, fetch_attempts=None, fetch_concurrency=None))]
+// One parameter per keyword argument of the Python signature.
+#[allow(clippy::too_many_arguments)]
 pub fn verify(
     py: Python<'_>,
     path: PathBuf,
@@ -356,16 +379,25 @@ pub fn verify(
     jobs: Option<usize>,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
+    fetch_timeout: Option<f64>,
+    fetch_attempts: Option<u32>,
+    fetch_concurrency: Option<usize>,
 ) -> PyResult<String> {
     let opts = VerifyOptions {
         decode,
         ..VerifyOptions::with_jobs(jobs.unwrap_or(0))
     };
+    let fetch = Fetch {
+        dir: cache_dir,
+        limit: cache_limit,
+        timeout: fetch_timeout,
+        attempts: fetch_attempts,
+        concurrency: fetch_concurrency,
+    };
     on_dataset(
         py,
         path,
-        cache_dir,
-        cache_limit,
+        fetch,
         move |p| shardtool_verify::verify(p, &opts, &shardtool_verify::NoProgress),
         move |ds, workers| {
             shardtool_verify::verify_remote(ds, workers, &opts, &shardtool_verify::NoProgress)
@@ -376,23 +408,35 @@ pub fn verify(
 /// Counts, class histogram and image sizes of a dataset or shard (local, or an `http(s)://` or
 /// `s3://` URL whose shards are fetched through the cache), as JSON.
 #[pyfunction]
-#[pyo3(signature = (path, *, jobs=None, cache_dir=None, cache_limit=None))]
+#[pyo3(signature = (path, *, jobs=None, cache_dir=None, cache_limit=None, fetch_timeout=None,
+    fetch_attempts=None, fetch_concurrency=None))]
+// One parameter per keyword argument of the Python signature.
+#[allow(clippy::too_many_arguments)]
 pub fn inspect(
     py: Python<'_>,
     path: PathBuf,
     jobs: Option<usize>,
     cache_dir: Option<PathBuf>,
     cache_limit: Option<u64>,
+    fetch_timeout: Option<f64>,
+    fetch_attempts: Option<u32>,
+    fetch_concurrency: Option<usize>,
 ) -> PyResult<String> {
     let mut opts = VerifyOptions::default();
     if let Some(j) = jobs {
         opts.jobs = j;
     }
+    let fetch = Fetch {
+        dir: cache_dir,
+        limit: cache_limit,
+        timeout: fetch_timeout,
+        attempts: fetch_attempts,
+        concurrency: fetch_concurrency,
+    };
     on_dataset(
         py,
         path,
-        cache_dir,
-        cache_limit,
+        fetch,
         move |p| shardtool_inspect::inspect(p, &opts),
         move |ds, workers| shardtool_inspect::inspect_remote(ds, workers, &opts),
     )

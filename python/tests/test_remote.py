@@ -98,9 +98,16 @@ def test_loader_and_verify_over_http_through_the_cache(served: Path, tmp_path: P
     data = bytearray((ds / stored).read_bytes())
     data[len(data) // 2] ^= 0xFF
     (ds / stored).write_bytes(bytes(data))
-    report = shardtool.verify(url, cache_dir=tmp_path / "fresh")
+    report = shardtool.verify(url, cache_dir=tmp_path / "fresh", fetch_attempts=1, fetch_concurrency=1)
     assert not report["ok"]
     assert [(p["kind"], p["shard"]) for p in report["problems"]] == [("fetch_failed", stored)]
+    # One attempt asked for, one made (the default retries a failed checksum).
+    assert "after 1 attempt(s)" in report["problems"][0]["message"], report["problems"]
+    inspected = shardtool.inspect(url, cache_dir=tmp_path / "fresh", fetch_timeout=5.0, fetch_attempts=1)
+    assert len(inspected["problems"]) == 1, inspected["problems"]
+    for bad, error in ((dict(fetch_attempts=0), ValueError), (dict(fetch_timeout="5"), TypeError)):
+        with pytest.raises(error, match=next(iter(bad))):
+            shardtool.verify(url, cache_dir=tmp_path / "fresh", **bad)  # type: ignore[arg-type]
 
     # Too small a cache for the whole dataset is an error before anything is fetched.
     with pytest.raises(shardtool.CacheError):
