@@ -838,3 +838,25 @@ fn merge_into_s3_removes_the_staged_copies_of_its_inputs() {
         assert!(got == bytes, "{name} differs from the single pack's");
     }
 }
+
+#[test]
+fn overwriting_the_dataset_a_url_input_serves_is_refused_before_anything_goes() {
+    use crate::common::{pack, tempdir, Cmd};
+    let dir = tempdir();
+    let www = dir.path().join("www");
+    pack(crate::common::sample_data(), www.join("dsx"))
+        .args(["--resize", "crop:16x16", "--shard-samples", "9", "-q"])
+        .ok();
+    let server = Lighttpd::start(&www);
+    let url = server.url("dsx/");
+    let r = pack(&url, www.join("dsx"))
+        .args(["--overwrite", "--input-format", "wds", "-q"])
+        .run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("would take in the input"), "{}", r.stderr);
+    Cmd::new(["verify"]).arg(www.join("dsx")).ok();
+    // Into another folder, the same URL packs.
+    pack(&url, dir.path().join("copy"))
+        .args(["--input-format", "wds", "-q"])
+        .ok();
+}

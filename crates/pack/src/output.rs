@@ -125,6 +125,12 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
     if !plan.overwrite {
         return Err(PackError::OutputNotEmpty { path: out.clone() });
     }
+    if let Some(url) = served_from(plan, out) {
+        return Err(PackError::Plan(PlanError::OutputHoldsInputs {
+            output: out.clone(),
+            input: PathBuf::from(shardtool_core::redact_urls(&url).into_owned()),
+        }));
+    }
     let listed: HashSet<String> = manifest_in(out)
         .map(|m| m.shards.into_iter().map(|s| s.file).collect())
         .unwrap_or_default();
@@ -161,6 +167,25 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
         }
     }
     Ok(())
+}
+
+/// A remote input whose folder serves the dataset in `out` (the same manifest, byte for byte):
+/// clearing `out` would delete that input before it is read. Checked for the first remote input
+/// only, with one small request; an answer that does not come is no match.
+fn served_from(plan: &PackPlan, out: &Path) -> Option<String> {
+    let (InputSource::Wds(names) | InputSource::Parquet(names)) = &plan.source else {
+        return None;
+    };
+    let here = std::fs::read(out.join(manifest::FILE_NAME)).ok()?;
+    let first = names.iter().find(|n| crate::containers::is_remote(n))?;
+    let folder = &first[..first.rfind('/')? + 1];
+    let policy = shardtool_cache::FetchPolicy {
+        attempts: 1,
+        ..Default::default()
+    };
+    let (folder, _) = shardtool_cache::RemoteFolder::connect(folder, policy).ok()?;
+    let there = folder.read(manifest::FILE_NAME, here.len() as u64).ok()??;
+    (there == here).then(|| first.clone())
 }
 
 /// True for a shard name this plan's prefix gives: `<prefix>-` six or more digits, a shard suffix.
