@@ -321,9 +321,13 @@ fn remove_leftovers(output: &Path, prefix: &str) {
             } else {
                 ours(&name)
             };
-            // A merge or part beside this one (they share the folder's lock) writes its own:
-            // a temporary file of a live process (`.NAME.PID.N.tmp`) is left to it.
-            if stale && !of_live_process(&name) {
+            // A merge beside this one (merges share the folder's lock) writes its own manifest
+            // and report: those of a live process (`.NAME.PID.N.tmp`) are left to it. A
+            // redundant part attempt's shard is removed even while it lives: every shard is
+            // done, and the attempt ends as done when it goes on.
+            let merge_output =
+                name.starts_with(".manifest.json.") || name.starts_with(".errors.jsonl.");
+            if stale && !(merge_output && of_live_process(&name)) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
