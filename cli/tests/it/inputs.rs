@@ -607,3 +607,20 @@ fn a_pack_that_has_not_finished_is_no_input() {
     drop(held);
     try_pack(4).assert_code(0);
 }
+
+#[test]
+fn an_earlier_pack_inside_a_webdataset_folder_is_not_more_of_its_shards() {
+    let t = tempdir();
+    let d9 = t.path().join("d9");
+    pack(sample_data(), &d9)
+        .args(["--resize", "crop:16x16", "--shard-samples", "9", "-q"])
+        .ok();
+    let found = manifest(&d9).inputs.found;
+    // A pack of d9 kept inside it, as a user might leave one.
+    pack(&d9, t.path().join("sub")).args(["-q"]).ok();
+    std::fs::rename(t.path().join("sub"), d9.join("sub")).unwrap();
+    let out = t.path().join("out");
+    pack(&d9, &out).args(["-q"]).ok();
+    let m = manifest(&out);
+    assert_eq!((m.inputs.found, m.inputs.failed), (found, 0));
+}

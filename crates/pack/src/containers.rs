@@ -280,7 +280,8 @@ fn glob_match(pattern: &[u8], name: &[u8]) -> bool {
     pattern[p..].iter().all(|&c| c == b'*')
 }
 
-/// The files of `dir` (recursively, sorted by path) whose extension is one of `exts`.
+/// The files of `dir` (recursively, sorted by path, leaving out subfolders holding an earlier
+/// pack) whose extension is one of `exts`.
 fn files_with_extension(dir: &Path, exts: &[&str], out: &mut Vec<String>) -> Result<(), ListError> {
     let io = |e| ListError::Io {
         path: dir.to_path_buf(),
@@ -298,7 +299,11 @@ fn files_with_extension(dir: &Path, exts: &[&str], out: &mut Vec<String>) -> Res
             continue;
         }
         if p.is_dir() {
-            files_with_extension(&p, exts, out)?;
+            // An earlier pack's output inside the input (its manifest says so) is its own
+            // dataset, not more shards of this one.
+            if !crate::output::holds_a_pack(&p) {
+                files_with_extension(&p, exts, out)?;
+            }
         } else if exts.contains(&extension(&p.to_string_lossy()).as_str()) {
             out.push(p.to_string_lossy().into_owned());
         }
