@@ -174,7 +174,10 @@ def cache_limit_bytes(cache_limit: Optional[Union[int, str]]) -> Optional[int]:
             raise ValueError(f"cache_limit must be at least 1 byte and below 2**64, not {cache_limit} (None: no limit)")
         return cache_limit
     if isinstance(cache_limit, str):
-        return _shardtool.parse_byte_size(cache_limit)
+        try:
+            return _shardtool.parse_byte_size(cache_limit)
+        except ValueError as e:
+            raise ValueError(f"cache_limit: {e}") from None
     raise TypeError(f"cache_limit must be an int or a size string, not {type(cache_limit).__name__}")
 
 class Loader:

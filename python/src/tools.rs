@@ -212,7 +212,13 @@ pub fn pack(
         None | Some("none") => Compression::None,
         Some("zstd") => Compression::Zstd(3),
         Some(s) => match s.strip_prefix("zstd:").and_then(|l| l.parse().ok()) {
-            Some(level) => Compression::Zstd(level),
+            Some(level) if (1..=22).contains(&level) => Compression::Zstd(level),
+            Some(level) => {
+                return Err(bad(
+                    "compress",
+                    format!("zstd level {level} is outside 1..=22"),
+                ))
+            }
             None => {
                 return Err(bad(
                     "compress",

@@ -54,8 +54,11 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
         shardtool.Loader(p, batch_size=2, output="jax")
     with pytest.raises(ValueError):
         shardtool.Loader(p, batch_size=2, remainder="keep")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^cache_limit: "):
         shardtool.Loader(p, batch_size=2, cache_limit="lots")
+    # A bad value names the keyword it came in.
+    with pytest.raises(ValueError, match="compress: zstd level 23 is outside"):
+        shardtool.pack(SAMPLE, tmp_path / "z", compress="zstd:23")
     with pytest.raises(TypeError):
         shardtool.Loader(p, batch_size=2, shuffle="yes")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
