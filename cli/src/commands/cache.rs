@@ -224,9 +224,16 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
                 // A mistyped URL would otherwise clear nothing and say only "removed 0".
                 let known = cache.list().map_err(Failure::run)?;
                 if !known.iter().any(|d| &d.source == src) {
+                    let s3 = dataset.as_deref().is_some_and(|d| d.starts_with("s3://"));
                     return Err(Failure::usage(anyhow!(
-                        "{} holds no dataset {src}; `shardtool cache ls` lists those it holds",
-                        dir.display()
+                        "{} holds no dataset {src}; `shardtool cache ls` lists those it holds{}",
+                        dir.display(),
+                        if s3 {
+                            " (an s3:// dataset is kept under its endpoint too: set AWS_ENDPOINT \
+                             as when it was read)"
+                        } else {
+                            ""
+                        }
                     )));
                 }
             }
