@@ -251,6 +251,12 @@ impl Dataset {
                     message,
                     cache: false,
                 },
+                // Said again below with the shard's name: kept without it.
+                Err(ReadError::Unavailable { message, cache, .. }) => Slot::Failed {
+                    corrupt: false,
+                    message,
+                    cache,
+                },
                 Err(e) => Slot::Failed {
                     corrupt: false,
                     cache: matches!(e, ReadError::Cache(_)),
@@ -322,8 +328,8 @@ impl Dataset {
                     shard: entry.file.clone(),
                     message: format!(
                         "the dataset changed under this reader: {} was replaced or removed \
-                         since it was read (another pack --overwrite of this folder?), so its \
-                         shards may be another dataset's; start the epoch again",
+                         since it was read (a pack overwriting this folder?), so its shards may \
+                         be another dataset's; start the epoch again",
                         path.display()
                     ),
                     cache: false,
