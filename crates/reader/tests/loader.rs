@@ -623,6 +623,7 @@ fn a_dataset_rewritten_under_an_open_one_is_an_error_not_a_mix() {
         err.contains("the dataset changed under this reader"),
         "{err}"
     );
+    assert_eq!(err.matches("could not be opened").count(), 1, "{err}");
     // A shard opened before the change stays readable; one removed since says the same.
     assert_eq!(ds.shard(0).unwrap().len(), 4);
     std::fs::remove_file(dir.path().join("shard-000002.safetensors")).unwrap();
