@@ -62,7 +62,7 @@ create_exception!(
 /// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
 /// parenthesis, and not followed by more of a word), never part of a path.
 pub(crate) fn pythonic(text: String) -> String {
-    const FLAGS: [(&str, &str); 18] = [
+    const FLAGS: [(&str, &str); 31] = [
         ("--overwrite", "overwrite=True"),
         ("--resume", "resume=True"),
         ("--max-errors", "max_errors"),
@@ -80,6 +80,19 @@ pub(crate) fn pythonic(text: String) -> String {
         ("--prefetch-shards", "prefetch_shards"),
         ("--fetch-concurrency", "fetch_concurrency"),
         ("--drop-last", "drop_last=True"),
+        ("--no-shuffle", "shuffle=False"),
+        ("--seed", "seed"),
+        ("--resize", "resize"),
+        ("--upscale", "upscale"),
+        ("--filter", "filter"),
+        ("--encode", "encode"),
+        ("--quality", "quality"),
+        ("--decode-scale", "decode_scale"),
+        ("--max-pixels", "max_pixels"),
+        ("--format", "format"),
+        ("--compress", "compress"),
+        ("--prefix", "prefix"),
+        ("--keys", "keys"),
         ("--remainder pad", "remainder=\"pad\""),
     ];
     let mut out = String::with_capacity(text.len());

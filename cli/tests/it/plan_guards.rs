@@ -319,3 +319,31 @@ fn a_plan_whose_every_input_failed_to_list_is_refused_as_pack_refuses_it() {
     r.assert_code(1);
     assert!(r.stderr.contains("no usable image"), "{}", r.stderr);
 }
+
+#[test]
+fn options_that_differ_from_the_plan_are_named_by_their_flags() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 12);
+    let out = dir.path().join("out");
+    pack(&input, &out)
+        .args(["--shard-samples", "10", "-q"])
+        .ok();
+    let r = pack(&input, &out)
+        .args(["--shard-samples", "12", "--resume"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("(--shard-samples: 10 → 12)"),
+        "{}",
+        r.stderr
+    );
+    let r = pack(&input, &out)
+        .args(["--shard-samples", "10", "--no-shuffle", "--resume"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("--no-shuffle: \"not given\" → \"given\""),
+        "{}",
+        r.stderr
+    );
+}

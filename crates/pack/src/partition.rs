@@ -777,10 +777,9 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
     if manifest.pack != plan.manifest_options() {
         return Err(PackError::ResumeMismatch {
             path: output.clone(),
-            differs: crate::plan::json_differences(
+            differs: crate::plan::option_differences(
                 &serde_json::Value::Object(manifest.pack.clone()),
                 &serde_json::Value::Object(plan.manifest_options()),
-                4,
             ),
         });
     }

@@ -95,6 +95,40 @@ pub struct PackPlan {
     pub resume: bool,
 }
 
+/// How two sets of pack options (a plan's, or a manifest's `pack` record) differ, each named by
+/// its flag (Python's messages turn flags into keywords).
+pub(crate) fn option_differences(a: &serde_json::Value, b: &serde_json::Value) -> String {
+    let flagged = |v: &serde_json::Value| {
+        let options = (v.as_object().into_iter().flatten()).map(|(k, v)| {
+            let v = match (k.as_str(), v) {
+                ("seed", serde_json::Value::Null) => "none (--no-shuffle)".into(),
+                ("shuffle", serde_json::Value::Bool(on)) => {
+                    (if *on { "not given" } else { "given" }).into()
+                }
+                _ => v.clone(),
+            };
+            let name = match k.as_str() {
+                "shuffle" => "--no-shuffle".into(),
+                _ => flag_of(k),
+            };
+            (name, v)
+        });
+        serde_json::Value::Object(options.collect())
+    };
+    json_differences(&flagged(a), &flagged(b), 4)
+}
+
+/// The flag that sets the plan option `field` (`INPUT` for the inputs).
+fn flag_of(field: &str) -> String {
+    match field {
+        "input" => "INPUT".into(),
+        "drop_columns" => "--drop-column".into(),
+        "compression" => "--compress".into(),
+        "max_input_bytes" => "the input size limit".into(),
+        other => format!("--{}", other.replace('_', "-")),
+    }
+}
+
 /// The members of two JSON objects that differ, as `name: a → b` (at most `max`, then `…`).
 pub(crate) fn json_differences(a: &serde_json::Value, b: &serde_json::Value, max: usize) -> String {
     let empty = serde_json::Map::new();
@@ -161,10 +195,11 @@ impl FrozenOptions {
         self
     }
 
-    /// How `given` differs from these (planned) options, for an error message.
+    /// How `given` differs from these (planned) options, for an error message: each named by
+    /// its flag (Python's messages turn flags into keywords).
     pub(crate) fn differences(&self, given: &FrozenOptions) -> String {
         let json = |o: &FrozenOptions| serde_json::to_value(o).unwrap_or_default();
-        json_differences(&json(self), &json(given), 4)
+        option_differences(&json(self), &json(given))
     }
 }
 
