@@ -111,15 +111,16 @@ pub struct Dataset {
     manifest_file: Option<(PathBuf, FileId)>,
 }
 
-/// Which file a path named: device, inode, size and modification time.
+/// Which file a path named, by size and modification time: a rewrite makes a new file with a
+/// new time. Not by inode, which some FUSE mounts of object stores do not keep stable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileId(u64, u64, u64, i64, i64);
+struct FileId(u64, i64, i64);
 
 impl FileId {
     fn of(path: &Path) -> Option<Self> {
         use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(path).ok()?;
-        Some(Self(m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+        Some(Self(m.size(), m.mtime(), m.mtime_nsec()))
     }
 }
 
