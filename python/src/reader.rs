@@ -47,11 +47,13 @@ fn open(dataset: &str, cache: &CacheOptions) -> Result<Dataset, shardtool_reader
     }
 }
 
-/// `cache` with a `fetch_timeout` (seconds without a byte) and `fetch_attempts`, where given.
+/// `cache` with a `fetch_timeout` (seconds without a byte), `fetch_attempts` and
+/// `fetch_concurrency` (shards fetched at once), where given.
 pub(crate) fn fetching(
     mut cache: CacheOptions,
     fetch_timeout: Option<f64>,
     fetch_attempts: Option<u32>,
+    fetch_concurrency: Option<usize>,
 ) -> PyResult<CacheOptions> {
     if let Some(s) = fetch_timeout {
         cache.policy.stall_timeout = Duration::try_from_secs_f64(s)
@@ -64,6 +66,14 @@ pub(crate) fn fetching(
             return Err(PyValueError::new_err("fetch_attempts must be at least 1"));
         }
         cache.policy.attempts = n;
+    }
+    if let Some(n) = fetch_concurrency {
+        if n == 0 {
+            return Err(PyValueError::new_err(
+                "fetch_concurrency must be at least 1",
+            ));
+        }
+        cache.concurrency = n;
     }
     Ok(cache)
 }
@@ -96,6 +106,7 @@ pub fn plan_info(
         cache_options(cache_dir, cache_limit),
         fetch_timeout,
         fetch_attempts,
+        None,
     )?;
     let d = py.detach(|| open(&dataset, &cache)).map_err(read_error)?;
     let total: u64 = d.counts().iter().sum();
@@ -344,17 +355,10 @@ impl Reader {
             cache_options(cache_dir, cache_limit),
             fetch_timeout,
             fetch_attempts,
+            fetch_concurrency,
         )?;
         if let Some(n) = prefetch_shards {
             cache.ahead = n;
-        }
-        if let Some(n) = fetch_concurrency {
-            if n == 0 {
-                return Err(PyValueError::new_err(
-                    "fetch_concurrency must be at least 1",
-                ));
-            }
-            cache.concurrency = n;
         }
         let mut b = Loader::builder_at(location)
             .cache(cache)

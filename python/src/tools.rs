@@ -5,7 +5,7 @@
 use crate::errors::{read_error, CacheError, DatasetError, ManifestError};
 use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use shardtool_cache::{Location, RemoteDataset};
+use shardtool_cache::{CacheOptions, Location, RemoteDataset};
 use shardtool_pack::{
     pack as pack_dataset, resolve_input, Columns, Compression, InputFormat, ListError, PackError,
     PackPlan, ShardFormatChoice,
@@ -318,22 +318,13 @@ fn python_pack_error(e: PackError) -> PyErr {
     }
 }
 
-/// How a remote dataset's shards are fetched, from the keyword arguments (`None`: the default).
-struct Fetch {
-    dir: Option<PathBuf>,
-    limit: Option<u64>,
-    timeout: Option<f64>,
-    attempts: Option<u32>,
-    concurrency: Option<usize>,
-}
-
 /// Runs `local` on a local dataset path, or `remote` on a remote dataset (an `http(s)://` or
-/// `s3://` URL, opened through the cache `cache_dir`/`cache_limit` with its fetch thread count),
-/// on a thread Ctrl-C can interrupt; the result as JSON.
+/// `s3://` URL, opened through `cache`, fetched `cache.concurrency` shards at a time), on a
+/// thread Ctrl-C can interrupt; the result as JSON.
 fn on_dataset<T: serde::Serialize + Send + 'static>(
     py: Python<'_>,
     path: PathBuf,
-    fetch: Fetch,
+    mut cache: CacheOptions,
     local: impl FnOnce(&std::path::Path) -> Result<T, VerifyError> + Send + 'static,
     remote: impl FnOnce(&RemoteDataset, usize) -> Result<T, VerifyError> + Send + 'static,
 ) -> PyResult<String> {
@@ -345,19 +336,6 @@ fn on_dataset<T: serde::Serialize + Send + 'static>(
     let r = match location {
         Location::Local(path) => interruptible(py, move || local(&path))?,
         Location::Remote(url) => {
-            let mut cache = crate::reader::fetching(
-                crate::reader::cache_options(fetch.dir, fetch.limit),
-                fetch.timeout,
-                fetch.attempts,
-            )?;
-            if let Some(n) = fetch.concurrency {
-                if n == 0 {
-                    return Err(PyValueError::new_err(
-                        "fetch_concurrency must be at least 1",
-                    ));
-                }
-                cache.concurrency = n;
-            }
             let workers = cache.concurrency.max(1);
             // Every shard is fetched by the task itself: no prefetch threads.
             cache.concurrency = 0;
@@ -393,17 +371,16 @@ pub fn verify(
         decode,
         ..VerifyOptions::with_jobs(jobs.unwrap_or(0))
     };
-    let fetch = Fetch {
-        dir: cache_dir,
-        limit: cache_limit,
-        timeout: fetch_timeout,
-        attempts: fetch_attempts,
-        concurrency: fetch_concurrency,
-    };
+    let cache = crate::reader::fetching(
+        crate::reader::cache_options(cache_dir, cache_limit),
+        fetch_timeout,
+        fetch_attempts,
+        fetch_concurrency,
+    )?;
     on_dataset(
         py,
         path,
-        fetch,
+        cache,
         move |p| shardtool_verify::verify(p, &opts, &shardtool_verify::NoProgress),
         move |ds, workers| {
             shardtool_verify::verify_remote(ds, workers, &opts, &shardtool_verify::NoProgress)
@@ -432,17 +409,16 @@ pub fn inspect(
     if let Some(j) = jobs {
         opts.jobs = j;
     }
-    let fetch = Fetch {
-        dir: cache_dir,
-        limit: cache_limit,
-        timeout: fetch_timeout,
-        attempts: fetch_attempts,
-        concurrency: fetch_concurrency,
-    };
+    let cache = crate::reader::fetching(
+        crate::reader::cache_options(cache_dir, cache_limit),
+        fetch_timeout,
+        fetch_attempts,
+        fetch_concurrency,
+    )?;
     on_dataset(
         py,
         path,
-        fetch,
+        cache,
         move |p| shardtool_inspect::inspect(p, &opts),
         move |ds, workers| shardtool_inspect::inspect_remote(ds, workers, &opts),
     )
