@@ -90,8 +90,8 @@ struct ListColumns<'a> {
     text_required: bool,
     /// Whether the label column is read: not when it is dropped.
     label_on: bool,
-    /// Columns not carried (`--drop-column`); each must be in some row.
-    drop: &'a [String],
+    /// The columns asked for (`--drop-column`s are not carried; each must be in some row).
+    columns: &'a Columns,
 }
 
 impl<'a> ListColumns<'a> {
@@ -103,7 +103,7 @@ impl<'a> ListColumns<'a> {
             label_required: c.label.is_some(),
             text_required: c.text.is_some(),
             label_on: !c.is_dropped(c.label.as_deref().unwrap_or("label")),
-            drop: &c.drop,
+            columns: c,
         }
     }
 
@@ -112,18 +112,7 @@ impl<'a> ListColumns<'a> {
         [self.path, self.label, "key"]
             .iter()
             .any(|c| c.eq_ignore_ascii_case(name))
-            || self.drop.iter().any(|d| d.eq_ignore_ascii_case(name))
-    }
-
-    /// Which of the dropped columns `names` holds, as bits of `drop`'s positions.
-    fn dropped_in<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> u64 {
-        let mut bits = 0;
-        for n in names {
-            if let Some(i) = self.drop.iter().position(|d| d.eq_ignore_ascii_case(n)) {
-                bits |= 1 << i;
-            }
-        }
-        bits
+            || self.columns.is_dropped(name)
     }
 }
 
@@ -222,11 +211,8 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
         Some(h) => cols.label_on && h.iter().any(|c| c.eq_ignore_ascii_case(cols.label)),
         None => any_label,
     };
-    if let Some(d) = (cols.drop.iter().enumerate()).find(|(i, _)| dropped_seen & (1 << i) == 0) {
-        return Err(bad(format!(
-            "no row has a `{}` column (--drop-column)",
-            d.1
-        )));
+    if let Some(d) = cols.columns.unseen_drop(dropped_seen) {
+        return Err(bad(format!("no row has a `{}` column (--drop-column)", d)));
     }
     if cols.label_required && !labelled {
         return Err(bad(format!("no `{}` column (--label-column)", cols.label)));
@@ -439,7 +425,7 @@ fn csv_rows(
     let k = col("key");
     let extra = names.iter().any(|n| !cols.is_own(n));
     let text = col(cols.text).is_some();
-    let dropped = cols.dropped_in(names.iter().map(String::as_str));
+    let dropped = cols.columns.dropped_bits(names.iter().map(String::as_str));
     // One record buffer for the whole file.
     let mut rec = csv::StringRecord::new();
     // The line the last row started on, and its byte.
@@ -576,7 +562,7 @@ fn jsonl_rows(
         };
         let extra = names().any(|k| !cols.is_own(k));
         let text = names().any(|k| k.eq_ignore_ascii_case(cols.text));
-        let dropped = cols.dropped_in(names());
+        let dropped = cols.columns.dropped_bits(names());
         let odd_label = object
             .as_ref()
             .filter(|_| cols.label_on)

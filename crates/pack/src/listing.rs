@@ -52,6 +52,25 @@ impl Columns {
         self.drop.iter().any(|d| d.eq_ignore_ascii_case(name))
     }
 
+    /// Which dropped columns `names` holds, as bits of their places in [`Columns::drop`].
+    pub(crate) fn dropped_bits<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> u64 {
+        let mut bits = 0;
+        for n in names {
+            if let Some(i) = self.drop.iter().position(|d| d.eq_ignore_ascii_case(n)) {
+                bits |= 1 << i;
+            }
+        }
+        bits
+    }
+
+    /// The first dropped column that none of the inputs held (`seen`, from
+    /// [`Columns::dropped_bits`]): misspelt, or the inputs are not the ones meant.
+    pub(crate) fn unseen_drop(&self, seen: u64) -> Option<&str> {
+        (self.drop.iter().enumerate())
+            .find(|(i, _)| seen & (1 << i) == 0)
+            .map(|(_, d)| d.as_str())
+    }
+
     /// Refuses a drop list that names a column also named for a role, or is too long.
     fn check_drop(&self, list: bool) -> Result<(), String> {
         if self.drop.len() > MAX_DROPPED_COLUMNS {

@@ -566,13 +566,10 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
         .filter_map(|o| o.chosen.as_ref())
         .fold(0u64, |all, c| all | c.dropped);
     let any_chosen = opened.iter().any(|o| o.chosen.is_some());
-    let drop = &options.columns.drop;
-    if let Some(d) = (drop.iter().enumerate()).find(|(i, _)| any_chosen && dropped & (1 << i) == 0)
-    {
+    if let Some(d) = (options.columns.unseen_drop(dropped)).filter(|_| any_chosen) {
         return Err(ListError::BadInput {
             message: format!(
-                "--drop-column {}: none of the {} Parquet file(s) has that column",
-                d.1,
+                "--drop-column {d}: none of the {} Parquet file(s) has that column",
                 files.len()
             ),
         });

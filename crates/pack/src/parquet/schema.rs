@@ -58,12 +58,7 @@ pub(super) fn choose(
     columns: &Columns,
     class_label: Option<&str>,
 ) -> Result<Chosen, String> {
-    let mut dropped = 0u64;
-    for f in fields {
-        if let Some(i) = (columns.drop.iter()).position(|d| d.eq_ignore_ascii_case(f.name())) {
-            dropped |= 1 << i;
-        }
-    }
+    let dropped = columns.dropped_bits(fields.iter().map(|f| f.name()));
     // Dropped columns are as if the file lacked them.
     let fields: Vec<_> = (fields.iter())
         .filter(|f| !columns.is_dropped(f.name()))
