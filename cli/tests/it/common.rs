@@ -126,6 +126,15 @@ impl Cmd {
         self
     }
 
+    /// Sets each of `vars` (a test server's `env()`, say).
+    pub fn envs<K: AsRef<OsStr>, V: AsRef<OsStr>>(
+        mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.cmd.envs(vars);
+        self
+    }
+
     /// Runs in `dir`.
     pub fn current_dir(mut self, dir: impl AsRef<Path>) -> Self {
         self.cmd.current_dir(dir);

@@ -92,10 +92,7 @@ fn credentials_in_urls_and_the_environment_never_reach_messages_reports_or_shard
         s3.root.path().join("bucket/d/s.tar"),
     )
     .unwrap();
-    let mut cmd = pack("s3://bucket/d/s.tar", t.path().join("o3"));
-    for (k, v) in s3.env() {
-        cmd = cmd.env(k, v);
-    }
+    let cmd = pack("s3://bucket/d/s.tar", t.path().join("o3")).envs(s3.env());
     let r = cmd.env("AWS_SECRET_ACCESS_KEY", "SECRETENVKEY").run();
     assert_ne!(r.code, Some(0), "a wrong key was accepted");
     assert!(!r.stderr.contains("SECRETENVKEY"), "{}", r.stderr);

@@ -641,11 +641,10 @@ fn remote_inputs_over_http_and_s3_pack_like_local_ones() {
     }
     let from_s3 = t.path().join("s3");
     let url = "s3://bucket/hf dir 5%25/";
-    let mut cmd = Cmd::new(["pack", url, from_s3.to_str().unwrap()]).args(args);
-    for (k, v) in s3.env() {
-        cmd = cmd.env(k, v);
-    }
-    cmd.ok();
+    Cmd::new(["pack", url, from_s3.to_str().unwrap()])
+        .args(args)
+        .envs(s3.env())
+        .ok();
     let local_pq = t.path().join("local-pq");
     pack(t.path().join("parquet"), &local_pq).args(args).ok();
     let (a, b) = (manifest(&from_s3), manifest(&local_pq));

@@ -521,12 +521,7 @@ fn parts_publish_into_an_s3_folder_once_and_merge_there() {
     pack(&input, &single).args(OPTS).args(["-q"]).ok();
     let s3 = S3::start();
     std::fs::create_dir_all(s3.root.path().join("bucket")).unwrap();
-    let with_env = |mut c: Cmd| {
-        for (k, v) in s3.env() {
-            c = c.env(k, v);
-        }
-        c
-    };
+    let with_env = |c: Cmd| c.envs(s3.env());
     let url = "s3://bucket/out/";
     with_env(Cmd::new(["plan"]).arg(&input).arg(url).args(OPTS)).ok();
     let mut rng = KillRng::new();
@@ -575,12 +570,7 @@ fn a_plan_of_urls_records_sizes_and_etags_and_parts_read_its_staged_copies() {
     pack(&input, bucket.join("wds"))
         .args(["--shard-samples", "10", "-q"])
         .ok();
-    let with_env = |mut c: Cmd| {
-        for (k, v) in s3.env() {
-            c = c.env(k, v);
-        }
-        c
-    };
+    let with_env = |c: Cmd| c.envs(s3.env());
     let url = "s3://bucket/wds/shard-{000000..000002}.tar";
     let single = dir.path().join("single");
     with_env(pack(url, &single).args(OPTS).args(["-q"])).ok();

@@ -812,12 +812,7 @@ fn merge_into_s3_removes_the_staged_copies_of_its_inputs() {
     pack(&input, bucket.join("wds"))
         .args(["--shard-samples", "10", "-q"])
         .ok();
-    let with_env = |mut c: Cmd| {
-        for (k, v) in s3.env() {
-            c = c.env(k, v);
-        }
-        c
-    };
+    let with_env = |c: Cmd| c.envs(s3.env());
     let urls = "s3://bucket/wds/shard-{000000..000001}.tar";
     let out = "s3://bucket/out/";
     with_env(Cmd::new(["plan", urls, out]).args(OPTS)).ok();
