@@ -227,8 +227,8 @@ fn push_fields(s: &WorkerShared, view: &ShardView, r: &SampleRef, columns: &mut 
     let i = r.record as usize;
     match view {
         ShardView::Packed(p) if i < p.len() => {
-            for (c, name) in columns.iter_mut().zip(&s.fields) {
-                c.push(p.field(i, name).as_deref());
+            for (c, value) in columns.iter_mut().zip(p.fields(i, &s.fields)) {
+                c.push(value.as_deref());
             }
         }
         ShardView::Tar { bytes, records } => {

@@ -470,22 +470,21 @@ impl<B: AsRef<[u8]>> PackedShard<B> {
     ///
     /// If `i >= len()`.
     pub fn field(&self, i: usize, name: &str) -> Option<std::borrow::Cow<'_, [u8]>> {
+        field_of(&self.sample_meta(i), name).map(std::borrow::Cow::Owned)
+    }
+
+    /// [`PackedShard::field`] for each of `names`, in order, parsing record `i`'s sample object
+    /// once.
+    ///
+    /// # Panics
+    ///
+    /// If `i >= len()`.
+    pub fn fields<S: AsRef<str>>(&self, i: usize, names: &[S]) -> Vec<Option<Vec<u8>>> {
         let sample = self.sample_meta(i);
-        let carried = sample
-            .get(SAMPLE_FIELDS)
-            .and_then(|f| f.get(name))
-            .and_then(|v| parse_value(v).ok());
-        match carried {
-            Some(v) => Some(std::borrow::Cow::Owned(v.into_bytes().into_owned())),
-            None if name == "json" => {
-                let Value::Object(mut own) = sample else {
-                    return None;
-                };
-                own.remove(SAMPLE_FIELDS);
-                serde_json::to_vec(&own).ok().map(std::borrow::Cow::Owned)
-            }
-            None => None,
-        }
+        names
+            .iter()
+            .map(|n| field_of(&sample, n.as_ref()))
+            .collect()
     }
 
     /// Whether record `i`'s pixels match its stored checksum.
@@ -513,6 +512,23 @@ impl<B: AsRef<[u8]>> PackedShard<B> {
     /// Gives the owner back.
     pub fn into_inner(self) -> B {
         self.owner
+    }
+}
+
+/// The bytes of field `name` of the parsed sample object `sample` (see [`PackedShard::field`]).
+fn field_of(sample: &Value, name: &str) -> Option<Vec<u8>> {
+    let carried = sample
+        .get(SAMPLE_FIELDS)
+        .and_then(|f| f.get(name))
+        .and_then(|v| parse_value(v).ok());
+    match carried {
+        Some(v) => Some(v.into_bytes().into_owned()),
+        None if name == "json" => {
+            let mut own = sample.as_object()?.clone();
+            own.remove(SAMPLE_FIELDS);
+            serde_json::to_vec(&own).ok()
+        }
+        None => None,
     }
 }
 

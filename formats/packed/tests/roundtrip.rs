@@ -271,6 +271,15 @@ fn carried_fields_round_trip_byte_for_byte() {
     assert_eq!(shard.field(0, "txt").unwrap(), caption.as_bytes());
     assert_eq!(shard.field(0, "npy").unwrap(), binary);
     assert_eq!(shard.field(0, "json").unwrap(), input_json.as_bytes());
+    // All asked for at once, as the reader does: the same values, in the order asked.
+    for i in 0..3 {
+        let names = ["txt", "nope", "json", "npy"];
+        let one_by_one: Vec<_> = names
+            .iter()
+            .map(|n| shard.field(i, n).map(|v| v.into_owned()))
+            .collect();
+        assert_eq!(shard.fields(i, &names), one_by_one, "record {i}");
+    }
     let names: Vec<String> = shard.carried(0).map(|(n, _)| n).collect();
     assert_eq!(names, ["json", "npy", "txt"]);
     assert!(matches!(
