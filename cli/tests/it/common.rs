@@ -330,24 +330,6 @@ pub fn png_with_exif_orientation(png: &[u8], o: u16) -> Vec<u8> {
     out
 }
 
-/// The JPEG `jpeg` with its frame header (SOF) rewritten to declare `w`x`h`.
-pub fn jpeg_declaring(jpeg: &[u8], w: u16, h: u16) -> Vec<u8> {
-    let mut out = jpeg.to_vec();
-    let mut i = 2;
-    while i + 4 <= out.len() {
-        assert_eq!(out[i], 0xFF, "JPEG segment expected at {i}");
-        let marker = out[i + 1];
-        let len = usize::from(u16::from_be_bytes([out[i + 2], out[i + 3]]));
-        if (0xC0..=0xCF).contains(&marker) && ![0xC4, 0xC8, 0xCC].contains(&marker) {
-            out[i + 5..i + 7].copy_from_slice(&h.to_be_bytes());
-            out[i + 7..i + 9].copy_from_slice(&w.to_be_bytes());
-            return out;
-        }
-        i += 2 + len;
-    }
-    panic!("no SOF segment found");
-}
-
 /// CRC-32 (ISO-HDLC), as PNG chunks use.
 pub fn crc32(parts: &[&[u8]]) -> u32 {
     let mut crc = 0xFFFF_FFFFu32;
