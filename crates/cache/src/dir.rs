@@ -548,7 +548,7 @@ impl CacheDir {
                 }
             } else {
                 // An older build's, named by a bare PID and never locked.
-                let alive = pid_alive(owner);
+                let alive = owner.parse().is_ok_and(shardtool_core::process_alive);
                 if !alive {
                     let _ = fs::remove_file(e.path());
                 }
@@ -676,7 +676,10 @@ fn remove_stale_downloads(tmp: &Path, idle: std::time::Duration) {
             || (e.metadata().and_then(|m| m.modified()).ok())
                 .and_then(|t| t.elapsed().ok())
                 .is_some_and(|d| d > idle);
-        if (idle.is_zero() || name.ends_with(".part")) && untouched && !pid_alive(pid) {
+        if (idle.is_zero() || name.ends_with(".part"))
+            && untouched
+            && !pid.parse().is_ok_and(shardtool_core::process_alive)
+        {
             let _ = fs::remove_file(e.path());
         }
     }
@@ -746,14 +749,6 @@ fn stamp_of(md: &fs::Metadata, bytes: u64, sum: Checksum) -> Stamp {
         checksum: sum.to_string(),
         mtime_ns: md.mtime() as i128 * 1_000_000_000 + md.mtime_nsec() as i128,
         inode: md.ino(),
-    }
-}
-
-fn pid_alive(pid: &str) -> bool {
-    match pid.parse::<u32>() {
-        Ok(p) if p == std::process::id() => true,
-        Ok(p) => Path::new("/proc").join(p.to_string()).exists(),
-        Err(_) => false,
     }
 }
 

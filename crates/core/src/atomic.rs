@@ -112,6 +112,21 @@ impl AtomicFile {
     }
 }
 
+/// The process that chose the temporary name `name` (`.NAME.PID.N.tmp`, see
+/// [`AtomicFile::create`]), if `name` has that form.
+pub fn temp_owner(name: &str) -> Option<u32> {
+    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let mut parts = rest.rsplit('.');
+    let _n: u64 = parts.next()?.parse().ok()?;
+    parts.next()?.parse().ok()
+}
+
+/// Whether process `pid` of this host's PID namespace runs now (this process included). A PID
+/// seen in another container's namespace means nothing here: callers that can must prefer a lock.
+pub fn process_alive(pid: u32) -> bool {
+    pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists()
+}
+
 impl Write for AtomicFile {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self.file.as_mut() {
@@ -185,6 +200,25 @@ mod tests {
         let missing = dir.path().join("no/such/dir/f");
         let err = AtomicFile::create(&missing).err().unwrap();
         assert!(err.to_string().contains("no/such/dir"), "{err}");
+    }
+
+    #[test]
+    fn temporary_names_give_their_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = AtomicFile::create(&dir.path().join("manifest.json")).unwrap();
+        let name = f.temp_path().file_name().unwrap().to_str().unwrap();
+        assert_eq!(temp_owner(name), Some(std::process::id()));
+        assert!(process_alive(std::process::id()));
+        for other in [
+            "manifest.json",
+            ".manifest.json.tmp",
+            ".x.12.tmp",
+            ".x.a.3.tmp",
+            "x.1.2.tmp",
+        ] {
+            assert_eq!(temp_owner(other), None, "{other}");
+        }
+        assert_eq!(temp_owner(".x.12.3.tmp"), Some(12));
     }
 
     #[test]

@@ -327,16 +327,11 @@ fn remove_leftovers(output: &Path, prefix: &str) {
             // done, and the attempt ends as done when it goes on.
             let merge_output =
                 name.starts_with(".manifest.json.") || name.starts_with(".errors.jsonl.");
-            if stale && !(merge_output && of_live_process(&name)) {
+            let live = shardtool_core::temp_owner(&name)
+                .is_some_and(|p| p != std::process::id() && shardtool_core::process_alive(p));
+            if stale && !(merge_output && live) {
                 let _ = std::fs::remove_file(e.path());
             }
         }
     }
-}
-
-/// Whether the temporary file `name` (`.NAME.PID.N.tmp`) belongs to a running process of this
-/// host other than this one.
-fn of_live_process(name: &str) -> bool {
-    let pid = name.rsplit('.').nth(2).and_then(|p| p.parse::<u32>().ok());
-    pid.is_some_and(|p| p != std::process::id() && Path::new(&format!("/proc/{p}")).exists())
 }
