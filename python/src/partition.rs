@@ -10,7 +10,25 @@ use std::path::PathBuf;
 
 /// A pack error as the Python exception a user would catch.
 pub(crate) fn pack_error(e: PackError) -> PyErr {
-    let text = crate::errors::pythonic(e.to_string());
+    let mut text = e.to_string();
+    if let PackError::Incomplete {
+        output,
+        missing,
+        staged_gone: false,
+        ..
+    } = &e
+    {
+        // The CLI's `--shards` has no Python twin: the parts holding them are run again.
+        text = text.replace(
+            &shardtool_pack::redo_hint(output, missing, false),
+            &format!(
+                "run pack_part again for the parts holding them (shard j is in part j % count; \
+                 shards already done are skipped): shards {}",
+                shardtool_pack::shard_ranges(missing)
+            ),
+        );
+    }
+    let text = crate::errors::pythonic(text);
     match e {
         PackError::NoPlan { .. } => PyFileNotFoundError::new_err(text),
         PackError::TooManyErrors { .. } => crate::errors::TooManyErrorsError::new_err(text),

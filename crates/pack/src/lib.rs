@@ -295,8 +295,8 @@ fn damaged_note(damaged: &[String]) -> String {
     }
 }
 
-/// How to redo the `missing` shards of the plan in `output`.
-pub(crate) fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -> String {
+/// How to redo the `missing` shards of the plan in `output`, as a command line.
+pub fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -> String {
     if staged_gone {
         return "the plan's staged inputs are gone (a merge removed them): plan again with \
                 --overwrite to redo them"
@@ -317,7 +317,7 @@ pub(crate) fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: 
 }
 
 /// Ascending shard indices as `0-9,12,15-20`, the form `--shards` takes.
-pub(crate) fn shard_ranges(shards: &[u64]) -> String {
+pub fn shard_ranges(shards: &[u64]) -> String {
     let mut out = Vec::new();
     let mut i = 0;
     while i < shards.len() {
