@@ -16,6 +16,7 @@ mod inspect_preview;
 mod interop;
 mod list;
 mod memory;
+mod merge;
 mod orientation;
 mod pack_inputs;
 mod partition;

@@ -193,7 +193,7 @@ pub(crate) fn merge_held(
     }
     let samples: u64 = entries.iter().map(|e| e.samples).sum();
     let errors_path = output.join(ERRORS_FILE);
-    store.write(ERRORS_FILE, &errors::to_jsonl(&errors))?;
+    store.write_if_changed(ERRORS_FILE, &errors::to_jsonl(&errors))?;
     if let Some(max) = max_errors.filter(|&m| errors.len() as u64 > m) {
         return Err(PackError::TooManyErrors {
             failed: errors.len() as u64,
@@ -231,7 +231,7 @@ pub(crate) fn merge_held(
     if !store.is_remote() {
         remove_leftovers(store.local(), &plan.prefix);
     }
-    store.write(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
+    store.write_if_changed(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
     // Staged inputs were only for the parts; lists of failures that stopped runs are stale
     // now that every shard is done (the dataset's are in errors.jsonl).
     if !store.is_remote() {
@@ -321,17 +321,25 @@ fn remove_leftovers(output: &Path, prefix: &str) {
             } else {
                 ours(&name)
             };
-            // A merge beside this one (merges share the folder's lock) writes its own manifest
-            // and report: those of a live process (`.NAME.PID.N.tmp`) are left to it. A
-            // redundant part attempt's shard is removed even while it lives: every shard is
-            // done, and the attempt ends as done when it goes on.
+            // A merge beside this one (merges share the folder's lock), on this host or
+            // another, writes its own manifest and report, holding each locked while it does
+            // (`Store::write`): those are left to it, and the lock is held while one is
+            // removed. A redundant part attempt's shard is removed even while it lives: every
+            // shard is done, and the attempt ends as done when it goes on.
+            if !stale {
+                continue;
+            }
             let merge_output =
                 name.starts_with(".manifest.json.") || name.starts_with(".errors.jsonl.");
-            let live = shardtool_core::temp_owner(&name)
-                .is_some_and(|p| p != std::process::id() && shardtool_core::process_alive(p));
-            if stale && !(merge_output && live) {
-                let _ = std::fs::remove_file(e.path());
-            }
+            let _held = if merge_output {
+                match std::fs::File::open(e.path()) {
+                    Ok(f) if f.try_lock().is_ok() => Some(f),
+                    _ => continue,
+                }
+            } else {
+                None
+            };
+            let _ = std::fs::remove_file(e.path());
         }
     }
 }

@@ -129,17 +129,33 @@ impl Store {
         }
     }
 
-    /// Writes `name` atomically, replacing it.
+    /// Writes `name` atomically, replacing it. A local temporary file is locked while it is
+    /// written, so a merge tidying the folder (on any host or in any container) leaves it be.
     pub(crate) fn write(&self, name: &str, bytes: &[u8]) -> Result<(), PackError> {
         match self {
             Store::Local(root) => {
                 let path = root.join(name);
-                AtomicFile::write(&path, bytes).map_err(|e| PackError::io(path, e))
+                let write = || {
+                    let mut f = locked_temporary(&path)?;
+                    std::io::Write::write_all(&mut f, bytes)?;
+                    f.commit()
+                };
+                write().map_err(|e| PackError::io(path, e))
             }
             Store::Remote { folder, .. } => folder
                 .write(name, bytes.to_vec())
                 .map_err(|e| self.remote_error(e)),
         }
+    }
+
+    /// Writes `name` as [`Store::write`] does, unless it holds `bytes` already: a manifest
+    /// written again, even with the same bytes, is a new file to the readers of the dataset,
+    /// which then fail their epoch.
+    pub(crate) fn write_if_changed(&self, name: &str, bytes: &[u8]) -> Result<(), PackError> {
+        if matches!(self.read(name, bytes.len() as u64), Ok(Some(old)) if old == bytes) {
+            return Ok(());
+        }
+        self.write(name, bytes)
     }
 
     /// Removes `name`; one already gone is no error.
@@ -272,6 +288,21 @@ fn each_on<T: Send>(
         done.push(r?);
     }
     Ok(done)
+}
+
+/// A temporary file for `dest`, locked for as long as it lives. A merge may have removed it
+/// between its making and its locking (it was not locked then): then another is made.
+fn locked_temporary(dest: &Path) -> std::io::Result<AtomicFile> {
+    use std::os::unix::fs::MetadataExt;
+    loop {
+        let f = AtomicFile::create(dest)?;
+        let held = f.clone_file()?;
+        held.lock()?;
+        let (ours, named) = (held.metadata()?, std::fs::metadata(f.temp_path()));
+        if named.is_ok_and(|n| (n.dev(), n.ino()) == (ours.dev(), ours.ino())) {
+            return Ok(f);
+        }
+    }
 }
 
 #[cfg(test)]
