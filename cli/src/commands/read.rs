@@ -179,12 +179,17 @@ pub struct ReadArgs {
     pub quiet: bool,
 }
 
+/// The largest state file `--resume` reads.
+const MAX_STATE_BYTES: u64 = 64 << 20;
+
 /// Runs `shardtool read`.
 pub fn run(a: ReadArgs) -> Result<(), Failure> {
     let mut builder = a.loader.builder()?;
     if let Some(path) = &a.resume {
-        let text = std::fs::read(path)
-            .with_context(|| format!("reading {}", path.display()))
+        // A state file is a few kilobytes; a checkpoint or `/dev/zero` given by mistake must
+        // not be read whole.
+        let text = shardtool_core::read_within(path, MAX_STATE_BYTES)
+            .with_context(|| format!("reading state {}", path.display()))
             .map_err(Failure::usage)?;
         let state: LoaderState = serde_json::from_slice(&text)
             .with_context(|| format!("parsing state {}", path.display()))

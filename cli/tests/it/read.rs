@@ -206,6 +206,15 @@ fn limit_state_out_and_resume_continue_the_identical_sequence() {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("its folder does not exist"), "{err}");
+    // A --resume given a file without end (or a checkpoint) stops at the state limit instead of
+    // reading it whole.
+    let out = bin()
+        .args(["read", d, "--keys", "--resume", "/dev/zero"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("reading state /dev/zero: over the"), "{err}");
 }
 
 #[test]
