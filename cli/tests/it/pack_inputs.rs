@@ -707,6 +707,50 @@ fn a_repack_of_shardtool_shards_keeps_their_class_names() {
     assert_eq!(m.classes, want);
 }
 
+/// Two shardtool datasets numbering their classes differently (one has a class sorting first)
+/// re-packed together: labels are mapped by class name, never mixed by number.
+#[test]
+fn a_repack_of_datasets_with_other_class_tables_maps_labels_by_name() {
+    let t = tempdir();
+    let wider = t.path().join("wider");
+    let cp = |from: PathBuf, to: &Path| {
+        let ok = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(from)
+            .arg(to)
+            .status();
+        assert!(ok.unwrap().success());
+    };
+    cp(sample_data(), &wider);
+    cp(sample_data().join("insect"), &wider.join("aardvark"));
+    let insects = std::fs::read_dir(wider.join("aardvark")).unwrap().count();
+    for (input, out) in [(sample_data(), "a"), (wider, "b")] {
+        pack(input, t.path().join(out))
+            .args(["--resize", "crop:24x24", "-q"])
+            .ok();
+    }
+    assert_ne!(
+        manifest(&t.path().join("a")).classes,
+        manifest(&t.path().join("b")).classes
+    );
+    let both = t.path().join("both");
+    let shards = format!("{}/{{a,b}}/*.tar", t.path().display());
+    pack(&shards, &both)
+        .args(["--input-format", "wds", "--keys", "index", "-q"])
+        .ok();
+    let classes = manifest(&both).classes;
+    let samples = wds_samples(&both);
+    assert_eq!(samples.len(), 2 * 45 + insects);
+    for s in &samples {
+        // The folder each image was first packed from is its class.
+        let first = s.json["input_source"].as_str().unwrap();
+        let folder = first.split('/').next().unwrap();
+        assert_eq!(classes[s.cls as usize], folder, "{}", s.json);
+        assert_eq!(s.json["class"], folder, "{}", s.json);
+    }
+    verify_ok(&both);
+}
+
 #[test]
 fn samples_a_shard_cannot_hold_are_refused_with_their_reason_and_the_rest_packed() {
     let t = tempdir();

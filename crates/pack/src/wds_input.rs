@@ -134,6 +134,7 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
         ..Listing::default()
     };
     let mut max_label: Option<u32> = None;
+    let classes = DatasetClasses::of(shards);
     // A few shards are indexed at a time, so only their sample indexes are held at once (the
     // compact input store keeps what lasts), however many shards there are.
     // Remote shards are mostly waited for: fetched more at once than there are cores.
@@ -197,6 +198,10 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                         ));
                         continue;
                     }
+                    let label = match (label, &classes) {
+                        (Ok(Some(l)), Some(c)) => c.map(name, l).map(Some),
+                        (label, _) => label,
+                    };
                     let label = match label {
                         Ok(l) => l,
                         Err(message) => {
@@ -224,8 +229,8 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
         }
     }
     listing.labelled = max_label.is_some();
-    listing.classes = match (max_label, dataset_classes(shards)) {
-        (Some(m), Some(names)) if (m as usize) < names.len() => names,
+    listing.classes = match (max_label, classes) {
+        (Some(_), Some(c)) => c.names,
         _ => (0..max_label.map_or(0, |m| m + 1))
             .map(|i| i.to_string())
             .collect(),
@@ -233,24 +238,66 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
     Ok(listing)
 }
 
-/// The class names of the shardtool datasets local `shards` come from, when every shard lies in
-/// a folder whose manifest names the same classes: a re-pack keeps them rather than naming
-/// each class by its number.
-fn dataset_classes(shards: &[String]) -> Option<Vec<String>> {
-    let mut dirs: Vec<&Path> = shards
-        .iter()
-        .map(|s| (!s.contains("://")).then(|| Path::new(s).parent().unwrap_or(Path::new(""))))
-        .collect::<Option<_>>()?;
-    dirs.sort();
-    dirs.dedup();
-    let mut classes: Option<Vec<String>> = None;
-    for dir in dirs {
-        let m = crate::output::manifest_in(dir)?;
-        match &classes {
-            _ if m.classes.is_empty() => return None,
-            Some(c) if *c != m.classes => return None,
-            _ => classes = Some(m.classes),
+/// The classes of the shardtool datasets local `shards` come from, when every shard lies in a
+/// folder whose manifest names its classes: a re-pack keeps the names rather than numbering
+/// the classes, and maps each dataset's labels to them by name, so datasets that number their
+/// classes differently do not mix them.
+struct DatasetClasses {
+    /// The class names: the datasets' table when they share one, else every name, sorted.
+    names: Vec<String>,
+    /// For the folder of each dataset, its labels' places in `names`.
+    by_dir: std::collections::HashMap<std::path::PathBuf, Vec<u32>>,
+}
+
+impl DatasetClasses {
+    fn of(shards: &[String]) -> Option<Self> {
+        let mut dirs: Vec<&Path> = shards
+            .iter()
+            .map(|s| (!s.contains("://")).then(|| shard_dir(s)))
+            .collect::<Option<_>>()?;
+        dirs.sort();
+        dirs.dedup();
+        let mut tables = Vec::new();
+        for dir in dirs {
+            let m = crate::output::manifest_in(dir)?;
+            let distinct: std::collections::BTreeSet<&String> = m.classes.iter().collect();
+            // A table naming a class twice cannot map labels by name.
+            if m.classes.is_empty() || distinct.len() != m.classes.len() {
+                return None;
+            }
+            tables.push((dir.to_path_buf(), m.classes));
         }
+        let names: Vec<String> = if tables.iter().all(|(_, t)| *t == tables[0].1) {
+            tables.first()?.1.clone()
+        } else {
+            let all: std::collections::BTreeSet<&String> =
+                tables.iter().flat_map(|(_, t)| t).collect();
+            all.into_iter().cloned().collect()
+        };
+        let place: std::collections::HashMap<&str, u32> = (names.iter().enumerate())
+            .map(|(i, n)| (n.as_str(), i as u32))
+            .collect();
+        let by_dir = (tables.iter())
+            .map(|(dir, t)| (dir.clone(), t.iter().map(|n| place[n.as_str()]).collect()))
+            .collect();
+        Some(Self { names, by_dir })
     }
-    classes
+
+    /// Label `label` of a sample of `shard`, as a place in [`Self::names`].
+    fn map(&self, shard: &str, label: u32) -> Result<u32, String> {
+        let dir = shard_dir(shard);
+        let table = self.by_dir.get(dir).map_or(&[][..], Vec::as_slice);
+        table.get(label as usize).copied().ok_or_else(|| {
+            format!(
+                "its label {label} is not one of the {} classes of {}'s manifest",
+                table.len(),
+                dir.join(shardtool_manifest::FILE_NAME).display()
+            )
+        })
+    }
+}
+
+/// The folder of a local shard.
+fn shard_dir(shard: &str) -> &Path {
+    Path::new(shard).parent().unwrap_or(Path::new(""))
 }
