@@ -20,6 +20,7 @@ or from Python::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -40,7 +41,9 @@ def pack(
     options; ``ValueError`` naming the differences if not; ``overwrite=True`` plans again),
     runs ``parts`` Ray tasks of
     ``cpus_per_part`` CPUs each, and merges. Returns the merge result (``manifest``, ``errors``)
-    with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first."""
+    with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first.
+    A relative local ``output`` is taken from the driver's folder; every node must see it at
+    that path (a shared file system), or give an ``s3://`` URL."""
     import ray
 
     if "jobs" in options:
@@ -48,6 +51,11 @@ def pack(
     for name, value in (("parts", parts), ("cpus_per_part", cpus_per_part), ("max_retries", max_retries)):
         if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_retries" else 1):
             raise ValueError(f"{name} must be an integer of at least {0 if name == 'max_retries' else 1}, not {value!r}")
+    # The tasks may run in another folder (a runtime_env working_dir): a local OUTPUT is named
+    # from the driver's.
+    output = os.fspath(output)
+    if "://" not in output:
+        output = os.path.abspath(output)
     # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
     resume = not options.get("overwrite", False)
     _partition.plan(input, output, shard_samples=shard_samples, **{"resume": resume, **options})

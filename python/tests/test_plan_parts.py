@@ -210,6 +210,27 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     assert published(out) == published(single)
 
 
+def test_ray_parts_find_a_relative_output_whatever_folder_the_workers_run_in(
+    single: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ray = pytest.importorskip("ray")
+    import shardtool.ray
+
+    # A runtime_env working_dir (how code is shipped to a Ray cluster) runs the tasks in a
+    # folder of Ray's own: a relative OUTPUT is the driver's.
+    shipped = tmp_path / "code"
+    shipped.mkdir()
+    (shipped / "train.py").write_text("# the user's code\n")
+    monkeypatch.chdir(tmp_path)
+    ray.init(num_cpus=2, runtime_env={"working_dir": str(shipped)}, include_dashboard=False)
+    try:
+        merged = shardtool.ray.pack(str(SAMPLE), "relative", parts=2, **OPTIONS)
+    finally:
+        ray.shutdown()
+    assert merged["manifest"]["totals"]["samples"] == 45
+    assert published(tmp_path / "relative") == published(single)
+
+
 def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: Path) -> None:
     out = tmp_path / "kept"
     first = shardtool.plan(SAMPLE, out, **OPTIONS)
