@@ -179,7 +179,8 @@ pub enum PackError {
         path: PathBuf,
     },
     /// Another process holds the output folder: a plan or pack beside anything, or a part or
-    /// merge beside a plan or pack.
+    /// merge beside a plan or pack. Not a usage error: it passes by itself, so a scheduler
+    /// that retries failures (exit 1) but not usage errors (exit 2) runs it again.
     #[error(
         "another shardtool process is using {path} (planning or packing it, or running a part or \
          merge while this plans or packs); wait for it, or stop it and run again"
@@ -387,7 +388,6 @@ impl PackError {
                 | PackError::OutputHoldsOtherShards { .. }
                 | PackError::NoPlan { .. }
                 | PackError::PlanExists { .. }
-                | PackError::PlanRunning { .. }
                 | PackError::BadPart { .. }
                 | PackError::ResumeMismatch { .. }
         )
