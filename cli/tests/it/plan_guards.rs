@@ -266,6 +266,53 @@ fn max_errors_given_to_the_plan_is_the_whole_packs_and_merge_keeps_to_it() {
     );
 }
 
+/// In an `s3://` output as in a folder: a run stopped past the limit is named by `status` and
+/// `merge`, and its list goes once a run goes through (both knew local folders only).
+#[test]
+fn a_run_stopped_past_max_errors_in_s3_is_named_and_its_list_removed() {
+    use crate::remote::servers::S3;
+    let dir = tempdir();
+    let input = inputs(dir.path(), 30);
+    let s3 = S3::start();
+    std::fs::create_dir_all(s3.root.path().join("bucket")).unwrap();
+    let url = "s3://bucket/out/";
+    let cmd = |args: &[&str]| Cmd::new(args.iter().copied()).envs(s3.env());
+    cmd(&["plan", "--max-errors", "1"])
+        .arg(&input)
+        .arg(url)
+        .args(OPTS)
+        .ok();
+    cmd(&["pack", "--plan", url, "--part", "0/1"])
+        .run()
+        .assert_code(1);
+    let list = s3
+        .root
+        .path()
+        .join("bucket/out/_plan/failures-part-0-of-1.jsonl");
+    assert!(list.exists());
+    let stopped = "a run stopped past --max-errors, its failures listed in \
+                   s3://bucket/out/_plan/failures-part-0-of-1.jsonl";
+    let r = cmd(&["status", url]).run();
+    r.assert_code(1);
+    assert!(r.stdout.contains(stopped), "{}", r.stdout);
+    let r = cmd(&["merge", url]).run();
+    r.assert_code(1);
+    assert!(r.stderr.contains(stopped), "{}", r.stderr);
+    cmd(&[
+        "pack",
+        "--plan",
+        url,
+        "--part",
+        "0/1",
+        "--max-errors",
+        "100",
+    ])
+    .ok();
+    assert!(!list.exists(), "the stopped run's list stayed");
+    assert!(!cmd(&["status", url]).run().stdout.contains("a run stopped"));
+    cmd(&["merge", url, "--max-errors", "2"]).ok();
+}
+
 #[test]
 fn a_plans_max_errors_counts_the_inputs_that_failed_while_listing() {
     let dir = tempdir();

@@ -41,25 +41,22 @@ pub struct PlanStatus {
     pub stopped: Vec<PathBuf>,
 }
 
-/// The failure lists (`_plan/failures-*.jsonl`) that runs stopped by `--max-errors` left in a
-/// local output: a run that ends removes its own, and a merge all of them.
-pub(crate) fn stopped_runs(store: &Store) -> Vec<PathBuf> {
-    if store.is_remote() {
-        return Vec::new();
-    }
-    let mut out: Vec<PathBuf> = std::fs::read_dir(plan_dir(store.local()))
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("failures-") && n.ends_with(".jsonl"))
+/// The failure lists (`_plan/failures-*.jsonl`) that runs stopped by `--max-errors` left in
+/// the output, as store names: a run that ends removes its own, and a merge all of them. A
+/// listing that fails shows none (they are advice).
+pub(crate) fn stopped_runs(store: &Store) -> Vec<String> {
+    let listed = store.list_under(PLAN_DIR).unwrap_or_default();
+    (listed.into_iter())
+        .filter(|n| {
+            let file = n.rsplit('/').next().unwrap_or("");
+            file.starts_with("failures-") && file.ends_with(".jsonl")
         })
-        .collect();
-    out.sort();
-    out
+        .collect()
+}
+
+/// [`stopped_runs`] as the user is shown them.
+fn stopped_shown(store: &Store) -> Vec<PathBuf> {
+    stopped_runs(store).iter().map(|n| store.shown(n)).collect()
 }
 
 /// The done record of every shard of the plan, by shard (`None`: not done).
@@ -81,7 +78,7 @@ pub fn status(output: &Path) -> Result<PlanStatus, PackError> {
         failed: file.errors.len() as u64,
         merged: store.size(shardtool_manifest::FILE_NAME)?.is_some(),
         max_errors: file.max_errors,
-        stopped: stopped_runs(&store),
+        stopped: stopped_shown(&store),
     };
     for (j, rec) in (0..file.shards).zip(every_done(&store, &file)?) {
         match rec {
@@ -176,7 +173,7 @@ pub(crate) fn merge_held(
                 .collect(),
             missing,
             staged_gone,
-            stopped: stopped_runs(&store).into(),
+            stopped: stopped_shown(&store).into(),
         });
     }
     let mut errors = file.errors.clone();
@@ -234,12 +231,12 @@ pub(crate) fn merge_held(
     store.write_if_changed(shardtool_manifest::FILE_NAME, &manifest.to_json())?;
     // Staged inputs were only for the parts; lists of failures that stopped runs are stale
     // now that every shard is done (the dataset's are in errors.jsonl).
+    for name in stopped_runs(&store) {
+        let _ = store.delete(&name);
+    }
     if !store.is_remote() {
         let dir = plan_dir(store.local());
         let _ = std::fs::remove_dir_all(dir.join(STAGED_DIR));
-        for p in stopped_runs(&store) {
-            let _ = std::fs::remove_file(p);
-        }
     } else {
         // The dataset is committed: a staged copy left behind (a delete that failed) costs
         // storage only, so it does not fail the merge.

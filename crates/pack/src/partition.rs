@@ -335,10 +335,8 @@ pub fn pack_part(
         &failures,
         progress,
     )?;
-    // A list an earlier, stopped run left is stale now (best effort; local outputs).
-    if !is_remote(output) {
-        let _ = std::fs::remove_file(&failures.shown);
-    }
+    // A list an earlier, stopped run left is stale now (best effort).
+    let _ = loaded.store.delete(&failures.name);
     report.elapsed = start.elapsed();
     Ok(report)
 }

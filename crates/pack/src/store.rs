@@ -221,6 +221,41 @@ impl Store {
         Ok(path)
     }
 
+    /// The names of the files in folder `dir` of the output and below (`dir/…`), sorted.
+    pub(crate) fn list_under(&self, dir: &str) -> Result<Vec<String>, PackError> {
+        match self {
+            Store::Local(root) => {
+                let mut out: Vec<String> = (std::fs::read_dir(root.join(dir)).into_iter())
+                    .flatten()
+                    .flatten()
+                    .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+                    .map(|e| format!("{dir}/{}", e.file_name().to_string_lossy()))
+                    .collect();
+                out.sort();
+                Ok(out)
+            }
+            Store::Remote { url, .. } => {
+                // A folder of its own: the output's listing would walk every shard.
+                let sub = format!("{url}{dir}/");
+                let (folder, _) = RemoteFolder::connect(&sub, Default::default())
+                    .map_err(|e| self.remote_error(e))?;
+                let listed = folder.list().map_err(|e| self.remote_error(e))?;
+                Ok(listed
+                    .into_iter()
+                    .map(|(n, _)| format!("{dir}/{n}"))
+                    .collect())
+            }
+        }
+    }
+
+    /// Where `name` is, as shown to the user: a path, or the object's URL.
+    pub(crate) fn shown(&self, name: &str) -> PathBuf {
+        match self {
+            Store::Local(root) => root.join(name),
+            Store::Remote { url, .. } => PathBuf::from(format!("{url}{name}")),
+        }
+    }
+
     /// Whether the output holds nothing yet.
     pub(crate) fn is_empty(&self) -> Result<bool, PackError> {
         match self {
