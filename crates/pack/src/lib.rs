@@ -222,7 +222,7 @@ pub enum PackError {
         damaged: Vec<String>,
         /// Whether the plan's staged inputs are gone (an earlier merge removed them).
         staged_gone: bool,
-        /// The failure lists of runs that stopped past `--max-errors` (a local output's).
+        /// The failure lists of runs that stopped past `--max-errors`.
         stopped: Box<[PathBuf]>,
     },
     /// `--resume` (or a plan kept) with options or inputs other than those planned.

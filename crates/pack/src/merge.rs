@@ -37,7 +37,7 @@ pub struct PlanStatus {
     /// The plan's `--max-errors`, if it has one: merge commits nothing past it.
     pub max_errors: Option<u64>,
     /// The failure lists of runs that stopped past `--max-errors` and have not run through
-    /// since (a local output's).
+    /// since (paths, or URLs in an object store).
     pub stopped: Vec<PathBuf>,
 }
 
