@@ -344,3 +344,58 @@ fn a_signalled_part_stops_cleanly_and_goes_on_when_run_again() {
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     Cmd::new(["verify"]).arg(&out).ok();
 }
+
+/// A part killed outright while writing to `s3://` (SIGKILL, the OOM killer, a grace period
+/// outlasted) left its scratch folder, whole shards in it, on the node for good: the next run
+/// opening an object-store output removes it, and leaves a live run's alone.
+#[test]
+fn a_killed_attempts_scratch_folder_goes_with_the_next_run_and_a_live_ones_stays() {
+    use crate::remote::servers::S3;
+    let dir = tempdir();
+    let images = inputs(dir.path(), 16);
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let s3 = S3::start();
+    std::fs::create_dir_all(s3.root.path().join("bucket")).unwrap();
+    let url = "s3://bucket/out/";
+    let cmd = |c: Cmd| c.envs(s3.env()).env("TMPDIR", &tmp);
+    cmd(Cmd::new(["plan"]))
+        .arg(&images)
+        .arg(url)
+        .args(SLOW)
+        .ok();
+    let scratches = || -> Vec<PathBuf> {
+        let mut all: Vec<PathBuf> = (std::fs::read_dir(&tmp).unwrap())
+            .map(|e| e.unwrap().path())
+            .filter(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("shardtool-out-")
+            })
+            .filter(|p| p.is_dir())
+            .collect();
+        all.sort();
+        all
+    };
+    let mut attempt = Attempt(Some(cmd(part(Path::new(url), "0/1")).spawn_piped()));
+    // Stopped while a shard is being made in its scratch folder, then killed.
+    attempt.stop_when(|| (scratches().iter()).any(|d| std::fs::read_dir(d).unwrap().count() > 0));
+    attempt.signal("-KILL");
+    let _ = attempt.0.take().unwrap().wait();
+    let dead = scratches();
+    assert_eq!(dead.len(), 1, "the killed attempt's scratch folder");
+    // A live run's: its lock is held (here by the test).
+    let live = tmp.join("shardtool-out-1-live");
+    std::fs::create_dir(&live).unwrap();
+    let held = std::fs::File::create(tmp.join("shardtool-out-1-live.held")).unwrap();
+    held.lock().unwrap();
+    let r = cmd(Cmd::new(["status", url])).run();
+    r.assert_code(1);
+    assert_eq!(scratches(), vec![live.clone()]);
+    drop(held);
+    cmd(part(Path::new(url), "0/1")).ok();
+    assert!(scratches().is_empty(), "{:?}", scratches());
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -19,6 +19,8 @@ pub(crate) enum Store {
         folder: Box<RemoteFolder>,
         url: String,
         scratch: PathBuf,
+        /// The scratch folder's lock, held while the store lives.
+        _held: std::fs::File,
     },
 }
 
@@ -50,18 +52,12 @@ impl Store {
                 location: url.clone(),
                 message: e.to_string(),
             })?;
-        let scratch = std::env::temp_dir().join(format!(
-            "shardtool-out-{}-{:x}",
-            std::process::id(),
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos())
-        ));
-        std::fs::create_dir_all(&scratch).map_err(|e| PackError::io(&scratch, e))?;
+        let (scratch, held) = make_scratch().map_err(|e| PackError::io(std::env::temp_dir(), e))?;
         Ok(Store::Remote {
             folder: Box::new(folder),
             url,
             scratch,
+            _held: held,
         })
     }
 
@@ -273,7 +269,10 @@ impl Store {
 impl Drop for Store {
     fn drop(&mut self) {
         if let Store::Remote { scratch, .. } = self {
-            let _ = std::fs::remove_dir_all(scratch);
+            let _ = std::fs::remove_dir_all(&scratch);
+            let mut lock = scratch.clone().into_os_string();
+            lock.push(SCRATCH_LOCK);
+            let _ = std::fs::remove_file(lock);
         }
     }
 }
@@ -338,6 +337,45 @@ fn locked_temporary(dest: &Path) -> std::io::Result<AtomicFile> {
             return Ok(f);
         }
     }
+}
+
+/// The prefix of scratch folders in the temporary folder.
+const SCRATCH: &str = "shardtool-out-";
+/// The suffix of the lock file beside a scratch folder, held by its process while it lives.
+const SCRATCH_LOCK: &str = ".held";
+
+/// Makes this process's scratch folder in the temporary folder, holding the lock file beside
+/// it, after removing those whose process is gone (killed: SIGKILL, the OOM killer, a
+/// preemption outlasting its grace period), whose shards would stay on the node's disk for
+/// good. The lock is held before the folder is made, so no sweep takes a new one for dead.
+fn make_scratch() -> std::io::Result<(PathBuf, std::fs::File)> {
+    let tmp = std::env::temp_dir();
+    for e in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with(SCRATCH) || name.ends_with(SCRATCH_LOCK) {
+            continue;
+        }
+        let lock = tmp.join(format!("{name}{SCRATCH_LOCK}"));
+        if let Ok(f) = std::fs::File::open(&lock) {
+            if f.try_lock().is_ok() {
+                let _ = std::fs::remove_dir_all(e.path());
+                let _ = std::fs::remove_file(&lock);
+            }
+        }
+    }
+    let name = format!(
+        "{SCRATCH}{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let held = std::fs::File::create(tmp.join(format!("{name}{SCRATCH_LOCK}")))?;
+    // Where the file system has no locks, no sweep can take one either: the folder stays.
+    let _ = held.lock();
+    let scratch = tmp.join(name);
+    std::fs::create_dir_all(&scratch)?;
+    Ok((scratch, held))
 }
 
 #[cfg(test)]
