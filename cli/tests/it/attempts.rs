@@ -399,3 +399,46 @@ fn a_killed_attempts_scratch_folder_goes_with_the_next_run_and_a_live_ones_stays
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// A straggler attempt of a plan replaced in `s3://` (the prefix deleted and planned again
+/// while it was stopped) published its shards into the new plan, which then could never finish
+/// ("another object is already there"): it checks the plan object before each shard now.
+#[test]
+fn an_attempt_of_a_plan_replaced_in_s3_publishes_nothing_into_the_new_one() {
+    use crate::remote::servers::S3;
+    let dir = tempdir();
+    let images = inputs(dir.path(), 16);
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let s3 = S3::start();
+    let bucket = s3.root.path().join("bucket");
+    std::fs::create_dir_all(&bucket).unwrap();
+    let url = "s3://bucket/out/";
+    let cmd = |c: Cmd| c.envs(s3.env()).env("TMPDIR", &tmp);
+    cmd(Cmd::new(["plan"]))
+        .arg(&images)
+        .arg(url)
+        .args(SLOW)
+        .ok();
+    let mut old = Attempt(Some(cmd(part(Path::new(url), "0/1")).spawn_piped()));
+    old.stop_when(|| {
+        (std::fs::read_dir(&tmp).unwrap().flatten())
+            .any(|d| d.path().is_dir() && std::fs::read_dir(d.path()).unwrap().count() > 0)
+    });
+    // The prefix deleted (`aws s3 rm --recursive`) and planned again with other options.
+    std::fs::remove_dir_all(bucket.join("out")).unwrap();
+    cmd(Cmd::new(["plan"]))
+        .arg(&images)
+        .arg(url)
+        .args(SLOW)
+        .args(["--seed", "5"])
+        .ok();
+    let done = old.resume();
+    assert_eq!(done.status.code(), Some(1), "{done:?}");
+    let err = String::from_utf8_lossy(&done.stderr);
+    assert!(err.contains("was replaced while this part ran"), "{err}");
+    // The new plan runs and merges as if the straggler had never been.
+    cmd(part(Path::new(url), "0/1")).ok();
+    cmd(Cmd::new(["merge", url])).ok();
+    cmd(Cmd::new(["verify", url])).ok();
+}

@@ -119,6 +119,12 @@ impl RemoteFolder {
         self.remote.size_opt(name)
     }
 
+    /// The size and entity tag (when the server gives one) of object `name`, or `None` when
+    /// there is none.
+    pub fn head(&self, name: &str) -> Result<Option<(u64, Option<String>)>, CacheError> {
+        self.remote.head_opt(name)
+    }
+
     /// Publishes the local file `local` as object `name` once: created when absent; when an
     /// object is there already, accepted only if it holds the same bytes (same size and
     /// checksum), so publishing is idempotent but never replaces other data.

@@ -718,13 +718,20 @@ impl Remote {
 
     /// The size of object `name`, or `None` when there is none.
     pub fn size_opt(&self, name: &str) -> Result<Option<u64>, CacheError> {
+        Ok(self.head_opt(name)?.map(|(size, _)| size))
+    }
+
+    /// The size and entity tag of object `name`, or `None` when there is none.
+    pub fn head_opt(&self, name: &str) -> Result<Option<(u64, Option<String>)>, CacheError> {
         let path = self.path(name);
         let head = self.rt.block_on(async {
             tokio::time::timeout(self.policy.stall_timeout, self.store.head(&path)).await
         });
         match head {
+            Ok(Ok(m)) => Ok(Some((m.size, m.e_tag))),
             Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
-            _ => self.size_of(name).map(Some),
+            // Anything else is asked again, with retries.
+            _ => self.head(name).map(Some),
         }
     }
 

@@ -110,22 +110,19 @@ struct Loaded {
     plan: PackPlan,
     ordered: Ordered,
     planned_sizes: Vec<u64>,
-    /// Identity of a local `plan.json` when loaded, to notice a plan replaced while a part runs.
-    stamp: Option<(u64, u64, std::time::SystemTime)>,
+    /// Identity of `plan.json` when loaded, to notice a plan replaced while a part runs.
+    stamp: Option<String>,
 }
 
-fn plan_stamp(store: &Store) -> Option<(u64, u64, std::time::SystemTime)> {
-    use std::os::unix::fs::MetadataExt;
-    if store.is_remote() {
-        return None;
-    }
-    let m = std::fs::metadata(plan_dir(store.local()).join(PLAN_FILE)).ok()?;
-    Some((m.ino(), m.len(), m.modified().ok()?))
+/// What identifies the plan file as written: a plan replaced (in a folder or a bucket) has
+/// another.
+fn plan_stamp(store: &Store) -> Result<Option<String>, PackError> {
+    store.stamp(&format!("{PLAN_DIR}/{PLAN_FILE}"))
 }
 
 fn load(output: &Path, jobs: Option<usize>) -> Result<Loaded, PackError> {
     let store = Store::open(output)?;
-    let stamp = plan_stamp(&store);
+    let stamp = plan_stamp(&store)?;
     let file = read_plan_in(&store, output)?;
     let mut plan = PackPlan::from_frozen(&file.options, store.local().to_path_buf())
         .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
@@ -462,9 +459,9 @@ fn run_part(
             //   failures of inputs a merge has removed since, so it never replaces them.
             let verdict = std::cell::Cell::new(Elsewhere::No);
             let check = || -> Result<bool, PackError> {
-                if plan_stamp(store) != loaded.stamp {
+                if plan_stamp(store)? != loaded.stamp {
                     return Err(PackError::PlanChanged {
-                        path: plan_dir(store.local()).join(PLAN_FILE),
+                        path: store.shown(&format!("{PLAN_DIR}/{PLAN_FILE}")),
                     });
                 }
                 verdict.set(done_elsewhere(store, &file.hash, j)?);

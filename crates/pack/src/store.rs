@@ -154,6 +154,21 @@ impl Store {
         self.write(name, bytes)
     }
 
+    /// What identifies file `name` as written (`None`: there is none): for a local file its
+    /// inode, size and modification time; for an object its size and entity tag.
+    pub(crate) fn stamp(&self, name: &str) -> Result<Option<String>, PackError> {
+        use std::os::unix::fs::MetadataExt;
+        match self {
+            Store::Local(root) => Ok(std::fs::metadata(root.join(name))
+                .ok()
+                .map(|m| format!("{} {} {}.{}", m.ino(), m.len(), m.mtime(), m.mtime_nsec()))),
+            Store::Remote { folder, .. } => Ok(folder
+                .head(name)
+                .map_err(|e| self.remote_error(e))?
+                .map(|(size, etag)| format!("{size} {}", etag.unwrap_or_default()))),
+        }
+    }
+
     /// Removes `name`; one already gone is no error.
     pub(crate) fn delete(&self, name: &str) -> Result<(), PackError> {
         match self {
