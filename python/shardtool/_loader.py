@@ -5,6 +5,7 @@ iterates."""
 from __future__ import annotations
 
 import json
+import operator
 import os
 import sys
 import threading
@@ -108,16 +109,19 @@ def _field_values(name: str, values: List[Optional[bytes]], keys: List[str]) -> 
 
 def _check_int(
     name: str, value: Any, minimum: int, optional: bool = False, maximum: Optional[int] = None
-) -> None:
+) -> Any:
+    """``value`` as an ``int`` (numpy's integers too), checked against its bounds."""
     if value is None and optional:
-        return
+        return None
     # bool is an int subclass, and never what the caller meant.
-    if not isinstance(value, int) or isinstance(value, bool):
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    value = operator.index(value)
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
         raise ValueError(f"{name} must be <= {maximum}, got {value}")
+    return value
 
 
 def _env_partition() -> Optional[Tuple[int, int]]:
@@ -285,24 +289,35 @@ class Loader:
             raise TypeError("dataset must be a str path, not bytes")
         if not location.lower().startswith(_REMOTE) and not os.path.exists(location):
             raise FileNotFoundError(f"{_redacted(location)}: no such dataset folder or manifest")
-        _check_int("batch_size", batch_size, 1)
-        _check_int("seed", seed, 0, maximum=2**64 - 1)
-        _check_int("epoch", epoch, 0, maximum=2**64 - 1)
-        _check_int("workers", workers, 1, optional=True)
-        _check_int("shuffle_buffer", shuffle_buffer, 1, optional=True)
-        _check_int("interleave", interleave, 1, optional=True)
-        _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
-        _check_int("prefetch_shards", prefetch_shards, 0, optional=True, maximum=2**32)
+        if "://" not in location:
+            # The folder checked here is the one read: a later os.chdir changes neither.
+            location = os.path.abspath(location)
+        batch_size = _check_int("batch_size", batch_size, 1, maximum=2**63 - 1)
+        seed = _check_int("seed", seed, 0, maximum=2**64 - 1)
+        epoch = _check_int("epoch", epoch, 0, maximum=2**64 - 1)
+        workers = _check_int("workers", workers, 1, optional=True, maximum=4096)
+        shuffle_buffer = _check_int("shuffle_buffer", shuffle_buffer, 1, optional=True, maximum=2**63 - 1)
+        interleave = _check_int("interleave", interleave, 1, optional=True, maximum=2**63 - 1)
+        prefetch = _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
+        prefetch_shards = _check_int("prefetch_shards", prefetch_shards, 0, optional=True, maximum=2**32)
         _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
         if rank is not None and world_size is not None:
-            _check_int("rank", rank, 0)
-            _check_int("world_size", world_size, 1)
+            rank = _check_int("rank", rank, 0, maximum=2**32 - 2)
+            world_size = _check_int("world_size", world_size, 1, maximum=2**32 - 1)
             if rank >= world_size:
                 raise ValueError(f"rank {rank} must be < world_size {world_size}")
         if output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
+        if output == "torch":
+            try:
+                import torch  # noqa: F401
+            except ImportError:
+                raise ValueError(
+                    'output="torch" (the default) needs torch, which cannot be imported: pass '
+                    'output="numpy" (or "dlpack", for JAX and others)'
+                ) from None
         if remainder not in ("drop", "pad"):
             raise ValueError(f'remainder must be "drop" or "pad", not {remainder!r}')
         parsed_device = _parse_device(device)
@@ -340,7 +355,7 @@ class Loader:
         self._drop_last = drop_last
         self._in_order = in_order
         self._output = output
-        self._cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self._cache_dir = None if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
         self._cache_limit = limit
         self._fetch_timeout = None if fetch_timeout is None else float(fetch_timeout)
         self._fetch_attempts = fetch_attempts
@@ -444,7 +459,7 @@ class Loader:
 
     def set_epoch(self, epoch: int) -> None:
         """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``."""
-        _check_int("epoch", epoch, 0, maximum=2**64 - 1)
+        epoch = _check_int("epoch", epoch, 0, maximum=2**64 - 1)
         with self._state_lock:
             if self._resume is not None and self._resume["epoch"] != epoch:
                 self._resume = None
@@ -481,6 +496,7 @@ class Loader:
                 "and shuffle (as with torch's DistributedSampler)",
                 stacklevel=3,
             )
+        convert = _converter(self._output)
         reader = _shardtool.Reader(
             self._dataset,
             batch_size=self._batch_size,
@@ -515,7 +531,7 @@ class Loader:
             self._samples = 0 if resume is None else int(resume["samples"])
             self._reader = reader
             self._partition = (rank, world)
-        return self._batches(reader, _converter(self._output), self._epoch)
+        return self._batches(reader, convert, self._epoch)
 
     def _batches(
         self, reader: _shardtool.Reader, convert: Callable[[Any], Any], pass_epoch: int
@@ -657,6 +673,10 @@ class Loader:
                 ": it is a StatefulDataLoader's state; load it with that DataLoader's "
                 "load_state_dict()"
                 if any(k.startswith("_") or "worker" in k for k in state)
+                # `shardtool read --state-out` writes the reader's own state.
+                else ": it is the state `shardtool read --state-out` writes, which `read --resume` "
+                "takes; a Loader loads what its state_dict() returned"
+                if "delivered_prefix" in state
                 else ""
             )
             raise ValueError(f"unknown loader state format {state.get('format')!r}{hint}")

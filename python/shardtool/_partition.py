@@ -54,10 +54,10 @@ def pack_part(
     part's counts (``packed``, ``skipped``, ``samples``, ``failed``, ``seconds`` …). Raises
     ``FileNotFoundError`` when ``output`` holds no plan, ``ValueError`` for a bad part.
     """
-    _check_int("index", index, 0, maximum=2**63 - 1)
-    _check_int("count", count, 1, maximum=2**63 - 1)
-    _check_int("jobs", jobs, 1, optional=True, maximum=2**63 - 1)
-    _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
+    index = _check_int("index", index, 0, maximum=2**63 - 1)
+    count = _check_int("count", count, 1, maximum=2**63 - 1)
+    jobs = _check_int("jobs", jobs, 1, optional=True, maximum=2**63 - 1)
+    max_errors = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
     return json.loads(
         _shardtool.pack_part(os.fspath(output), index, count, jobs=jobs, max_errors=max_errors)
     )
@@ -70,7 +70,7 @@ def merge(output: PathLike, *, max_errors: Optional[int] = None) -> Dict[str, An
     ``manifest.json`` last, unless more inputs failed than ``max_errors`` (default: the plan's)
     allows (``DatasetError``, nothing committed). Returns the ``manifest`` and the failed inputs
     (``errors``). Running it again is harmless."""
-    _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
+    max_errors = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
     return json.loads(_shardtool.merge(os.fspath(output), max_errors=max_errors))
 
 

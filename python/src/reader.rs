@@ -108,7 +108,8 @@ pub fn plan_info(
         fetch_attempts,
         None,
     )?;
-    let d = py.detach(|| open(&dataset, &cache)).map_err(read_error)?;
+    // Fetching a remote manifest may take long: Ctrl-C is answered meanwhile.
+    let d = crate::tools::interruptible(py, move || open(&dataset, &cache))?.map_err(read_error)?;
     let total: u64 = d.counts().iter().sum();
     let samples = rank_share(total, world_size, r).map_err(read_error)?;
     let batches = if drop_last {
@@ -411,7 +412,8 @@ impl Reader {
                 .map_err(|e| PyValueError::new_err(format!("not a loader state: {e}")))?;
             b = b.resume_matching(state);
         }
-        let loader = py.detach(|| b.build()).map_err(read_error)?;
+        // Opening a remote dataset fetches its manifest: Ctrl-C is answered meanwhile.
+        let loader = crate::tools::interruptible(py, move || b.build())?.map_err(read_error)?;
         Ok(Self {
             position: Mutex::new(state_json(&loader)),
             metrics: loader.metrics_source(),

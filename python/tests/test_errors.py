@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict
 
@@ -31,6 +33,19 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
     for name in ("seed", "epoch"):
         with pytest.raises(ValueError, match=name):
             shardtool.Loader(p, batch_size=2, **{name: 2**64})
+    for name, value in (("batch_size", 2**64), ("workers", 2**64), ("shuffle_buffer", 2**64),
+                        ("interleave", 2**64), ("world_size", 2**32)):
+        with pytest.raises(ValueError, match=name):
+            shardtool.Loader(p, **{"batch_size": 2, "rank": 0, "world_size": 1, name: value})
+    # numpy's integers are integers (a rank or epoch computed with numpy, say).
+    import numpy as np
+
+    numbered = shardtool.Loader(p, batch_size=np.int64(4), seed=np.uint64(3), epoch=np.int32(1),
+                                rank=np.int64(0), world_size=np.int64(1), output="numpy")
+    plain = shardtool.Loader(p, batch_size=4, seed=3, epoch=1, rank=0, world_size=1, output="numpy")
+    assert [b["key"] for b in numbered] == [b["key"] for b in plain]
+    with pytest.raises(TypeError):
+        shardtool.Loader(p, batch_size=np.float64(4))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at most 86400 seconds"):
         shardtool.Loader(p, batch_size=2, fetch_timeout=86400.5)
     # More ranks than samples, dropping the remainder: len() says so as iter() does.
@@ -82,6 +97,37 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
     # prefetch counts whole batches: a byte count would have allocated hundreds of gigabytes.
     with pytest.raises(ValueError, match="prefetch must be <= 1024"):
         shardtool.Loader(p, batch_size=2, prefetch=256 << 20)
+
+
+def test_without_torch_the_default_output_is_refused_at_once_naming_numpy(datasets: Dict[str, Path]) -> None:
+    # A JAX user's environment: torch cannot be imported.
+    script = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import shardtool\n"
+        "try:\n"
+        f"    shardtool.Loader({str(datasets['tar'])!r}, batch_size=4)\n"
+        "except ValueError as e:\n"
+        "    print(e)\n"
+        f"b = next(iter(shardtool.Loader({str(datasets['tar'])!r}, batch_size=4, output='numpy')))\n"
+        "print(type(b['image']).__module__)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert 'output="numpy"' in r.stdout and "numpy\n" in r.stdout, r.stdout
+
+
+def test_a_relative_dataset_path_is_the_folder_it_was_checked_in(
+    datasets: Dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(datasets["tar"].parent)
+    loader = shardtool.Loader(datasets["tar"].name, batch_size=4, output="numpy")
+    # Elsewhere, and a folder of the same name there holding another dataset.
+    other = tmp_path / datasets["tar"].name
+    shardtool.pack(SAMPLE, other, resize="crop:8x8")
+    monkeypatch.chdir(tmp_path)
+    first = next(iter(loader))
+    assert first["image"].shape[1:] == next(iter(shardtool.Loader(datasets["tar"], batch_size=4, output="numpy")))["image"].shape[1:]
+    assert first["image"].shape[1:] != (8, 8, 3)
 
 
 def test_dlpack_batches_cannot_leave_a_dataloader_worker(datasets: Dict[str, Path]) -> None:

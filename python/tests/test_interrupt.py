@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -231,3 +232,23 @@ def test_metrics_from_a_monitoring_thread_need_not_wait_for_a_slow_batch(dataset
     next(reader)
     t.join()
     assert seen["took"] < 0.5 and seen["samples"] == 0, seen
+
+
+@pytest.mark.parametrize("step", ["len", "iter"])
+def test_ctrl_c_interrupts_the_manifest_fetch_of_a_remote_dataset(step: str) -> None:
+    # A server that takes the connection and never answers: each attempt waits out its timeout.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/ds/"
+        loader = shardtool.Loader(url, batch_size=2, output="numpy", fetch_timeout=30, fetch_attempts=2)
+        timer = _sigint_after(0.3)
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            if step == "len":
+                len(loader)
+            else:
+                next(iter(loader))
+        assert time.monotonic() - start < 5.0
+        timer.join()
+        loader.close()

@@ -84,6 +84,13 @@ def test_a_state_of_another_rank_or_order_is_refused_at_iter(datasets: Dict[str,
     unshuffled.load_state_dict(state)
     with pytest.raises(ValueError, match="shuffle: true in the state, false here"):
         iter(unshuffled)
+    # The reader's own state (what `shardtool read --state-out` writes) is not a Loader's.
+    with pytest.raises(ValueError, match="read --state-out"):
+        shardtool.Loader(datasets["tar"], rank=0, **opts).load_state_dict(state["reader"])
+    padded = shardtool.Loader(datasets["tar"], rank=0, remainder="pad", **opts)
+    padded.load_state_dict(state)
+    with pytest.raises(ValueError, match='remainder: drop in the state, pad here'):
+        iter(padded)
     same = shardtool.Loader(datasets["tar"], rank=0, **opts)
     same.load_state_dict(state)
     full = [k for b in shardtool.Loader(datasets["tar"], rank=0, **opts) for k in b["key"]]

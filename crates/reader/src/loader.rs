@@ -146,8 +146,8 @@ fn strict_differences(s: &LoaderState, b: &LoaderBuilder) -> Vec<String> {
     check("shuffle buffer", o.buffer.to_string(), p.buffer.to_string());
     check(
         "remainder",
-        format!("{:?}", o.remainder),
-        format!("{:?}", p.remainder),
+        o.remainder.to_string(),
+        p.remainder.to_string(),
     );
     out
 }

@@ -33,6 +33,16 @@ pub enum Remainder {
     Pad,
 }
 
+impl std::fmt::Display for Remainder {
+    /// As the CLI's `--remainder` and Python's `remainder=` spell it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Remainder::Drop => "drop",
+            Remainder::Pad => "pad",
+        })
+    }
+}
+
 /// Options that shape the order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct OrderOptions {
