@@ -326,6 +326,29 @@ fn image_size_differing_from_its_metadata_is_found_with_decode() {
     assert_problem(&doc, "image_size_mismatch", Some(&name), target.as_deref());
 }
 
+/// A manifest naming no classes is an unlabelled dataset's: labels there are refused by verify
+/// and by the reader, in both formats (both took any label when the list was empty).
+#[test]
+fn labels_in_a_dataset_whose_manifest_names_no_classes_are_problems() {
+    for f in [Flavour::Wds, Flavour::Packed] {
+        let (_t, ds) = dataset(f);
+        edit_manifest(&ds, |m| m["classes"] = Value::Array(vec![]));
+        let (code, doc) = verify_json(&ds, &[]);
+        assert_broken(code, &doc);
+        assert_problem(&doc, "bad_label", None, None);
+        let text = doc.to_string();
+        assert!(text.contains("but the manifest names no classes"), "{text}");
+        let out = Command::new(bin())
+            .args(["read", "--keys"])
+            .arg(&ds)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{f:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("not one of the manifest's 0 classes"), "{err}");
+    }
+}
+
 #[test]
 fn truncated_shards_are_found_in_both_formats() {
     for f in [Flavour::Wds, Flavour::Packed] {

@@ -395,13 +395,12 @@ impl Dataset {
 
 impl Dataset {
     /// Whether a sample's `label` may be handed out: a class index of the manifest's classes
-    /// (any label when it names none), or -1 (no label) where `unlabelled` samples may be.
-    /// Training code indexes with labels: one past the classes is a crash on a GPU, or worse.
+    /// (none when it names none: an unlabelled dataset), or -1 (no label) where `unlabelled`
+    /// samples may be. Training code indexes with labels: one past the classes is a crash on
+    /// a GPU, or worse.
     fn label_ok(&self, label: i64, unlabelled: bool) -> bool {
         let n = self.manifest.classes.len();
-        (label == -1 && unlabelled)
-            || (n == 0 && label >= 0)
-            || usize::try_from(label).is_ok_and(|l| l < n)
+        (label == -1 && unlabelled) || usize::try_from(label).is_ok_and(|l| l < n)
     }
 
     fn bad_label(&self, key: &str, label: i64) -> String {

@@ -69,7 +69,9 @@ fn entry(dir: &Path, file: String, format: ShardFormat, n: u32, bytes: &[u8]) ->
 
 fn write_manifest(dir: &Path, fields: &[&str], optional: &[&str], shards: Vec<ShardEntry>) {
     let names = |l: &[&str]| l.iter().map(|f| f.to_string()).collect();
-    let mut m = Manifest::new("test", vec![], names(fields), shards);
+    // `label` gives 0 to 2 (and -1 where a sample has no `cls`).
+    let classes = ["a", "b", "c"].map(String::from).to_vec();
+    let mut m = Manifest::new("test", classes, names(fields), shards);
     m.optional_fields = names(optional);
     std::fs::write(dir.join("manifest.json"), m.to_json()).unwrap();
 }

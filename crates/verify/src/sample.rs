@@ -284,18 +284,18 @@ pub(crate) fn check_label_range(
     member: impl FnOnce() -> String,
 ) {
     let n = ctx.classes.len();
-    if n == 0 || usize::try_from(label).is_ok_and(|i| i < n) {
+    if usize::try_from(label).is_ok_and(|i| i < n) {
         return;
     }
-    scan.member(
-        ctx,
-        &member(),
-        ProblemKind::BadLabel,
-        format!(
+    let message = match n {
+        // An unlabelled dataset names no classes; a labelled one names each.
+        0 => format!("label {label}, but the manifest names no classes"),
+        _ => format!(
             "label {label} is not in the class list ({n} classes, labels 0 to {})",
             n - 1
         ),
-    );
+    };
+    scan.member(ctx, &member(), ProblemKind::BadLabel, message);
 }
 
 #[cfg(test)]
@@ -347,7 +347,7 @@ mod tests {
                 ("c.seg", b"x"),
             ],
             false,
-            &[],
+            &["a".into(), "b".into()],
         );
         assert_eq!(s.samples, 3);
         assert_eq!(
