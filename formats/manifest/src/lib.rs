@@ -381,6 +381,16 @@ impl Manifest {
                     ),
                 );
             }
+            // A compressed shard is cached decompressed under its name less `.zst`, which must
+            // be a file name too (`..zst` would be `.`).
+            if s.compression.is_some()
+                && !(s.file.strip_suffix(".zst")).is_some_and(is_safe_file_name)
+            {
+                bad(
+                    shard,
+                    "a compressed shard's name must be a plain file name followed by .zst".into(),
+                );
+            }
             if ShardKind::from_name(&s.file)
                 .is_some_and(|k| k.format != s.format || k.compression != s.compression)
             {
@@ -674,6 +684,15 @@ mod tests {
         );
         m.shards[0].file = "other.tar".into();
         Manifest::from_slice(&m.to_json(), 1 << 20).unwrap();
+        // Names that decompressed would be no file name (`.`, `..`, empty).
+        for name in ["..zst", "...zst", ".zst", "a.tar"] {
+            m.shards[1].file = name.into();
+            let err = Manifest::from_slice(&m.to_json(), 1 << 20).unwrap_err();
+            assert!(
+                err.to_string().contains("a plain file name followed by .zst"),
+                "{name}: {err}"
+            );
+        }
         let mut m = sample();
         m.version = 99;
         assert!(Manifest::from_slice(&m.to_json(), 1 << 20).is_err());
