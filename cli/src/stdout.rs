@@ -17,6 +17,19 @@ pub(crate) fn line(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// `text` from a dataset (a class name, a tool's name) as it may reach a terminal: control
+/// characters (escape sequences, newlines) written as escapes, never acted on.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return text.into();
+    }
+    let escape = |c: char| match c.is_control() {
+        true => c.escape_default().to_string(),
+        false => c.to_string(),
+    };
+    text.chars().map(escape).collect::<String>().into()
+}
+
 /// Ends the process after a failed write to stdout: a closed pipe by SIGPIPE's default action
 /// (quietly; a shell reports status 141), any other error with its message and exit 1.
 pub(crate) fn failed(e: &io::Error) -> ! {

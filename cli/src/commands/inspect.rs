@@ -46,13 +46,14 @@ fn human_bytes(b: f64) -> String {
 }
 
 fn print_human(r: &InspectReport) {
+    use crate::stdout::printable;
     outln!(
         "{} {}{}",
         r.kind,
         r.target,
         r.tool
             .as_deref()
-            .map(|t| format!("  (packed by {t})"))
+            .map(|t| format!("  (packed by {})", crate::stdout::printable(t)))
             .unwrap_or_default()
     );
     let formats: Vec<String> = r.formats.iter().map(|(f, n)| format!("{f}: {n}")).collect();
@@ -102,14 +103,17 @@ fn print_human(r: &InspectReport) {
     let width = r
         .classes
         .iter()
-        .map(|c| c.name.as_deref().unwrap_or("?").chars().count())
+        .map(|c| printable(c.name.as_deref().unwrap_or("?")).chars().count())
         .max()
         .unwrap_or(1)
         .min(32);
     // ImageNet's thousand fit; past that the text shows the first and `--json` lists them all.
     const MAX_SHOWN: usize = 1000;
     for c in r.classes.iter().take(MAX_SHOWN) {
-        let name: String = c.name.as_deref().unwrap_or("?").chars().take(32).collect();
+        let name: String = printable(c.name.as_deref().unwrap_or("?"))
+            .chars()
+            .take(32)
+            .collect();
         let bar = "#".repeat(((c.count * 30).div_ceil(max)) as usize);
         outln!(
             "    {:>4} {name:<width$} {:>8} {:>5.1}%  {bar}",

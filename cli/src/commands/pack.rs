@@ -594,7 +594,7 @@ fn print_summary(out: &Path, r: &PackReport) {
             m.classes
                 .iter()
                 .take(8)
-                .cloned()
+                .map(|c| crate::stdout::printable(c))
                 .collect::<Vec<_>>()
                 .join(", ")
                 + if m.classes.len() > 8 { ", …" } else { "" }

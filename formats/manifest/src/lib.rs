@@ -689,7 +689,8 @@ mod tests {
             m.shards[1].file = name.into();
             let err = Manifest::from_slice(&m.to_json(), 1 << 20).unwrap_err();
             assert!(
-                err.to_string().contains("a plain file name followed by .zst"),
+                err.to_string()
+                    .contains("a plain file name followed by .zst"),
                 "{name}: {err}"
             );
         }
