@@ -421,10 +421,12 @@ fn an_attempt_of_a_plan_replaced_in_s3_publishes_nothing_into_the_new_one() {
         .args(SLOW)
         .ok();
     let mut old = Attempt(Some(cmd(part(Path::new(url), "0/1")).spawn_piped()));
-    old.stop_when(|| {
-        (std::fs::read_dir(&tmp).unwrap().flatten())
-            .any(|d| d.path().is_dir() && std::fs::read_dir(d.path()).unwrap().count() > 0)
-    });
+    // Stopped while it writes a shard (its plan read), not while it reads the plan's files.
+    let writing = |d: &Path| {
+        (std::fs::read_dir(d).into_iter().flatten().flatten())
+            .any(|e| e.file_name().to_string_lossy().starts_with(".shard-"))
+    };
+    old.stop_when(|| (std::fs::read_dir(&tmp).unwrap().flatten()).any(|d| writing(&d.path())));
     // The prefix deleted (`aws s3 rm --recursive`) and planned again with other options.
     std::fs::remove_dir_all(bucket.join("out")).unwrap();
     cmd(Cmd::new(["plan"]))

@@ -363,6 +363,10 @@ impl Dataset {
                 if let Some(r) = shard.records().find(|r| !self.label_ok(r.label, true)) {
                     return Err(corrupt(self.bad_label(r.key, r.label)));
                 }
+                for r in shard.records() {
+                    shardtool_core::validate_key(r.key)
+                        .map_err(|e| corrupt(format!("record key {:?} is refused: {e}", r.key)))?;
+                }
                 ShardView::Packed(shard)
             }
             ShardFormat::Wds => {
@@ -378,6 +382,19 @@ impl Dataset {
                         ),
                         l => self.bad_label(&r.key, l),
                     }));
+                }
+                // A field asked for that the manifest says every sample has is there (a missing
+                // one came back as None, as an optional field's may).
+                for (i, f) in self.fields.iter().enumerate() {
+                    let required = self.manifest.fields.contains(f);
+                    // (A field named as a sample's image is that image, not carried.)
+                    let lacks = |r: &&TarRecord| r.fields[i].is_none() && r.field != *f;
+                    if let Some(r) = records.iter().find(|r| required && lacks(r)) {
+                        return Err(corrupt(format!(
+                            "sample {:?} has no .{f}, and the manifest says every sample has one",
+                            r.key
+                        )));
+                    }
                 }
                 ShardView::Tar { bytes, records }
             }
@@ -432,6 +449,9 @@ fn index_tar(bytes: &[u8], fields: &[String]) -> Result<Vec<TarRecord>, String> 
     };
     let mut out = Vec::with_capacity(samples.len());
     for s in samples {
+        // Keys reach training code, which may name files by them (`../x`, `/tmp/y`).
+        shardtool_core::validate_key(&s.key)
+            .map_err(|e| format!("sample key {:?} is refused: {e}", s.key))?;
         let label = match s.get(shardtool_wds::LABEL_FIELD) {
             None => -1,
             Some(cls) => shardtool_wds::parse_cls(cls)

@@ -307,6 +307,56 @@ fn a_cls_that_is_not_an_integer_is_a_corrupt_shard() {
     );
 }
 
+/// The first error of reading the tar `members` (one shard of `n` samples) with fields
+/// `cls, png, txt` declared for every sample, asking for `asked`.
+fn first_error(members: &[(&str, &[u8])], n: u32, asked: &[&str]) -> Option<ReadError> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    for (name, data) in members {
+        w.append(name, data).unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    let shard = entry(dir.path(), "s.tar".into(), ShardFormat::Wds, n, &bytes);
+    write_manifest(dir.path(), &["cls", "png", "txt"], &[], vec![shard]);
+    let loader = Loader::builder(dir.path()).fields(asked.iter().copied());
+    loader.build().unwrap().find_map(Result::err)
+}
+
+#[test]
+fn a_field_every_sample_has_by_the_manifest_is_never_delivered_missing() {
+    let image = png(0);
+    let members: [(&str, &[u8]); 5] = [
+        ("a.cls", b"1"),
+        ("a.png", &image),
+        ("a.txt", b"a red bus"),
+        ("b.cls", b"2"),
+        ("b.png", &image),
+    ];
+    // Asked for: `b` lacks it, so the shard is corrupt (it was None, as an optional one's).
+    let err = first_error(&members, 2, &["txt"]).expect("a missing required field passed");
+    assert!(
+        matches!(&err, ReadError::CorruptShard { message, .. } if message.contains("\"b\" has no .txt")),
+        "{err}"
+    );
+    // Not asked for: the images still read.
+    assert!(first_error(&members, 2, &[]).is_none());
+}
+
+#[test]
+fn keys_that_could_name_a_file_elsewhere_are_refused() {
+    let image = png(0);
+    for key in ["a b", "a+b", "__meta"] {
+        let (cls, png) = (format!("{key}.cls"), format!("{key}.png"));
+        let txt = format!("{key}.txt");
+        let members: [(&str, &[u8]); 3] = [(&cls, b"1"), (&png, &image), (&txt, b"t")];
+        let err = first_error(&members, 1, &[]).expect("an unsafe key was delivered");
+        assert!(
+            matches!(&err, ReadError::CorruptShard { message, .. } if message.contains("is refused")),
+            "{key}: {err}"
+        );
+    }
+}
+
 #[test]
 fn unknown_or_built_in_fields_are_refused_at_build() {
     let dir = tempfile::tempdir().unwrap();
