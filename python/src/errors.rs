@@ -62,7 +62,12 @@ create_exception!(
 /// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
 /// parenthesis, and not followed by more of a word), never part of a path.
 pub(crate) fn pythonic(text: String) -> String {
-    const FLAGS: [(&str, &str); 31] = [
+    const FLAGS: [(&str, &str); 35] = [
+        // A flag with its value, before the flag alone.
+        ("--input-format parquet", "input_format=\"parquet\""),
+        ("--input-format imagefolder", "input_format=\"imagefolder\""),
+        ("--input-format wds", "input_format=\"wds\""),
+        ("--input-format list", "input_format=\"list\""),
         ("--overwrite", "overwrite=True"),
         ("--resume", "resume=True"),
         ("--max-errors", "max_errors"),

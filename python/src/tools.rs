@@ -120,7 +120,7 @@ fn input_error(e: ListError) -> PyErr {
         ListError::Io { path, cause } if cause.kind() == std::io::ErrorKind::NotFound => {
             PyFileNotFoundError::new_err(format!("{}: no such file or directory", path.display()))
         }
-        e => PyValueError::new_err(e.to_string()),
+        e => PyValueError::new_err(crate::errors::pythonic(e.to_string())),
     }
 }
 

@@ -115,6 +115,35 @@ def test_pack_refuses_a_folder_mixing_dataset_splits(
     assert m["inputs"]["packed"] == len(_members(tmp_path / "train"))
 
 
+def test_pack_tells_a_hub_repository_by_its_parquet_files_and_asks_beside_image_folders(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    root, _ = inputs
+    rows = sum(pq_rows(f) for f in (root / "parquet" / "data").glob("*.parquet"))
+    # A config folder, and the Hub's converted layout: no `data/` folder, no image folders.
+    for layout in ("plain_text", "default/train"):
+        repo = tmp_path / layout.replace("/", "_")
+        shutil.copytree(root / "parquet" / "data", repo / layout)
+        m = shardtool.pack(repo, tmp_path / f"{repo.name}-out", resize="shorter:16")["manifest"]
+        assert m["inputs"]["found"] == rows
+    # README images in a folder beside `data/`: which input was meant is asked (it packed the
+    # two README images as a two-class ImageFolder).
+    repo = tmp_path / "with-assets"
+    shutil.copytree(root / "parquet", repo)
+    (repo / "assets").mkdir()
+    shutil.copy(next(SAMPLE.glob("*/*.jpg")), repo / "assets" / "preview.jpg")
+    with pytest.raises(ValueError, match="input_format=.parquet. or input_format=.imagefolder."):
+        shardtool.pack(repo, tmp_path / "asked", resize="shorter:16")
+    m = shardtool.pack(repo, tmp_path / "asked", resize="shorter:16", input_format="parquet")["manifest"]
+    assert m["inputs"]["found"] == rows
+
+
+def pq_rows(f: Path) -> int:
+    import pyarrow.parquet as pq
+
+    return int(pq.ParquetFile(f).metadata.num_rows)
+
+
 def test_pack_parquet_with_input_format_and_custom_columns(
     inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -567,15 +567,31 @@ pub fn resolve_input(
                 if direct("tar") && !any_entry(&|p| p.is_dir()) {
                     return Ok(S::Wds(found(&["tar"])?));
                 }
-                let parquet_here = direct("parquet");
-                if parquet_here || dir.join("data").is_dir() {
+                // Parquet files anywhere below (a Hub repository: `data/`, `<config>/`,
+                // `default/train/`) make a Parquet input, unless class folders of images stand
+                // beside them: then which was meant is asked, not guessed (a repository's
+                // README images taken for an ImageFolder lost the dataset).
+                let classes = any_entry(&class_folder);
+                if direct("parquet") || dir.join("data").is_dir() || !classes {
                     // One walk finds the Parquet files and any images beside them.
                     let exts: Vec<&str> = std::iter::once("parquet").chain(IMAGE_FIELDS).collect();
                     let (parquet, images): (Vec<String>, Vec<String>) = found(&exts)?
                         .into_iter()
                         .partition(|f| extension(f) == "parquet");
-                    if !parquet.is_empty() && (parquet_here || images.is_empty()) {
-                        return Ok(S::Parquet(one_split(parquet, "parquet")?));
+                    match (parquet.first(), images.first()) {
+                        (Some(p), Some(i)) if classes => {
+                            return Err(bad_input(
+                                arg,
+                                &format!(
+                                    "the folder holds Parquet files ({p}, {} in all) and folders \
+                                     of images ({i}, …); pass --input-format parquet or \
+                                     --input-format imagefolder",
+                                    parquet.len()
+                                ),
+                            ))
+                        }
+                        (Some(_), _) => return Ok(S::Parquet(one_split(parquet, "parquet")?)),
+                        _ => {}
                     }
                 }
                 Ok(S::Folder(dir.to_path_buf()))
