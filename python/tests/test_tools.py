@@ -571,7 +571,9 @@ def test_pack_parquet_carries_nested_and_binary_columns(tmp_path: Path) -> None:
         assert meta["tags"] == [["a", "b"], [], None, ["c"]][i]
         assert meta["meta"] == {"w": i, "src": f"s{i}"}
         assert meta["props"] == {"k": i}
-        assert meta["note"] == f"note {i}"
+        # A binary column is bytes in every row, UTF-8 or not (per row, an int8 embedding was
+        # a JSON string in the rows that happened to be UTF-8, a `.bin` in the others).
+        assert s["note.bin"] == f"note {i}".encode() and "note" not in meta, (meta, list(s))
         assert meta["n"] == i
     assert shardtool.verify(out)["ok"] is True
     packed = tmp_path / "packed"
@@ -580,6 +582,48 @@ def test_pack_parquet_carries_nested_and_binary_columns(tmp_path: Path) -> None:
     loader = shardtool.Loader(packed, batch_size=4, shuffle=False, output="numpy", fields=["conditioning_image.png"])
     (batch,) = list(loader)
     assert sorted(bytes(b) for b in batch["conditioning_image.png"]) == sorted(masks)
+
+
+def test_pack_parquet_names_a_columns_field_alike_in_every_row(tmp_path: Path) -> None:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    photo = next(SAMPLE.rglob("*.jpg")).read_bytes()
+
+    def png(v: int) -> bytes:
+        buf = io.BytesIO()
+        Image.new("L", (4, 4), v).save(buf, format="PNG")
+        return buf.getvalue()
+
+    rows = 6
+    table = pa.table(
+        {
+            "image": pa.array([photo] * rows, pa.binary()),
+            # int8 embeddings: some rows happen to be valid UTF-8, others not.
+            "embedding": pa.array([bytes([65 + i, 66, 67]) if i % 2 else bytes([200, i]) for i in range(rows)]),
+            # Text that starts like a BMP or GIF file, stored as binary.
+            "note": pa.array([b"BM" + b"W 320i parked by the kerb, " * 2, b"GIF8 is a format"] * 3),
+            # Two mask columns alike but for case, each null in some rows.
+            "Mask": pa.array([None if i % 3 == 0 else png(10) for i in range(rows)], pa.binary()),
+            "mask": pa.array([png(200) if i % 2 == 0 else None for i in range(rows)], pa.binary()),
+        }
+    )
+    src = tmp_path / "rows.parquet"
+    pq.write_table(table, src)
+    out = tmp_path / "ds"
+    shardtool.pack(src, out, shuffle=False)
+    got = sorted(_members(out).values(), key=lambda s: json.loads(s["json"])["source"])
+    assert len(got) == rows
+    for i, s in enumerate(got):
+        meta = json.loads(s["json"])
+        assert s["embedding.bin"] == table.column("embedding")[i].as_py() and "embedding" not in meta
+        assert s["note.bin"] == table.column("note")[i].as_py(), list(s)
+        # `Mask` is always mask.png, `mask` always mask_2.png, whichever is null.
+        assert s.get("mask.png") == table.column("Mask")[i].as_py(), (i, list(s))
+        assert s.get("mask_2.png") == table.column("mask")[i].as_py(), (i, list(s))
 
 
 def test_pack_parquet_takes_the_class_label_feature_as_the_label_whatever_its_name(

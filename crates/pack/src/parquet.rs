@@ -164,7 +164,8 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                 _ => None,
             };
         } else {
-            match values::carried(name, field) {
+            let string = chosen.strings.contains(name);
+            match values::carried(name, field, string) {
                 values::Carried::Json(v) => {
                     p.columns.insert(name.clone(), v);
                 }
@@ -173,13 +174,18 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                     bytes,
                     rest,
                 } => {
-                    // Two columns named alike (`Mask`, `mask`) keep a field each.
+                    // Two columns named alike (`Mask`, `mask`) keep a field each, numbered by
+                    // their order among the columns (null or not), so each column's field
+                    // name is the same in every row.
                     let (base, ext) = field_name.rsplit_once('.').unwrap_or((&field_name, ""));
                     let (base, ext) = (base.to_string(), ext.to_string());
-                    let mut n = 2;
-                    while p.fields.iter().any(|(f, _)| *f == field_name) {
-                        field_name = format!("{base}_{n}.{ext}");
-                        n += 1;
+                    let own = values::field_base(name);
+                    let alike = (row.get_column_iter())
+                        .take_while(|(n, _)| *n != name)
+                        .filter(|(n, _)| values::field_base(n) == own)
+                        .count();
+                    if alike > 0 {
+                        field_name = format!("{base}_{}.{ext}", alike + 1);
                     }
                     if let Some(rest) = rest.filter(|r| r.as_object().is_none_or(|o| !o.is_empty()))
                     {

@@ -23,6 +23,9 @@ pub(super) struct Chosen {
     pub(super) text: Option<String>,
     /// Which `--drop-column`s the file has (bits of their places in the list).
     pub(super) dropped: u64,
+    /// The string columns: read as bytes (a row group holding a value that is not UTF-8),
+    /// their UTF-8 values stay text. Other binary columns are bytes in every row.
+    pub(super) strings: Vec<String>,
 }
 
 fn is_binary(t: &Type) -> bool {
@@ -137,6 +140,10 @@ pub(super) fn choose(
         label_left,
         text: text.map(|t| t.name().to_string()),
         dropped,
+        strings: (fields.iter())
+            .filter(|f| is_string(f))
+            .map(|f| f.name().to_string())
+            .collect(),
     })
 }
 

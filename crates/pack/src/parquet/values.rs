@@ -18,11 +18,20 @@ pub(crate) enum Carried<'r> {
 }
 
 /// How column `column`'s value `f` is carried. Binary that is an image becomes a field named
-/// by its format, UTF-8 text a JSON string, other binary a `.bin` field; a struct with a
-/// binary `bytes` member (the Hugging Face `Image` feature) is carried as its bytes, with the
-/// other members as JSON.
-pub(crate) fn carried<'r>(column: &str, f: &'r Field) -> Carried<'r> {
+/// by its format, other binary a `.bin` field (in every row alike: which row happens to be
+/// UTF-8 says nothing), except a string column's (`string`, read as bytes), whose UTF-8 values
+/// are JSON strings; a struct with a binary `bytes` member (the Hugging Face `Image` feature)
+/// is carried as its bytes, with the other members as JSON.
+pub(crate) fn carried<'r>(column: &str, f: &'r Field, string: bool) -> Carried<'r> {
     match f {
+        Field::Bytes(b) if string => match std::str::from_utf8(b.data()) {
+            Ok(text) => Carried::Json(V::String(text.into())),
+            Err(_) => Carried::Field {
+                name: field_name(column, "bin"),
+                bytes: b.data(),
+                rest: None,
+            },
+        },
         Field::Bytes(b) => binary(column, b.data(), None),
         Field::Group(g)
             if g.get_column_iter()
@@ -45,21 +54,8 @@ pub(crate) fn carried<'r>(column: &str, f: &'r Field) -> Carried<'r> {
 }
 
 fn binary<'r>(column: &str, bytes: &'r [u8], rest: Option<V>) -> Carried<'r> {
-    let ext = match image_format(bytes) {
-        Some(ext) => ext,
-        None => match (std::str::from_utf8(bytes), rest) {
-            (Ok(text), None) => return Carried::Json(V::String(text.into())),
-            (_, rest) => {
-                return Carried::Field {
-                    name: field_name(column, "bin"),
-                    bytes,
-                    rest,
-                }
-            }
-        },
-    };
     Carried::Field {
-        name: field_name(column, ext),
+        name: field_name(column, image_format(bytes).unwrap_or("bin")),
         bytes,
         rest,
     }
@@ -71,24 +67,37 @@ fn image_format(b: &[u8]) -> Option<&'static str> {
         [0xFF, 0xD8, 0xFF, ..] => "jpg",
         [0x89, b'P', b'N', b'G', 0x0D, 0x0A, 0x1A, 0x0A, ..] => "png",
         [b'R', b'I', b'F', b'F', _, _, _, _, b'W', b'E', b'B', b'P', ..] => "webp",
-        [b'G', b'I', b'F', b'8', ..] => "gif",
+        [b'G', b'I', b'F', b'8', b'7' | b'9', b'a', ..] => "gif",
         [b'I', b'I', 0x2A, 0x00, ..] | [b'M', b'M', 0x00, 0x2A, ..] => "tiff",
-        [b'B', b'M', ..] if b.len() > 26 => "bmp",
+        // `BM`, then (past the file size, two reserved words and the pixels' offset) the size
+        // of a BITMAPINFOHEADER or a later one: not any text starting "BM".
+        [b'B', b'M', _, _, _, _, _, _, _, _, _, _, _, _, h0, h1, 0, 0, ..]
+            if matches!(
+                u16::from_le_bytes([*h0, *h1]),
+                12 | 40 | 52 | 56 | 64 | 108 | 124
+            ) =>
+        {
+            "bmp"
+        }
         _ => return None,
     })
 }
 
-/// A field name from a column name: lower case, characters other than a-z 0-9 _ - as `_`,
-/// short enough for `.ext` to follow within a field name's 64 bytes.
-fn field_name(column: &str, ext: &str) -> String {
-    let mut base: String = column
-        .chars()
+/// A column name as field names spell it: lower case, characters other than a-z 0-9 _ - as
+/// `_` (`Mask` and `mask` alike).
+pub(crate) fn field_base(column: &str) -> String {
+    (column.chars())
         .map(|c| match c.to_ascii_lowercase() {
             c @ ('a'..='z' | '0'..='9' | '_' | '-') => c,
             _ => '_',
         })
-        .take(63 - ext.len())
-        .collect();
+        .collect()
+}
+
+/// A field name from a column name ([`field_base`]), short enough for `.ext` to follow within
+/// a field name's 64 bytes.
+fn field_name(column: &str, ext: &str) -> String {
+    let mut base: String = field_base(column).chars().take(63 - ext.len()).collect();
     if base.is_empty() {
         base.push_str("column");
     }
