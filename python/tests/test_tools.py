@@ -67,6 +67,29 @@ def test_pack_webdataset_through_a_brace_pattern_carries_captions(
     assert again["manifest"]["shards"] == m["shards"]
 
 
+def test_pack_webdataset_json_with_python_nan_is_carried_byte_for_byte(tmp_path: Path) -> None:
+    import math
+
+    import webdataset as wds
+
+    # LAION-style metadata through img2dataset: pandas' missing values, written by Python's
+    # json as NaN (and webdataset's writer does the same); webdataset reads them back.
+    photos = sorted(SAMPLE.rglob("*.jpg"))[:4]
+    (tmp_path / "in").mkdir()
+    with wds.TarWriter(str(tmp_path / "in" / "00000.tar")) as w:
+        for i, p in enumerate(photos):
+            meta = {"similarity": math.nan if i % 2 else 0.31, "pwatermark": math.inf, "n": i}
+            w.write({"__key__": f"{i:05d}", "jpg": p.read_bytes(), "json": meta})
+    raw = {k: m["json"] for k, m in _members(tmp_path / "in").items()}
+    assert any(b"NaN" in j for j in raw.values())
+    out = tmp_path / "out"
+    summary = shardtool.pack(tmp_path / "in", out, resize="shorter:16")
+    assert summary["manifest"]["inputs"]["packed"] == len(photos), summary["errors"]
+    assert shardtool.verify(out)["ok"]
+    got = {json.loads(m["json"])["n"]: m["json"] for m in _members(out).values()}
+    assert sorted(got.values()) == sorted(raw.values())
+
+
 def test_pack_numbers_samples_by_position_with_keys_index(
     inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
 ) -> None:

@@ -134,8 +134,31 @@ impl<'a> SampleMeta<'a> {
                 Err(e) => Err(format!("is not valid JSON: {e}")),
             };
         }
-        serde_json::from_slice::<SampleMeta<'_>>(bytes)
-            .map_err(|e| format!("is not valid JSON: {e}"))
+        let err = match serde_json::from_slice::<SampleMeta<'_>>(bytes) {
+            Ok(meta) => return Ok(meta),
+            Err(e) => format!("is not valid JSON: {e}"),
+        };
+        // Python's `json` (webdataset's writer, img2dataset's metadata from pandas) writes
+        // NaN, Infinity and -Infinity, which JSON lacks and Python reads back: taken as numbers.
+        let text = std::str::from_utf8(bytes).map_err(|_| err.clone())?;
+        let tamed = finite(text).ok_or_else(|| err.clone())?;
+        let meta = serde_json::from_str::<SampleMeta<'_>>(&tamed).map_err(|_| err)?;
+        // The members' text at the same places of the input; one that was non-finite is none.
+        let rebased = |raw: Option<&RawValue>| {
+            let raw = raw?.get();
+            let start = raw.as_ptr() as usize - tamed.as_ptr() as usize;
+            let original = &text[start..start + raw.len()];
+            (original == raw)
+                .then(|| serde_json::from_str::<&RawValue>(original).ok())
+                .flatten()
+        };
+        Ok(SampleMeta {
+            key: rebased(meta.key),
+            label: rebased(meta.label),
+            class: rebased(meta.class),
+            width: rebased(meta.width),
+            height: rebased(meta.height),
+        })
     }
 
     /// Why the `key` it states, if it states one, is not the sample's `key`.
@@ -144,6 +167,38 @@ impl<'a> SampleMeta<'a> {
         (json_string(k).as_deref() != Some(key))
             .then(|| format!("states key {k}, but the sample's key is {key:?}"))
     }
+}
+
+/// `text` with each NaN, Infinity and -Infinity outside strings written as a number of the same
+/// length (`0.0`, `0.000000`, `-0.000000`), so members stay where they were; `None` when it
+/// has none.
+fn finite(text: &str) -> Option<String> {
+    let b = text.as_bytes();
+    let mut out = b.to_vec();
+    let (mut i, mut in_string, mut changed) = (0, false, false);
+    while i < b.len() {
+        match b[i] {
+            b'\\' if in_string => i += 1,
+            b'"' => in_string = !in_string,
+            _ if in_string => {}
+            _ => {
+                for (word, number) in [
+                    (&b"-Infinity"[..], &b"-0.000000"[..]),
+                    (b"Infinity", b"0.000000"),
+                    (b"NaN", b"0.0"),
+                ] {
+                    if b[i..].starts_with(word) {
+                        out[i..i + word.len()].copy_from_slice(number);
+                        i += word.len() - 1;
+                        changed = true;
+                        break;
+                    }
+                }
+            }
+        }
+        i += 1;
+    }
+    changed.then(|| String::from_utf8(out).ok()).flatten()
 }
 
 /// The value of a member's JSON text as `T`, if it is one (`i64` and `u64`: integers only).
@@ -169,6 +224,20 @@ mod tests {
         assert!(err.contains("not UTF-8") && err.contains("byte 7"), "{err}");
         let good = "{\"x\": \"\u{e9}t\u{e9}\"}".as_bytes();
         assert!(SampleMeta::parse(good.len() as u64, good).is_ok());
+    }
+
+    #[test]
+    fn python_non_finite_numbers_are_read_and_strings_left_alone() {
+        let text = br#"{"similarity": NaN, "w": [Infinity, -Infinity], "key": "k", "s": "NaN \" NaN", "width": NaN}"#;
+        let meta = SampleMeta::parse(text.len() as u64, text).unwrap();
+        assert_eq!(meta.key.map(RawValue::get), Some("\"k\""));
+        assert!(meta.width.is_none(), "a NaN width states none");
+        assert_eq!(meta.key_problem("k"), None);
+        // Not JSON for another reason: still refused, with serde's reason.
+        let bad = br#"{"a": NaN, "b": }"#;
+        assert!(SampleMeta::parse(bad.len() as u64, bad).is_err());
+        let bare = br#"{"a": nan}"#;
+        assert!(SampleMeta::parse(bare.len() as u64, bare).is_err());
     }
 
     #[test]
