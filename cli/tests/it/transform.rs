@@ -158,6 +158,20 @@ fn resize_of_a_thin_image_past_the_readers_limit_is_an_error_not_an_abort() {
                 "{format} {size}: {stderr}"
             );
         }
+        // Options too large for the dataset are no corrupt records: refused when skipping them
+        // too (every record was skipped, the epoch read empty, exit 0).
+        let r = bin()
+            .arg("read")
+            .arg(&out)
+            .args(["--transform", "resize:512", "--skip-corrupt"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            r.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&r.stderr)
+        );
         // A size whose output fits reads.
         let r = bin()
             .arg("read")
@@ -167,4 +181,16 @@ fn resize_of_a_thin_image_past_the_readers_limit_is_an_error_not_an_abort() {
             .unwrap();
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     }
+    // A dataset packed under a larger --max-pixels is read under it: 250 × 500000 pixels.
+    let wide = dir.path().join("wide");
+    pack(&input, &wide)
+        .args(["--format", "packed", "--max-pixels", "200000000", "-q"])
+        .ok();
+    let r = bin()
+        .arg("read")
+        .arg(&wide)
+        .args(["--transform", "resize:250"])
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
 }

@@ -18,6 +18,19 @@ impl Limits {
     pub const DEFAULT_MAX_INPUT_BYTES: u64 = 512 << 20;
     /// 256 MiB per manifest or shard header.
     pub const DEFAULT_MAX_HEADER_BYTES: u64 = 256 << 20;
+    /// The most pixels a reader or verify decodes a record of any dataset to (2^30: 3 GiB of
+    /// RGB), whatever its manifest says it was packed under.
+    pub const READER_MAX_PIXELS: u64 = 1 << 30;
+
+    /// The pixel limit for decoding the records of a dataset packed with `--max-pixels packed`
+    /// (its manifest's `pack.max_pixels`): that, when over the default, within
+    /// [`Self::READER_MAX_PIXELS`]; a pack cannot have stored a larger image.
+    pub fn dataset_max_pixels(packed: Option<u64>) -> u64 {
+        let default = Self::DEFAULT_MAX_PIXELS;
+        packed
+            .unwrap_or(default)
+            .clamp(default, Self::READER_MAX_PIXELS)
+    }
 }
 
 /// Reads a whole file of at most `limit` bytes, holding no more than `limit + 1` of a larger
@@ -51,6 +64,18 @@ impl Default for Limits {
 
 #[cfg(test)]
 mod tests {
+    use super::Limits;
+
+    #[test]
+    fn a_dataset_decodes_under_its_packs_limit_within_the_ceiling() {
+        let d = Limits::DEFAULT_MAX_PIXELS;
+        assert_eq!(Limits::dataset_max_pixels(None), d);
+        assert_eq!(Limits::dataset_max_pixels(Some(5)), d);
+        assert_eq!(Limits::dataset_max_pixels(Some(2 * d)), 2 * d);
+        let ceiling = Limits::READER_MAX_PIXELS;
+        assert_eq!(Limits::dataset_max_pixels(Some(u64::MAX)), ceiling);
+    }
+
     #[test]
     fn a_file_over_the_limit_is_refused_and_one_within_it_read() {
         let dir = tempfile::tempdir().unwrap();

@@ -411,6 +411,18 @@ impl Dataset {
 }
 
 impl Dataset {
+    /// The most pixels a record may decode to: the limit the dataset was packed under when
+    /// larger than the default (`--max-pixels`), within a ceiling.
+    #[cfg(feature = "decode")]
+    pub(crate) fn max_pixels(&self) -> u64 {
+        let packed = self
+            .manifest
+            .pack
+            .get("max_pixels")
+            .and_then(|v| v.as_u64());
+        shardtool_core::Limits::dataset_max_pixels(packed)
+    }
+
     /// Whether a sample's `label` may be handed out: a class index of the manifest's classes
     /// (none when it names none: an unlabelled dataset), or -1 (no label) where `unlabelled`
     /// samples may be. Training code indexes with labels: one past the classes is a crash on

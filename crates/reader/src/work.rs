@@ -158,7 +158,7 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
                         Some(crop_into(s, &key, rec, out).map_err(corrupt)?),
                     )
                 }
-                None => (transform_record(s, rec).map_err(corrupt)?, None),
+                None => (transform_record(s, rec, &corrupt)?, None),
             };
             Ok((key, label, rec, crop))
         });
@@ -182,6 +182,8 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
                 crops.extend(crop);
                 push_fields(s, view, r, &mut columns);
             }
+            // Options the dataset cannot meet are no corrupt record: skipping would skip all.
+            Err(e @ ReadError::BadOptions(_)) => return Err(e),
             Err(e) => match s.corrupt {
                 CorruptPolicy::Fail => return Err(e),
                 CorruptPolicy::Skip => s.metrics.corrupt(),
@@ -273,10 +275,17 @@ fn read_record<'a>(
     }
 }
 
-/// The variable-shape transforms: none, decode, resize.
+/// The variable-shape transforms: none, decode, resize. A record that cannot be read is
+/// `corrupt`; an output past the reader's limit (`resize:S` too large for the dataset) is the
+/// options' fault, refused with or without skipping corrupt records.
 #[cfg(feature = "decode")]
-fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, String> {
+fn transform_record<'a>(
+    s: &WorkerShared,
+    rec: Rec<'a>,
+    corrupt: &dyn Fn(String) -> ReadError,
+) -> Result<Rec<'a>, ReadError> {
     use shardtool_image::{plan_size, Encode, Filter, Output, Resize, TransformSpec};
+    let max = s.dataset.max_pixels();
     let resize = match s.transform {
         Transform::Resize { size } => Resize::Shorter(size),
         Transform::Decode => Resize::None,
@@ -289,20 +298,27 @@ fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, Strin
                 upscale: true,
                 filter: Filter::Bilinear,
                 encode: Encode::Raw,
+                limits: shardtool_core::Limits {
+                    max_pixels: max,
+                    ..Default::default()
+                },
                 ..Default::default()
             };
-            match shardtool_image::transform(data, &spec)
-                .map_err(|e| match e.kind {
-                    shardtool_image::ErrorKind::TooManyPixels => reader_limit(&e.message),
-                    _ => e.message,
-                })?
-                .output
-            {
+            let out = shardtool_image::transform(data, &spec).map_err(|e| match e.kind {
+                shardtool_image::ErrorKind::TooManyPixels
+                    if e.message.starts_with("the output") =>
+                {
+                    ReadError::BadOptions(reader_limit(&e.message, max))
+                }
+                shardtool_image::ErrorKind::TooManyPixels => corrupt(reader_limit(&e.message, max)),
+                _ => corrupt(e.message),
+            })?;
+            match out.output {
                 Output::Pixels(img) => Ok(Rec::Owned {
                     shape: [img.height, img.width, 3],
                     bytes: img.pixels,
                 }),
-                Output::Encoded { .. } => Err("decoder returned encoded bytes".into()),
+                Output::Encoded { .. } => Err(corrupt("decoder returned encoded bytes".into())),
             }
         }
         Rec::Pixels {
@@ -311,14 +327,17 @@ fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, Strin
         } if resize != Resize::None => {
             let plan = plan_size(resize, true, w, h);
             let pixels = u64::from(plan.width) * u64::from(plan.height);
-            if pixels > shardtool_core::Limits::DEFAULT_MAX_PIXELS {
-                return Err(reader_limit(&format!(
-                    "the output {}x{} would be {pixels} pixels",
-                    plan.width, plan.height
+            if pixels > max {
+                return Err(ReadError::BadOptions(reader_limit(
+                    &format!(
+                        "the output {}x{} would be {pixels} pixels",
+                        plan.width, plan.height
+                    ),
+                    max,
                 )));
             }
             let img = shardtool_image::resize_rgb8(bytes, w, h, &plan, Filter::Bilinear)
-                .map_err(|e| e.message)?;
+                .map_err(|e| corrupt(e.message))?;
             Ok(Rec::Owned {
                 shape: [img.height, img.width, 3],
                 bytes: img.pixels,
@@ -328,23 +347,27 @@ fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, Strin
     }
 }
 
-/// Why a record's `resize:S` or decoded output is refused: `message` (which says how large it
+/// Why a record or its `resize:S` output is refused: `message` (which says how large it is or
 /// would be) without pack's flag, which the reader does not take.
 #[cfg(feature = "decode")]
-fn reader_limit(message: &str) -> String {
+fn reader_limit(message: &str, max: u64) -> String {
     let what = message.split(", over the limit").next().unwrap_or(message);
     format!(
-        "{what}, over the reader's limit of {} pixels a record (resize:S of an image this \
-         thin or large; center-crop:S and random-resized-crop:S give S×S)",
-        shardtool_core::Limits::DEFAULT_MAX_PIXELS
+        "{what}, over the reader's limit of {max} pixels a record (the pack's limit, when the \
+         dataset was packed under a larger one; resize:S of an image this thin or large; \
+         center-crop:S and random-resized-crop:S give S×S)"
     )
 }
 
 #[cfg(not(feature = "decode"))]
-fn transform_record<'a>(s: &WorkerShared, rec: Rec<'a>) -> Result<Rec<'a>, String> {
+fn transform_record<'a>(
+    s: &WorkerShared,
+    rec: Rec<'a>,
+    corrupt: &dyn Fn(String) -> ReadError,
+) -> Result<Rec<'a>, ReadError> {
     match s.transform {
         Transform::None => Ok(rec),
-        _ => Err("built without the decode feature".into()),
+        _ => Err(corrupt("built without the decode feature".into())),
     }
 }
 
@@ -381,9 +404,17 @@ fn crop_into(s: &WorkerShared, key: &str, rec: Rec<'_>, out: &mut [u8]) -> Resul
     };
     let b = match rec {
         Rec::Encoded(data) => {
-            let limits = shardtool_core::Limits::default();
+            let limits = shardtool_core::Limits {
+                max_pixels: s.dataset.max_pixels(),
+                ..Default::default()
+            };
             shardtool_image::decode_crop_into(data, &limits, choose, &options, out)
-                .map_err(|e| e.message)?
+                .map_err(|e| match e.kind {
+                    shardtool_image::ErrorKind::TooManyPixels => {
+                        reader_limit(&e.message, limits.max_pixels)
+                    }
+                    _ => e.message,
+                })?
                 .crop
         }
         Rec::Pixels {

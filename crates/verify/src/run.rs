@@ -134,6 +134,7 @@ pub fn verify(
         classes: &m.classes,
         json_input: m.pack.get("json").and_then(|v| v.as_str()) == Some("input"),
         renumbered: m.pack.get("keys").and_then(|v| v.as_str()) == Some("index"),
+        max_pixels: Limits::dataset_max_pixels(m.pack.get("max_pixels").and_then(|v| v.as_u64())),
         opts,
         jobs,
         buffers: BufferPool::default(),

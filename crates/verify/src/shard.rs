@@ -30,6 +30,8 @@ pub(crate) struct Shared<'a> {
     pub json_input: bool,
     /// The manifest's pack options say samples were numbered by position (`"keys": "index"`).
     pub renumbered: bool,
+    /// The pixel limit the dataset was packed under (within the readers' ceiling).
+    pub max_pixels: u64,
     pub opts: &'a VerifyOptions,
     /// Verify's threads (`opts.jobs_or_cores()`, read once); with 1 nothing fans out.
     pub jobs: usize,
@@ -309,7 +311,10 @@ fn check_content(
         let spec = TransformSpec {
             resize: Resize::None,
             encode: Encode::Raw,
-            limits: opts.limits,
+            limits: shardtool_core::Limits {
+                max_pixels: opts.limits.max_pixels.max(sh.max_pixels),
+                ..opts.limits
+            },
             ..TransformSpec::default()
         };
         let decode = |job| decode_one(&entry.file, data, job, &spec);
