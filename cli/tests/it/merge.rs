@@ -83,3 +83,23 @@ fn a_temporary_manifest_held_locked_is_left_to_its_merge_whatever_its_pid() {
     );
     Cmd::new(["verify"]).arg(&out).ok();
 }
+
+#[test]
+fn done_records_that_make_a_broken_manifest_commit_nothing() {
+    let dir = tempdir();
+    let out = parts_done(dir.path());
+    // A done record edited by hand (or damaged): a field name no reader takes.
+    let done = out.join("_plan/done/000000.json");
+    let mut record: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&done).unwrap()).unwrap();
+    record["fields"]["../x"] = 1.into();
+    std::fs::write(&done, record.to_string()).unwrap();
+    let r = Cmd::new(["merge"]).arg(&out).run();
+    assert_ne!(r.code, Some(0), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("breaks the format's rules"),
+        "{}",
+        r.stderr
+    );
+    assert!(!out.join("manifest.json").exists());
+}

@@ -225,6 +225,17 @@ pub(crate) fn merge_held(
             failed: errors.len() as u64,
         },
     );
+    // Done records are files anyone can edit: a manifest made from damaged ones, which every
+    // reader would refuse, is not committed.
+    if let Err(e) = manifest.validate() {
+        return Err(bad_plan(
+            &plan_dir(output).join(DONE_DIR),
+            format!(
+                "its done records make a manifest that breaks the format's rules ({e}): remove \
+                 the damaged records and run their parts again"
+            ),
+        ));
+    }
     if !store.is_remote() {
         remove_leftovers(store.local(), &plan.prefix);
     }
