@@ -1,5 +1,5 @@
 //! Hardening end to end: credentials in URLs or the environment never reach messages, reports
-//! or shards.
+//! or shards; a cache's lock file replaced by a link is never written through.
 
 use crate::common::*;
 use crate::remote::servers::{Lighttpd, S3};
@@ -97,4 +97,39 @@ fn credentials_in_urls_and_the_environment_never_reach_messages_reports_or_shard
     assert_ne!(r.code, Some(0), "a wrong key was accepted");
     assert!(!r.stderr.contains("SECRETENVKEY"), "{}", r.stderr);
     assert!(!r.stdout.contains("SECRETENVKEY"));
+}
+
+#[test]
+fn a_cache_lock_replaced_by_a_link_is_refused_not_written_through() {
+    let dir = tempdir();
+    let ds = dir.path().join("ds");
+    pack(sample_data(), &ds)
+        .args(["--resize", "crop:16x16", "-q"])
+        .ok();
+    let server = Lighttpd::start(&ds);
+    let url = server.url("");
+    let cache = dir.path().join("cache");
+    let prefetch = || {
+        Cmd::new(["cache", "prefetch", &url, "--cache-limit", "10MB"])
+            .arg("--cache-dir")
+            .arg(&cache)
+            .run()
+    };
+    prefetch().assert_code(0);
+    // The eviction lock holds the byte count, written under it: a link planted in its place
+    // (another process of the same user) must not make the cache write the file it points to.
+    let victim = dir.path().join("victim.txt");
+    std::fs::write(&victim, b"precious").unwrap();
+    let lock = cache.join("evict.lock");
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink(&victim, &lock).unwrap();
+    // What was cached goes too, so the next prefetch fetches (and counts) again.
+    for e in std::fs::read_dir(&cache).unwrap().flatten() {
+        if e.path().is_dir() {
+            std::fs::remove_dir_all(e.path()).unwrap();
+        }
+    }
+    let r = prefetch();
+    assert_ne!(r.code, Some(0), "{}", r.stderr);
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 }

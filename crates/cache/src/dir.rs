@@ -778,14 +778,15 @@ impl Drop for Locked {
     }
 }
 
+/// Opens (making it if missing) the lock file at `path`, which is written to (the eviction
+/// lock holds the byte count): a symbolic link planted in its place is refused, not followed
+/// to a file outside the cache.
 pub(crate) fn open_lock(path: &Path) -> Result<File, CacheError> {
-    OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .read(true)
-        .write(true)
-        .open(path)
-        .map_err(CacheError::io(path))
+    let mut options = OpenOptions::new();
+    options.create(true).truncate(false).read(true).write(true);
+    #[cfg(target_os = "linux")]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+    options.open(path).map_err(CacheError::io(path))
 }
 
 /// Hashes a whole file, streaming.
