@@ -133,7 +133,8 @@ fn uniform(rng: &mut SplitMix64, lo: f64, hi: f64) -> f64 {
 }
 
 /// torchvision's `RandomResizedCrop.get_params`: up to ten tries of (area, log-uniform aspect),
-/// then the whole image clipped to the ratio range, centred.
+/// then the whole image clipped to the ratio range, centred. Sides round as Python's `round`
+/// does (half to even): 192.5 is 192.
 fn random_resized_box(
     rng: &mut SplitMix64,
     width: u32,
@@ -146,8 +147,8 @@ fn random_resized_box(
     for _ in 0..10 {
         let target = area * uniform(rng, scale.0, scale.1);
         let aspect = uniform(rng, log_lo, log_hi).exp();
-        let w = (target * aspect).sqrt().round();
-        let h = (target / aspect).sqrt().round();
+        let w = (target * aspect).sqrt().round_ties_even();
+        let h = (target / aspect).sqrt().round_ties_even();
         if w > 0.0 && w <= f64::from(width) && h > 0.0 && h <= f64::from(height) {
             let (w, h) = (w as u32, h as u32);
             let y = rng.below(u64::from(height - h) + 1);
@@ -158,9 +159,9 @@ fn random_resized_box(
     let (wf, hf) = (f64::from(width), f64::from(height));
     let in_ratio = wf / hf;
     let (w, h) = if in_ratio < ratio.0 {
-        (wf, (wf / ratio.0).round())
+        (wf, (wf / ratio.0).round_ties_even())
     } else if in_ratio > ratio.1 {
-        ((hf * ratio.1).round(), hf)
+        ((hf * ratio.1).round_ties_even(), hf)
     } else {
         (wf, hf)
     };
@@ -439,6 +440,15 @@ mod tests {
         .unwrap();
         assert_eq!((c.w, c.h), (224.0, 224.0));
         assert_eq!((c.x, c.y), (88.0, 16.0));
+    }
+
+    #[test]
+    fn the_fallback_rounds_half_to_even_as_torchvision() {
+        // 400x154, no try fits (every height is over 154): the box is clipped to ratio 1.25,
+        // 192.5 wide: torchvision's `int(round(154 * 1.25))` is 192, then x = (400 - 192) // 2.
+        let mut rng = SplitMix64::new(7);
+        let b = random_resized_box(&mut rng, 400, 154, (0.9, 1.0), (0.8, 1.25));
+        assert_eq!(b, (104.0, 0.0, 192.0, 154.0));
     }
 
     #[test]
