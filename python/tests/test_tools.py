@@ -671,3 +671,37 @@ def test_pack_parquet_takes_the_class_label_feature_as_the_label_whatever_its_na
     for s in _members(tmp_path / "ds").values():
         row = int(json.loads(s["json"])["source"].rsplit(":", 1)[1])
         assert int(s["cls"]) == labels[row]
+
+
+def test_pack_parquet_files_agree_on_their_label_and_text_columns(
+    inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
+) -> None:
+    import pyarrow.parquet as pq
+
+    root, _ = inputs
+    first, second = sorted((root / "parquet" / "data").glob("*.parquet"))[:2]
+    tables = [pq.read_table(f) for f in (first, second)]
+    meta = json.loads(tables[0].schema.metadata[b"huggingface"])
+    names = meta["info"]["features"]["label"]["names"]
+    meta["info"]["features"]["labels"] = meta["info"]["features"].pop("label")
+    renamed = [t.rename_columns(["labels" if c == "label" else c for c in t.column_names]) for t in tables]
+    # The first file keeps the features; the second was saved again by a tool that drops them.
+    folder = tmp_path / "drift"
+    folder.mkdir()
+    pq.write_table(renamed[0].replace_schema_metadata({b"huggingface": json.dumps(meta).encode()}), folder / "a.parquet")
+    pq.write_table(renamed[1].replace_schema_metadata(None), folder / "b.parquet")
+    m = shardtool.pack(folder, tmp_path / "ds", resize="shorter:16")["manifest"]
+    assert m["classes"] == names
+    by_file = {"a.parquet": tables[0], "b.parquet": tables[1]}
+    members = _members(tmp_path / "ds").values()
+    assert {json.loads(s["json"])["source"].split(":")[0].rsplit("/", 1)[1] for s in members} == set(by_file)
+    for s in members:
+        file, row = json.loads(s["json"])["source"].rsplit(":", 1)
+        assert int(s["cls"]) == by_file[file.rsplit("/", 1)[1]].column("label")[int(row)].as_py(), s["json"]
+    # Captions from `text` in one file and `caption` in the other: asked, not half lost.
+    captions = tmp_path / "captions"
+    captions.mkdir()
+    pq.write_table(tables[0], captions / "a.parquet")
+    pq.write_table(tables[1].rename_columns(["caption" if c == "text" else c for c in tables[1].column_names]), captions / "b.parquet")
+    with pytest.raises(ValueError, match='text columns differ: "text" in .*a.parquet, "caption" in .*b.parquet; name one with text_column'):
+        shardtool.pack(captions, tmp_path / "asked", resize="shorter:16")

@@ -222,7 +222,63 @@ fn float_label(v: f64, bad: &mut Option<String>) -> Option<RowLabel<i128, String
 }
 
 /// Fetches file `index` (a path or URL) and reads its footer: columns, class names, row groups.
-fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
+/// Makes every file read the same label and text columns: a file whose features lack the
+/// `ClassLabel` another file's declare (re-saved by a tool that drops them) is opened again
+/// with that column; then files that still read two columns (captions from `caption` here and
+/// `text` there) are refused, naming both: packed as they were, part of the dataset would
+/// silently lose its labels or captions.
+fn agree_on_columns(
+    files: &[String],
+    opened: &mut [Opened],
+    options: &ListOptions,
+) -> Result<(), ListError> {
+    let declared = (opened.iter())
+        .filter(|o| o.class_names.is_some())
+        .find_map(|o| o.chosen.as_ref()?.label.clone());
+    if let Some(hint) = declared.as_deref() {
+        for (i, name) in files.iter().enumerate() {
+            if opened[i]
+                .chosen
+                .as_ref()
+                .is_some_and(|c| c.label.is_none() && !c.label_left)
+            {
+                opened[i] = open_file(name, i, options, Some(hint));
+            }
+        }
+    }
+    let shown = |i: usize| shardtool_core::redact_urls(&files[i]).into_owned();
+    type Pick = fn(&Chosen) -> &Option<String>;
+    let picks: [(&str, &str, Pick); 2] = [
+        ("label", "--label-column", |c| &c.label),
+        ("text", "--text-column", |c| &c.text),
+    ];
+    for (what, flag, pick) in picks {
+        // Files read columns of two names (one without the column reads as unlabelled or
+        // uncaptioned rows, as null values do).
+        let mut named = (opened.iter().enumerate())
+            .filter_map(|(i, o)| Some((i, pick(o.chosen.as_ref()?).as_deref()?)));
+        let Some((first, a)) = named.next() else {
+            continue;
+        };
+        if let Some((i, b)) = named.find(|(_, b)| b != &a) {
+            return Err(ListError::BadInput {
+                message: format!(
+                    "the Parquet files' {what} columns differ: {a:?} in {}, {b:?} in {}; name \
+                     one with {flag} (or leave it out with --drop-column), or pack the files \
+                     apart",
+                    shown(first),
+                    shown(i)
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Opens file `name`: its footer, and the columns chosen for it. `label_hint`: the column
+/// other files' Hugging Face features declare a `ClassLabel`, for a file whose own features do
+/// not (written again by a tool that drops them).
+fn open_file(name: &str, index: usize, options: &ListOptions, label_hint: Option<&str>) -> Opened {
     let mut out = Opened {
         fetched: None,
         meta: None,
@@ -247,10 +303,11 @@ fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
         let meta = reader.metadata();
         let schema = meta.file_metadata().schema_descr().root_schema();
         let features = hf_features(&reader);
+        let declared = features.as_ref().and_then(hf_class_label_column);
         let chosen = choose(
             schema.get_fields(),
             &options.columns,
-            features.as_ref().and_then(hf_class_label_column),
+            declared.or(label_hint),
         )?;
         let names = (features.as_ref())
             .zip(chosen.label.as_ref())
@@ -549,7 +606,10 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     // Files are opened (and fetched) in parallel, then every row group of every file is staged
     // as its own tar in parallel: one large file uses every core. What a row group holds, and so
     // the listing, does not depend on the thread count.
-    let opened = parallel_map(files, options.jobs, |i, name| open_file(name, i, options));
+    let mut opened = parallel_map(files, options.jobs, |i, name| {
+        open_file(name, i, options, None)
+    });
+    agree_on_columns(files, &mut opened, options)?;
     // A column no file has (a misspelt --label-column, a layout without an `image` column) is
     // the command's mistake, not every file's failure.
     fn missing(o: &Opened) -> Option<&str> {
