@@ -304,9 +304,20 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
     let result = shardtool_pack::pack_part(&output, &which, a.jobs, a.max_errors, &progress);
     progress.finish();
     let r = result.map_err(failure)?;
+    // The shards asked for once each, in order: as ranges in the text (thousands of shards
+    // make one short line), as a list in `--json`.
+    let asked = match &which {
+        Assignment::Shards(s) => {
+            let mut s = s.clone();
+            s.sort_unstable();
+            s.dedup();
+            s
+        }
+        Assignment::Part { .. } => Vec::new(),
+    };
     let what = match &which {
         Assignment::Part { index, count } => format!("part {index}/{count}"),
-        Assignment::Shards(s) => format!("shards {s:?}"),
+        Assignment::Shards(_) => format!("shards {}", shardtool_pack::shard_ranges(&asked)),
     };
     if a.json {
         let mut summary = r.summary();
@@ -316,8 +327,8 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
                 summary.insert("part".into(), (*index).into());
                 summary.insert("parts".into(), (*count).into());
             }
-            Assignment::Shards(s) => {
-                summary.insert("shards".into(), s.clone().into());
+            Assignment::Shards(_) => {
+                summary.insert("shards".into(), asked.into());
             }
         }
         summary.insert(

@@ -103,3 +103,23 @@ fn done_records_that_make_a_broken_manifest_commit_nothing() {
     );
     assert!(!out.join("manifest.json").exists());
 }
+
+#[test]
+fn shards_asked_for_twice_or_out_of_order_are_reported_once_as_ranges() {
+    let dir = tempdir();
+    let out = parts_done(dir.path());
+    for e in std::fs::read_dir(out.join("_plan/done")).unwrap() {
+        std::fs::remove_file(e.unwrap().path()).unwrap();
+    }
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--shards", "1,0-1,0"])
+        .ok();
+    assert!(r.stdout.starts_with("shards 0-1 of "), "{}", r.stdout);
+    let r = Cmd::new(["pack", "--plan"])
+        .arg(&out)
+        .args(["--shards", "1,0,1", "--json"])
+        .ok();
+    let summary: serde_json::Value = serde_json::from_str(r.stdout.trim()).unwrap();
+    assert_eq!(summary["shards"], serde_json::json!([0, 1]));
+}
