@@ -468,7 +468,8 @@ pub fn run_status(a: StatusArgs) -> Result<(), Failure> {
                 _ => "",
             }
         );
-        if let Some(max) = s.max_errors.filter(|&m| s.failed > m) {
+        // Once merged (by a merge given a larger limit), there is nothing left to refuse.
+        if let Some(max) = s.max_errors.filter(|&m| s.failed > m && !s.merged) {
             outln!(
                 "  more inputs failed than the plan's --max-errors {max}: merge will commit \
                  nothing unless given a larger --max-errors"

@@ -253,6 +253,13 @@ fn max_errors_given_to_the_plan_is_the_whole_packs_and_merge_keeps_to_it() {
     // The merge's own limit overrides the plan's.
     Cmd::new(["merge", "--max-errors", "2"]).arg(&out).ok();
     assert_eq!(errors(&out).len(), 2);
+    // Merged: status no longer says merge will refuse.
+    let r = Cmd::new(["status"]).arg(&out).ok();
+    assert!(
+        r.stdout.contains("; merged") && !r.stdout.contains("max-errors"),
+        "{}",
+        r.stdout
+    );
     // A part takes no zero threads, as a pack does not.
     let r = Cmd::new(["pack", "--plan"])
         .arg(&out)
@@ -295,6 +302,14 @@ fn a_run_stopped_past_max_errors_in_s3_is_named_and_its_list_removed() {
     let r = cmd(&["status", url]).run();
     r.assert_code(1);
     assert!(r.stdout.contains(stopped), "{}", r.stdout);
+    // A URL's scheme in capitals is the same URL, not a folder named `S3:`.
+    let r = cmd(&["status", "S3://bucket/out/"]).run();
+    r.assert_code(1);
+    assert!(
+        r.stdout.contains("a run stopped past --max-errors"),
+        "{}",
+        r.stdout
+    );
     let r = cmd(&["merge", url]).run();
     r.assert_code(1);
     assert!(r.stderr.contains(stopped), "{}", r.stderr);

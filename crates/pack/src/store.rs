@@ -26,7 +26,9 @@ pub(crate) enum Store {
 
 /// Whether `output` names an object-store folder.
 pub(crate) fn is_remote(output: &Path) -> bool {
-    output.to_str().is_some_and(|s| s.starts_with("s3://"))
+    // A URL's scheme is case-insensitive: `S3://` is no folder named `S3:`.
+    let scheme = output.to_str().and_then(|s| s.get(..5));
+    scheme.is_some_and(|s| s.eq_ignore_ascii_case("s3://"))
 }
 
 /// The folder a `file://` output names (parsed as inputs' URLs are); any other output as it is.
