@@ -531,11 +531,21 @@ class Loader:
             self._samples = 0 if resume is None else int(resume["samples"])
             self._reader = reader
             self._partition = (rank, world)
-        return self._batches(reader, convert, self._epoch)
+        started: List[bool] = []
+        batches = self._batches(reader, convert, self._epoch, started)
+        # Dropped before its first batch, the generator never runs its body (nor the cleanup
+        # below): the reader it started stops when it goes.
+        weakref.finalize(batches, _release_unstarted, weakref.ref(self), reader, started)
+        return batches
 
     def _batches(
-        self, reader: _shardtool.Reader, convert: Callable[[Any], Any], pass_epoch: int
+        self,
+        reader: _shardtool.Reader,
+        convert: Callable[[Any], Any],
+        pass_epoch: int,
+        started: List[bool],
     ) -> Iterator[Batch]:
+        started.append(True)
         try:
             for epoch, index, keys, labels, image, fields in reader:
                 try:
@@ -754,6 +764,16 @@ class Loader:
             f"shardtool.Loader({_redacted(self._dataset)!r}, batch_size={self._batch_size}, seed={self._seed}, "
             f"epoch={self._epoch}, output={self._output!r}{fields})"
         )
+
+
+def _release_unstarted(loader: "weakref.ref[Loader]", reader: Any, started: List[bool]) -> None:
+    """Stops `reader` if the iteration that started it never began (see ``Loader.__iter__``)."""
+    owner = loader()
+    if started or owner is None:
+        return
+    with owner._state_lock:
+        if owner._reader is reader:
+            owner._close()
 
 
 def _redacted(location: str) -> str:

@@ -153,7 +153,7 @@ def test_reader_threads_are_shared_among_the_ranks_and_workers_of_a_node(
         # batch_size 1: more batches than cores, so the count is not capped by the work.
         loader = shardtool.Loader(datasets["tar"], batch_size=1, workers=workers)
         loader._split = split  # as a DataLoader worker sets it
-        iter(loader)
+        it = iter(loader)  # held: a pass dropped unstarted stops its reader  # noqa: F841
         try:
             assert loader._reader is not None
             return loader._reader.workers
@@ -170,3 +170,27 @@ def test_reader_threads_are_shared_among_the_ranks_and_workers_of_a_node(
     assert threads((0, 1), workers=2) == 2
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "not a number")
     assert threads(None) == cores
+
+
+def test_an_iterator_dropped_before_its_first_batch_stops_its_reader(datasets: Dict[str, Path]) -> None:
+    import os
+
+    def threads() -> int:
+        return len(os.listdir("/proc/self/task"))
+
+    loader = shardtool.Loader(datasets["tar"], batch_size=4, workers=3, output="numpy")
+    before = threads()
+    it = iter(loader)
+    assert loader._reader is not None and threads() > before
+    del it
+    # Its threads stop at once (they held cache room and shard locks until the next iter()).
+    assert loader._reader is None
+    for _ in range(100):
+        if threads() <= before:
+            break
+        import time
+
+        time.sleep(0.01)
+    assert threads() <= before
+    # The loader still reads a whole epoch.
+    assert sum(len(b["key"]) for b in loader) == samples(datasets["tar"])

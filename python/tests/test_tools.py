@@ -632,6 +632,8 @@ def test_pack_parquet_names_a_columns_field_alike_in_every_row(tmp_path: Path) -
             # Two mask columns alike but for case, each null in some rows.
             "Mask": pa.array([None if i % 3 == 0 else png(10) for i in range(rows)], pa.binary()),
             "mask": pa.array([png(200) if i % 2 == 0 else None for i in range(rows)], pa.binary()),
+            # A third whose own name is the second's numbered one.
+            "mask_2": pa.array([png(100)] * rows, pa.binary()),
         }
     )
     src = tmp_path / "rows.parquet"
@@ -647,6 +649,11 @@ def test_pack_parquet_names_a_columns_field_alike_in_every_row(tmp_path: Path) -
         # `Mask` is always mask.png, `mask` always mask_2.png, whichever is null.
         assert s.get("mask.png") == table.column("Mask")[i].as_py(), (i, list(s))
         assert s.get("mask_2.png") == table.column("mask")[i].as_py(), (i, list(s))
+        assert s["mask_2_2.png"] == table.column("mask_2")[i].as_py(), (i, list(s))
+        # No column lost to a name another took.
+        masks = sorted(v for k, v in s.items() if k.startswith("mask"))
+        wanted = [table.column(c)[i].as_py() for c in ("Mask", "mask", "mask_2")]
+        assert masks == sorted(v for v in wanted if v is not None), (i, list(s))
 
 
 def test_pack_parquet_takes_the_class_label_feature_as_the_label_whatever_its_name(

@@ -107,7 +107,9 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
         columns: serde_json::Map::new(),
         fields: Vec::new(),
     };
-    for (name, field) in row.get_column_iter() {
+    // Each column's field name, from the column names alone: the same in every row.
+    let bases = values::field_bases(row.get_column_iter().map(|(n, _)| n.as_str()));
+    for (i, (name, field)) in row.get_column_iter().enumerate() {
         if *name == chosen.image {
             match field {
                 Field::Bytes(b) if !chosen.image_struct => p.image = Some(b.data()),
@@ -175,18 +177,9 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                     rest,
                 } => {
                     // Two columns named alike (`Mask`, `mask`) keep a field each, numbered by
-                    // their order among the columns (null or not), so each column's field
-                    // name is the same in every row.
-                    let (base, ext) = field_name.rsplit_once('.').unwrap_or((&field_name, ""));
-                    let (base, ext) = (base.to_string(), ext.to_string());
-                    let own = values::field_base(name);
-                    let alike = (row.get_column_iter())
-                        .take_while(|(n, _)| *n != name)
-                        .filter(|(n, _)| values::field_base(n) == own)
-                        .count();
-                    if alike > 0 {
-                        field_name = format!("{base}_{}.{ext}", alike + 1);
-                    }
+                    // their order among the columns (null or not).
+                    let ext = field_name.rsplit_once('.').map_or("bin", |(_, e)| e);
+                    field_name = format!("{}.{ext}", bases[i]);
                     if let Some(rest) = rest.filter(|r| r.as_object().is_none_or(|o| !o.is_empty()))
                     {
                         p.columns.insert(name.clone(), rest);

@@ -94,6 +94,26 @@ pub(crate) fn field_base(column: &str) -> String {
         .collect()
 }
 
+/// The field name (less its `.ext`) of each of `columns`, in order: its [`field_base`], cut to
+/// leave room for a number and an extension, numbered (`mask_2`) when an earlier column took
+/// it. From the names alone, so a column's field is named alike in every row.
+pub(crate) fn field_bases<'a>(columns: impl Iterator<Item = &'a str>) -> Vec<String> {
+    let mut taken: Vec<String> = Vec::new();
+    for c in columns {
+        let mut base: String = field_base(c).chars().take(52).collect();
+        if base.is_empty() {
+            base.push_str("column");
+        }
+        let (mut name, mut n) = (base.clone(), 1);
+        while taken.contains(&name) {
+            n += 1;
+            name = format!("{base}_{n}");
+        }
+        taken.push(name);
+    }
+    taken
+}
+
 /// A field name from a column name ([`field_base`]), short enough for `.ext` to follow within
 /// a field name's 64 bytes.
 fn field_name(column: &str, ext: &str) -> String {
@@ -213,6 +233,15 @@ mod tests {
         );
         assert_eq!(field_name("Mask Image/2", "png"), "mask_image_2.png");
         assert_eq!(field_name("", "bin"), "column.bin");
+        let long = |c: char| format!("{}{c}", "x".repeat(70));
+        let columns = ["Mask", "mask", "mask_2", &long('A'), &long('B'), ""];
+        let bases = field_bases(columns.iter().copied());
+        assert_eq!(bases[..3], ["mask", "mask_2", "mask_2_2"]);
+        assert_eq!(
+            (bases[3].len(), &bases[4]),
+            (52, &format!("{}_2", "x".repeat(52)))
+        );
+        assert_eq!(bases[5], "column");
         let long = field_name(&"x".repeat(200), "webp");
         assert_eq!(long.len(), 64);
         for name in [long, field_name("ü.ß", "jpg")] {
