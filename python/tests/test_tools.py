@@ -159,6 +159,14 @@ def test_pack_tells_a_hub_repository_by_its_parquet_files_and_asks_beside_image_
         shardtool.pack(repo, tmp_path / "asked", resize="shorter:16")
     m = shardtool.pack(repo, tmp_path / "asked", resize="shorter:16", input_format="parquet")["manifest"]
     assert m["inputs"]["found"] == rows
+    # A nested ImageFolder (class/sub/image) with one Parquet file of embeddings inside: asked
+    # too (taken for Parquet, its images were dropped).
+    nested = tmp_path / "nested"
+    for c in ("flower", "insect"):
+        shutil.copytree(SAMPLE / c, nested / c / "a")
+    shutil.copy(next((root / "parquet" / "data").glob("*.parquet")), nested / "insect" / "a" / "emb.parquet")
+    with pytest.raises(ValueError, match="input_format=.parquet. or input_format=.imagefolder."):
+        shardtool.pack(nested, tmp_path / "nested-out", resize="shorter:16")
 
 
 def pq_rows(f: Path) -> int:
@@ -705,6 +713,26 @@ def test_pack_parquet_files_agree_on_their_label_and_text_columns(
     for s in members:
         file, row = json.loads(s["json"])["source"].rsplit(":", 1)
         assert int(s["cls"]) == by_file[file.rsplit("/", 1)[1]].column("label")[int(row)].as_py(), s["json"]
+    # The same files by URL: fetched once each (choosing again fetched the file twice, and the
+    # second fetch failed on the first one's staged copy).
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/{{a,b}}.parquet"
+        r = shardtool.pack(url, tmp_path / "by-url", resize="shorter:16")
+    finally:
+        server.shutdown()
+    assert r["manifest"]["classes"] == names
+    assert (r["manifest"]["inputs"]["packed"], r["manifest"]["inputs"]["failed"]) == (
+        m["inputs"]["packed"],
+        m["inputs"]["failed"],
+    ), r["errors"]
+    assert not list((tmp_path / "by-url").glob(".stage-*"))
     # Captions from `text` in one file and `caption` in the other: asked, not half lost.
     captions = tmp_path / "captions"
     captions.mkdir()

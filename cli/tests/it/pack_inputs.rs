@@ -733,22 +733,44 @@ fn a_repack_of_datasets_with_other_class_tables_maps_labels_by_name() {
         manifest(&t.path().join("a")).classes,
         manifest(&t.path().join("b")).classes
     );
+    // And an unlabelled dataset beside them (a list of paths): nothing of its to map.
+    let list = t.path().join("u.csv");
+    let flower = sample_data().join("flower");
+    let rows: Vec<String> = (std::fs::read_dir(&flower).unwrap())
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    std::fs::write(&list, format!("path\n{}\n", rows.join("\n"))).unwrap();
+    pack_list(&list, t.path().join("u"))
+        .args(["--resize", "crop:24x24", "-q"])
+        .ok();
     let both = t.path().join("both");
-    let shards = format!("{}/{{a,b}}/*.tar", t.path().display());
+    let shards = format!("{}/{{a,b,u}}/*.tar", t.path().display());
     pack(&shards, &both)
         .args(["--input-format", "wds", "--keys", "index", "-q"])
         .ok();
     let classes = manifest(&both).classes;
     let samples = wds_samples(&both);
-    assert_eq!(samples.len(), 2 * 45 + insects);
-    for s in &samples {
+    assert_eq!(samples.len(), 2 * 45 + insects + rows.len());
+    for s in samples.iter().filter(|s| s.cls >= 0) {
         // The folder each image was first packed from is its class.
         let first = s.json["input_source"].as_str().unwrap();
         let folder = first.split('/').next().unwrap();
         assert_eq!(classes[s.cls as usize], folder, "{}", s.json);
         assert_eq!(s.json["class"], folder, "{}", s.json);
     }
+    assert_eq!(samples.iter().filter(|s| s.cls < 0).count(), rows.len());
     verify_ok(&both);
+    // Shards of no dataset beside them: their labels are numbers of unknown classes, refused.
+    let loose = t.path().join("loose");
+    std::fs::create_dir(&loose).unwrap();
+    let shard = &manifest(&t.path().join("a")).shards[0].file;
+    std::fs::copy(t.path().join("a").join(shard), loose.join(shard)).unwrap();
+    let mixed = format!("{}/{{b,loose}}/*.tar", t.path().display());
+    let r = pack(&mixed, t.path().join("mixed"))
+        .args(["--input-format", "wds"])
+        .run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("pack them apart"), "{}", r.stderr);
 }
 
 #[test]

@@ -578,8 +578,11 @@ pub fn resolve_input(
                     let (parquet, images): (Vec<String>, Vec<String>) = found(&exts)?
                         .into_iter()
                         .partition(|f| extension(f) == "parquet");
-                    match (parquet.first(), images.first()) {
-                        (Some(p), Some(i)) if classes => {
+                    // Images in folders (an ImageFolder's classes, nested or not), not only
+                    // loose beside the Parquet files (a repository's README image).
+                    let in_folders = images.iter().find(|i| Path::new(i).parent() != Some(dir));
+                    match (parquet.first(), in_folders) {
+                        (Some(p), Some(i)) => {
                             return Err(bad_input(
                                 arg,
                                 &format!(

@@ -216,8 +216,7 @@ fn float_label(v: f64, bad: &mut Option<String>) -> Option<RowLabel<i128, String
 
 /// Fetches file `index` (a path or URL) and reads its footer: columns, class names, row groups.
 /// Makes every file read the same label and text columns: a file whose features lack the
-/// `ClassLabel` another file's declare (re-saved by a tool that drops them) is opened again
-/// with that column; then files that still read two columns (captions from `caption` here and
+/// `ClassLabel` another file's declare (re-saved by a tool that drops them) reads that column; then files that still read two columns (captions from `caption` here and
 /// `text` there) are refused, naming both: packed as they were, part of the dataset would
 /// silently lose its labels or captions.
 fn agree_on_columns(
@@ -229,13 +228,20 @@ fn agree_on_columns(
         .filter(|o| o.class_names.is_some())
         .find_map(|o| o.chosen.as_ref()?.label.clone());
     if let Some(hint) = declared.as_deref() {
-        for (i, name) in files.iter().enumerate() {
-            if opened[i]
-                .chosen
-                .as_ref()
-                .is_some_and(|c| c.label.is_none() && !c.label_left)
-            {
-                opened[i] = open_file(name, i, options, Some(hint));
+        for o in opened.iter_mut() {
+            let (Some(meta), Some(c)) = (&o.meta, &o.chosen) else {
+                continue;
+            };
+            if c.label.is_none() && !c.label_left {
+                // Chosen again from the footer already read (a URL is not fetched twice).
+                let fields = meta
+                    .file_metadata()
+                    .schema_descr()
+                    .root_schema()
+                    .get_fields();
+                if let Ok(again) = choose(fields, &options.columns, Some(hint)) {
+                    o.chosen = Some(again);
+                }
             }
         }
     }
@@ -268,10 +274,8 @@ fn agree_on_columns(
     Ok(())
 }
 
-/// Opens file `name`: its footer, and the columns chosen for it. `label_hint`: the column
-/// other files' Hugging Face features declare a `ClassLabel`, for a file whose own features do
-/// not (written again by a tool that drops them).
-fn open_file(name: &str, index: usize, options: &ListOptions, label_hint: Option<&str>) -> Opened {
+/// Opens file `name`: its footer, and the columns chosen for it.
+fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
     let mut out = Opened {
         fetched: None,
         meta: None,
@@ -296,11 +300,10 @@ fn open_file(name: &str, index: usize, options: &ListOptions, label_hint: Option
         let meta = reader.metadata();
         let schema = meta.file_metadata().schema_descr().root_schema();
         let features = hf_features(&reader);
-        let declared = features.as_ref().and_then(hf_class_label_column);
         let chosen = choose(
             schema.get_fields(),
             &options.columns,
-            declared.or(label_hint),
+            features.as_ref().and_then(hf_class_label_column),
         )?;
         let names = (features.as_ref())
             .zip(chosen.label.as_ref())
@@ -599,9 +602,7 @@ pub(crate) fn list_parquet(files: &[String], options: &ListOptions) -> Result<Li
     // Files are opened (and fetched) in parallel, then every row group of every file is staged
     // as its own tar in parallel: one large file uses every core. What a row group holds, and so
     // the listing, does not depend on the thread count.
-    let mut opened = parallel_map(files, options.jobs, |i, name| {
-        open_file(name, i, options, None)
-    });
+    let mut opened = parallel_map(files, options.jobs, |i, name| open_file(name, i, options));
     agree_on_columns(files, &mut opened, options)?;
     // A column no file has (a misspelt --label-column, a layout without an `image` column) is
     // the command's mistake, not every file's failure.

@@ -134,7 +134,7 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
         ..Listing::default()
     };
     let mut max_label: Option<u32> = None;
-    let classes = DatasetClasses::of(shards);
+    let classes = DatasetClasses::of(shards).map_err(|message| ListError::BadInput { message })?;
     // A few shards are indexed at a time, so only their sample indexes are held at once (the
     // compact input store keeps what lasts), however many shards there are.
     // Remote shards are mostly waited for: fetched more at once than there are cores.
@@ -250,29 +250,54 @@ struct DatasetClasses {
 }
 
 impl DatasetClasses {
-    fn of(shards: &[String]) -> Option<Self> {
-        let mut dirs: Vec<&Path> = shards
+    /// `None` when no shard comes from a shardtool dataset with classes; an error when some do
+    /// and others come from no dataset (their labels are numbers of unknown classes).
+    fn of(shards: &[String]) -> Result<Option<Self>, String> {
+        let mut dirs: Vec<Option<&Path>> = shards
             .iter()
             .map(|s| (!s.contains("://")).then(|| shard_dir(s)))
-            .collect::<Option<_>>()?;
+            .collect();
         dirs.sort();
         dirs.dedup();
-        let mut tables = Vec::new();
+        let (mut tables, mut plain) = (Vec::new(), None);
         for dir in dirs {
-            let m = crate::output::manifest_in(dir)?;
-            let distinct: std::collections::BTreeSet<&String> = m.classes.iter().collect();
-            // A table naming a class twice cannot map labels by name.
-            if m.classes.is_empty() || distinct.len() != m.classes.len() {
-                return None;
-            }
-            tables.push((dir.to_path_buf(), m.classes));
+            let Some(m) = dir.and_then(crate::output::manifest_in) else {
+                plain = plain.or(Some(
+                    dir.map_or("a URL".into(), |d| d.display().to_string()),
+                ));
+                continue;
+            };
+            // An unlabelled dataset has no labels to map (one there is a `bad_label` line).
+            tables.push((dir.unwrap_or(Path::new("")).to_path_buf(), m.classes));
         }
-        let names: Vec<String> = if tables.iter().all(|(_, t)| *t == tables[0].1) {
-            tables.first()?.1.clone()
-        } else {
-            let all: std::collections::BTreeSet<&String> =
-                tables.iter().flat_map(|(_, t)| t).collect();
-            all.into_iter().cloned().collect()
+        let labelled: Vec<&(std::path::PathBuf, Vec<String>)> =
+            tables.iter().filter(|(_, t)| !t.is_empty()).collect();
+        let Some(first) = labelled.first() else {
+            return Ok(None);
+        };
+        if let Some(plain) = plain {
+            return Err(format!(
+                "shards of shardtool datasets, whose manifests name their classes ({} and \
+                 beside it), and shards of no dataset ({plain}: no manifest.json), whose labels \
+                 are numbers of unknown classes, cannot be labelled alike: pack them apart",
+                first.0.display()
+            ));
+        }
+        // A table naming a class twice cannot map labels by name: numbered as before.
+        let repeats = |t: &Vec<String>| {
+            let distinct: std::collections::BTreeSet<&String> = t.iter().collect();
+            distinct.len() != t.len()
+        };
+        if labelled.iter().any(|(_, t)| repeats(t)) {
+            return Ok(None);
+        }
+        let names: Vec<String> = match labelled.iter().all(|(_, t)| *t == first.1) {
+            true => first.1.clone(),
+            false => {
+                let all: std::collections::BTreeSet<&String> =
+                    labelled.iter().flat_map(|(_, t)| t).collect();
+                all.into_iter().cloned().collect()
+            }
         };
         let place: std::collections::HashMap<&str, u32> = (names.iter().enumerate())
             .map(|(i, n)| (n.as_str(), i as u32))
@@ -280,7 +305,7 @@ impl DatasetClasses {
         let by_dir = (tables.iter())
             .map(|(dir, t)| (dir.clone(), t.iter().map(|n| place[n.as_str()]).collect()))
             .collect();
-        Some(Self { names, by_dir })
+        Ok(Some(Self { names, by_dir }))
     }
 
     /// Label `label` of a sample of `shard`, as a place in [`Self::names`].
