@@ -379,7 +379,7 @@ class Loader:
         self._partition: Optional[Tuple[int, int]] = None
         self._resume: Optional[Dict[str, Any]] = None
         self._samples = 0
-        self._info: Dict[int, Tuple[str, int, int]] = {}
+        self._info: Dict[Tuple[int, Optional[Tuple[int, int, int]]], Tuple[str, int, int]] = {}
         self._new_locks()
         # The shared-memory epoch of a shardtool.torch.IterableDataset wrapping this loader:
         # set_epoch() writes it, so DataLoader workers (persistent ones too) read the new epoch.
@@ -425,8 +425,11 @@ class Loader:
         )
 
     def _plan_info(self, world: int) -> Tuple[str, int, int]:
-        if world not in self._info:
-            self._info[world] = _shardtool.plan_info(
+        # A local manifest replaced (a pack --overwrite between epochs) is planned afresh, as the
+        # next iter() reads it; a remote one is fetched once.
+        key = (world, _manifest_stamp(self._dataset))
+        if key not in self._info:
+            self._info[key] = _shardtool.plan_info(
                 self._dataset,
                 batch_size=self._batch_size,
                 world_size=world,
@@ -437,7 +440,7 @@ class Loader:
                 fetch_timeout=self.__dict__.get("_fetch_timeout"),
                 fetch_attempts=self.__dict__.get("_fetch_attempts"),
             )
-        return self._info[world]
+        return self._info[key]
 
     def __len__(self) -> int:
         """Batches this rank yields per epoch (the same on every rank)."""
@@ -764,6 +767,19 @@ class Loader:
             f"shardtool.Loader({_redacted(self._dataset)!r}, batch_size={self._batch_size}, seed={self._seed}, "
             f"epoch={self._epoch}, output={self._output!r}{fields})"
         )
+
+
+def _manifest_stamp(dataset: str) -> Optional[Tuple[int, int, int]]:
+    """The manifest of a local `dataset` (a folder or the manifest itself) as (inode, size,
+    modification time); ``None`` for a remote one or one that cannot be read."""
+    if "://" in dataset:
+        return None
+    path = dataset if os.path.isfile(dataset) else os.path.join(dataset, "manifest.json")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _release_unstarted(loader: "weakref.ref[Loader]", reader: Any, started: List[bool]) -> None:
