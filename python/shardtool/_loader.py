@@ -330,7 +330,7 @@ class Loader:
             transform = "decode" if decode else "none"
         elif not isinstance(transform, str):
             raise TypeError(f"transform must be a str, not {type(transform).__name__}")
-        elif not decode:
+        elif not decode and transform != "none":
             raise ValueError(f"decode=False conflicts with transform={transform!r}: give one")
         transform, crops = _shardtool.check_transform(transform)
         if flip and not crops:

@@ -67,6 +67,10 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
         shardtool.Loader(p, batch_size=2, rank=0)
     with pytest.raises(ValueError):
         shardtool.Loader(p, batch_size=2, output="jax")
+    # decode=False says transform="none": both together agree.
+    assert shardtool.Loader(p, batch_size=2, decode=False, transform="none")._transform == "none"
+    with pytest.raises(ValueError, match="conflicts"):
+        shardtool.Loader(p, batch_size=2, decode=False, transform="decode")
     with pytest.raises(ValueError):
         shardtool.Loader(p, batch_size=2, remainder="keep")
     with pytest.raises(ValueError, match="^cache_limit: "):

@@ -390,9 +390,16 @@ fn a_killed_attempts_scratch_folder_goes_with_the_next_run_and_a_live_ones_stays
     std::fs::create_dir(&live).unwrap();
     let held = std::fs::File::create(tmp.join("shardtool-out-1-live.held")).unwrap();
     held.lock().unwrap();
+    // A lock whose folder was never made (killed in between), an hour old.
+    let lone = tmp.join("shardtool-out-2-lone.held");
+    let f = std::fs::File::create(&lone).unwrap();
+    let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+    f.set_modified(hour_ago).unwrap();
+    drop(f);
     let r = cmd(Cmd::new(["status", url])).run();
     r.assert_code(1);
     assert_eq!(scratches(), vec![live.clone()]);
+    assert!(!lone.exists(), "a lone lock file stayed");
     drop(held);
     cmd(part(Path::new(url), "0/1")).ok();
     assert!(scratches().is_empty(), "{:?}", scratches());

@@ -360,6 +360,18 @@ fn unusable_lists_are_usage_errors() {
         r.assert_code(2);
         assert!(!ds.join("manifest.json").exists(), "{l}");
     }
+    // One column named for two roles: the text was silently none.
+    write_file(
+        data.join("both.csv"),
+        "path,c
+imgs/0.png,3
+",
+    );
+    let r = pack_list(data.join("both.csv"), t.path().join("both"))
+        .args(["--label-column", "c", "--text-column", "c"])
+        .run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("both name the column c"), "{}", r.stderr);
 }
 
 #[test]

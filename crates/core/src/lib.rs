@@ -13,7 +13,7 @@ pub mod rng;
 pub mod shard_file;
 pub mod size;
 
-pub use atomic::{process_alive, temp_owner, AtomicFile};
+pub use atomic::{process_alive, AtomicFile};
 pub use block_writer::{BlockWriter, WRITE_BLOCK};
 pub use checksum::{Checksum, ChecksumHasher, HashingReader, HashingWriter};
 pub use key::{index_key, validate_key, KeyError};

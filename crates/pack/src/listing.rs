@@ -71,7 +71,8 @@ impl Columns {
             .map(|(_, d)| d.as_str())
     }
 
-    /// Refuses a drop list that names a column also named for a role, or is too long.
+    /// Refuses a drop list that names a column also named for a role, or is too long, and one
+    /// column named for two roles.
     fn check_drop(&self, list: bool) -> Result<(), String> {
         if self.drop.len() > MAX_DROPPED_COLUMNS {
             return Err(format!(
@@ -87,6 +88,15 @@ impl Columns {
         for (flag, name) in named {
             if let Some(n) = name.filter(|n| self.is_dropped(n)) {
                 return Err(format!("--drop-column {n}: it is the column {flag} names"));
+            }
+        }
+        // One column, two roles: it would be the label, and the text silently none.
+        for (i, (a, x)) in named.iter().enumerate() {
+            if let Some((b, _)) = named[i + 1..].iter().find(|(_, y)| x.is_some() && x == y) {
+                return Err(format!(
+                    "{a} and {b} both name the column {}: give each role its own column",
+                    x.unwrap_or_default()
+                ));
             }
         }
         if list {

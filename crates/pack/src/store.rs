@@ -234,7 +234,8 @@ impl Store {
         Ok(path)
     }
 
-    /// The names of the files in folder `dir` of the output and below (`dir/…`), sorted.
+    /// The names (`dir/…`) of the files in folder `dir` of the output (an object store's
+    /// listing holds those below it too).
     pub(crate) fn list_under(&self, dir: &str) -> Result<Vec<String>, PackError> {
         match self {
             Store::Local(root) => {
@@ -369,7 +370,21 @@ fn make_scratch() -> std::io::Result<(PathBuf, std::fs::File)> {
     let tmp = std::env::temp_dir();
     for e in std::fs::read_dir(&tmp).into_iter().flatten().flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if !name.starts_with(SCRATCH) || name.ends_with(SCRATCH_LOCK) {
+        if !name.starts_with(SCRATCH) {
+            continue;
+        }
+        if let Some(folder) = name.strip_suffix(SCRATCH_LOCK) {
+            // A lock whose folder was never made (killed in between), a minute old: nobody's.
+            let old = (e.metadata().and_then(|m| m.modified()).ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(60));
+            if old && !tmp.join(folder).exists() {
+                if let Ok(f) = std::fs::File::open(e.path()) {
+                    if f.try_lock().is_ok() {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
             continue;
         }
         let lock = tmp.join(format!("{name}{SCRATCH_LOCK}"));
