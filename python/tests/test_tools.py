@@ -740,3 +740,29 @@ def test_pack_parquet_files_agree_on_their_label_and_text_columns(
     pq.write_table(tables[1].rename_columns(["caption" if c == "text" else c for c in tables[1].column_names]), captions / "b.parquet")
     with pytest.raises(ValueError, match='text columns differ: "text" in .*a.parquet, "caption" in .*b.parquet; name one with text_column'):
         shardtool.pack(captions, tmp_path / "asked", resize="shorter:16")
+
+
+def test_pack_parquet_carries_nanosecond_timestamps_as_text(tmp_path: Path) -> None:
+    import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    photo = next(SAMPLE.rglob("*.jpg")).read_bytes()
+    # pandas' default `datetime64[ns]`, and a time of day in nanoseconds.
+    table = pa.table(
+        {
+            "image": pa.array([photo] * 2, pa.binary()),
+            "taken": pa.array([1_700_000_000_000_000_155, -1], pa.timestamp("ns")),
+            "at": pa.array([3_723_000_000_042, 0], pa.time64("ns")),
+            "when": pa.array([datetime.datetime(2024, 1, 2, 3, 4, 5, 6)] * 2, pa.timestamp("us")),
+        }
+    )
+    src = tmp_path / "rows.parquet"
+    pq.write_table(table, src)
+    shardtool.pack(src, tmp_path / "ds", shuffle=False)
+    got = sorted((json.loads(s["json"]) for s in _members(tmp_path / "ds").values()), key=lambda m: m["source"])
+    assert [m["taken"] for m in got] == ["2023-11-14 22:13:20.000000155 +00:00", "1969-12-31 23:59:59.999999999 +00:00"]
+    assert [m["at"] for m in got] == ["01:02:03.000000042", "00:00:00.000000000"]
+    # Micros as the record API writes them, for comparison.
+    assert got[0]["when"] == "2024-01-02 03:04:05.000006 +00:00"

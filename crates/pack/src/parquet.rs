@@ -165,6 +165,15 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                 // `choose` takes only string and binary columns as text.
                 _ => None,
             };
+        } else if let (Some((_, time)), Field::Long(v)) =
+            (chosen.nanos.iter().find(|(n, _)| n == name), field)
+        {
+            let text = match time {
+                true => values::time_nanos(*v),
+                false => values::timestamp_nanos(*v),
+            };
+            p.columns
+                .insert(name.clone(), serde_json::Value::String(text));
         } else {
             let string = chosen.strings.contains(name);
             match values::carried(name, field, string) {

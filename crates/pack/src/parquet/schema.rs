@@ -26,6 +26,19 @@ pub(super) struct Chosen {
     /// The string columns: read as bytes (a row group holding a value that is not UTF-8),
     /// their UTF-8 values stay text. Other binary columns are bytes in every row.
     pub(super) strings: Vec<String>,
+    /// The timestamp (`false`) and time (`true`) columns in nanoseconds, which rows give as
+    /// bare integers (pandas writes `datetime64[ns]`): carried as text, as the others are.
+    pub(super) nanos: Vec<(String, bool)>,
+}
+
+/// Whether `t` is a timestamp (`Some(false)`) or time (`Some(true)`) in nanoseconds.
+fn nanos_kind(t: &Type) -> Option<bool> {
+    use parquet::basic::TimeUnit;
+    match t.get_basic_info().logical_type_ref()? {
+        LogicalType::Timestamp(ts) if matches!(ts.unit, TimeUnit::NANOS) => Some(false),
+        LogicalType::Time(tt) if matches!(tt.unit, TimeUnit::NANOS) => Some(true),
+        _ => None,
+    }
 }
 
 fn is_binary(t: &Type) -> bool {
@@ -143,6 +156,10 @@ pub(super) fn choose(
         strings: (fields.iter())
             .filter(|f| is_string(f))
             .map(|f| f.name().to_string())
+            .collect(),
+        nanos: (fields.iter())
+            .filter(|f| f.is_primitive())
+            .filter_map(|f| Some((f.name().to_string(), nanos_kind(f)?)))
             .collect(),
     })
 }

@@ -124,6 +124,39 @@ fn field_name(column: &str, ext: &str) -> String {
     format!("{base}.{ext}")
 }
 
+/// Nanoseconds since the epoch as the record API writes its micros, in UTC:
+/// `2023-11-14 22:13:20.000000155 +00:00`.
+pub(crate) fn timestamp_nanos(v: i64) -> String {
+    let (secs, nanos) = (v.div_euclid(1_000_000_000), v.rem_euclid(1_000_000_000));
+    let (days, s) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to a civil date (proleptic Gregorian; Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{nanos:09} +00:00",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
+/// Nanoseconds since midnight as `HH:MM:SS.nnnnnnnnn` (the record API's micros, finer).
+pub(crate) fn time_nanos(v: i64) -> String {
+    let (s, nanos) = (v.div_euclid(1_000_000_000), v.rem_euclid(1_000_000_000));
+    format!(
+        "{:02}:{:02}:{:02}.{nanos:09}",
+        s / 3600,
+        s % 3600 / 60,
+        s % 60
+    )
+}
+
 /// A value as JSON: scalars as themselves (dates, times and decimals as their text), lists as
 /// arrays, structs as objects, maps as objects (or `[key, value]` pairs when a key is not
 /// text), binary as UTF-8 text or else base64.
@@ -233,6 +266,17 @@ mod tests {
         );
         assert_eq!(field_name("Mask Image/2", "png"), "mask_image_2.png");
         assert_eq!(field_name("", "bin"), "column.bin");
+        // pandas' `datetime64[ns]`: 2023-11-14 22:13:20 UTC and 155 ns; before the epoch too.
+        assert_eq!(
+            timestamp_nanos(1_700_000_000_000_000_155),
+            "2023-11-14 22:13:20.000000155 +00:00"
+        );
+        assert_eq!(timestamp_nanos(-1), "1969-12-31 23:59:59.999999999 +00:00");
+        assert_eq!(
+            timestamp_nanos(951_782_400 * 1_000_000_000),
+            "2000-02-29 00:00:00.000000000 +00:00"
+        );
+        assert_eq!(time_nanos(3_723_000_000_042), "01:02:03.000000042");
         let long = |c: char| format!("{}{c}", "x".repeat(70));
         let columns = ["Mask", "mask", "mask_2", &long('A'), &long('B'), ""];
         let bases = field_bases(columns.iter().copied());
