@@ -642,3 +642,46 @@ fn an_earlier_pack_inside_a_webdataset_folder_is_not_more_of_its_shards() {
     let m = manifest(&out);
     assert_eq!((m.inputs.found, m.inputs.failed), (found, 0));
 }
+
+/// The Hugging Face imagefolder: images beside a `metadata.jsonl` naming them with captions.
+/// As an ImageFolder the captions were dropped silently (one class, `train`): asked now, and
+/// the metadata file itself packs as a list.
+#[test]
+fn a_hugging_face_imagefolder_with_metadata_is_asked_about_and_packs_as_its_list() {
+    let t = tempdir();
+    let repo = t.path().join("repo");
+    let train = repo.join("train");
+    jpeg_folder(&train, 3, 24, 16);
+    // (`jpeg_folder` writes them under `c/`: HF's file names may hold a folder too.)
+    let names: Vec<String> = (std::fs::read_dir(train.join("c")).unwrap())
+        .map(|e| format!("c/{}", e.unwrap().file_name().to_string_lossy()))
+        .collect();
+    let rows: Vec<String> = (names.iter())
+        .map(|n| format!("{{\"file_name\": \"{n}\", \"text\": \"a caption of {n}\"}}"))
+        .collect();
+    write_file(train.join("metadata.jsonl"), rows.join("\n") + "\n");
+    let r = pack(&repo, t.path().join("asked")).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("imagefolder's metadata")
+            && r.stderr.contains("--image-column file_name"),
+        "{}",
+        r.stderr
+    );
+    let list = t.path().join("list");
+    pack(train.join("metadata.jsonl"), &list)
+        .args(["--image-column", "file_name", "-q"])
+        .ok();
+    let m = manifest(&list);
+    assert_eq!(m.totals.samples as usize, names.len());
+    assert!(
+        m.fields.iter().any(|f| f == "txt"),
+        "the captions: {:?}",
+        m.fields
+    );
+    Cmd::new(["verify"]).arg(&list).ok();
+    // Asked for by name, the folders are the classes, the metadata left out.
+    pack(&train, t.path().join("folders"))
+        .args(["--input-format", "imagefolder", "-q"])
+        .ok();
+}

@@ -597,6 +597,9 @@ pub fn resolve_input(
                         _ => {}
                     }
                 }
+                if let Some(why) = crate::splits::imagefolder_metadata(dir) {
+                    return Err(bad_input(arg, &why));
+                }
                 Ok(S::Folder(dir.to_path_buf()))
             }
         };

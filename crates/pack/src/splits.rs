@@ -1,6 +1,8 @@
 //! Dataset splits told apart by file names, as the Hugging Face Hub names them (`train-…`,
 //! `data/validation-…`, `default/test/…`): a folder of shards or Parquet files holding several
-//! splits is refused, since packing it would mix held-out data into the training set.
+//! splits is refused, since packing it would mix held-out data into the training set. And a
+//! Hugging Face imagefolder's metadata beside images, which an ImageFolder would drop, is asked
+//! about.
 
 use std::collections::BTreeMap;
 
@@ -124,6 +126,29 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
          training ones; pack one split, e.g. the {first} split as '{base}/{glob}' (a pattern \
          naming several splits' files, such as '{base}/{{a,b}}/*.{ext}', packs them together, \
          as asked)"
+    ))
+}
+
+/// Why folder `dir` is not packed as an ImageFolder without asking, if it holds a Hugging Face
+/// imagefolder's metadata (`metadata.jsonl` or `.csv`, at its top or in one of its folders):
+/// captions and labels by file name, which an ImageFolder would drop.
+pub(crate) fn imagefolder_metadata(dir: &std::path::Path) -> Option<String> {
+    let metadata = |d: &std::path::Path| {
+        ["metadata.jsonl", "metadata.csv"]
+            .iter()
+            .map(|m| d.join(m))
+            .find(|m| m.is_file())
+    };
+    let m = metadata(dir).or_else(|| {
+        (std::fs::read_dir(dir).into_iter().flatten().flatten())
+            .filter(|e| e.path().is_dir())
+            .find_map(|e| metadata(&e.path()))
+    })?;
+    Some(format!(
+        "{} holds a Hugging Face imagefolder's metadata (captions, labels by file name): pack \
+         that file, a list, with --image-column file_name (one split at a time), or pass \
+         --input-format imagefolder to pack the images by their folders without it",
+        m.display()
     ))
 }
 
