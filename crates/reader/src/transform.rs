@@ -197,8 +197,13 @@ impl FromStr for Transform {
         let size = parts.next().filter(|p| !p.is_empty());
         let size = |what: &str| -> Result<u32, TransformParseError> {
             let v = size.ok_or_else(|| err(&format!("{what} needs a size, as in {what}:224")))?;
-            match v.parse::<u32>() {
-                Ok(n) if (1..=16384).contains(&n) => Ok(n),
+            // Digits only: `+224` is no size as written anywhere else.
+            match v
+                .parse::<u32>()
+                .ok()
+                .filter(|_| v.bytes().all(|b| b.is_ascii_digit()))
+            {
+                Some(n) if (1..=16384).contains(&n) => Ok(n),
                 _ => Err(err(&format!(
                     "size {v:?} is not a whole number from 1 to 16384"
                 ))),
@@ -254,7 +259,7 @@ impl FromStr for Transform {
             }
         };
         match name {
-            "none" | "decode" if !rest.is_empty() => {
+            "none" | "decode" if s.contains(':') => {
                 Err(err(&format!("{name} takes no size or options")))
             }
             "none" => Ok(Transform::None),
@@ -389,6 +394,9 @@ mod tests {
             ("crop:224", "expected none"),
             ("resize", "needs a size"),
             ("resize:0", "from 1 to 16384"),
+            ("resize:+224", "from 1 to 16384"),
+            ("decode:", "takes no size"),
+            ("none:", "takes no size"),
             (
                 "random-resized-crop:64,scale=0.5-1,scale=0.1-0.2",
                 "\"scale\" is given twice",
