@@ -855,3 +855,27 @@ fn overwriting_the_dataset_a_url_input_serves_is_refused_before_anything_goes() 
         .args(["--input-format", "wds", "-q"])
         .ok();
 }
+
+/// Shards of a shardtool dataset re-packed by URL keep its class names (read from the manifest
+/// beside them), as local ones do; mixed with shards of another dataset they map by name.
+#[test]
+fn a_repack_by_url_keeps_the_class_names_of_the_manifest_beside_the_shards() {
+    use crate::common::{manifest, pack, sample_data, tempdir};
+    let dir = tempdir();
+    let s3 = S3::start();
+    let bucket = s3.root.path().join("bucket");
+    pack(sample_data(), bucket.join("ds"))
+        .args(["--resize", "crop:16x16", "--shard-samples", "20", "-q"])
+        .ok();
+    let classes = manifest(&bucket.join("ds")).classes;
+    assert!(
+        classes.iter().all(|c| c.parse::<u32>().is_err()),
+        "{classes:?}"
+    );
+    let out = dir.path().join("out");
+    pack("s3://bucket/ds/shard-{000000..000002}.tar", &out)
+        .args(["--input-format", "wds", "-q"])
+        .envs(s3.env())
+        .ok();
+    assert_eq!(manifest(&out).classes, classes);
+}

@@ -253,22 +253,24 @@ impl DatasetClasses {
     /// `None` when no shard comes from a shardtool dataset with classes; an error when some do
     /// and others come from no dataset (their labels are numbers of unknown classes).
     fn of(shards: &[String]) -> Result<Option<Self>, String> {
-        let mut dirs: Vec<Option<&Path>> = shards
-            .iter()
-            .map(|s| (!s.contains("://")).then(|| shard_dir(s)))
-            .collect();
+        // One shard of each folder (a URL's folder is read through it).
+        let mut dirs: Vec<(&Path, &str)> =
+            shards.iter().map(|s| (shard_dir(s), s.as_str())).collect();
         dirs.sort();
-        dirs.dedup();
+        dirs.dedup_by(|a, b| a.0 == b.0);
         let (mut tables, mut plain) = (Vec::new(), None);
-        for dir in dirs {
-            let Some(m) = dir.and_then(crate::output::manifest_in) else {
-                plain = plain.or(Some(
-                    dir.map_or("a URL".into(), |d| d.display().to_string()),
-                ));
+        for (dir, shard) in dirs {
+            let manifest = match crate::containers::is_remote(shard) {
+                true => remote_manifest(shard),
+                false => crate::output::manifest_in(dir),
+            };
+            let Some(m) = manifest else {
+                let shown = shardtool_core::redact_urls(&dir.to_string_lossy()).into_owned();
+                plain = plain.or(Some(shown));
                 continue;
             };
             // An unlabelled dataset has no labels to map (one there is a `bad_label` line).
-            tables.push((dir.unwrap_or(Path::new("")).to_path_buf(), m.classes));
+            tables.push((dir.to_path_buf(), m.classes));
         }
         let labelled: Vec<&(std::path::PathBuf, Vec<String>)> =
             tables.iter().filter(|(_, t)| !t.is_empty()).collect();
@@ -322,7 +324,16 @@ impl DatasetClasses {
     }
 }
 
-/// The folder of a local shard.
+/// The manifest beside the shard at URL `shard`, if it has one and it reads (one small request,
+/// the default retries).
+fn remote_manifest(shard: &str) -> Option<shardtool_manifest::Manifest> {
+    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
+    let (folder, _) = shardtool_cache::RemoteFolder::connect(shard, Default::default()).ok()?;
+    let bytes = folder.read(shardtool_manifest::FILE_NAME, limit).ok()??;
+    shardtool_manifest::Manifest::from_slice(&bytes, limit).ok()
+}
+
+/// The folder of a shard (a URL's too: its text up to the last `/`).
 fn shard_dir(shard: &str) -> &Path {
     Path::new(shard).parent().unwrap_or(Path::new(""))
 }
