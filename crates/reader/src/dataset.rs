@@ -413,7 +413,6 @@ impl Dataset {
 impl Dataset {
     /// The most pixels a record may decode to: the limit the dataset was packed under when
     /// larger than the default (`--max-pixels`), within a ceiling.
-    #[cfg(feature = "decode")]
     pub(crate) fn max_pixels(&self) -> u64 {
         let packed = self
             .manifest

@@ -587,6 +587,7 @@ impl LoaderBuilder {
             transform: self.transform,
             flip: self.flip,
             region_decode: self.region_decode,
+            max_pixels: dataset.max_pixels(),
             corrupt: self.corrupt,
             allocator: self.allocator.clone(),
             fields: self.fields,

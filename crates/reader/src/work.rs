@@ -29,6 +29,9 @@ pub(crate) struct WorkerShared {
     pub(crate) flip: bool,
     #[cfg_attr(not(feature = "decode"), allow(dead_code))]
     pub(crate) region_decode: bool,
+    /// The most pixels a record decodes to ([`Dataset::max_pixels`], read once).
+    #[cfg_attr(not(feature = "decode"), allow(dead_code))]
+    pub(crate) max_pixels: u64,
     pub(crate) corrupt: CorruptPolicy,
     pub(crate) allocator: Arc<dyn BatchAllocator>,
     /// Carried fields to deliver, in the order asked.
@@ -285,7 +288,7 @@ fn transform_record<'a>(
     corrupt: &dyn Fn(String) -> ReadError,
 ) -> Result<Rec<'a>, ReadError> {
     use shardtool_image::{plan_size, Encode, Filter, Output, Resize, TransformSpec};
-    let max = s.dataset.max_pixels();
+    let max = s.max_pixels;
     let resize = match s.transform {
         Transform::Resize { size } => Resize::Shorter(size),
         Transform::Decode => Resize::None,
@@ -405,7 +408,7 @@ fn crop_into(s: &WorkerShared, key: &str, rec: Rec<'_>, out: &mut [u8]) -> Resul
     let b = match rec {
         Rec::Encoded(data) => {
             let limits = shardtool_core::Limits {
-                max_pixels: s.dataset.max_pixels(),
+                max_pixels: s.max_pixels,
                 ..Default::default()
             };
             shardtool_image::decode_crop_into(data, &limits, choose, &options, out)
