@@ -255,23 +255,14 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
     }
 }
 
-/// Unix seconds as `YYYY-MM-DD HH:MM` in UTC ("never" for 0), by the civil-from-days rule of the
-/// proleptic Gregorian calendar.
+/// Unix seconds as `YYYY-MM-DD HH:MM` in UTC ("never" for 0).
 fn utc(secs: u64) -> String {
     if secs == 0 {
         return "never".into();
     }
     let days = (secs / 86_400) as i64;
     let (h, m) = (secs % 86_400 / 3600, secs % 3600 / 60);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = shardtool_core::civil_from_days(days);
     format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
 }
 

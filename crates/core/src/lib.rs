@@ -1,11 +1,13 @@
 //! Shared vocabulary of shardtool: sample keys, resource limits, checksums, seeded shuffles and the
 //! RGB8 image type that flows between the codec, the packer and the shard formats, the byte-size
-//! parser, and the two file primitives every crate shares: publishing a file atomically
-//! ([`AtomicFile`]) and opening a published shard ([`open_shard`], the one file mapping).
+//! parser, civil dates of UTC times, and the two file primitives every crate shares: publishing
+//! a file atomically ([`AtomicFile`]) and opening a published shard ([`open_shard`], the one
+//! file mapping).
 
 pub mod atomic;
 pub mod block_writer;
 pub mod checksum;
+pub mod date;
 pub mod key;
 pub mod limits;
 pub mod redact;
@@ -16,6 +18,7 @@ pub mod size;
 pub use atomic::{process_alive, AtomicFile};
 pub use block_writer::{BlockWriter, WRITE_BLOCK};
 pub use checksum::{Checksum, ChecksumHasher, HashingReader, HashingWriter};
+pub use date::civil_from_days;
 pub use key::{index_key, validate_key, KeyError};
 pub use limits::{read_within, Limits};
 pub use redact::redact_urls;

@@ -129,15 +129,7 @@ fn field_name(column: &str, ext: &str) -> String {
 pub(crate) fn timestamp_nanos(v: i64) -> String {
     let (secs, nanos) = (v.div_euclid(1_000_000_000), v.rem_euclid(1_000_000_000));
     let (days, s) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Days to a civil date (proleptic Gregorian; Howard Hinnant's `civil_from_days`).
-    let z = days + 719_468;
-    let (era, doe) = (z.div_euclid(146_097), z.rem_euclid(146_097));
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (year, month, day) = shardtool_core::civil_from_days(days);
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{nanos:09} +00:00",
         s / 3600,
