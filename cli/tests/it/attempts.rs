@@ -345,27 +345,65 @@ fn a_signalled_part_stops_cleanly_and_goes_on_when_run_again() {
     Cmd::new(["verify"]).arg(&out).ok();
 }
 
+/// What the `s3://` attempt tests share: slow inputs planned into [`S3Plan::URL`] on a server of
+/// their own, and commands pointed at it with a temporary folder (`tmp`) of their own.
+struct S3Plan {
+    s3: crate::remote::servers::S3,
+    images: PathBuf,
+    tmp: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl S3Plan {
+    const URL: &'static str = "s3://bucket/out/";
+
+    fn new() -> Self {
+        let dir = tempdir();
+        let images = inputs(dir.path(), 16);
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
+        let s3 = crate::remote::servers::S3::start();
+        std::fs::create_dir_all(s3.root.path().join("bucket")).unwrap();
+        let plan = Self {
+            s3,
+            images,
+            tmp,
+            _dir: dir,
+        };
+        plan.plan(&[]);
+        plan
+    }
+
+    /// `c` against the server, with the plan's temporary folder.
+    fn cmd(&self, c: Cmd) -> Cmd {
+        c.envs(self.s3.env()).env("TMPDIR", &self.tmp)
+    }
+
+    /// Plans the inputs into [`S3Plan::URL`] with `extra` options.
+    fn plan(&self, extra: &[&str]) {
+        self.cmd(Cmd::new(["plan"]))
+            .arg(&self.images)
+            .arg(Self::URL)
+            .args(SLOW)
+            .args(extra)
+            .ok();
+    }
+
+    /// An attempt of the plan's one part.
+    fn part(&self) -> Cmd {
+        self.cmd(part(Path::new(Self::URL), "0/1"))
+    }
+}
+
 /// A part killed outright while writing to `s3://` (SIGKILL, the OOM killer, a grace period
 /// outlasted) left its scratch folder, whole shards in it, on the node for good: the next run
 /// opening an object-store output removes it, and leaves a live run's alone.
 #[test]
 fn a_killed_attempts_scratch_folder_goes_with_the_next_run_and_a_live_ones_stays() {
-    use crate::remote::servers::S3;
-    let dir = tempdir();
-    let images = inputs(dir.path(), 16);
-    let tmp = dir.path().join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    let s3 = S3::start();
-    std::fs::create_dir_all(s3.root.path().join("bucket")).unwrap();
-    let url = "s3://bucket/out/";
-    let cmd = |c: Cmd| c.envs(s3.env()).env("TMPDIR", &tmp);
-    cmd(Cmd::new(["plan"]))
-        .arg(&images)
-        .arg(url)
-        .args(SLOW)
-        .ok();
+    let plan = S3Plan::new();
+    let tmp = &plan.tmp;
     let scratches = || -> Vec<PathBuf> {
-        let mut all: Vec<PathBuf> = (std::fs::read_dir(&tmp).unwrap())
+        let mut all: Vec<PathBuf> = (std::fs::read_dir(tmp).unwrap())
             .map(|e| e.unwrap().path())
             .filter(|p| {
                 p.file_name()
@@ -378,7 +416,7 @@ fn a_killed_attempts_scratch_folder_goes_with_the_next_run_and_a_live_ones_stays
         all.sort();
         all
     };
-    let mut attempt = Attempt(Some(cmd(part(Path::new(url), "0/1")).spawn_piped()));
+    let mut attempt = Attempt(Some(plan.part().spawn_piped()));
     // Stopped while a shard is being made in its scratch folder, then killed.
     attempt.stop_when(|| (scratches().iter()).any(|d| std::fs::read_dir(d).unwrap().count() > 0));
     attempt.signal("-KILL");
@@ -396,14 +434,14 @@ fn a_killed_attempts_scratch_folder_goes_with_the_next_run_and_a_live_ones_stays
     let hour_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
     f.set_modified(hour_ago).unwrap();
     drop(f);
-    let r = cmd(Cmd::new(["status", url])).run();
+    let r = plan.cmd(Cmd::new(["status", S3Plan::URL])).run();
     r.assert_code(1);
     assert_eq!(scratches(), vec![live.clone()]);
     assert!(!lone.exists(), "a lone lock file stayed");
     drop(held);
-    cmd(part(Path::new(url), "0/1")).ok();
+    plan.part().ok();
     assert!(scratches().is_empty(), "{:?}", scratches());
-    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().collect();
+    let left: Vec<_> = std::fs::read_dir(tmp).unwrap().collect();
     assert!(left.is_empty(), "{left:?}");
 }
 
@@ -412,42 +450,24 @@ fn a_killed_attempts_scratch_folder_goes_with_the_next_run_and_a_live_ones_stays
 /// ("another object is already there"): it checks the plan object before each shard now.
 #[test]
 fn an_attempt_of_a_plan_replaced_in_s3_publishes_nothing_into_the_new_one() {
-    use crate::remote::servers::S3;
-    let dir = tempdir();
-    let images = inputs(dir.path(), 16);
-    let tmp = dir.path().join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    let s3 = S3::start();
-    let bucket = s3.root.path().join("bucket");
-    std::fs::create_dir_all(&bucket).unwrap();
-    let url = "s3://bucket/out/";
-    let cmd = |c: Cmd| c.envs(s3.env()).env("TMPDIR", &tmp);
-    cmd(Cmd::new(["plan"]))
-        .arg(&images)
-        .arg(url)
-        .args(SLOW)
-        .ok();
-    let mut old = Attempt(Some(cmd(part(Path::new(url), "0/1")).spawn_piped()));
+    let plan = S3Plan::new();
+    let mut old = Attempt(Some(plan.part().spawn_piped()));
     // Stopped while it writes a shard (its plan read), not while it reads the plan's files.
     let writing = |d: &Path| {
         (std::fs::read_dir(d).into_iter().flatten().flatten())
             .any(|e| e.file_name().to_string_lossy().starts_with(".shard-"))
     };
-    old.stop_when(|| (std::fs::read_dir(&tmp).unwrap().flatten()).any(|d| writing(&d.path())));
+    let tmp = &plan.tmp;
+    old.stop_when(|| (std::fs::read_dir(tmp).unwrap().flatten()).any(|d| writing(&d.path())));
     // The prefix deleted (`aws s3 rm --recursive`) and planned again with other options.
-    std::fs::remove_dir_all(bucket.join("out")).unwrap();
-    cmd(Cmd::new(["plan"]))
-        .arg(&images)
-        .arg(url)
-        .args(SLOW)
-        .args(["--seed", "5"])
-        .ok();
+    std::fs::remove_dir_all(plan.s3.root.path().join("bucket/out")).unwrap();
+    plan.plan(&["--seed", "5"]);
     let done = old.resume();
     assert_eq!(done.status.code(), Some(1), "{done:?}");
     let err = String::from_utf8_lossy(&done.stderr);
     assert!(err.contains("was replaced while this part ran"), "{err}");
     // The new plan runs and merges as if the straggler had never been.
-    cmd(part(Path::new(url), "0/1")).ok();
-    cmd(Cmd::new(["merge", url])).ok();
-    cmd(Cmd::new(["verify", url])).ok();
+    plan.part().ok();
+    plan.cmd(Cmd::new(["merge", S3Plan::URL])).ok();
+    plan.cmd(Cmd::new(["verify", S3Plan::URL])).ok();
 }
