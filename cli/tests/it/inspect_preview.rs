@@ -176,19 +176,12 @@ fn inspect_text_output_is_readable() {
     }
     // Class names (and the tool) from a manifest reach the terminal as text, never as escape
     // sequences or extra lines.
-    let copy = TempDir::new().unwrap();
-    let hostile = copy.path().join("ds");
-    std::fs::create_dir(&hostile).unwrap();
-    for e in std::fs::read_dir(&ds).unwrap() {
-        let e = e.unwrap();
-        std::fs::copy(e.path(), hostile.join(e.file_name())).unwrap();
-    }
-    let path = hostile.join("manifest.json");
-    let mut m: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let (_copy, hostile) = copy_of(ds.clone());
+    let mut m = manifest(&hostile);
     m["classes"][0] = "\u{1b}]0;pwned\u{7}red".into();
     m["classes"][1] = "new\nline: OK".into();
     m["tool"] = "t\u{1b}[2J".into();
-    std::fs::write(&path, m.to_string()).unwrap();
+    std::fs::write(hostile.join("manifest.json"), m.to_string()).unwrap();
     let out = run(&["inspect"], &hostile);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);

@@ -360,10 +360,11 @@ impl Dataset {
         let view = match entry.format {
             ShardFormat::Packed => {
                 let shard = PackedShard::open(bytes).map_err(|e| corrupt(e.to_string()))?;
-                if let Some(r) = shard.records().find(|r| !self.label_ok(r.label, true)) {
-                    return Err(corrupt(self.bad_label(r.key, r.label)));
-                }
+                // One pass over the records: labels the manifest names, keys verify takes.
                 for r in shard.records() {
+                    if !self.label_ok(r.label, true) {
+                        return Err(corrupt(self.bad_label(r.key, r.label)));
+                    }
                     shardtool_core::validate_key(r.key)
                         .map_err(|e| corrupt(format!("record key {:?} is refused: {e}", r.key)))?;
                 }
@@ -386,10 +387,12 @@ impl Dataset {
                 // A field asked for that the manifest says every sample has is there (a missing
                 // one came back as None, as an optional field's may).
                 for (i, f) in self.fields.iter().enumerate() {
-                    let required = self.manifest.fields.contains(f);
+                    if !self.manifest.fields.contains(f) {
+                        continue;
+                    }
                     // (A field named as a sample's image is that image, not carried.)
                     let lacks = |r: &&TarRecord| r.fields[i].is_none() && r.field != *f;
-                    if let Some(r) = records.iter().find(|r| required && lacks(r)) {
+                    if let Some(r) = records.iter().find(lacks) {
                         return Err(corrupt(format!(
                             "sample {:?} has no .{f}, and the manifest says every sample has one",
                             r.key
