@@ -107,9 +107,7 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
         columns: serde_json::Map::new(),
         fields: Vec::new(),
     };
-    // Each column's field name, from the column names alone: the same in every row.
-    let bases = values::field_bases(row.get_column_iter().map(|(n, _)| n.as_str()));
-    for (i, (name, field)) in row.get_column_iter().enumerate() {
+    for (name, field) in row.get_column_iter() {
         if *name == chosen.image {
             match field {
                 Field::Bytes(b) if !chosen.image_struct => p.image = Some(b.data()),
@@ -188,7 +186,9 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                     // Two columns named alike (`Mask`, `mask`) keep a field each, numbered by
                     // their order among the columns (null or not).
                     let ext = field_name.rsplit_once('.').map_or("bin", |(_, e)| e);
-                    field_name = format!("{}.{ext}", bases[i]);
+                    let base = (chosen.field_bases.iter()).find(|(n, _)| n == name);
+                    let base = base.map_or_else(|| values::field_base(name), |(_, b)| b.clone());
+                    field_name = format!("{base}.{ext}");
                     if let Some(rest) = rest.filter(|r| r.as_object().is_none_or(|o| !o.is_empty()))
                     {
                         p.columns.insert(name.clone(), rest);

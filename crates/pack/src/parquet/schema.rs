@@ -29,6 +29,9 @@ pub(super) struct Chosen {
     /// The timestamp (`false`) and time (`true`) columns in nanoseconds, which rows give as
     /// bare integers (pandas writes `datetime64[ns]`): carried as text, as the others are.
     pub(super) nanos: Vec<(String, bool)>,
+    /// Each column's field name less its `.ext` (`values::field_bases`): from the column names
+    /// alone, once a file, so a column's field is named alike in every row.
+    pub(super) field_bases: Vec<(String, String)>,
 }
 
 /// Whether `t` is a timestamp (`Some(false)`) or time (`Some(true)`) in nanoseconds.
@@ -160,6 +163,9 @@ pub(super) fn choose(
         nanos: (fields.iter())
             .filter(|f| f.is_primitive())
             .filter_map(|f| Some((f.name().to_string(), nanos_kind(f)?)))
+            .collect(),
+        field_bases: (fields.iter().map(|f| f.name().to_string()))
+            .zip(super::values::field_bases(fields.iter().map(|f| f.name())))
             .collect(),
     })
 }
