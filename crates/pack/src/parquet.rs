@@ -174,21 +174,19 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                 .insert(name.clone(), serde_json::Value::String(text));
         } else {
             let string = chosen.strings.contains(name);
-            match values::carried(name, field, string) {
+            match values::carried(field, string) {
                 values::Carried::Json(v) => {
                     p.columns.insert(name.clone(), v);
                 }
-                values::Carried::Field {
-                    name: mut field_name,
-                    bytes,
-                    rest,
-                } => {
+                values::Carried::Field { ext, bytes, rest } => {
                     // Two columns named alike (`Mask`, `mask`) keep a field each, numbered by
-                    // their order among the columns (null or not).
-                    let ext = field_name.rsplit_once('.').map_or("bin", |(_, e)| e);
+                    // their order among the columns (null or not): `Chosen::field_bases`.
                     let base = (chosen.field_bases.iter()).find(|(n, _)| n == name);
-                    let base = base.map_or_else(|| values::field_base(name), |(_, b)| b.clone());
-                    field_name = format!("{base}.{ext}");
+                    let base = base.map_or_else(
+                        || values::field_bases(std::iter::once(name.as_str())).swap_remove(0),
+                        |(_, b)| b.clone(),
+                    );
+                    let field_name = format!("{base}.{ext}");
                     if let Some(rest) = rest.filter(|r| r.as_object().is_none_or(|o| !o.is_empty()))
                     {
                         p.columns.insert(name.clone(), rest);
@@ -225,9 +223,10 @@ fn float_label(v: f64, bad: &mut Option<String>) -> Option<RowLabel<i128, String
 
 /// Fetches file `index` (a path or URL) and reads its footer: columns, class names, row groups.
 /// Makes every file read the same label and text columns: a file whose features lack the
-/// `ClassLabel` another file's declare (re-saved by a tool that drops them) reads that column; then files that still read two columns (captions from `caption` here and
-/// `text` there) are refused, naming both: packed as they were, part of the dataset would
-/// silently lose its labels or captions.
+/// `ClassLabel` another file's declare (re-saved by a tool that drops them) reads that column;
+/// then files that still read two columns (captions from `caption` here and `text` there) are
+/// refused, naming both: packed as they were, part of the dataset would silently lose its
+/// labels or captions.
 fn agree_on_columns(
     files: &[String],
     opened: &mut [Opened],

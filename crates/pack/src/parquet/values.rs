@@ -8,31 +8,32 @@ use serde_json::Value as V;
 pub(crate) enum Carried<'r> {
     /// A member of the sample's `.json`.
     Json(V),
-    /// A field of its own, named for the column and its content (`mask.png`, `embedding.bin`),
-    /// and what else the column held (a Hugging Face image struct's `path`) for the `.json`.
+    /// A field of its own, named for the column ([`field_bases`]) and its content's extension
+    /// (`mask.png`, `embedding.bin`), and what else the column held (a Hugging Face image
+    /// struct's `path`) for the `.json`.
     Field {
-        name: String,
+        ext: &'static str,
         bytes: &'r [u8],
         rest: Option<V>,
     },
 }
 
-/// How column `column`'s value `f` is carried. Binary that is an image becomes a field named
+/// How a column's value `f` is carried. Binary that is an image becomes a field named
 /// by its format, other binary a `.bin` field (in every row alike: which row happens to be
 /// UTF-8 says nothing), except a string column's (`string`, read as bytes), whose UTF-8 values
 /// are JSON strings; a struct with a binary `bytes` member (the Hugging Face `Image` feature)
 /// is carried as its bytes, with the other members as JSON.
-pub(crate) fn carried<'r>(column: &str, f: &'r Field, string: bool) -> Carried<'r> {
+pub(crate) fn carried(f: &Field, string: bool) -> Carried<'_> {
     match f {
         Field::Bytes(b) if string => match std::str::from_utf8(b.data()) {
             Ok(text) => Carried::Json(V::String(text.into())),
             Err(_) => Carried::Field {
-                name: field_name(column, "bin"),
+                ext: "bin",
                 bytes: b.data(),
                 rest: None,
             },
         },
-        Field::Bytes(b) => binary(column, b.data(), None),
+        Field::Bytes(b) => binary(b.data(), None),
         Field::Group(g)
             if g.get_column_iter()
                 .any(|(n, v)| n == "bytes" && matches!(v, Field::Bytes(_))) =>
@@ -47,15 +48,15 @@ pub(crate) fn carried<'r>(column: &str, f: &'r Field, string: bool) -> Carried<'
                     }
                 }
             }
-            binary(column, data, Some(V::Object(rest)))
+            binary(data, Some(V::Object(rest)))
         }
         other => Carried::Json(json(other)),
     }
 }
 
-fn binary<'r>(column: &str, bytes: &'r [u8], rest: Option<V>) -> Carried<'r> {
+fn binary(bytes: &[u8], rest: Option<V>) -> Carried<'_> {
     Carried::Field {
-        name: field_name(column, image_format(bytes).unwrap_or("bin")),
+        ext: image_format(bytes).unwrap_or("bin"),
         bytes,
         rest,
     }
@@ -85,7 +86,7 @@ fn image_format(b: &[u8]) -> Option<&'static str> {
 
 /// A column name as field names spell it: lower case, characters other than a-z 0-9 _ - as
 /// `_` (`Mask` and `mask` alike).
-pub(crate) fn field_base(column: &str) -> String {
+fn field_base(column: &str) -> String {
     (column.chars())
         .map(|c| match c.to_ascii_lowercase() {
             c @ ('a'..='z' | '0'..='9' | '_' | '-') => c,
@@ -112,16 +113,6 @@ pub(crate) fn field_bases<'a>(columns: impl Iterator<Item = &'a str>) -> Vec<Str
         taken.push(name);
     }
     taken
-}
-
-/// A field name from a column name ([`field_base`]), short enough for `.ext` to follow within
-/// a field name's 64 bytes.
-fn field_name(column: &str, ext: &str) -> String {
-    let mut base: String = field_base(column).chars().take(63 - ext.len()).collect();
-    if base.is_empty() {
-        base.push_str("column");
-    }
-    format!("{base}.{ext}")
 }
 
 /// Nanoseconds since the epoch as the record API writes its micros, in UTC:
@@ -252,12 +243,11 @@ mod tests {
 
     #[test]
     fn field_names_follow_the_field_rules() {
-        assert_eq!(
-            field_name("conditioning_image", "png"),
-            "conditioning_image.png"
-        );
-        assert_eq!(field_name("Mask Image/2", "png"), "mask_image_2.png");
-        assert_eq!(field_name("", "bin"), "column.bin");
+        let named =
+            |column: &str, ext: &str| format!("{}.{ext}", field_bases(std::iter::once(column))[0]);
+        assert_eq!(named("conditioning_image", "png"), "conditioning_image.png");
+        assert_eq!(named("Mask Image/2", "png"), "mask_image_2.png");
+        assert_eq!(named("", "bin"), "column.bin");
         // pandas' `datetime64[ns]`: 2023-11-14 22:13:20 UTC and 155 ns; before the epoch too.
         assert_eq!(
             timestamp_nanos(1_700_000_000_000_000_155),
@@ -278,9 +268,14 @@ mod tests {
             (52, &format!("{}_2", "x".repeat(52)))
         );
         assert_eq!(bases[5], "column");
-        let long = field_name(&"x".repeat(200), "webp");
-        assert_eq!(long.len(), 64);
-        for name in [long, field_name("ü.ß", "jpg")] {
+        // Cut to leave room for a number and the longest extension within 64 bytes.
+        let long = named(&"x".repeat(200), "webp");
+        assert_eq!(long.len(), 52 + ".webp".len());
+        for name in [
+            long,
+            format!("{}_99.webp", "x".repeat(52)),
+            named("ü.ß", "jpg"),
+        ] {
             assert!(shardtool_manifest::is_field_name(&name), "{name}");
         }
     }
