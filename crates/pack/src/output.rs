@@ -178,14 +178,31 @@ fn served_from(plan: &PackPlan, out: &Path) -> Option<String> {
     };
     let here = std::fs::read(out.join(manifest::FILE_NAME)).ok()?;
     let first = names.iter().find(|n| crate::containers::is_remote(n))?;
-    let folder = &first[..first.rfind('/')? + 1];
     let policy = shardtool_cache::FetchPolicy {
         attempts: 1,
         ..Default::default()
     };
-    let (folder, _) = shardtool_cache::RemoteFolder::connect(folder, policy).ok()?;
-    let there = folder.read(manifest::FILE_NAME, here.len() as u64).ok()??;
+    let there = manifest_bytes_beside(first, policy, here.len() as u64)?;
     (there == here).then(|| first.clone())
+}
+
+/// The bytes of the manifest in the folder of the file at URL `url` (at most `limit`); `None`
+/// when there is none, or it cannot be read.
+fn manifest_bytes_beside(
+    url: &str,
+    policy: shardtool_cache::FetchPolicy,
+    limit: u64,
+) -> Option<Vec<u8>> {
+    let (folder, _) = shardtool_cache::RemoteFolder::connect(url, policy).ok()?;
+    folder.read(manifest::FILE_NAME, limit).ok()?
+}
+
+/// The manifest beside the file at URL `url` (one small request, the default retries), as
+/// [`manifest_in`] reads a local folder's.
+pub(crate) fn manifest_beside(url: &str) -> Option<Manifest> {
+    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
+    let bytes = manifest_bytes_beside(url, Default::default(), limit)?;
+    Manifest::from_slice(&bytes, limit).ok()
 }
 
 /// True for a shard name this plan's prefix gives: `<prefix>-` six or more digits, a shard suffix.

@@ -261,7 +261,7 @@ impl DatasetClasses {
         let (mut tables, mut plain) = (Vec::new(), None);
         for (dir, shard) in dirs {
             let manifest = match crate::containers::is_remote(shard) {
-                true => remote_manifest(shard),
+                true => crate::output::manifest_beside(shard),
                 false => crate::output::manifest_in(dir),
             };
             let Some(m) = manifest else {
@@ -322,15 +322,6 @@ impl DatasetClasses {
             )
         })
     }
-}
-
-/// The manifest beside the shard at URL `shard`, if it has one and it reads (one small request,
-/// the default retries).
-fn remote_manifest(shard: &str) -> Option<shardtool_manifest::Manifest> {
-    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
-    let (folder, _) = shardtool_cache::RemoteFolder::connect(shard, Default::default()).ok()?;
-    let bytes = folder.read(shardtool_manifest::FILE_NAME, limit).ok()??;
-    shardtool_manifest::Manifest::from_slice(&bytes, limit).ok()
 }
 
 /// The folder of a shard (a URL's too: its text up to the last `/`).
