@@ -62,6 +62,11 @@ impl RemoteFolder {
         self.remote.list()
     }
 
+    /// The files directly in the folder, not in its subfolders: names and sizes, sorted by name.
+    pub fn list_top(&self) -> Result<Vec<(String, u64)>, CacheError> {
+        self.remote.list_top()
+    }
+
     /// Fetches `name` into `file` (empty), refusing objects over `limit` bytes before reading
     /// them; returns its size and entity tag (when the server gives one).
     pub fn fetch(

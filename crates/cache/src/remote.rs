@@ -355,7 +355,8 @@ impl Remote {
                                 && http_status(&e.message) == Some(403) =>
                         {
                             out.clear();
-                            self.list_by_folder(prefix.as_ref(), base, &mut out).await
+                            self.list_by_folder(prefix.as_ref(), base, &mut out, true)
+                                .await
                         }
                         r => r,
                     };
@@ -386,6 +387,23 @@ impl Remote {
         Ok(out)
     }
 
+    /// The objects directly in the folder, not in its subfolders: their names and sizes, sorted
+    /// by name. One listing of the folder however many objects lie below it.
+    pub fn list_top(&self) -> Result<Vec<(String, u64)>, CacheError> {
+        let prefix = (!self.prefix.is_empty()).then(|| store_path(&self.prefix));
+        let base = &self.listed_base;
+        let (_, mut out) = self.with_retries("", (), |()| {
+            let prefix = prefix.clone();
+            async move {
+                let mut out = Vec::new();
+                let r = (self.list_by_folder(prefix.as_ref(), base, &mut out, false)).await;
+                ((), r.map(|()| out))
+            }
+        })?;
+        out.sort();
+        Ok(out)
+    }
+
     /// Lists every object under `prefix` in one listing (for WebDAV, a PROPFIND of depth
     /// infinity) into `out`: names relative to `base`, and sizes.
     async fn list_deep(
@@ -407,12 +425,13 @@ impl Remote {
     }
 
     /// [`Remote::list_deep`] one folder at a time (PROPFIND of depth 1), for servers that
-    /// refuse the deep listing.
+    /// refuse the deep listing; with `recurse` off, only the objects directly in `prefix`.
     async fn list_by_folder(
         &self,
         prefix: Option<&StorePath>,
         base: &str,
         out: &mut Vec<(String, u64)>,
+        recurse: bool,
     ) -> Result<(), AttemptError> {
         // Listed folders are named from the server's root, the store's paths from the folder:
         // a listed folder below it is listed in turn, by its parts past `base`'s.
@@ -431,6 +450,9 @@ impl Remote {
                 .map_err(|_| AttemptError::retry("listing stalled"))?
                 .map_err(classify)?;
             out.extend(listing.objects.iter().map(|meta| listed(meta, base)));
+            if !recurse {
+                break;
+            }
             // (The folder itself is among the listed ones: it is not below it.)
             for sub in listing.common_prefixes {
                 let parts: Vec<_> = sub.parts().collect();

@@ -345,5 +345,9 @@ fn a_webdav_folder_lists_whole_where_the_server_refuses_deep_listings() {
         let policy = options(root.path()).policy;
         let (folder, _) = RemoteFolder::connect(&server.url("data/"), policy).unwrap();
         assert_eq!(folder.list().unwrap(), want);
+        // Only the folder's own objects, in one listing of it.
+        assert_eq!(folder.list_top().unwrap(), want[..1]);
+        let (sub, _) = RemoteFolder::connect(&server.url("data/sub/"), Default::default()).unwrap();
+        assert_eq!(sub.list_top().unwrap(), [("b.tar".to_string(), 101)]);
     }
 }

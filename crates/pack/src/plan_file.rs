@@ -226,7 +226,7 @@ impl OutputLock {
     /// Takes the shared lock on a local `output` that exists (none on an object-store output,
     /// or when it is no folder: what runs next says what is missing).
     pub(crate) fn share(output: &Path) -> Result<Self, PackError> {
-        // A `file://` output is its folder's: without it, the lock was not taken at all.
+        // A `file://` output is locked as its folder is.
         let file = match std::fs::File::open(crate::store::local_path(output)) {
             Ok(dir) if !crate::store::is_remote(output) => {
                 Self::lock(dir, output, std::fs::File::try_lock_shared)?

@@ -134,9 +134,12 @@ impl Store {
             Store::Local(root) => {
                 let path = root.join(name);
                 let write = || {
-                    let mut f = locked_temporary(&path)?;
+                    let (mut f, held) = locked_temporary(&path)?;
                     std::io::Write::write_all(&mut f, bytes)?;
-                    f.commit()
+                    f.commit()?;
+                    // Held past the rename: `commit` closes its own handle first.
+                    drop(held);
+                    Ok(())
                 };
                 write().map_err(|e| PackError::io(path, e))
             }
@@ -234,8 +237,7 @@ impl Store {
         Ok(path)
     }
 
-    /// The names (`dir/…`) of the files in folder `dir` of the output (an object store's
-    /// listing holds those below it too).
+    /// The names (`dir/…`) of the files directly in folder `dir` of the output.
     pub(crate) fn list_under(&self, dir: &str) -> Result<Vec<String>, PackError> {
         match self {
             Store::Local(root) => {
@@ -249,11 +251,12 @@ impl Store {
                 Ok(out)
             }
             Store::Remote { url, .. } => {
-                // A folder of its own: the output's listing would walk every shard.
+                // Only the objects directly in it: its subfolders (a done record per shard) and
+                // the output (every shard) are not walked.
                 let sub = format!("{url}{dir}/");
                 let (folder, _) = RemoteFolder::connect(&sub, Default::default())
                     .map_err(|e| self.remote_error(e))?;
-                let listed = folder.list().map_err(|e| self.remote_error(e))?;
+                let listed = folder.list_top().map_err(|e| self.remote_error(e))?;
                 Ok(listed
                     .into_iter()
                     .map(|(n, _)| format!("{dir}/{n}"))
@@ -342,17 +345,22 @@ fn each_on<T: Send>(
     Ok(done)
 }
 
-/// A temporary file for `dest`, locked for as long as it lives. A merge may have removed it
-/// between its making and its locking (it was not locked then): then another is made.
-fn locked_temporary(dest: &Path) -> std::io::Result<AtomicFile> {
+/// A temporary file for `dest` and a second handle on it that holds its lock until dropped
+/// (keep it past the commit's rename). A merge may have removed the file between its making and
+/// its locking (it was not locked then): then another is made. Where the file system has no
+/// locks (NFS without lockd, Lustre without `flock`) the file is written unlocked, as merges
+/// there leave every temporary file be.
+fn locked_temporary(dest: &Path) -> std::io::Result<(AtomicFile, Option<std::fs::File>)> {
     use std::os::unix::fs::MetadataExt;
     loop {
         let f = AtomicFile::create(dest)?;
         let held = f.clone_file()?;
-        held.lock()?;
+        if held.lock().is_err() {
+            return Ok((f, None));
+        }
         let (ours, named) = (held.metadata()?, std::fs::metadata(f.temp_path()));
         if named.is_ok_and(|n| (n.dev(), n.ino()) == (ours.dev(), ours.ino())) {
-            return Ok(f);
+            return Ok((f, Some(held)));
         }
     }
 }
