@@ -742,9 +742,10 @@ def test_pack_parquet_files_agree_on_their_label_and_text_columns(
         shardtool.pack(captions, tmp_path / "asked", resize="shorter:16")
 
 
-def test_pack_parquet_carries_nanosecond_timestamps_as_text(tmp_path: Path) -> None:
+def test_pack_parquet_carries_nanosecond_timestamps_as_text_and_half_floats_as_numbers(tmp_path: Path) -> None:
     import datetime
 
+    import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -756,6 +757,8 @@ def test_pack_parquet_carries_nanosecond_timestamps_as_text(tmp_path: Path) -> N
             "taken": pa.array([1_700_000_000_000_000_155, -1], pa.timestamp("ns")),
             "at": pa.array([3_723_000_000_042, 0], pa.time64("ns")),
             "when": pa.array([datetime.datetime(2024, 1, 2, 3, 4, 5, 6)] * 2, pa.timestamp("us")),
+            # Half floats are numbers, as every other float column (NaN as null).
+            "half": pa.array([np.float16(1.5), np.float16("nan")], pa.float16()),
         }
     )
     src = tmp_path / "rows.parquet"
@@ -766,3 +769,4 @@ def test_pack_parquet_carries_nanosecond_timestamps_as_text(tmp_path: Path) -> N
     assert [m["at"] for m in got] == ["01:02:03.000000042", "00:00:00.000000000"]
     # Micros as the record API writes them, for comparison.
     assert got[0]["when"] == "2024-01-02 03:04:05.000006 +00:00"
+    assert [m["half"] for m in got] == [1.5, None]

@@ -107,7 +107,9 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
         columns: serde_json::Map::new(),
         fields: Vec::new(),
     };
-    for (name, field) in row.get_column_iter() {
+    for (i, (name, field)) in row.get_column_iter().enumerate() {
+        // Rows give the columns in the schema's order: the i-th is the i-th worked out.
+        let kind = chosen.columns.get(i).filter(|c| c.name == *name);
         if *name == chosen.image {
             match field {
                 Field::Bytes(b) if !chosen.image_struct => p.image = Some(b.data()),
@@ -163,9 +165,7 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                 // `choose` takes only string and binary columns as text.
                 _ => None,
             };
-        } else if let (Some((_, time)), Field::Long(v)) =
-            (chosen.nanos.iter().find(|(n, _)| n == name), field)
-        {
+        } else if let (Some(time), Field::Long(v)) = (kind.and_then(|k| k.nanos), field) {
             let text = match time {
                 true => values::time_nanos(*v),
                 false => values::timestamp_nanos(*v),
@@ -173,18 +173,17 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
             p.columns
                 .insert(name.clone(), serde_json::Value::String(text));
         } else {
-            let string = chosen.strings.contains(name);
+            let string = kind.is_some_and(|k| k.string);
             match values::carried(field, string) {
                 values::Carried::Json(v) => {
                     p.columns.insert(name.clone(), v);
                 }
                 values::Carried::Field { ext, bytes, rest } => {
                     // Two columns named alike (`Mask`, `mask`) keep a field each, numbered by
-                    // their order among the columns (null or not): `Chosen::field_bases`.
-                    let base = (chosen.field_bases.iter()).find(|(n, _)| n == name);
-                    let base = base.map_or_else(
+                    // their order among the columns (null or not): `ColumnKind::base`.
+                    let base = kind.map_or_else(
                         || values::field_bases(std::iter::once(name.as_str())).swap_remove(0),
-                        |(_, b)| b.clone(),
+                        |k| k.base.clone(),
                     );
                     let field_name = format!("{base}.{ext}");
                     if let Some(rest) = rest.filter(|r| r.as_object().is_none_or(|o| !o.is_empty()))
@@ -221,7 +220,6 @@ fn float_label(v: f64, bad: &mut Option<String>) -> Option<RowLabel<i128, String
     None
 }
 
-/// Fetches file `index` (a path or URL) and reads its footer: columns, class names, row groups.
 /// Makes every file read the same label and text columns: a file whose features lack the
 /// `ClassLabel` another file's declare (re-saved by a tool that drops them) reads that column;
 /// then files that still read two columns (captions from `caption` here and `text` there) are
@@ -241,7 +239,7 @@ fn agree_on_columns(
                 continue;
             };
             if c.label.is_none() && !c.label_left {
-                // Chosen again from the footer already read (a URL is not fetched twice).
+                // Chosen again from the footer already read (a URL is fetched once).
                 let fields = meta
                     .file_metadata()
                     .schema_descr()
@@ -282,7 +280,8 @@ fn agree_on_columns(
     Ok(())
 }
 
-/// Opens file `name`: its footer, and the columns chosen for it.
+/// Opens file `index`, `name` (a path, or a URL fetched first): its footer (columns, class
+/// names, row groups), and the columns chosen for it.
 fn open_file(name: &str, index: usize, options: &ListOptions) -> Opened {
     let mut out = Opened {
         fetched: None,

@@ -23,15 +23,23 @@ pub(super) struct Chosen {
     pub(super) text: Option<String>,
     /// Which `--drop-column`s the file has (bits of their places in the list).
     pub(super) dropped: u64,
-    /// The string columns: read as bytes (a row group holding a value that is not UTF-8),
-    /// their UTF-8 values stay text. Other binary columns are bytes in every row.
-    pub(super) strings: Vec<String>,
-    /// The timestamp (`false`) and time (`true`) columns in nanoseconds, which rows give as
+    /// What each column read is, in the order rows give them.
+    pub(super) columns: Vec<ColumnKind>,
+}
+
+/// How a column is carried, worked out once a file rather than for every row.
+#[derive(Clone)]
+pub(super) struct ColumnKind {
+    pub(super) name: String,
+    /// A string column: read as bytes (a row group holding a value that is not UTF-8), its
+    /// UTF-8 values stay text. Other binary columns are bytes in every row.
+    pub(super) string: bool,
+    /// A timestamp (`Some(false)`) or time (`Some(true)`) in nanoseconds, which rows give as
     /// bare integers (pandas writes `datetime64[ns]`): carried as text, as the others are.
-    pub(super) nanos: Vec<(String, bool)>,
-    /// Each column's field name less its `.ext` (`values::field_bases`): from the column names
-    /// alone, once a file, so a column's field is named alike in every row.
-    pub(super) field_bases: Vec<(String, String)>,
+    pub(super) nanos: Option<bool>,
+    /// Its field name less the `.ext` (`values::field_bases`): from the column names alone, so
+    /// a column's field is named alike in every row and two columns named alike apart.
+    pub(super) base: String,
 }
 
 /// Whether `t` is a timestamp (`Some(false)`) or time (`Some(true)`) in nanoseconds.
@@ -156,16 +164,14 @@ pub(super) fn choose(
         label_left,
         text: text.map(|t| t.name().to_string()),
         dropped,
-        strings: (fields.iter())
-            .filter(|f| is_string(f))
-            .map(|f| f.name().to_string())
-            .collect(),
-        nanos: (fields.iter())
-            .filter(|f| f.is_primitive())
-            .filter_map(|f| Some((f.name().to_string(), nanos_kind(f)?)))
-            .collect(),
-        field_bases: (fields.iter().map(|f| f.name().to_string()))
+        columns: (fields.iter())
             .zip(super::values::field_bases(fields.iter().map(|f| f.name())))
+            .map(|(f, base)| ColumnKind {
+                name: f.name().to_string(),
+                string: is_string(f),
+                nanos: f.is_primitive().then(|| nanos_kind(f)).flatten(),
+                base,
+            })
             .collect(),
     })
 }

@@ -163,14 +163,15 @@ pub(crate) fn json(f: &Field) -> V {
             .and_then(serde_json::Number::from_f64)
             .map_or(V::Null, V::Number),
         Field::Double(v) => serde_json::Number::from_f64(*v).map_or(V::Null, V::Number),
+        // Every half-precision value is exactly a double; NaN and infinities have no JSON number.
+        Field::Float16(v) => serde_json::Number::from_f64(v.to_f64()).map_or(V::Null, V::Number),
         Field::Str(s) => V::String(s.clone()),
         Field::Date(_)
         | Field::TimeMillis(_)
         | Field::TimeMicros(_)
         | Field::TimestampMillis(_)
         | Field::TimestampMicros(_)
-        | Field::Decimal(_)
-        | Field::Float16(_) => V::String(f.to_string()),
+        | Field::Decimal(_) => V::String(f.to_string()),
         Field::Bytes(b) => match std::str::from_utf8(b.data()) {
             Ok(text) => V::String(text.into()),
             Err(_) => V::String(base64(b.data())),
