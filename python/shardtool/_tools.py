@@ -85,7 +85,9 @@ def pack(
     ``"list"``, ``"wds"`` or ``"parquet"`` (a pattern of names without ``.tar`` or ``.parquet``
     needs it). ``image_column``, ``label_column`` and ``text_column`` name the list or Parquet
     columns holding the image (for a list, its path), the label (an integer or class name) and
-    the text carried as each sample's ``.txt``; by default ``image`` (list: ``path``), ``label``
+    the text carried as each sample's ``.txt``; by default ``image`` (list: ``path``, or
+    ``file_name`` in a list with no ``path`` column, as a Hugging Face imagefolder's
+    ``metadata.jsonl``, which a folder holding one at its top is packed by), ``label``
     and ``text`` (Parquet: ``text``, then ``caption``). ``drop_columns`` names list or Parquet
     columns to leave out as if the input lacked them (case ignored): not carried into ``.json``
     or as fields, never chosen by default (drop ``"label"`` for an unlabelled dataset); Parquet

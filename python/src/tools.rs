@@ -181,7 +181,8 @@ pub fn pack(
         label: label_column,
         text: text_column,
         drop: drop_columns.unwrap_or_default(),
-    };
+    }
+    .for_source(&plan.source);
     let t = &mut plan.transform;
     t.resize = resize
         .parse()

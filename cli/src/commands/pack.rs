@@ -55,7 +55,8 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         label: a.label_column,
         text: a.text_column,
         drop: a.drop_column,
-    };
+    }
+    .for_source(&plan.source);
     let t = &mut plan.transform;
     t.resize = a
         .resize

@@ -644,44 +644,129 @@ fn an_earlier_pack_inside_a_webdataset_folder_is_not_more_of_its_shards() {
 }
 
 /// The Hugging Face imagefolder: images beside a `metadata.jsonl` naming them with captions.
-/// As an ImageFolder the captions were dropped silently (one class, `train`): asked now, and
-/// the metadata file itself packs as a list.
+/// As an ImageFolder the captions were dropped silently (one class, `train`): its folder packs
+/// as that list now, an image no row names is a failed input, and a repository whose splits
+/// each hold one is asked about.
 #[test]
-fn a_hugging_face_imagefolder_with_metadata_is_asked_about_and_packs_as_its_list() {
+fn a_hugging_face_imagefolder_packs_by_its_metadata_and_reports_unlisted_images() {
     let t = tempdir();
     let repo = t.path().join("repo");
     let train = repo.join("train");
     jpeg_folder(&train, 3, 24, 16);
     // (`jpeg_folder` writes them under `c/`: HF's file names may hold a folder too.)
-    let names: Vec<String> = (std::fs::read_dir(train.join("c")).unwrap())
+    let mut names: Vec<String> = (std::fs::read_dir(train.join("c")).unwrap())
         .map(|e| format!("c/{}", e.unwrap().file_name().to_string_lossy()))
         .collect();
-    let rows: Vec<String> = (names.iter())
-        .map(|n| format!("{{\"file_name\": \"{n}\", \"text\": \"a caption of {n}\"}}"))
+    names.sort();
+    let caption = |n: &str| format!("a caption of {n}");
+    let rows: Vec<String> = (names.iter().skip(1))
+        .map(|n| format!("{{\"file_name\": \"./{n}\", \"text\": \"{}\"}}", caption(n)))
         .collect();
     write_file(train.join("metadata.jsonl"), rows.join("\n") + "\n");
+    write_file(train.join("README.md"), "about");
     let r = pack(&repo, t.path().join("asked")).run();
     r.assert_code(2);
     assert!(
         r.stderr.contains("imagefolder's metadata")
-            && r.stderr.contains("--image-column file_name"),
+            && r.stderr
+                .contains(&format!("pack its folder, {}", train.display())),
         "{}",
         r.stderr
     );
-    let list = t.path().join("list");
-    pack(train.join("metadata.jsonl"), &list)
-        .args(["--image-column", "file_name", "-q"])
-        .ok();
-    let m = manifest(&list);
-    assert_eq!(m.totals.samples as usize, names.len());
-    assert!(
-        m.fields.iter().any(|f| f == "txt"),
-        "the captions: {:?}",
-        m.fields
-    );
-    Cmd::new(["verify"]).arg(&list).ok();
+    for (input, out) in [
+        (train.clone(), "folder"),
+        (train.join("metadata.jsonl"), "file"),
+    ] {
+        let out = t.path().join(out);
+        pack(&input, &out).args(["-q"]).ok();
+        let m = manifest(&out);
+        assert_eq!(m.totals.samples as usize, names.len() - 1, "{out:?}");
+        assert_eq!(
+            (m.inputs.found as usize, m.inputs.failed, m.inputs.ignored),
+            (names.len(), 1, 1)
+        );
+        let errs = errors(&out);
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].kind, "unlisted");
+        assert!(errs[0].path.ends_with(&names[0]), "{errs:?}");
+        // Each caption travels with its own image; the file name is the image, not metadata.
+        let mut seen = Vec::new();
+        for entry in &m.shards {
+            let bytes = shard_bytes(&out, entry);
+            let (samples, err) = shardtool_wds::group_samples(&bytes);
+            assert!(err.is_none());
+            for s in samples {
+                let json: serde_json::Value =
+                    serde_json::from_slice(s.get("json").unwrap()).unwrap();
+                let source = json["source"].as_str().unwrap().trim_start_matches("./");
+                assert!(json.get("file_name").is_none(), "{json}");
+                assert_eq!(s.get("txt").unwrap(), caption(source).as_bytes());
+                seen.push(source.to_string());
+            }
+        }
+        seen.sort();
+        assert_eq!(seen, names[1..]);
+        Cmd::new(["verify"]).arg(&out).ok();
+    }
     // Asked for by name, the folders are the classes, the metadata left out.
     pack(&train, t.path().join("folders"))
         .args(["--input-format", "imagefolder", "-q"])
         .ok();
+    assert_eq!(manifest(&t.path().join("folders")).classes, ["c"]);
+}
+
+/// A re-pack of a labelled shardtool dataset with plain WebDataset shards (no manifest beside
+/// them): those that carry no labels (captions from elsewhere) come unlabelled, the dataset
+/// keeping its class names; a plain shard's label numbers a class no manifest names, so its
+/// sample fails, naming why.
+#[test]
+fn a_repack_with_plain_shards_packs_the_unlabelled_and_fails_the_labelled() {
+    let t = tempdir();
+    jpeg_folder(&t.path().join("imgs"), 3, 24, 16);
+    pack(t.path().join("imgs"), t.path().join("a"))
+        .args(["-q"])
+        .ok();
+    let rows: Vec<String> = (0..2)
+        .map(|i| {
+            t.path()
+                .join(format!("imgs/c/{i}.jpg"))
+                .display()
+                .to_string()
+        })
+        .collect();
+    write_file(
+        t.path().join("u.csv"),
+        format!("path\n{}\n", rows.join("\n")),
+    );
+    pack_list(t.path().join("u.csv"), t.path().join("u"))
+        .args(["-q"])
+        .ok();
+    for (from, to) in [("u", "plain"), ("a", "loose")] {
+        std::fs::create_dir(t.path().join(to)).unwrap();
+        for s in &manifest(&t.path().join(from)).shards {
+            let file = |d: &str| t.path().join(d).join(&s.file);
+            std::fs::copy(file(from), file(to)).unwrap();
+        }
+    }
+    // (The same images packed twice have the same keys: numbered afresh.)
+    let out = t.path().join("out");
+    pack(
+        format!("{}/{{a,plain,loose}}/*.tar", t.path().display()),
+        &out,
+    )
+    .args(["--input-format", "wds", "--keys", "index", "-q"])
+    .ok();
+    let m = manifest(&out);
+    assert_eq!((m.totals.samples, m.inputs.failed), (5, 3));
+    assert_eq!(m.classes, ["c"]);
+    let samples = wds_samples(&out);
+    assert_eq!(samples.iter().filter(|s| s.cls < 0).count(), 2);
+    assert_eq!(samples.iter().filter(|s| s.cls == 0).count(), 3);
+    let errs = errors(&out);
+    assert!(
+        errs.iter().all(|e| e.kind == "bad_label"
+            && e.path.contains("loose")
+            && e.message.contains("pack them apart")),
+        "{errs:?}"
+    );
 }

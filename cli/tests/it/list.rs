@@ -367,11 +367,14 @@ fn unusable_lists_are_usage_errors() {
 imgs/0.png,3
 ",
     );
-    let r = pack_list(data.join("both.csv"), t.path().join("both"))
-        .args(["--label-column", "c", "--text-column", "c"])
-        .run();
-    r.assert_code(2);
-    assert!(r.stderr.contains("both name the column c"), "{}", r.stderr);
+    // A list's columns are found ignoring case: `C` and `c` are one column too.
+    for text in ["c", "C"] {
+        let r = pack_list(data.join("both.csv"), t.path().join("both"))
+            .args(["--label-column", "c", "--text-column", text])
+            .run();
+        r.assert_code(2);
+        assert!(r.stderr.contains("both name the column c"), "{}", r.stderr);
+    }
 }
 
 #[test]

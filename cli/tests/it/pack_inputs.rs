@@ -760,17 +760,6 @@ fn a_repack_of_datasets_with_other_class_tables_maps_labels_by_name() {
     }
     assert_eq!(samples.iter().filter(|s| s.cls < 0).count(), rows.len());
     verify_ok(&both);
-    // Shards of no dataset beside them: their labels are numbers of unknown classes, refused.
-    let loose = t.path().join("loose");
-    std::fs::create_dir(&loose).unwrap();
-    let shard = &manifest(&t.path().join("a")).shards[0].file;
-    std::fs::copy(t.path().join("a").join(shard), loose.join(shard)).unwrap();
-    let mixed = format!("{}/{{b,loose}}/*.tar", t.path().display());
-    let r = pack(&mixed, t.path().join("mixed"))
-        .args(["--input-format", "wds"])
-        .run();
-    r.assert_code(2);
-    assert!(r.stderr.contains("pack them apart"), "{}", r.stderr);
 }
 
 #[test]

@@ -597,10 +597,11 @@ pub fn resolve_input(
                         _ => {}
                     }
                 }
-                if let Some(why) = crate::splits::imagefolder_metadata(dir) {
-                    return Err(bad_input(arg, &why));
+                match crate::splits::imagefolder_metadata(dir) {
+                    Ok(Some(metadata)) => Ok(S::List(metadata)),
+                    Ok(None) => Ok(S::Folder(dir.to_path_buf())),
+                    Err(why) => Err(bad_input(arg, &why)),
                 }
-                Ok(S::Folder(dir.to_path_buf()))
             }
         };
     }

@@ -116,6 +116,113 @@ impl<'a> ListColumns<'a> {
     }
 }
 
+/// The image column of a Hugging Face imagefolder's `metadata.jsonl` or `.csv`.
+pub(crate) const HF_IMAGE_COLUMN: &str = "file_name";
+
+/// Whether the list `file`'s header (CSV) or first row (JSONL) names a `file_name` column and
+/// no `path` one: a Hugging Face imagefolder's metadata, whose images are named by `file_name`.
+/// A file that cannot be read says no (listing it reports why).
+pub(crate) fn names_file_not_path(file: &Path) -> bool {
+    use std::io::Read;
+    // A header or first row longer than this is no imagefolder's metadata.
+    const PEEK: u64 = 1 << 20;
+    if crate::sample_read::not_regular(file) {
+        return false;
+    }
+    let mut text = Vec::new();
+    let read = std::fs::File::open(file).and_then(|f| f.take(PEEK).read_to_end(&mut text));
+    if read.is_err() {
+        return false;
+    }
+    let names: Vec<String> = match file.extension().and_then(OsStr::to_str) {
+        Some(e) if e.eq_ignore_ascii_case("csv") => {
+            let mut rdr = csv::ReaderBuilder::new()
+                .flexible(true)
+                .from_reader(&text[..]);
+            match rdr.headers() {
+                Ok(h) => h.iter().map(|n| n.trim().to_string()).collect(),
+                Err(_) => return false,
+            }
+        }
+        _ => {
+            let first = (text.split(|&b| b == b'\n')).find(|l| !l.trim_ascii().is_empty());
+            match first.and_then(|l| serde_json::from_slice::<Members>(l).ok()) {
+                Some(m) => m.0.into_iter().map(|(n, _)| n).collect(),
+                None => return false,
+            }
+        }
+    };
+    let has = |c: &str| names.iter().any(|n| n.eq_ignore_ascii_case(c));
+    has(HF_IMAGE_COLUMN) && !has("path")
+}
+
+/// Whether `file` is a Hugging Face imagefolder's metadata file by its name.
+pub(crate) fn is_imagefolder_metadata(file: &Path) -> bool {
+    file.file_name()
+        .is_some_and(|n| n == "metadata.jsonl" || n == "metadata.csv")
+}
+
+/// For a Hugging Face imagefolder's metadata `file`, listed in `listing`: each image in its
+/// folder and below that no row names is a failed input (`unlisted`), as the `datasets`
+/// library refuses such an image; other files count as ignored. Subfolders with their own
+/// metadata file (another split), hidden entries, links to folders, `exclude` (the output) and
+/// earlier packs are not searched.
+pub(crate) fn unlisted_images(file: &Path, listing: &mut Listing, exclude: Option<&Path>) {
+    use std::collections::HashSet;
+    use std::path::Component;
+    let base = file.parent().unwrap_or(Path::new("."));
+    // Paths compared lexically (`./a.jpg` is `a.jpg`), by a 64-bit hash each: a million rows
+    // take 8 MB, not their paths.
+    let key = |p: &Path| {
+        let mut bytes = Vec::new();
+        for c in p.components().filter(|c| *c != Component::CurDir) {
+            bytes.extend_from_slice(c.as_os_str().as_encoded_bytes());
+            bytes.push(0);
+        }
+        shardtool_core::Checksum::of(&bytes).0
+    };
+    let listed: HashSet<u64> = (listing.inputs.iter())
+        .map(|i| key(&listing.origin.resolve(&i)))
+        .collect();
+    let exclude = exclude.and_then(|p| std::fs::canonicalize(p).ok());
+    let mut stack = vec![(base.to_path_buf(), 0usize)];
+    while let Some((dir, depth)) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut names: Vec<_> = entries.flatten().collect();
+        names.sort_by_key(|e| e.file_name());
+        for e in names {
+            let (name, path) = (e.file_name(), e.path());
+            if crate::imagefolder::is_hidden(&name) || path == file {
+                continue;
+            }
+            let Ok(kind) = e.file_type() else { continue };
+            if kind.is_dir() {
+                let own = ["metadata.jsonl", "metadata.csv"]
+                    .iter()
+                    .any(|m| path.join(m).is_file());
+                let output = exclude.is_some() && std::fs::canonicalize(&path).ok() == exclude;
+                if depth < 64 && !own && !output && !crate::output::holds_a_pack(&path) {
+                    stack.push((path, depth + 1));
+                }
+            } else if !crate::imagefolder::has_image_extension(&path) {
+                listing.ignored += 1;
+            } else if !listed.contains(&key(&path)) {
+                listing.errors.push(failure(
+                    path.display().to_string(),
+                    "unlisted",
+                    format!(
+                        "an image that no row of {} names in its {HF_IMAGE_COLUMN} column: not \
+                         packed (add its row, or move it out of the folder)",
+                        file.display()
+                    ),
+                ));
+            }
+        }
+    }
+}
+
 /// How a list file is parsed. Rows are streamed to a callback twice (once to learn the labels,
 /// once to store the inputs) rather than collected: a list of millions of rows would otherwise
 /// hold every row's strings at once.

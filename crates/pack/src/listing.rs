@@ -47,6 +47,18 @@ pub struct Columns {
 pub const MAX_DROPPED_COLUMNS: usize = 64;
 
 impl Columns {
+    /// These columns for `source`: a list whose header or first row names `file_name` and no
+    /// `path` (a Hugging Face imagefolder's `metadata.jsonl` or `.csv`) reads its images from
+    /// `file_name` unless an image column is given.
+    pub fn for_source(mut self, source: &InputSource) -> Self {
+        if let (None, InputSource::List(file)) = (&self.image, source) {
+            if crate::list_file::names_file_not_path(file) {
+                self.image = Some(crate::list_file::HF_IMAGE_COLUMN.into());
+            }
+        }
+        self
+    }
+
     /// Whether `name` is dropped (names compared ignoring ASCII case, as list columns are).
     pub(crate) fn is_dropped(&self, name: &str) -> bool {
         self.drop.iter().any(|d| d.eq_ignore_ascii_case(name))
@@ -90,9 +102,13 @@ impl Columns {
                 return Err(format!("--drop-column {n}: it is the column {flag} names"));
             }
         }
-        // One column, two roles: it would be the label, and the text silently none.
+        // One column, two roles: it would be the label, and the text silently none. (A list's
+        // columns are found ignoring case; a Parquet file's by their exact names.)
+        let same = |x: &str, y: &str| x == y || (list && x.eq_ignore_ascii_case(y));
         for (i, (a, x)) in named.iter().enumerate() {
-            if let Some((b, _)) = named[i + 1..].iter().find(|(_, y)| x.is_some() && x == y) {
+            let twice =
+                |(_, y): &&(&str, Option<&str>)| matches!((x, y), (Some(x), Some(y)) if same(x, y));
+            if let Some((b, _)) = named[i + 1..].iter().find(twice) {
                 return Err(format!(
                     "{a} and {b} both name the column {}: give each role its own column",
                     x.unwrap_or_default()
@@ -583,7 +599,16 @@ pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listin
         InputSource::Folder(root) => {
             crate::imagefolder::list_folder(root, options.exclude.as_deref())?
         }
-        InputSource::List(file) => crate::list_file::list_file(file, &options.columns)?,
+        InputSource::List(file) => {
+            let mut l = crate::list_file::list_file(file, &options.columns)?;
+            let named_by = options.columns.image.as_deref();
+            if crate::list_file::is_imagefolder_metadata(file)
+                && named_by == Some(crate::list_file::HF_IMAGE_COLUMN)
+            {
+                crate::list_file::unlisted_images(file, &mut l, options.exclude.as_deref());
+            }
+            l
+        }
         InputSource::Wds(shards) => crate::wds_input::list_wds(shards, options)?,
         InputSource::Parquet(files) => crate::parquet::list_parquet(files, options)?,
     };

@@ -129,27 +129,45 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
     ))
 }
 
-/// Why folder `dir` is not packed as an ImageFolder without asking, if it holds a Hugging Face
-/// imagefolder's metadata (`metadata.jsonl` or `.csv`, at its top or in one of its folders):
-/// captions and labels by file name, which an ImageFolder would drop.
-pub(crate) fn imagefolder_metadata(dir: &std::path::Path) -> Option<String> {
-    let metadata = |d: &std::path::Path| {
+/// A Hugging Face imagefolder's metadata in folder `dir` (`metadata.jsonl` or `.csv`: captions
+/// and labels by file name, which an ImageFolder would drop): `Ok(file)` for the one at its top,
+/// which packs as a list with its images; `Err(why)` for one only in its folders (splits, packed
+/// one at a time) or both names at its top; `Ok(None)` for none.
+pub(crate) fn imagefolder_metadata(
+    dir: &std::path::Path,
+) -> Result<Option<std::path::PathBuf>, String> {
+    let metadata = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
         ["metadata.jsonl", "metadata.csv"]
             .iter()
             .map(|m| d.join(m))
-            .find(|m| m.is_file())
+            .filter(|m| m.is_file())
+            .collect()
     };
-    let m = metadata(dir).or_else(|| {
-        (std::fs::read_dir(dir).into_iter().flatten().flatten())
-            .filter(|e| e.path().is_dir())
-            .find_map(|e| metadata(&e.path()))
-    })?;
-    Some(format!(
-        "{} holds a Hugging Face imagefolder's metadata (captions, labels by file name): pack \
-         that file, a list, with --image-column file_name (one split at a time), or pass \
-         --input-format imagefolder to pack the images by their folders without it",
-        m.display()
-    ))
+    match metadata(dir).as_slice() {
+        [one] => return Ok(Some(one.clone())),
+        [a, b] => {
+            return Err(format!(
+                "{} and {} both hold a Hugging Face imagefolder's metadata: pack one of them, a \
+                 list (its images are named by file_name)",
+                a.display(),
+                b.display()
+            ))
+        }
+        _ => {}
+    }
+    let nested = (std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .filter(|e| e.path().is_dir())
+        .find_map(|e| metadata(&e.path()).into_iter().next());
+    match nested {
+        None => Ok(None),
+        Some(m) => Err(format!(
+            "{} holds a Hugging Face imagefolder's metadata (captions, labels by file name): \
+             pack its folder, {} (one split at a time), or pass --input-format imagefolder to \
+             pack the images by their folders without it",
+            m.display(),
+            m.parent().unwrap_or(dir).display()
+        )),
+    }
 }
 
 #[cfg(test)]

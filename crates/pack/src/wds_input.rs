@@ -238,10 +238,11 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
     Ok(listing)
 }
 
-/// The classes of the shardtool datasets local `shards` come from, when every shard lies in a
-/// folder whose manifest names its classes: a re-pack keeps the names rather than numbering
-/// the classes, and maps each dataset's labels to them by name, so datasets that number their
-/// classes differently do not mix them.
+/// The classes of the shardtool datasets `shards` come from, when some lie in a folder whose
+/// manifest names its classes: a re-pack keeps the names rather than numbering the classes, and
+/// maps each dataset's labels to them by name, so datasets that number their classes
+/// differently do not mix them. Shards of no dataset beside them may come unlabelled (captions);
+/// a label of theirs numbers a class no manifest names, and fails its sample.
 struct DatasetClasses {
     /// The class names: the datasets' table when they share one, else every name, sorted.
     names: Vec<String>,
@@ -250,23 +251,31 @@ struct DatasetClasses {
 }
 
 impl DatasetClasses {
-    /// `None` when no shard comes from a shardtool dataset with classes; an error when some do
-    /// and others come from no dataset (their labels are numbers of unknown classes).
+    /// `None` when no shard comes from a shardtool dataset with classes; an error when a
+    /// folder's manifest cannot be read.
     fn of(shards: &[String]) -> Result<Option<Self>, String> {
         // One shard of each folder (a URL's folder is read through it).
         let mut dirs: Vec<(&Path, &str)> =
             shards.iter().map(|s| (shard_dir(s), s.as_str())).collect();
         dirs.sort();
         dirs.dedup_by(|a, b| a.0 == b.0);
-        let (mut tables, mut plain) = (Vec::new(), None);
+        let mut tables = Vec::new();
         for (dir, shard) in dirs {
-            let manifest = match crate::containers::is_remote(shard) {
+            let remote = crate::containers::is_remote(shard);
+            let manifest = match remote {
                 true => crate::output::manifest_beside(shard),
                 false => crate::output::manifest_in(dir),
             };
             let Some(m) = manifest else {
-                let shown = shardtool_core::redact_urls(&dir.to_string_lossy()).into_owned();
-                plain = plain.or(Some(shown));
+                let path = dir.join(shardtool_manifest::FILE_NAME);
+                if !remote && path.is_file() {
+                    return Err(format!(
+                        "{} is no shardtool manifest this build can read, so the class names \
+                         of the shards beside it are unknown: repair it, or move it away to \
+                         pack them as plain WebDataset shards",
+                        path.display()
+                    ));
+                }
                 continue;
             };
             // An unlabelled dataset has no labels to map (one there is a `bad_label` line).
@@ -277,14 +286,6 @@ impl DatasetClasses {
         let Some(first) = labelled.first() else {
             return Ok(None);
         };
-        if let Some(plain) = plain {
-            return Err(format!(
-                "shards of shardtool datasets, whose manifests name their classes ({} and \
-                 beside it), and shards of no dataset ({plain}: no manifest.json), whose labels \
-                 are numbers of unknown classes, cannot be labelled alike: pack them apart",
-                first.0.display()
-            ));
-        }
         // A table naming a class twice cannot map labels by name: numbered as before.
         let repeats = |t: &Vec<String>| {
             let distinct: std::collections::BTreeSet<&String> = t.iter().collect();
@@ -313,12 +314,19 @@ impl DatasetClasses {
     /// Label `label` of a sample of `shard`, as a place in [`Self::names`].
     fn map(&self, shard: &str, label: u32) -> Result<u32, String> {
         let dir = shard_dir(shard);
-        let table = self.by_dir.get(dir).map_or(&[][..], Vec::as_slice);
+        let manifest = dir.join(shardtool_manifest::FILE_NAME);
+        let Some(table) = self.by_dir.get(dir) else {
+            return Err(format!(
+                "its label {label} numbers a class of no manifest ({} was not found), beside \
+                 shards of datasets whose manifests name their classes: pack them apart",
+                shardtool_core::redact_urls(&manifest.to_string_lossy())
+            ));
+        };
         table.get(label as usize).copied().ok_or_else(|| {
             format!(
-                "its label {label} is not one of the {} classes of {}'s manifest",
+                "its label {label} is not one of the {} classes of {}",
                 table.len(),
-                dir.join(shardtool_manifest::FILE_NAME).display()
+                manifest.display()
             )
         })
     }
