@@ -23,6 +23,7 @@ mod metrics;
 /// loader, public only for the shuffle-quality example and tests: not a stable API.
 #[doc(hidden)]
 pub mod plan;
+mod state;
 mod threads;
 mod transform;
 mod work;
@@ -33,15 +34,13 @@ pub use batch::{
 };
 pub use dataset::{Dataset, ShardView};
 pub use fields::{available_fields, check_fields};
-pub use loader::{
-    dataset_fingerprint, CorruptPolicy, Loader, LoaderBuilder, LoaderState, Next, MAX_BATCH_BYTES,
-    MAX_PREFETCH,
-};
+pub use loader::{CorruptPolicy, Loader, LoaderBuilder, Next, MAX_BATCH_BYTES, MAX_PREFETCH};
 pub use metrics::{Metrics, MetricsSource, SlowRecord, SLOW_FLOOR, SLOW_KEPT};
 pub use plan::{OrderOptions, Remainder};
 pub use shardtool_cache::{CacheMetrics, Location};
 #[cfg(feature = "remote")]
 pub use shardtool_cache::{CacheOptions, FetchPolicy};
+pub use state::{dataset_fingerprint, LoaderState};
 pub use transform::{Crop, Transform, TransformParseError, CENTER_RATIO, RRC_RATIO, RRC_SCALE};
 
 use std::path::PathBuf;

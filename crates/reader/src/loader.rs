@@ -5,6 +5,7 @@ use crate::batch::{Batch, BatchAllocator, CpuAllocator};
 use crate::dataset::Dataset;
 use crate::metrics::{Metrics, MetricsRecorder};
 use crate::plan::{per_rank, rank_order, OrderOptions};
+use crate::state::{dataset_fingerprint, LoaderState};
 use crate::transform::Transform;
 use crate::work::{worker, Msg, WorkerShared};
 use crate::ReadError;
@@ -30,37 +31,6 @@ pub enum CorruptPolicy {
     /// Leave the record out of its batch and count it in the metrics; a shard that cannot be
     /// opened or fetched at all is left out for this epoch, and its samples are counted as lost.
     Skip,
-}
-
-/// A loader position that resumes the identical sequence.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LoaderState {
-    /// State format version.
-    pub version: u32,
-    /// Identifies the dataset: XXH3 over the manifest's shard checksums.
-    pub dataset: String,
-    /// Order options.
-    pub order: OrderOptions,
-    /// Epoch.
-    pub epoch: u64,
-    /// Rank and world size.
-    pub rank: u32,
-    /// World size.
-    pub world: u32,
-    /// Batch size.
-    pub batch_size: usize,
-    /// Every batch below this index was delivered.
-    pub delivered_prefix: u64,
-    /// Batches at or above the prefix that were delivered (out-of-order delivery).
-    #[serde(default)]
-    pub delivered_extra: Vec<u64>,
-    /// A batch of which only the first `consumed` samples were used.
-    #[serde(default)]
-    pub partial: Option<(u64, usize)>,
-    /// `(index, count)`: only every `count`-th batch of the rank's plan, from `index`, is read
-    /// (one DataLoader worker's share); the other batches count as delivered.
-    #[serde(default)]
-    pub split: Option<(u32, u32)>,
 }
 
 /// What [`Loader::next_timeout`] found.
@@ -91,6 +61,7 @@ pub struct LoaderBuilder {
     flip: bool,
     drop_last: bool,
     region_decode: bool,
+    max_pixels: Option<u64>,
     corrupt: CorruptPolicy,
     resume: Option<LoaderState>,
     /// Whether the state must match the builder's order, partition and batch size.
@@ -185,6 +156,7 @@ impl LoaderBuilder {
             flip: false,
             drop_last: false,
             region_decode: true,
+            max_pixels: None,
             corrupt: CorruptPolicy::Fail,
             resume: None,
             resume_strict: false,
@@ -291,6 +263,14 @@ impl LoaderBuilder {
         self.region_decode = on;
         self
     }
+    /// The most pixels a record may decode to (default: the limit the dataset was packed under,
+    /// at least 100 million). A larger record is corrupt. Lower it for datasets from sources you
+    /// do not trust: a manifest may state a pack limit up to 2^30 pixels (3.2 GB a decode, per
+    /// worker), the most this reader decodes whatever is asked.
+    pub fn max_pixels(mut self, n: u64) -> Self {
+        self.max_pixels = Some(n);
+        self
+    }
     /// Corrupt-record policy (default fail).
     pub fn on_corrupt(mut self, p: CorruptPolicy) -> Self {
         self.corrupt = p;
@@ -373,6 +353,7 @@ impl LoaderBuilder {
         let mut skip = BTreeSet::new();
         let mut delivered_prefix = 0;
         let mut partial = None;
+        let resumed = self.resume.is_some();
         if let Some(s) = self.resume.take() {
             if s.version != 1 || s.dataset != fingerprint {
                 return Err(ReadError::BadState(
@@ -412,6 +393,22 @@ impl LoaderBuilder {
             delivered_prefix = s.delivered_prefix;
             skip.extend(s.delivered_extra.iter().copied());
             partial = s.partial;
+        }
+        if self.order.buffer == 0 || self.order.interleave == 0 {
+            let what = format!(
+                "shuffle buffer {} and interleave {}: both count samples or shards and must be \
+                 at least 1",
+                self.order.buffer, self.order.interleave
+            );
+            return Err(match resumed {
+                true => ReadError::BadState(format!("the saved state's {what}")),
+                false => ReadError::BadOptions(what),
+            });
+        }
+        if self.max_pixels == Some(0) {
+            return Err(ReadError::BadOptions(
+                "max pixels 0: no record could be decoded".into(),
+            ));
         }
         if self.prefetch > MAX_PREFETCH {
             return Err(ReadError::BadOptions(format!(
@@ -587,7 +584,10 @@ impl LoaderBuilder {
             transform: self.transform,
             flip: self.flip,
             region_decode: self.region_decode,
-            max_pixels: dataset.max_pixels(),
+            max_pixels: (self.max_pixels).map_or_else(
+                || dataset.max_pixels(),
+                |m| m.min(shardtool_core::Limits::READER_MAX_PIXELS),
+            ),
             corrupt: self.corrupt,
             allocator: self.allocator.clone(),
             fields: self.fields,
@@ -656,18 +656,6 @@ impl LoaderBuilder {
             finished: false,
         })
     }
-}
-
-/// Identifies a dataset in saved states: XXH3 over the manifest's shard names and checksums.
-pub fn dataset_fingerprint(d: &Dataset) -> String {
-    let mut text = Vec::new();
-    for s in &d.manifest.shards {
-        text.extend_from_slice(s.file.as_bytes());
-        text.push(0);
-        text.extend_from_slice(s.checksum.as_bytes());
-        text.push(0);
-    }
-    shardtool_core::Checksum::of(&text).to_string()
 }
 
 fn batch_len(total: usize, batch: usize, index: u64) -> usize {
