@@ -217,8 +217,9 @@ class Loader:
     batches only: a CUDA device raises ``RuntimeError`` at ``iter()``, naming the device.
 
     ``transform`` is what the Rust threads do to each image (default ``"decode"``, or ``"none"``
-    with ``decode=False``): ``"resize:S"`` (shorter side S), ``"center-crop:S[,ratio=R]"``
-    (evaluation: the centre square of R × the shorter side, default 0.875, resized to S×S) or
+    with ``decode=False``): ``"resize:S"`` (shorter side S, the longer truncated as
+    torchvision's ``Resize(S)``), ``"center-crop:S[,ratio=R]"`` (evaluation: the centre square
+    of R × the shorter side, default 0.875, resized to S×S) or
     ``"random-resized-crop:S[,scale=A-B][,ratio=C-D]"`` (training: torchvision's
     ``RandomResizedCrop`` rule, defaults 0.08-1 and 3/4-4/3). ``flip=True`` mirrors each crop with
     probability 0.5. Crops are a function of (seed, epoch, sample key) only, so worker counts,
@@ -242,7 +243,10 @@ class Loader:
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
     leaves unreadable records out of their batches instead of raising (``metrics()`` counts them;
     a batch may then be short, or empty: ``[0, S, S, 3]`` for a crop to S, ``[0, 0, 0, 3]`` for
-    other decoded images and packed pixels).
+    other decoded images and packed pixels). ``max_pixels`` is the most pixels a record may decode
+    to, a larger one being corrupt (default: the limit the dataset was packed under, at least
+    100 million, at most 2**30): lower it for datasets you do not trust, as each decode takes
+    3 bytes a pixel in each thread.
     Batches that could not all be held at once (workers × (prefetch + 1) + 1 of them over half the
     memory, or a container's limit) raise ``ValueError`` at ``iter()``; a batch buffer the system
     refuses later (``ulimit -v``) raises ``MemoryError``.
@@ -281,6 +285,7 @@ class Loader:
         prefetch: Optional[int] = None,
         skip_corrupt: bool = False,
         fields: Optional[Sequence[str]] = None,
+        max_pixels: Optional[int] = None,
     ) -> None:
         if not isinstance(dataset, (str, os.PathLike)):
             raise TypeError(f"dataset must be a path or URL, not {type(dataset).__name__}")
@@ -297,6 +302,7 @@ class Loader:
         epoch = _check_int("epoch", epoch, 0, maximum=2**64 - 1)
         workers = _check_int("workers", workers, 1, optional=True, maximum=4096)
         shuffle_buffer = _check_int("shuffle_buffer", shuffle_buffer, 1, optional=True, maximum=2**63 - 1)
+        max_pixels = _check_int("max_pixels", max_pixels, 1, optional=True, maximum=2**64 - 1)
         interleave = _check_int("interleave", interleave, 1, optional=True, maximum=2**63 - 1)
         prefetch = _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
         prefetch_shards = _check_int("prefetch_shards", prefetch_shards, 0, optional=True, maximum=2**32)
@@ -365,6 +371,7 @@ class Loader:
         self._interleave = interleave
         self._prefetch = prefetch
         self._skip_corrupt = skip_corrupt
+        self._max_pixels = max_pixels
         self._fields = field_names
         self._device = parsed_device
         # This process's share of the rank's batches, (index, count): set per DataLoader worker.
@@ -518,6 +525,7 @@ class Loader:
             interleave=self._interleave,
             prefetch=self._prefetch,
             skip_corrupt=self._skip_corrupt,
+            max_pixels=self.__dict__.get("_max_pixels"),
             split=self._split,
             resume=None if resume is None or resume["reader"] is None else json.dumps(resume["reader"]),
             cache_dir=self._cache_dir,
@@ -771,8 +779,11 @@ class Loader:
 
 def _manifest_stamp(dataset: str) -> Optional[Tuple[int, int, int]]:
     """The manifest of a local `dataset` (a folder or the manifest itself) as (inode, size,
-    modification time); ``None`` for a remote one or one that cannot be read."""
-    if "://" in dataset:
+    modification time); ``None`` for a remote one or one that cannot be read. A ``file://``
+    dataset is its path."""
+    if dataset[:7].lower() == "file://":
+        dataset = dataset[7:]
+    elif "://" in dataset:
         return None
     path = dataset if os.path.isfile(dataset) else os.path.join(dataset, "manifest.json")
     try:

@@ -85,6 +85,7 @@ class Reader:
         interleave: Optional[int] = None,
         prefetch: Optional[int] = None,
         skip_corrupt: bool = False,
+        max_pixels: Optional[int] = None,
         split: Optional[Tuple[int, int]] = None,
         resume: Optional[str] = None,
         cache_dir: Optional[str] = None,

@@ -313,7 +313,7 @@ impl Reader {
     #[new]
     #[pyo3(signature = (dataset, *, batch_size, seed, epoch, shuffle, rank, world_size,
         workers=None, transform="decode", flip=false, remainder="drop", drop_last=false, in_order=true, shuffle_buffer=None,
-        interleave=None, prefetch=None, skip_corrupt=false, split=None, resume=None,
+        interleave=None, prefetch=None, skip_corrupt=false, max_pixels=None, split=None, resume=None,
         cache_dir=None, cache_limit=None, fetch_timeout=None, fetch_attempts=None,
         prefetch_shards=None, fetch_concurrency=None, fields=None,
         pool=None, test_delay=None))]
@@ -338,6 +338,7 @@ impl Reader {
         interleave: Option<usize>,
         prefetch: Option<usize>,
         skip_corrupt: bool,
+        max_pixels: Option<u64>,
         split: Option<(u32, u32)>,
         resume: Option<String>,
         cache_dir: Option<PathBuf>,
@@ -396,6 +397,9 @@ impl Reader {
         }
         if let Some((i, n)) = split {
             b = b.split(i, n);
+        }
+        if let Some(n) = max_pixels {
+            b = b.max_pixels(n);
         }
         if let Some(f) = fields {
             b = b.fields(f);

@@ -199,15 +199,18 @@ def test_an_iterator_dropped_before_its_first_batch_stops_its_reader(datasets: D
 def test_len_follows_a_dataset_packed_again_between_epochs(tmp_path: Path) -> None:
     from conftest import SAMPLE
 
+    import shutil
+
     out = tmp_path / "ds"
     shardtool.pack(SAMPLE, out, resize="crop:8x8")
-    loader = shardtool.Loader(out, batch_size=4, output="numpy")
-    assert len(loader) == -(-samples(out) // 4)
+    # By path and by a file:// URL alike.
+    loaders = [shardtool.Loader(d, batch_size=4, output="numpy") for d in (out, f"file://{out}")]
+    for loader in loaders:
+        assert len(loader) == -(-samples(out) // 4)
     # Packed again with half the images: the next epoch reads the new one, and len() says so.
     half = tmp_path / "half"
     for c in sorted(SAMPLE.iterdir())[:2]:
-        import shutil
-
         shutil.copytree(c, half / c.name)
     shardtool.pack(half, out, resize="crop:8x8", overwrite=True)
-    assert len(loader) == -(-samples(out) // 4) == len(list(loader))
+    for loader in loaders:
+        assert len(loader) == -(-samples(out) // 4) == len(list(loader))

@@ -65,10 +65,40 @@ def test_dataloader_workers_get_the_same_crops(datasets: Dict[str, Path]) -> Non
     assert _by_key(dl) == direct
 
 
-def test_resize_gives_the_shorter_side(datasets: Dict[str, Path]) -> None:
-    for b in shardtool.Loader(datasets["tar_var"], batch_size=8, transform="resize:10"):
-        imgs = b["image"] if isinstance(b["image"], list) else list(b["image"])
-        assert all(min(t.shape[0], t.shape[1]) == 10 for t in imgs)
+def _sizes(dataset: Path, **options: object) -> Dict[str, tuple]:
+    return {
+        k: tuple(img.shape[:2])
+        for b in shardtool.Loader(dataset, batch_size=8, output="numpy", **options)  # type: ignore[arg-type]
+        for k, img in zip(b["key"], b["image"])
+    }
+
+
+def test_resize_gives_the_shorter_side_and_truncates_the_longer_as_torchvision(
+    datasets: Dict[str, Path],
+) -> None:
+    stored = _sizes(datasets["tar_var"])
+    resized = _sizes(datasets["tar_var"], transform="resize:10")
+    assert resized.keys() == stored.keys()
+    halves = 0
+    for k, (h, w) in stored.items():
+        # torchvision's Resize(10): the longer side is int(10 * long / short), truncated.
+        short, long = min(h, w), max(h, w)
+        want = (10, int(10 * long / short)) if h <= w else (int(10 * long / short), 10)
+        assert resized[k] == want, (k, h, w)
+        halves += (10 * long / short) % 1 >= 0.5
+    assert halves, "no size where rounding and truncating differ"
+
+
+def test_max_pixels_caps_what_a_record_decodes_to(datasets: Dict[str, Path]) -> None:
+    stored = _sizes(datasets["tar_var"])
+    largest = max(h * w for h, w in stored.values())
+    assert _sizes(datasets["tar_var"], max_pixels=largest) == stored
+    with pytest.raises(shardtool.CorruptRecordError, match=f"limit of {largest - 1} pixels"):
+        _sizes(datasets["tar_var"], max_pixels=largest - 1)
+    kept = _sizes(datasets["tar_var"], max_pixels=largest - 1, skip_corrupt=True)
+    assert kept == {k: s for k, s in stored.items() if s[0] * s[1] < largest}
+    with pytest.raises(ValueError, match="max_pixels"):
+        shardtool.Loader(datasets["tar_var"], batch_size=4, max_pixels=0)
 
 
 @pytest.mark.parametrize(

@@ -61,7 +61,8 @@ pub struct LoaderArgs {
     /// What to do to each image before batching (options after a comma may be left out):
     ///   none                  the stored bytes (tar) or pixels (packed)
     ///   decode                RGB8 at the stored size
-    ///   resize:S              shorter side S, aspect kept
+    ///   resize:S              shorter side S, aspect kept (longer side truncated, as
+    ///                         torchvision's Resize(S))
     ///   center-crop:S,ratio=R
     ///                         the centre square of R × the shorter side (default 0.875),
     ///                         resized to S×S: ImageNet evaluation
@@ -82,6 +83,11 @@ pub struct LoaderArgs {
     /// every retry (their samples are counted as lost), instead of failing.
     #[arg(long)]
     pub skip_corrupt: bool,
+    /// The most pixels a record may decode to; a larger one is corrupt (default: the limit the
+    /// dataset was packed under, at least 100000000, at most 2^30). Lower it for datasets you do
+    /// not trust: each decode takes 3 bytes a pixel, per worker.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_pixels: Option<u64>,
     #[command(flatten)]
     pub cache: crate::commands::cache::CacheArgs,
 }
@@ -138,6 +144,9 @@ impl LoaderArgs {
         }
         if let Some(k) = self.workers {
             b = b.workers(k);
+        }
+        if let Some(n) = self.max_pixels {
+            b = b.max_pixels(n);
         }
         b
     }

@@ -193,4 +193,19 @@ fn resize_of_a_thin_image_past_the_readers_limit_is_an_error_not_an_abort() {
         .output()
         .unwrap();
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    // Unless the reader is given a lower limit (a dataset it does not trust); 0 is refused.
+    for (limit, code) in [("100000000", 1), ("0", 2)] {
+        let r = bin()
+            .arg("read")
+            .arg(&wide)
+            .args(["--transform", "resize:250", "--max-pixels", limit])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(code), "{limit}: {stderr}");
+        assert!(
+            code == 2 || stderr.contains("limit of 100000000 pixels"),
+            "{stderr}"
+        );
+    }
 }

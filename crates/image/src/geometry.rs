@@ -2,7 +2,8 @@
 //! images.
 //!
 //! Rounding: a scaled side is `round(side × target / reference)` with halves rounded up, and never
-//! below 1. So 640×480 with `shorter:256` gives 341×256 (640 × 256 / 480 = 341.33).
+//! below 1. So 640×480 with `shorter:256` gives 341×256 (640 × 256 / 480 = 341.33). The reader's
+//! `resize:S` ([`Resize::ShorterTruncated`]) truncates instead, as torchvision does: 299.4 → 299.
 
 use crate::Resize;
 
@@ -31,6 +32,12 @@ fn scale(a: u32, num: u32, den: u32) -> u32 {
     v.clamp(1, u64::from(u32::MAX)) as u32
 }
 
+/// `floor(a * num / den)`, at least 1.
+fn scale_down(a: u32, num: u32, den: u32) -> u32 {
+    let v = u64::from(a) * u64::from(num) / u64::from(den);
+    v.clamp(1, u64::from(u32::MAX)) as u32
+}
+
 /// Plans the output for a `w`×`h` source (after orientation).
 pub fn plan_size(resize: Resize, upscale: bool, w: u32, h: u32) -> SizePlan {
     let whole = |width, height| SizePlan {
@@ -40,14 +47,18 @@ pub fn plan_size(resize: Resize, upscale: bool, w: u32, h: u32) -> SizePlan {
     };
     match resize {
         Resize::None => whole(w, h),
-        Resize::Shorter(n) => {
+        Resize::Shorter(n) | Resize::ShorterTruncated(n) => {
             let s = w.min(h);
+            let long = match resize {
+                Resize::Shorter(_) => scale,
+                _ => scale_down,
+            };
             if s == n || (s < n && !upscale) {
                 whole(w, h)
             } else if w <= h {
-                whole(n, scale(h, n, w))
+                whole(n, long(h, n, w))
             } else {
-                whole(scale(w, n, h), n)
+                whole(long(w, n, h), n)
             }
         }
         Resize::Longer(n) => {
@@ -140,6 +151,18 @@ mod tests {
     fn downscale_only_unless_upscale() {
         assert_eq!(size(Resize::Shorter(256), false, 200, 100), (200, 100));
         assert_eq!(size(Resize::Shorter(256), true, 200, 100), (512, 256));
+        // torchvision's Resize(224) of 300x225: int(224 * 300 / 225) = int(298.67) = 298.
+        assert_eq!(
+            size(Resize::ShorterTruncated(224), false, 300, 225),
+            (298, 224)
+        );
+        assert_eq!(size(Resize::Shorter(224), false, 300, 225), (299, 224));
+        assert_eq!(
+            size(Resize::ShorterTruncated(256), true, 100, 200),
+            (256, 512)
+        );
+        assert_eq!(size(Resize::ShorterTruncated(2), true, 1, 1000), (2, 2000));
+        assert_eq!(size(Resize::ShorterTruncated(1), false, 1000, 3), (333, 1));
         assert_eq!(size(Resize::Longer(512), false, 200, 100), (200, 100));
         assert_eq!(size(Resize::Longer(400), true, 200, 100), (400, 200));
         assert_eq!(size(Resize::Fit(400, 400), false, 200, 100), (200, 100));
@@ -163,6 +186,13 @@ mod tests {
         fn sizes_respect_their_mode(w in 1u32..5000, h in 1u32..5000, n in 1u32..2000, m in 1u32..2000, up: bool) {
             let (sw, sh) = size(Resize::Shorter(n), up, w, h);
             if up || w.min(h) > n { prop_assert_eq!(sw.min(sh), n); } else { prop_assert_eq!((sw, sh), (w, h)); }
+            let (tw, th) = size(Resize::ShorterTruncated(n), up, w, h);
+            if up || w.min(h) > n {
+                let (short, long) = (u64::from(w.min(h)), u64::from(w.max(h)));
+                let want = (u64::from(n) * long / short).max(1) as u32;
+                prop_assert_eq!((tw.min(th), tw.max(th)), (n.min(want), n.max(want)));
+                prop_assert!(tw <= sw && th <= sh);
+            } else { prop_assert_eq!((tw, th), (w, h)); }
             let (lw, lh) = size(Resize::Longer(n), up, w, h);
             if up || w.max(h) > n { prop_assert_eq!(lw.max(lh), n); } else { prop_assert_eq!((lw, lh), (w, h)); }
             let (fw, fh) = size(Resize::Fit(n, m), up, w, h);

@@ -12,6 +12,9 @@ pub enum Resize {
     None,
     /// The shorter side becomes N, aspect kept.
     Shorter(u32),
+    /// The shorter side becomes N and the longer side is truncated, not rounded, as
+    /// torchvision's `Resize(N)` computes it: the reader's `resize:N`. Not a `--resize` value.
+    ShorterTruncated(u32),
     /// The longer side becomes N, aspect kept.
     Longer(u32),
     /// The largest size that fits in W×H, aspect kept.
@@ -63,6 +66,7 @@ impl fmt::Display for Resize {
         match self {
             Resize::None => write!(f, "none"),
             Resize::Shorter(n) => write!(f, "shorter:{n}"),
+            Resize::ShorterTruncated(n) => write!(f, "shorter:{n} (longer side truncated)"),
             Resize::Longer(n) => write!(f, "longer:{n}"),
             Resize::Fit(w, h) => write!(f, "fit:{w}x{h}"),
             Resize::Crop(w, h) => write!(f, "crop:{w}x{h}"),

@@ -384,8 +384,8 @@ impl Dataset {
                         l => self.bad_label(&r.key, l),
                     }));
                 }
-                // A field asked for that the manifest says every sample has is there (a missing
-                // one came back as None, as an optional field's may).
+                // A field asked for that the manifest says every sample has is there; only an
+                // optional field's may be missing (None).
                 for (i, f) in self.fields.iter().enumerate() {
                     if !self.manifest.fields.contains(f) {
                         continue;

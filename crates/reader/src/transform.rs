@@ -14,7 +14,8 @@ pub enum Transform {
     None,
     /// Decode to RGB8 at the stored size: a batch of different shapes when images differ.
     Decode,
-    /// Decode and resize so the shorter side is exactly `size`, aspect kept.
+    /// Decode and resize so the shorter side is exactly `size`, aspect kept, the longer side
+    /// truncated as torchvision's `Resize(size)` does (300x225 to 224 gives 298x224).
     Resize {
         /// Shorter side in pixels.
         size: u32,
@@ -100,7 +101,8 @@ impl Transform {
         let (w, h) = (f64::from(width), f64::from(height));
         let (x, y, cw, ch) = match *self {
             Transform::CenterCrop { ratio, .. } => {
-                let side = ratio * w.min(h);
+                // At least one pixel: that is what a tiny ratio crops, and what `--keys` says.
+                let side = (ratio * w.min(h)).max(1.0);
                 ((w - side) / 2.0, (h - side) / 2.0, side, side)
             }
             Transform::RandomResizedCrop { scale, ratio, .. } => {
@@ -448,6 +450,10 @@ mod tests {
         .unwrap();
         assert_eq!((c.w, c.h), (224.0, 224.0));
         assert_eq!((c.x, c.y), (88.0, 16.0));
+        // A ratio too small for one pixel crops (and reports) one pixel at the centre.
+        let tiny: Transform = "center-crop:8,ratio=1e-9".parse().unwrap();
+        let c = tiny.crop(false, 0, 0, "k", 400, 256).unwrap();
+        assert_eq!((c.x, c.y, c.w, c.h), (199.5, 127.5, 1.0, 1.0));
     }
 
     #[test]

@@ -290,7 +290,7 @@ fn transform_record<'a>(
     use shardtool_image::{plan_size, Encode, Filter, Output, Resize, TransformSpec};
     let max = s.max_pixels;
     let resize = match s.transform {
-        Transform::Resize { size } => Resize::Shorter(size),
+        Transform::Resize { size } => Resize::ShorterTruncated(size),
         Transform::Decode => Resize::None,
         _ => return Ok(rec),
     };
@@ -357,8 +357,9 @@ fn reader_limit(message: &str, max: u64) -> String {
     let what = message.split(", over the limit").next().unwrap_or(message);
     format!(
         "{what}, over the reader's limit of {max} pixels a record (the pack's limit, when the \
-         dataset was packed under a larger one; resize:S of an image this thin or large; \
-         center-crop:S and random-resized-crop:S give S×S)"
+         dataset was packed under a larger one, or the max pixels given to the reader; \
+         resize:S of an image this thin or large; center-crop:S and random-resized-crop:S give \
+         S×S)"
     )
 }
 
