@@ -217,6 +217,21 @@ fn a_matching_resume_refuses_another_ranks_state_and_prefetch_is_bounded() {
     assert_eq!(rest.map(|b| b.unwrap().len()).sum::<usize>(), all - 3);
     let err = rank(0).prefetch(1 << 30).build().err().unwrap();
     assert!(matches!(err, ReadError::BadOptions(_)), "{err}");
+    // A shuffle buffer or interleave of 0, asked for or in a state, is refused (was taken as 1).
+    for err in [
+        rank(0).shuffle_buffer(0).build().err().unwrap(),
+        rank(0).interleave(0).build().err().unwrap(),
+        rank(0).max_pixels(0).build().err().unwrap(),
+    ] {
+        assert!(matches!(err, ReadError::BadOptions(_)), "{err}");
+    }
+    let mut emptied = rank(0).build().unwrap().state();
+    emptied.order.buffer = 0;
+    let err = rank(0).resume(emptied).build().err().unwrap();
+    assert!(
+        matches!(&err, ReadError::BadState(m) if m.contains("shuffle buffer 0")),
+        "{err}"
+    );
 }
 
 /// A batch put back (its consumer was interrupted as it arrived) is not in the state and comes
