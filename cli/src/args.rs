@@ -22,7 +22,9 @@ pub struct Cli {
 pub enum Command {
     /// Pack images into globally shuffled, pre-resized WebDataset tar or packed-tensor shards.
     ///
-    /// INPUT is an ImageFolder (INPUT/<class>/<image>), a CSV/JSONL list, WebDataset .tar shards
+    /// INPUT is an ImageFolder (INPUT/<class>/<image>; with a Hugging Face imagefolder's
+    /// metadata.jsonl or .csv at its top, that list and its images), a CSV/JSONL list, WebDataset
+    /// .tar shards
     /// (a folder, a file, a brace pattern like shard-{000000..000099}.tar, or a glob), or Parquet
     /// files in the Hugging Face layout (a folder, a file, a pattern); any of the last two may
     /// be http(s)://, s3:// or file:// URLs (a remote folder ends in /). The format is told
@@ -229,7 +231,9 @@ pub struct PackArgs {
     pub input_format: Option<String>,
 
     /// The Parquet column holding the image (a struct with `bytes`, or binary); default `image`,
-    /// else the first such column. For a list, the path column (default `path`).
+    /// else the first such column. For a list, the path column (default `path`, or `file_name`
+    /// in a list with no `path` column: a Hugging Face imagefolder's metadata, which a folder
+    /// holding one at its top is packed by).
     #[arg(long, value_name = "NAME")]
     pub image_column: Option<String>,
 

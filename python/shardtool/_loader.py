@@ -782,7 +782,11 @@ def _manifest_stamp(dataset: str) -> Optional[Tuple[int, int, int]]:
     modification time); ``None`` for a remote one or one that cannot be read. A ``file://``
     dataset is its path."""
     if dataset[:7].lower() == "file://":
-        dataset = dataset[7:]
+        # As the reader takes it: percent-escapes decoded, no host but this one.
+        url = urllib.parse.urlparse(dataset)
+        if url.netloc not in ("", "localhost"):
+            return None
+        dataset = urllib.parse.unquote(url.path)
     elif "://" in dataset:
         return None
     path = dataset if os.path.isfile(dataset) else os.path.join(dataset, "manifest.json")

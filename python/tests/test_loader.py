@@ -201,10 +201,13 @@ def test_len_follows_a_dataset_packed_again_between_epochs(tmp_path: Path) -> No
 
     import shutil
 
-    out = tmp_path / "ds"
+    from urllib.parse import quote
+
+    out = tmp_path / "sp ace" / "ds"
     shardtool.pack(SAMPLE, out, resize="crop:8x8")
-    # By path and by a file:// URL alike.
-    loaders = [shardtool.Loader(d, batch_size=4, output="numpy") for d in (out, f"file://{out}")]
+    # By path and by file:// URLs (escaped, naming this host) alike.
+    urls = (out, f"file://{quote(str(out))}", f"file://localhost{quote(str(out))}")
+    loaders = [shardtool.Loader(d, batch_size=4, output="numpy") for d in urls]
     for loader in loaders:
         assert len(loader) == -(-samples(out) // 4)
     # Packed again with half the images: the next epoch reads the new one, and len() says so.

@@ -742,7 +742,7 @@ def test_pack_parquet_files_agree_on_their_label_and_text_columns(
         shardtool.pack(captions, tmp_path / "asked", resize="shorter:16")
 
 
-def test_pack_parquet_carries_nanosecond_timestamps_as_text_and_half_floats_as_numbers(tmp_path: Path) -> None:
+def test_pack_parquet_carries_nanosecond_times_as_text_nested_too_and_half_floats_as_numbers(tmp_path: Path) -> None:
     import datetime
 
     import numpy as np
@@ -759,6 +759,13 @@ def test_pack_parquet_carries_nanosecond_timestamps_as_text_and_half_floats_as_n
             "when": pa.array([datetime.datetime(2024, 1, 2, 3, 4, 5, 6)] * 2, pa.timestamp("us")),
             # Half floats are numbers, as every other float column (NaN as null).
             "half": pa.array([np.float16(1.5), np.float16("nan")], pa.float16()),
+            # Inside a struct, a list and a map alike.
+            "meta": pa.array(
+                [{"at": 1_700_000_000_000_000_155, "n": 1}, {"at": None, "n": 2}],
+                pa.struct([("at", pa.timestamp("ns")), ("n", pa.int64())]),
+            ),
+            "times": pa.array([[-1, 0], []], pa.list_(pa.timestamp("ns"))),
+            "by": pa.array([[("a", 3_723_000_000_042)], []], pa.map_(pa.string(), pa.time64("ns"))),
         }
     )
     src = tmp_path / "rows.parquet"
@@ -770,3 +777,6 @@ def test_pack_parquet_carries_nanosecond_timestamps_as_text_and_half_floats_as_n
     # Micros as the record API writes them, for comparison.
     assert got[0]["when"] == "2024-01-02 03:04:05.000006 +00:00"
     assert [m["half"] for m in got] == [1.5, None]
+    assert [m["meta"] for m in got] == [{"at": "2023-11-14 22:13:20.000000155 +00:00", "n": 1}, {"at": None, "n": 2}]
+    assert [m["times"] for m in got] == [["1969-12-31 23:59:59.999999999 +00:00", "1970-01-01 00:00:00.000000000 +00:00"], []]
+    assert [m["by"] for m in got] == [{"a": "01:02:03.000000042"}, {}]

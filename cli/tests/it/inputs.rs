@@ -715,6 +715,99 @@ fn a_hugging_face_imagefolder_packs_by_its_metadata_and_reports_unlisted_images(
     assert_eq!(manifest(&t.path().join("folders")).classes, ["c"]);
 }
 
+/// A Hugging Face imagefolder's metadata, less tidy: a byte-order mark, a row naming its image
+/// through `..`, a row that fails (its image is named, so not also unlisted), the metadata file
+/// given from its own folder (`pack metadata.jsonl`), and the folder as its own output.
+#[test]
+fn a_hugging_face_imagefolder_with_odd_metadata_counts_each_image_once() {
+    let t = tempdir();
+    let hf = t.path().join("hf");
+    jpeg_folder(&hf, 4, 24, 16);
+    let rows = [
+        r#"{"file_name": "c/0.jpg", "text": "zero"}"#,
+        r#"{"file_name": "c/../c/1.jpg", "text": "one"}"#,
+        r#"{"file_name": "c/2.jpg", "text": "two", "text": "twice"}"#,
+    ];
+    write_file(
+        hf.join("metadata.jsonl"),
+        [&b"\xEF\xBB\xBF"[..], rows.join("\n").as_bytes()].concat(),
+    );
+    for (dir, input, out) in [
+        (t.path(), "hf", t.path().join("a")),
+        (hf.as_path(), "metadata.jsonl", t.path().join("b")),
+    ] {
+        pack(input, &out).current_dir(dir).args(["-q"]).ok();
+        let m = manifest(&out);
+        assert_eq!(
+            (m.totals.samples, m.inputs.found, m.inputs.failed),
+            (2, 4, 2)
+        );
+        let mut kinds: Vec<(String, String)> = (errors(&out).into_iter())
+            .map(|e| (e.kind, e.path.rsplit('/').next().unwrap().to_string()))
+            .collect();
+        kinds.sort();
+        assert_eq!(
+            kinds,
+            [
+                ("bad_list_row".to_string(), "metadata.jsonl:3".to_string()),
+                ("unlisted".to_string(), "3.jpg".to_string())
+            ]
+        );
+    }
+    let r = pack(&hf, &hf).args(["--overwrite"]).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("would take in the input"), "{}", r.stderr);
+    assert!(!hf.join("manifest.json").exists());
+
+    // A subfolder with its own metadata (not read): its images are reported, not dropped.
+    // The first row's `path` does not displace `file_name`; `Text` beside `text` is refused,
+    // as a CSV header naming a column twice is.
+    jpeg_folder(&hf.join("sub"), 2, 24, 16);
+    write_file(hf.join("sub/metadata.jsonl"), r#"{"file_name": "c/0.jpg"}"#);
+    let rows = [
+        r#"{"path": "http://x/0.jpg", "file_name": "c/0.jpg", "text": "zero"}"#,
+        r#"{"file_name": "c/1.jpg", "text": "one", "Text": "uno"}"#,
+        r#"{"file_name": "c/2.jpg", "text": "two"}"#,
+        r#"{"file_name": "c/3.jpg", "text": "three"}"#,
+    ];
+    write_file(hf.join("metadata.jsonl"), rows.join("\n"));
+    let out = t.path().join("nested");
+    pack(&hf, &out).args(["-q"]).ok();
+    let m = manifest(&out);
+    assert_eq!((m.totals.samples, m.inputs.failed), (3, 3));
+    let errs = errors(&out);
+    let nested: Vec<_> = errs.iter().filter(|e| e.path.contains("/sub/")).collect();
+    assert_eq!(nested.len(), 2, "{errs:?}");
+    assert!(nested
+        .iter()
+        .all(|e| e.kind == "unlisted" && e.message.contains("is not read")));
+    assert!(errs
+        .iter()
+        .any(|e| e.kind == "bad_list_row" && e.message.contains("`Text`")));
+    // Rows naming images of two splits' folders would mix them: refused.
+    let split = t.path().join("split");
+    jpeg_folder(&split.join("train"), 1, 24, 16);
+    jpeg_folder(&split.join("test"), 1, 24, 16);
+    write_file(
+        split.join("metadata.jsonl"),
+        "{\"file_name\": \"train/c/0.jpg\"}\n{\"file_name\": \"test/c/0.jpg\"}\n",
+    );
+    let r = pack(&split, t.path().join("mixed")).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("splits test, train"), "{}", r.stderr);
+}
+
+/// A folder whose very name holds braces is that folder, not a pattern.
+#[test]
+fn a_folder_named_with_braces_is_packed_as_named() {
+    let t = tempdir();
+    jpeg_folder(&t.path().join("d{1}"), 2, 24, 16);
+    pack(t.path().join("d{1}"), t.path().join("out"))
+        .args(["-q"])
+        .ok();
+    assert_eq!(manifest(&t.path().join("out")).totals.samples, 2);
+}
+
 /// A re-pack of a labelled shardtool dataset with plain WebDataset shards (no manifest beside
 /// them): those that carry no labels (captions from elsewhere) come unlabelled, the dataset
 /// keeping its class names; a plain shard's label numbers a class no manifest names, so its
@@ -748,6 +841,22 @@ fn a_repack_with_plain_shards_packs_the_unlabelled_and_fails_the_labelled() {
             std::fs::copy(file(from), file(to)).unwrap();
         }
     }
+    // Another tool's manifest.json leaves shards plain; one that is no JSON is refused.
+    write_file(
+        t.path().join("plain/manifest.json"),
+        r#"{"name": "captions"}"#,
+    );
+    write_file(t.path().join("broken/manifest.json"), "{not json");
+    std::fs::copy(
+        t.path().join("plain/manifest.json"),
+        t.path().join("broken/p.tar"),
+    )
+    .unwrap();
+    let r = pack(t.path().join("broken/p.tar"), t.path().join("no"))
+        .args(["--input-format", "wds"])
+        .run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("cannot be read"), "{}", r.stderr);
     // (The same images packed twice have the same keys: numbered afresh.)
     let out = t.path().join("out");
     pack(

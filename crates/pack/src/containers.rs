@@ -382,7 +382,11 @@ pub fn resolve_input(
     policy: &shardtool_cache::FetchPolicy,
 ) -> Result<crate::InputSource, ListError> {
     use crate::InputSource as S;
-    let names = expand_braces(arg).map_err(|m| bad_input(arg, &m))?;
+    // A file or folder that exists under its very name (`data{1}`) is not a pattern.
+    let names = match arg.contains('{') && Path::new(arg).exists() {
+        true => vec![arg.to_string()],
+        false => expand_braces(arg).map_err(|m| bad_input(arg, &m))?,
+    };
     let names: Vec<String> = names
         .iter()
         .map(|n| local_path(n))

@@ -10,7 +10,7 @@ use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A row of a list file, borrowed for the duration of one callback.
 struct Row<'a> {
@@ -69,12 +69,17 @@ impl Members {
             .map(|(_, v)| v)
     }
 
-    /// The first member named a second time, if any.
-    fn twice(&self) -> Option<&str> {
+    /// The first member named a second time, if any; a column the lister reads (`roles`:
+    /// path, label, text, key) counts as named twice in any case (`text` and `Text`), as it is
+    /// found ignoring case.
+    fn twice(&self, roles: &[&str]) -> Option<&str> {
         let mut seen = std::collections::HashSet::with_capacity(self.0.len());
         self.0
             .iter()
-            .find(|(n, _)| !seen.insert(n.as_str()))
+            .find(|(n, _)| {
+                let role = roles.iter().find(|r| n.eq_ignore_ascii_case(r));
+                !seen.insert(role.map_or(n.as_str(), |r| *r))
+            })
             .map(|(n, _)| n.as_str())
     }
 }
@@ -120,7 +125,8 @@ impl<'a> ListColumns<'a> {
 pub(crate) const HF_IMAGE_COLUMN: &str = "file_name";
 
 /// Whether the list `file`'s header (CSV) or first row (JSONL) names a `file_name` column and
-/// no `path` one: a Hugging Face imagefolder's metadata, whose images are named by `file_name`.
+/// no `path` one, or is a Hugging Face imagefolder's `metadata.jsonl` or `.csv` naming
+/// `file_name`: its images are named by `file_name`.
 /// A file that cannot be read says no (listing it reports why).
 pub(crate) fn names_file_not_path(file: &Path) -> bool {
     use std::io::Read;
@@ -134,11 +140,11 @@ pub(crate) fn names_file_not_path(file: &Path) -> bool {
     if read.is_err() {
         return false;
     }
+    // A byte-order mark, as some editors write, is no part of the first name.
+    let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&text);
     let names: Vec<String> = match file.extension().and_then(OsStr::to_str) {
         Some(e) if e.eq_ignore_ascii_case("csv") => {
-            let mut rdr = csv::ReaderBuilder::new()
-                .flexible(true)
-                .from_reader(&text[..]);
+            let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(text);
             match rdr.headers() {
                 Ok(h) => h.iter().map(|n| n.trim().to_string()).collect(),
                 Err(_) => return false,
@@ -153,7 +159,8 @@ pub(crate) fn names_file_not_path(file: &Path) -> bool {
         }
     };
     let has = |c: &str| names.iter().any(|n| n.eq_ignore_ascii_case(c));
-    has(HF_IMAGE_COLUMN) && !has("path")
+    // An imagefolder's metadata names its images by `file_name` even beside a `path` column.
+    has(HF_IMAGE_COLUMN) && (!has("path") || is_imagefolder_metadata(file))
 }
 
 /// Whether `file` is a Hugging Face imagefolder's metadata file by its name.
@@ -162,31 +169,77 @@ pub(crate) fn is_imagefolder_metadata(file: &Path) -> bool {
         .is_some_and(|n| n == "metadata.jsonl" || n == "metadata.csv")
 }
 
-/// For a Hugging Face imagefolder's metadata `file`, listed in `listing`: each image in its
-/// folder and below that no row names is a failed input (`unlisted`), as the `datasets`
-/// library refuses such an image; other files count as ignored. Subfolders with their own
-/// metadata file (another split), hidden entries, links to folders, `exclude` (the output) and
-/// earlier packs are not searched.
-pub(crate) fn unlisted_images(file: &Path, listing: &mut Listing, exclude: Option<&Path>) {
+/// For a Hugging Face imagefolder's metadata `file`, listed in `listing` with `columns`: each
+/// image in its folder and below that no row names (a row that failed names its image too) is
+/// a failed input (`unlisted`), as the `datasets` library refuses such an image; other files
+/// count as ignored; one under a subfolder with its own metadata file (not read) says so.
+/// Hidden entries, links to folders, `exclude` (the output) and earlier packs are not searched.
+pub(crate) fn unlisted_images(
+    file: &Path,
+    columns: &Columns,
+    listing: &mut Listing,
+    exclude: Option<&Path>,
+) -> Result<(), ListError> {
     use std::collections::HashSet;
     use std::path::Component;
-    let base = file.parent().unwrap_or(Path::new("."));
-    // Paths compared lexically (`./a.jpg` is `a.jpg`), by a 64-bit hash each: a million rows
-    // take 8 MB, not their paths.
+    let base = file.parent().filter(|p| !p.as_os_str().is_empty());
+    let base = base.unwrap_or(Path::new("."));
+    // Paths compared as absolute paths with `.` and `..` worked out (`./a.jpg`, `sub/../a.jpg`
+    // and `/data/a.jpg` are one), by a 64-bit hash each: a million rows take 8 MB.
     let key = |p: &Path| {
+        let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+        let mut parts: Vec<&OsStr> = Vec::new();
+        for c in abs.components() {
+            match c {
+                Component::ParentDir => {
+                    parts.pop();
+                }
+                Component::Normal(part) => parts.push(part),
+                _ => {}
+            }
+        }
         let mut bytes = Vec::new();
-        for c in p.components().filter(|c| *c != Component::CurDir) {
-            bytes.extend_from_slice(c.as_os_str().as_encoded_bytes());
+        for part in parts {
+            bytes.extend_from_slice(part.as_encoded_bytes());
             bytes.push(0);
         }
         shardtool_core::Checksum::of(&bytes).0
     };
-    let listed: HashSet<u64> = (listing.inputs.iter())
-        .map(|i| key(&listing.origin.resolve(&i)))
-        .collect();
+    let kind = match file.extension().and_then(OsStr::to_str) {
+        Some(e) if e.eq_ignore_ascii_case("csv") => ListKind::Csv,
+        _ => ListKind::Jsonl,
+    };
+    let text = std::fs::read(file).unwrap_or_default();
+    let mut named: HashSet<u64> = HashSet::new();
+    // The splits whose folders the rows' images lie in (`train/a.jpg`, `test/b.jpg`).
+    let mut splits = std::collections::BTreeSet::new();
+    let _ = for_each_row(&text, kind, &ListColumns::new(columns), &mut |row| {
+        if let Some(p) = row.path.as_deref() {
+            named.insert(key(&base.join(p)));
+            let mut parts = p.split('/').filter(|c| !c.is_empty() && *c != ".");
+            if let (Some(first), Some(_)) = (parts.next(), parts.next()) {
+                splits.extend(crate::splits::split_named(first));
+            }
+        }
+        Ok(())
+    });
+    if splits.len() > 1 {
+        let names: Vec<&str> = splits.into_iter().collect();
+        return Err(ListError::BadInput {
+            message: format!(
+                "{} names images of the splits {} (by their folders): packed together, held-out \
+                 samples would be trained on; give each split's folder the metadata of its own \
+                 rows and pack that folder",
+                file.display(),
+                names.join(", ")
+            ),
+        });
+    }
+    let itself = key(file);
     let exclude = exclude.and_then(|p| std::fs::canonicalize(p).ok());
-    let mut stack = vec![(base.to_path_buf(), 0usize)];
-    while let Some((dir, depth)) = stack.pop() {
+    // Each folder with the metadata file nearest above it, if not `file`.
+    let mut stack: Vec<(PathBuf, usize, Option<PathBuf>)> = vec![(base.to_path_buf(), 0, None)];
+    while let Some((dir, depth, own)) = stack.pop() {
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -194,33 +247,42 @@ pub(crate) fn unlisted_images(file: &Path, listing: &mut Listing, exclude: Optio
         names.sort_by_key(|e| e.file_name());
         for e in names {
             let (name, path) = (e.file_name(), e.path());
-            if crate::imagefolder::is_hidden(&name) || path == file {
+            if crate::imagefolder::is_hidden(&name) || key(&path) == itself {
                 continue;
             }
             let Ok(kind) = e.file_type() else { continue };
             if kind.is_dir() {
-                let own = ["metadata.jsonl", "metadata.csv"]
-                    .iter()
-                    .any(|m| path.join(m).is_file());
+                let nested = (["metadata.jsonl", "metadata.csv"].iter())
+                    .map(|m| path.join(m))
+                    .find(|m| m.is_file());
                 let output = exclude.is_some() && std::fs::canonicalize(&path).ok() == exclude;
-                if depth < 64 && !own && !output && !crate::output::holds_a_pack(&path) {
-                    stack.push((path, depth + 1));
+                if depth < 64 && !output && !crate::output::holds_a_pack(&path) {
+                    let own = nested.or_else(|| own.clone());
+                    stack.push((path, depth + 1, own));
                 }
             } else if !crate::imagefolder::has_image_extension(&path) {
                 listing.ignored += 1;
-            } else if !listed.contains(&key(&path)) {
+            } else if !named.contains(&key(&path)) {
+                let why = match &own {
+                    None => "add its row, or move it out of the folder".to_string(),
+                    Some(m) => format!(
+                        "its own folder's {} is not read: pack it apart",
+                        m.display()
+                    ),
+                };
                 listing.errors.push(failure(
                     path.display().to_string(),
                     "unlisted",
                     format!(
                         "an image that no row of {} names in its {HF_IMAGE_COLUMN} column: not \
-                         packed (add its row, or move it out of the folder)",
+                         packed ({why})",
                         file.display()
                     ),
                 ));
             }
         }
     }
+    Ok(())
 }
 
 /// How a list file is parsed. Rows are streamed to a callback twice (once to learn the labels,
@@ -689,7 +751,8 @@ fn jsonl_rows(
             text,
             odd_label,
             problem: not_object.or_else(|| {
-                let twice = object.as_ref().and_then(Members::twice)?;
+                let roles = [cols.path, cols.label, cols.text, "key"];
+                let twice = object.as_ref().and_then(|o| o.twice(&roles))?;
                 Some(format!("the row names `{twice}` twice"))
             }),
         })?;
@@ -804,11 +867,13 @@ pub(crate) fn row_columns(
                     map.insert(name, value);
                 }
             }
-            // A caption that is no JSON string (a number, `true`, a list) is its text as written:
-            // `2024.10` stays `2024.10`, not the number printed again.
+            // A caption that is a number or `true` is its text as written: `2024.10` stays
+            // `2024.10`, not the number printed again. A list (several captions) or an object
+            // is no one text: it stays in the `.json`, as a Parquet column of lists does.
+            let scalar = |v: &serde_json::Value| v.is_number() || v.is_boolean();
             if let Some((k, _)) = map
                 .iter()
-                .find(|(k, v)| k.eq_ignore_ascii_case(cols.text) && !v.is_string() && !v.is_null())
+                .find(|(k, v)| k.eq_ignore_ascii_case(cols.text) && scalar(v))
             {
                 let raw: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
                     serde_json::from_slice(row).map_err(|e| e.to_string())?;
@@ -825,10 +890,14 @@ pub(crate) fn row_columns(
         .keys()
         .find(|k| k.eq_ignore_ascii_case(cols.text))
         .cloned();
-    let text = match text_key.and_then(|k| map.remove(&k)) {
-        Some(serde_json::Value::String(t)) => Some(t),
-        Some(serde_json::Value::Null) | None => None,
-        Some(other) => Some(other.to_string()),
+    let text = match text_key {
+        Some(k) if map[&k].is_array() || map[&k].is_object() => None,
+        Some(k) => match map.remove(&k) {
+            Some(serde_json::Value::String(t)) => Some(t),
+            Some(serde_json::Value::Null) | None => None,
+            Some(other) => Some(other.to_string()),
+        },
+        None => None,
     };
     Ok((text, map))
 }

@@ -605,7 +605,8 @@ pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listin
             if crate::list_file::is_imagefolder_metadata(file)
                 && named_by == Some(crate::list_file::HF_IMAGE_COLUMN)
             {
-                crate::list_file::unlisted_images(file, &mut l, options.exclude.as_deref());
+                let exclude = options.exclude.as_deref();
+                crate::list_file::unlisted_images(file, &options.columns, &mut l, exclude)?;
             }
             l
         }

@@ -54,7 +54,8 @@ fn local_file(input: &str) -> Option<PathBuf> {
     (!input.contains("://")).then(|| PathBuf::from(input))
 }
 
-/// Refuses an output folder that would take in or clear the inputs: the ImageFolder input itself;
+/// Refuses an output folder that would take in or clear the inputs: the ImageFolder input itself
+/// (or the folder of a Hugging Face imagefolder's metadata);
 /// a folder inside one that exists with files but no manifest (a class folder, whose images the
 /// listing would skip; an earlier pack's output inside the input is skipped and is fine); or the
 /// folder holding an input shard or Parquet file, by its own path or a link's (`--overwrite`
@@ -75,6 +76,15 @@ pub(crate) fn check_apart(plan: &PackPlan) -> Result<(), PlanError> {
                 std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_some()) && !holds_a_pack(&out)
             };
             if out == root_real || (out.starts_with(&root_real) && holds_other_files()) {
+                return Err(clash(root));
+            }
+        }
+        // A Hugging Face imagefolder's metadata stands for its folder of images, as an
+        // ImageFolder does; other lists name files anywhere.
+        InputSource::List(file) if crate::list_file::is_imagefolder_metadata(file) => {
+            let root = file.parent().filter(|p| !p.as_os_str().is_empty());
+            let root = root.unwrap_or(Path::new("."));
+            if out == resolved(root) {
                 return Err(clash(root));
             }
         }
@@ -197,12 +207,54 @@ fn manifest_bytes_beside(
     folder.read(manifest::FILE_NAME, limit).ok()?
 }
 
-/// The manifest beside the file at URL `url` (one small request, the default retries), as
-/// [`manifest_in`] reads a local folder's.
-pub(crate) fn manifest_beside(url: &str) -> Option<Manifest> {
-    let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
-    let bytes = manifest_bytes_beside(url, Default::default(), limit)?;
-    Manifest::from_slice(&bytes, limit).ok()
+/// The `manifest.json` beside shards being packed: a shardtool dataset's, none or another
+/// tool's (the shards are plain), or one that cannot be read (why).
+pub(crate) enum Beside {
+    Dataset(Box<Manifest>),
+    Plain,
+    Unreadable(String),
+}
+
+impl Beside {
+    /// What `read` (the manifest's bytes; `None` when there is none) says. Bytes that are no
+    /// JSON, or JSON naming this format, were meant as a shardtool manifest; other JSON is
+    /// another tool's.
+    fn judge(read: Result<Option<Vec<u8>>, String>, limit: u64) -> Self {
+        let bytes = match read {
+            Ok(Some(b)) => b,
+            Ok(None) => return Beside::Plain,
+            Err(e) => return Beside::Unreadable(e),
+        };
+        match Manifest::from_slice(&bytes, limit) {
+            Ok(m) => Beside::Dataset(Box::new(m)),
+            Err(e) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+                Ok(v) if v.get("format").and_then(|f| f.as_str()) != Some(manifest::FORMAT) => {
+                    Beside::Plain
+                }
+                _ => Beside::Unreadable(e.to_string()),
+            },
+        }
+    }
+
+    /// The manifest in local folder `dir`.
+    pub(crate) fn local(dir: &Path) -> Self {
+        let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
+        let read = match shardtool_core::read_within(&dir.join(manifest::FILE_NAME), limit) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.to_string()),
+        };
+        Self::judge(read, limit)
+    }
+
+    /// The manifest in the folder of the file at URL `url`.
+    pub(crate) fn remote(url: &str) -> Self {
+        let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
+        let read = shardtool_cache::RemoteFolder::connect(url, Default::default())
+            .and_then(|(folder, _)| folder.read(manifest::FILE_NAME, limit))
+            .map_err(|e| e.to_string());
+        Self::judge(read, limit)
+    }
 }
 
 /// True for a shard name this plan's prefix gives: `<prefix>-` six or more digits, a shard suffix.

@@ -174,9 +174,16 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                 .insert(name.clone(), serde_json::Value::String(text));
         } else {
             let string = kind.is_some_and(|k| k.string);
+            let nested = kind.and_then(|k| k.nested.as_ref());
+            let times = |mut v: serde_json::Value| {
+                if let Some(at) = nested {
+                    values::nanos_as_text(&mut v, at);
+                }
+                v
+            };
             match values::carried(field, string) {
                 values::Carried::Json(v) => {
-                    p.columns.insert(name.clone(), v);
+                    p.columns.insert(name.clone(), times(v));
                 }
                 values::Carried::Field { ext, bytes, rest } => {
                     // Two columns named alike (`Mask`, `mask`) keep a field each, numbered by
@@ -188,7 +195,7 @@ fn row_parts<'r>(row: &'r Row, chosen: &Chosen) -> RowParts<'r> {
                     let field_name = format!("{base}.{ext}");
                     if let Some(rest) = rest.filter(|r| r.as_object().is_none_or(|o| !o.is_empty()))
                     {
-                        p.columns.insert(name.clone(), rest);
+                        p.columns.insert(name.clone(), times(rest));
                     }
                     p.fields.push((field_name, bytes));
                 }

@@ -44,7 +44,7 @@ fn split_of(path: &str) -> Option<(&'static str, usize)> {
 }
 
 /// The split a folder's whole name names (`val` is `validation`), if any.
-fn split_named(name: &str) -> Option<&'static str> {
+pub(crate) fn split_named(name: &str) -> Option<&'static str> {
     let name = name.to_ascii_lowercase();
     KEYWORDS.iter().find(|(k, _)| *k == name).map(|(_, s)| *s)
 }

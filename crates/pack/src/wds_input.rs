@@ -261,22 +261,23 @@ impl DatasetClasses {
         dirs.dedup_by(|a, b| a.0 == b.0);
         let mut tables = Vec::new();
         for (dir, shard) in dirs {
-            let remote = crate::containers::is_remote(shard);
-            let manifest = match remote {
-                true => crate::output::manifest_beside(shard),
-                false => crate::output::manifest_in(dir),
+            use crate::output::Beside;
+            let beside = match crate::containers::is_remote(shard) {
+                true => Beside::remote(shard),
+                false => Beside::local(dir),
             };
-            let Some(m) = manifest else {
-                let path = dir.join(shardtool_manifest::FILE_NAME);
-                if !remote && path.is_file() {
+            let m = match beside {
+                Beside::Dataset(m) => m,
+                Beside::Plain => continue,
+                Beside::Unreadable(why) => {
+                    let path = dir.join(shardtool_manifest::FILE_NAME);
                     return Err(format!(
-                        "{} is no shardtool manifest this build can read, so the class names \
-                         of the shards beside it are unknown: repair it, or move it away to \
-                         pack them as plain WebDataset shards",
-                        path.display()
+                        "{} cannot be read ({why}), so the class names of the shards beside it \
+                         are unknown: repair it, or move it away to pack them as plain \
+                         WebDataset shards",
+                        shardtool_core::redact_urls(&path.to_string_lossy())
                     ));
                 }
-                continue;
             };
             // An unlabelled dataset has no labels to map (one there is a `bad_label` line).
             tables.push((dir.to_path_buf(), m.classes));
@@ -317,8 +318,9 @@ impl DatasetClasses {
         let manifest = dir.join(shardtool_manifest::FILE_NAME);
         let Some(table) = self.by_dir.get(dir) else {
             return Err(format!(
-                "its label {label} numbers a class of no manifest ({} was not found), beside \
-                 shards of datasets whose manifests name their classes: pack them apart",
+                "its label {label} numbers a class no manifest names (there is no shardtool \
+                 manifest at {}), beside shards of datasets whose manifests name their \
+                 classes: pack them apart",
                 shardtool_core::redact_urls(&manifest.to_string_lossy())
             ));
         };

@@ -588,6 +588,7 @@ impl LoaderBuilder {
                 || dataset.max_pixels(),
                 |m| m.min(shardtool_core::Limits::READER_MAX_PIXELS),
             ),
+            limit_given: self.max_pixels.is_some(),
             corrupt: self.corrupt,
             allocator: self.allocator.clone(),
             fields: self.fields,

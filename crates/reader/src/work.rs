@@ -29,9 +29,14 @@ pub(crate) struct WorkerShared {
     pub(crate) flip: bool,
     #[cfg_attr(not(feature = "decode"), allow(dead_code))]
     pub(crate) region_decode: bool,
-    /// The most pixels a record decodes to ([`Dataset::max_pixels`], read once).
+    /// The most pixels a record decodes to ([`Dataset::max_pixels`], read once, or the limit
+    /// the user gave).
     #[cfg_attr(not(feature = "decode"), allow(dead_code))]
     pub(crate) max_pixels: u64,
+    /// Whether the user gave that limit: then a `resize:S` output past it is the record's
+    /// fault (a thin image in a dataset not trusted), not the options'.
+    #[cfg_attr(not(feature = "decode"), allow(dead_code))]
+    pub(crate) limit_given: bool,
     pub(crate) corrupt: CorruptPolicy,
     pub(crate) allocator: Arc<dyn BatchAllocator>,
     /// Carried fields to deliver, in the order asked.
@@ -309,7 +314,7 @@ fn transform_record<'a>(
             };
             let out = shardtool_image::transform(data, &spec).map_err(|e| match e.kind {
                 shardtool_image::ErrorKind::TooManyPixels
-                    if e.message.starts_with("the output") =>
+                    if e.message.starts_with("the output") && !s.limit_given =>
                 {
                     ReadError::BadOptions(reader_limit(&e.message, max))
                 }
@@ -331,13 +336,17 @@ fn transform_record<'a>(
             let plan = plan_size(resize, true, w, h);
             let pixels = u64::from(plan.width) * u64::from(plan.height);
             if pixels > max {
-                return Err(ReadError::BadOptions(reader_limit(
+                let why = reader_limit(
                     &format!(
                         "the output {}x{} would be {pixels} pixels",
                         plan.width, plan.height
                     ),
                     max,
-                )));
+                );
+                return Err(match s.limit_given {
+                    true => corrupt(why),
+                    false => ReadError::BadOptions(why),
+                });
             }
             let img = shardtool_image::resize_rgb8(bytes, w, h, &plan, Filter::Bilinear)
                 .map_err(|e| corrupt(e.message))?;

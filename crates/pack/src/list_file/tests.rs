@@ -304,7 +304,7 @@ fn a_row_longer_than_a_parser_buffer_reads_whole() {
 }
 
 #[test]
-fn a_jsonl_caption_that_is_no_string_is_its_text_as_written() {
+fn a_jsonl_caption_that_is_a_number_is_its_text_as_written_and_a_list_stays_metadata() {
     let columns = Columns::default();
     for (row, text) in [
         (
@@ -313,10 +313,6 @@ fn a_jsonl_caption_that_is_no_string_is_its_text_as_written() {
         ),
         (r#"{"path": "a.png", "text": 1e2}"#, Some("1e2")),
         (r#"{"path": "a.png", "TEXT": true}"#, Some("true")),
-        (
-            r#"{"path": "a.png", "text": [1, "a"]}"#,
-            Some(r#"[1, "a"]"#),
-        ),
         (r#"{"path": "a.png", "text": "plain"}"#, Some("plain")),
         (r#"{"path": "a.png", "text": null}"#, None),
     ] {
@@ -324,6 +320,18 @@ fn a_jsonl_caption_that_is_no_string_is_its_text_as_written() {
         assert_eq!(got.as_deref(), text, "{row}");
         assert!(
             !rest.keys().any(|k| k.eq_ignore_ascii_case("text")),
+            "{row}"
+        );
+    }
+    // Several captions (a list), or an object, are no one text: kept in the `.json`.
+    for row in [
+        r#"{"path": "a.png", "text": ["a dog", "a brown dog"]}"#,
+        r#"{"path": "a.png", "Text": {"en": "a dog"}}"#,
+    ] {
+        let (got, rest) = row_columns(row.as_bytes(), &ContainerKind::Jsonl, &columns).unwrap();
+        let kept = rest.iter().find(|(k, _)| k.eq_ignore_ascii_case("text"));
+        assert!(
+            got.is_none() && kept.is_some_and(|(_, v)| !v.is_string()),
             "{row}"
         );
     }

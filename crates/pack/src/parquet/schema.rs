@@ -37,9 +37,60 @@ pub(super) struct ColumnKind {
     /// A timestamp (`Some(false)`) or time (`Some(true)`) in nanoseconds, which rows give as
     /// bare integers (pandas writes `datetime64[ns]`): carried as text, as the others are.
     pub(super) nanos: Option<bool>,
+    /// Where nanosecond times lie inside a struct, list or map column.
+    pub(super) nested: Option<Nanos>,
     /// Its field name less the `.ext` (`values::field_bases`): from the column names alone, so
     /// a column's field is named alike in every row and two columns named alike apart.
     pub(super) base: String,
+}
+
+/// Where nanosecond times lie inside a nested column, so that its JSON carries them as text.
+#[derive(Clone, Debug)]
+pub(super) enum Nanos {
+    /// A timestamp (`false`) or time (`true`) in nanoseconds.
+    Leaf(bool),
+    /// The members of a struct that hold some.
+    Struct(Vec<(String, Nanos)>),
+    /// Each element of a list.
+    List(Box<Nanos>),
+    /// A map's keys, values.
+    Map(Option<Box<Nanos>>, Option<Box<Nanos>>),
+}
+
+/// The nanosecond times inside `t` (`None`: there are none), by the Parquet rules for nested
+/// types: a list is a group holding a repeated group of one element (or, in older files, the
+/// repeated element itself); a map a group holding a repeated group of key and value.
+fn nested_nanos(t: &Type) -> Option<Nanos> {
+    if t.is_primitive() {
+        return nanos_kind(t).map(Nanos::Leaf);
+    }
+    let info = t.get_basic_info();
+    let fields = t.get_fields();
+    let list = matches!(info.logical_type_ref(), Some(LogicalType::List))
+        || info.converted_type() == ConvertedType::LIST;
+    let map = matches!(info.logical_type_ref(), Some(LogicalType::Map))
+        || matches!(
+            info.converted_type(),
+            ConvertedType::MAP | ConvertedType::MAP_KEY_VALUE
+        );
+    if list {
+        let repeated = fields.first()?;
+        let element = match repeated.is_group() && repeated.get_fields().len() == 1 {
+            true => &repeated.get_fields()[0],
+            false => repeated,
+        };
+        return nested_nanos(element).map(|e| Nanos::List(Box::new(e)));
+    }
+    if map {
+        let pair = fields.first().filter(|kv| kv.is_group())?.get_fields();
+        let key = pair.first().and_then(|k| nested_nanos(k)).map(Box::new);
+        let value = pair.get(1).and_then(|v| nested_nanos(v)).map(Box::new);
+        return (key.is_some() || value.is_some()).then_some(Nanos::Map(key, value));
+    }
+    let members: Vec<(String, Nanos)> = (fields.iter())
+        .filter_map(|f| Some((f.name().to_string(), nested_nanos(f)?)))
+        .collect();
+    (!members.is_empty()).then_some(Nanos::Struct(members))
 }
 
 /// Whether `t` is a timestamp (`Some(false)`) or time (`Some(true)`) in nanoseconds.
@@ -170,6 +221,7 @@ pub(super) fn choose(
                 name: f.name().to_string(),
                 string: is_string(f),
                 nanos: f.is_primitive().then(|| nanos_kind(f)).flatten(),
+                nested: f.is_group().then(|| nested_nanos(f)).flatten(),
                 base,
             })
             .collect(),

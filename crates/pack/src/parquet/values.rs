@@ -1,6 +1,7 @@
 //! Parquet column values as a sample carries them: scalars, lists, structs and maps as JSON in
 //! the sample's `.json`; binary values (a second image, a mask) as fields of their own.
 
+use super::schema::Nanos;
 use parquet::record::Field;
 use serde_json::Value as V;
 
@@ -113,6 +114,55 @@ pub(crate) fn field_bases<'a>(columns: impl Iterator<Item = &'a str>) -> Vec<Str
         taken.push(name);
     }
     taken
+}
+
+/// Writes the nanosecond times `at` marks in `v`, a nested column's JSON, as text, as
+/// [`timestamp_nanos`] and [`time_nanos`] do for top-level columns (rows give them as integers).
+pub(crate) fn nanos_as_text(v: &mut V, at: &Nanos) {
+    match at {
+        Nanos::Leaf(time) => {
+            if let Some(n) = v.as_i64() {
+                *v = V::String(match time {
+                    true => time_nanos(n),
+                    false => timestamp_nanos(n),
+                });
+            }
+        }
+        Nanos::Struct(members) => {
+            if let V::Object(o) = v {
+                for (name, at) in members {
+                    if let Some(x) = o.get_mut(name) {
+                        nanos_as_text(x, at);
+                    }
+                }
+            }
+        }
+        Nanos::List(at) => {
+            if let V::Array(a) = v {
+                a.iter_mut().for_each(|x| nanos_as_text(x, at));
+            }
+        }
+        // Text keys make an object; others a list of [key, value] pairs (see [`json`]).
+        Nanos::Map(key, value) => match v {
+            V::Object(o) => {
+                if let Some(at) = value {
+                    o.values_mut().for_each(|x| nanos_as_text(x, at));
+                }
+            }
+            V::Array(pairs) => {
+                for pair in pairs {
+                    if let V::Array(kv) = pair {
+                        for (x, at) in kv.iter_mut().zip([key, value]) {
+                            if let Some(at) = at {
+                                nanos_as_text(x, at);
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {}
+        },
+    }
 }
 
 /// Nanoseconds since the epoch as the record API writes its micros, in UTC:
