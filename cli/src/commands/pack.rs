@@ -589,7 +589,8 @@ fn print_summary(out: &Path, r: &PackReport) {
         out.display()
     );
     outln!(
-        "  failed {} (see errors.jsonl), ignored {} non-image or hidden files",
+        "  failed {} (see errors.jsonl), ignored {} files (hidden, not images, or beside the \
+         class folders)",
         i.failed,
         i.ignored
     );

@@ -88,6 +88,8 @@ fn integer_labels_keep_their_values_next_to_an_odd_row() {
         }
     }
     assert!(wrong.is_empty(), "labels were renumbered: {wrong:#?}");
+    // -1 is no label (the Hugging Face `ClassLabel`'s), as an empty cell is.
+    assert_eq!((s["imgs/12.png"].cls, m.inputs.failed), (-1, 0));
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! with an error naming what is wrong, never a panic, an abort or memory the files cannot
 //! justify.
 
-use crate::common::{pack, sample_data, tempdir, Cmd};
+use crate::common::{errors, manifest, pack, sample_data, tempdir, wds_samples, write_file, Cmd};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -196,4 +196,36 @@ fn option_values_past_their_range_are_usage_errors_naming_the_flag_not_panics() 
         );
         assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
     }
+}
+
+/// A WebDataset `.cls` of -1 is no label (as the reader and the Hugging Face `ClassLabel` write
+/// it); another negative was dropped silently as if it were, and fails its sample now.
+#[test]
+fn a_negative_cls_other_than_minus_one_fails_its_sample() {
+    let t = tempdir();
+    let image = std::fs::read(&crate::pack_inputs::shard_images()[0]).unwrap();
+    let members: [(&str, &[u8]); 6] = [
+        ("a.cls", b"1"),
+        ("a.jpg", &image),
+        ("b.cls", b"-1"),
+        ("b.jpg", &image),
+        ("c.cls", b"-3"),
+        ("c.jpg", &image),
+    ];
+    let input = t.path().join("in");
+    write_file(
+        input.join("shard-000000.tar"),
+        shardtool_wds::tar_bytes(members).unwrap(),
+    );
+    let out = t.path().join("out");
+    pack(&input, &out).args(["-q"]).ok();
+    let m = manifest(&out);
+    assert_eq!((m.inputs.packed, m.inputs.failed), (2, 1));
+    let errs = errors(&out);
+    assert!(
+        errs[0].path.ends_with(":c") && errs[0].kind == "bad_label",
+        "{errs:?}"
+    );
+    let cls: Vec<i64> = wds_samples(&out).iter().map(|s| s.cls).collect();
+    assert_eq!(cls.iter().filter(|&&c| c == -1).count(), 1, "{cls:?}");
 }

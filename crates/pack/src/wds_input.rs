@@ -16,7 +16,8 @@ struct ShardSamples {
     error: Option<String>,
 }
 
-/// Reads a sample's `.cls` member: `Ok(None)` for none or a negative label (unlabelled).
+/// Reads a sample's `.cls` member: `Ok(None)` for none or -1 (no label, as the reader and the
+/// Hugging Face `ClassLabel` write it); another negative is no label of any class.
 fn read_label(file: &std::fs::File, sample: &SampleSpan) -> Result<Option<u32>, String> {
     use std::os::unix::fs::FileExt;
     let Some(cls) = sample.members.iter().find(|m| m.field == "cls") else {
@@ -29,7 +30,8 @@ fn read_label(file: &std::fs::File, sample: &SampleSpan) -> Result<Option<u32>, 
     file.read_exact_at(&mut buf, cls.data_offset)
         .map_err(|e| format!("reading its .cls: {e}"))?;
     match parse_cls(&buf) {
-        Some(l) if l < 0 => Ok(None),
+        Some(-1) => Ok(None),
+        Some(l) if l < 0 => Err(format!("label {l} is negative (-1 alone means no label)")),
         Some(l) if l <= MAX_INT_LABEL => Ok(Some(l as u32)),
         Some(l) => Err(format!("label {l} is outside 0..={MAX_INT_LABEL}")),
         None => Err(format!(

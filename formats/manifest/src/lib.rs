@@ -397,8 +397,13 @@ impl Manifest {
                 bad(
                     shard,
                     format!(
-                        "the name's ending does not match format {:?}, compression {:?}",
-                        s.format, s.compression
+                        "the name's ending does not match its entry's format {:?} and \
+                         compression {}",
+                        match s.format {
+                            ShardFormat::Wds => "wds",
+                            ShardFormat::Packed => "packed",
+                        },
+                        s.compression.map_or("none", |_| "zstd")
                     ),
                 );
             }
