@@ -49,6 +49,14 @@ impl Failure {
         }
     }
 
+    /// Stopped by `signal` with `what` done first: exit 128 + its number.
+    pub(crate) fn signalled_after(signal: i32, what: String) -> Self {
+        Self {
+            code: u8::try_from(128 + signal).unwrap_or(1),
+            error: anyhow::anyhow!("stopped by signal {signal}; {what}"),
+        }
+    }
+
     /// The run started but failed: exit 1.
     pub(crate) fn run(error: impl Into<anyhow::Error>) -> Self {
         Self {

@@ -433,7 +433,8 @@ class Loader:
 
     def _plan_info(self, world: int) -> Tuple[str, int, int]:
         # A local manifest replaced (a pack --overwrite between epochs) is planned afresh, as the
-        # next iter() reads it; a remote one is fetched once.
+        # next iter() reads it; a remote one is fetched once, and again when an iter() found it
+        # changed.
         key = (world, _manifest_stamp(self._dataset))
         if key not in self._info:
             self._info[key] = _shardtool.plan_info(
@@ -542,6 +543,13 @@ class Loader:
             self._samples = 0 if resume is None else int(resume["samples"])
             self._reader = reader
             self._partition = (rank, world)
+            # A remote manifest planned before is planned again when this pass found another
+            # (packed again on the server): len() and states follow the dataset being read.
+            if _manifest_stamp(self._dataset) is None:
+                read = json.loads(reader.state())["dataset"]
+                stale = [k for k, v in self._info.items() if k[1] is None and v[0] != read]
+                for k in stale:
+                    del self._info[k]
         started: List[bool] = []
         batches = self._batches(reader, convert, self._epoch, started)
         # Dropped before its first batch, the generator never runs its body (nor the cleanup

@@ -248,3 +248,23 @@ def test_prefetch_shards_and_fetch_concurrency_reach_the_cache(served: Path, tmp
     assert (cache["misses"], cache["hits"]) == (shards, 0), cache
     with pytest.raises(ValueError, match="fetch_concurrency"):
         shardtool.Loader(url, batch_size=4, fetch_concurrency=0)
+
+
+def test_len_and_states_follow_a_dataset_packed_again_on_the_server(served: Path, tmp_path: Path) -> None:
+    ds = served / "ds"
+    shardtool.pack(SAMPLE, ds, resize="crop:8x8", shard_samples=8)
+    loader = shardtool.Loader(_url(served, "ds/"), batch_size=4, output="numpy", cache_dir=tmp_path / "c")
+    assert len(loader) == -(-samples(ds) // 4) == len(list(loader))
+    # Packed again on the server with half the images: the next pass reads it, and len() and
+    # a state saved in it follow (the first plan was kept for good).
+    half = tmp_path / "half"
+    for c in sorted(SAMPLE.iterdir())[:2]:
+        shutil.copytree(c, half / c.name)
+    shardtool.pack(half, ds, resize="crop:8x8", shard_samples=8, overwrite=True)
+    loader.set_epoch(1)
+    it = iter(loader)
+    next(it)
+    state = loader.state_dict()
+    assert len(loader) == -(-samples(ds) // 4)
+    loader.load_state_dict(state)
+    assert sum(len(b["key"]) for b in loader) == samples(ds) - 4

@@ -3,10 +3,10 @@
 use crate::{stdout, Failure};
 use anyhow::Context;
 use shardtool_reader::{
-    CorruptPolicy, Loader, LoaderBuilder, LoaderState, Location, Remainder, Transform,
+    CorruptPolicy, Loader, LoaderBuilder, LoaderState, Location, Next, Remainder, Transform,
 };
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Loader options shared by `read` and `bench`.
 #[derive(Debug, Clone, clap::Args)]
@@ -88,6 +88,10 @@ pub struct LoaderArgs {
     /// not trust: each decode takes 3 bytes a pixel, per worker.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_pixels: Option<u64>,
+    /// Testing aid: reading the record KEY sleeps SECS seconds, so a test can stop a read
+    /// that waits.
+    #[arg(long, hide = true, value_name = "KEY:SECS")]
+    pub test_delay: Option<String>,
     #[command(flatten)]
     pub cache: crate::commands::cache::CacheArgs,
 }
@@ -148,6 +152,10 @@ impl LoaderArgs {
         if let Some(n) = self.max_pixels {
             b = b.max_pixels(n);
         }
+        if let Some((key, secs)) = (self.test_delay.as_deref()).and_then(|d| d.rsplit_once(':')) {
+            let secs = secs.parse::<f64>().unwrap_or(0.0).max(0.0);
+            b = b.inject_delay(key, std::time::Duration::from_secs_f64(secs));
+        }
         b
     }
 }
@@ -175,7 +183,9 @@ pub struct ReadArgs {
     /// Stop after N samples.
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
-    /// Write the loader state (JSON) here when stopping, to resume later.
+    /// Write the loader state (JSON) here when stopping, to resume later: at the epoch's end or
+    /// --limit, and also when a batch fails (a shard that cannot be fetched) or SIGTERM or
+    /// Ctrl-C stops the read (exit 128 + the signal), with the position of what was printed.
     #[arg(long, value_name = "FILE")]
     pub state_out: Option<PathBuf>,
     /// Continue from a state file written by --state-out. The state decides the order: its
@@ -220,12 +230,49 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         builder = builder.fields(a.fields.iter().cloned());
     }
     let mut loader = builder.build().map_err(build_failure)?;
+    // With a state to keep, SIGTERM (a preemption) and Ctrl-C stop the read at the next batch
+    // and a failed one ends it: either way the position of what was printed is written first.
+    if a.state_out.is_some() {
+        crate::progress::stop_on_signals();
+    }
+    let save = |state: &LoaderState| -> Result<(), Failure> {
+        let Some(path) = &a.state_out else {
+            return Ok(());
+        };
+        let json = serde_json::to_vec_pretty(state).map_err(Failure::run)?;
+        shardtool_core::AtomicFile::write(path, &json)
+            .with_context(|| format!("writing {}", path.display()))
+            .map_err(Failure::run)
+    };
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut count = 0u64;
     let mut state = None;
-    while let Some(batch) = loader.next() {
-        let batch = batch.map_err(Failure::run)?;
+    loop {
+        if let Some(signal) = crate::progress::stopped_by() {
+            out.flush().unwrap_or_else(|e| stdout::failed(&e));
+            save(&loader.state())?;
+            // The process ends now: its threads, maybe waiting on a fetch, are not waited for.
+            std::mem::forget(loader);
+            let path = a.state_out.as_deref().unwrap_or(Path::new(""));
+            return Err(Failure::signalled_after(
+                signal,
+                format!("the position is in {}", path.display()),
+            ));
+        }
+        let batch = match loader.next_timeout(std::time::Duration::from_millis(200)) {
+            Next::Pending => continue,
+            Next::Done => break,
+            Next::Ready(batch) => batch,
+        };
+        let batch = match batch {
+            Ok(b) => b,
+            Err(e) => {
+                out.flush().unwrap_or_else(|e| stdout::failed(&e));
+                save(&loader.state())?;
+                return Err(Failure::run(e));
+            }
+        };
         let take = match a.limit {
             Some(l) => (l - count).min(batch.len() as u64) as usize,
             None => batch.len(),
@@ -242,13 +289,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         }
     }
     out.flush().unwrap_or_else(|e| stdout::failed(&e));
-    let state = state.unwrap_or_else(|| loader.state());
-    if let Some(path) = &a.state_out {
-        let json = serde_json::to_vec_pretty(&state).map_err(Failure::run)?;
-        shardtool_core::AtomicFile::write(path, &json)
-            .with_context(|| format!("writing {}", path.display()))
-            .map_err(Failure::run)?;
-    }
+    save(&state.unwrap_or_else(|| loader.state()))?;
     let m = loader.metrics();
     if !a.quiet {
         report_slow(&m);

@@ -375,3 +375,125 @@ fn drop_last_leaves_out_only_the_short_last_batch() {
     assert_eq!(all.len(), 45);
     assert_eq!(whole, all[..40], "the same order, less the last 5");
 }
+
+/// A read keeping its position (`--state-out`) that is stopped by SIGTERM (a preemption) writes
+/// the position of what it printed, exits 143, and a resume prints the rest: the epoch whole.
+#[test]
+fn sigterm_writes_the_state_and_a_resume_prints_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &["--format", "packed"]);
+    let d = ds.to_str().unwrap();
+    let all = keys(&[d, "--seed", "2", "--batch", "1", "--workers", "1"]);
+    let state = dir.path().join("st.json");
+    let child = bin()
+        .args([
+            "read",
+            d,
+            "--seed",
+            "2",
+            "--batch",
+            "1",
+            "--workers",
+            "1",
+            "--keys",
+        ])
+        .args(["--test-delay", &format!("{}:60", all[9]), "--state-out"])
+        .arg(&state)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The read waits at the tenth key, having read the nine before it.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143));
+    let first: Vec<String> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(first, all[..9]);
+    let rest = keys(&[
+        d,
+        "--seed",
+        "2",
+        "--batch",
+        "1",
+        "--resume",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!([first, rest].concat(), all);
+}
+
+/// A read keeping its position whose shard cannot be fetched (gone from the server) fails
+/// having written the position of what it printed; once the shard is back, a resume prints
+/// the rest.
+#[test]
+fn a_failed_fetch_writes_the_state_and_a_resume_prints_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let www = dir.path().join("www");
+    pack(&www.join("ds"), &["--format", "packed"]);
+    let server = crate::remote::servers::Lighttpd::start(&www);
+    let url = server.url("ds/");
+    let cache = dir.path().join("cache");
+    let args = |extra: &[&str]| -> Vec<String> {
+        let base = [
+            url.as_str(),
+            "--seed",
+            "5",
+            "--batch",
+            "1",
+            "--workers",
+            "1",
+        ];
+        let cache = [
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "--prefetch-shards",
+            "0",
+        ];
+        [&base[..], &cache[..], extra]
+            .concat()
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    };
+    let all = keys(&args(&[]).iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(all.len(), 45);
+    // The last shard goes (and leaves the cache); the read reaches it last.
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(www.join("ds/manifest.json")).unwrap()).unwrap();
+    let shards = manifest["shards"].as_array().unwrap();
+    let state = dir.path().join("st.json");
+    let mut first = Vec::new();
+    for s in shards {
+        let name = s["file"].as_str().unwrap();
+        let (held, kept) = (www.join("ds").join(name), dir.path().join(name));
+        std::fs::rename(&held, &kept).unwrap();
+        std::fs::remove_dir_all(&cache).unwrap();
+        let mut a = args(&["--keys", "--fetch-attempts", "1", "--state-out"]);
+        a.push(state.to_str().unwrap().to_string());
+        let out = bin().arg("read").args(&a).output().unwrap();
+        std::fs::rename(&kept, &held).unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        first = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(str::to_string)
+            .collect();
+        if !first.is_empty() {
+            break;
+        }
+    }
+    assert!(!first.is_empty() && first.len() < all.len(), "{first:?}");
+    let mut resume = args(&["--resume"]);
+    resume.push(state.to_str().unwrap().to_string());
+    let rest = keys(&resume.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!([first, rest].concat(), all);
+}
