@@ -210,9 +210,41 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         let text = shardtool_core::read_within(path, MAX_STATE_BYTES)
             .with_context(|| format!("reading state {}", path.display()))
             .map_err(Failure::usage)?;
-        let state: LoaderState = serde_json::from_slice(&text)
-            .with_context(|| format!("parsing state {}", path.display()))
-            .map_err(Failure::usage)?;
+        let state: LoaderState = match serde_json::from_slice(&text) {
+            Ok(s) => s,
+            // A Python `Loader.state_dict()` holds this reader's state as its `reader`.
+            Err(e) => {
+                let python = serde_json::from_slice::<serde_json::Value>(&text)
+                    .is_ok_and(|v| v.get("reader").is_some() && v.get("samples").is_some());
+                let hint = match python {
+                    true => {
+                        " (a Python Loader.state_dict(): resume it in Python, or save its \
+                             \"reader\" member as the file)"
+                    }
+                    false => "",
+                };
+                return Err(Failure::usage(anyhow::anyhow!(
+                    "parsing state {}: {e}{hint}",
+                    path.display()
+                )));
+            }
+        };
+        // The rank asked for (flags, or torchrun's $RANK and $WORLD_SIZE) must be the state's:
+        // another rank's position would read that rank's samples.
+        let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
+        let asked = match (a.loader.rank, a.loader.world) {
+            (Some(r), Some(w)) => Some((r, w)),
+            _ => env("RANK").zip(env("WORLD_SIZE")),
+        };
+        if let Some((r, w)) = asked.filter(|&rw| rw != (state.rank, state.world)) {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "{} is the state of rank {} of {}, and this read is rank {r} of {w}: give each \
+                 rank its own state",
+                path.display(),
+                state.rank,
+                state.world
+            )));
+        }
         builder = builder.resume(state);
     }
     if let Some(path) = &a.state_out {

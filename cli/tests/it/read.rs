@@ -497,3 +497,58 @@ fn a_failed_fetch_writes_the_state_and_a_resume_prints_the_rest() {
     let rest = keys(&resume.iter().map(String::as_str).collect::<Vec<_>>());
     assert_eq!([first, rest].concat(), all);
 }
+
+/// A state resumed by another rank (flags or torchrun's variables) is refused rather than read
+/// as its own rank's; a Python `state_dict()` given to the CLI is named as one.
+#[test]
+fn resume_refuses_another_ranks_state_and_names_a_python_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &["--format", "packed"]);
+    let d = ds.to_str().unwrap();
+    let state = dir.path().join("st.json");
+    let out = bin()
+        .args([
+            "read",
+            d,
+            "--rank",
+            "0",
+            "--world",
+            "2",
+            "--limit",
+            "3",
+            "--state-out",
+        ])
+        .arg(&state)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let s = state.to_str().unwrap();
+    for (args, env) in [
+        (&["--rank", "1", "--world", "2"][..], None),
+        (&[][..], Some(("1", "2"))),
+    ] {
+        let mut cmd = bin();
+        cmd.args(["read", d, "--resume", s]).args(args);
+        if let Some((r, w)) = env {
+            cmd.env("RANK", r).env("WORLD_SIZE", w);
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains("state of rank 0 of 2, and this read is rank 1 of 2"),
+            "{err}"
+        );
+    }
+    let python = dir.path().join("py.json");
+    let text = std::fs::read_to_string(&state).unwrap();
+    std::fs::write(&python, format!("{{\"samples\": 3, \"reader\": {text}}}")).unwrap();
+    let out = bin()
+        .args(["read", d, "--resume", python.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("a Python Loader.state_dict()"), "{err}");
+}

@@ -548,10 +548,17 @@ impl Remote {
         .await
         .map_err(|_| AttemptError::retry("no response (stalled)"))?
         .map_err(|e| {
+            let unsupported = matches!(e, object_store::Error::NotSupported { .. });
             let mut e = classify(e);
             if resuming {
-                // The resume itself failed (some servers refuse ranges): start over.
-                *written = 0;
+                // A server refusing the range (4xx, 501) is asked for the whole object again;
+                // one that failed for a moment (a 5xx while restarting, no connection) keeps
+                // what arrived, resumed after it on the next try.
+                let refused = unsupported
+                    || http_status(&e.message).is_some_and(|s| (400..500).contains(&s) || s == 501);
+                if refused {
+                    *written = 0;
+                }
                 e.permanent = false;
             }
             e

@@ -152,6 +152,28 @@ fn a_truncated_body_resumes_with_a_range_request() {
     assert!(m.bytes_fetched < 500_000 + 200_000, "{m:?}");
 }
 
+/// A server that fails a resuming request for a moment (restarting: 500, or no connection)
+/// still has the bytes already received kept: the next try resumes after them.
+#[test]
+fn a_resume_that_fails_for_a_moment_keeps_what_arrived() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shards = make_dataset(tmp.path(), &[500_000], &[]);
+    let server = FaultServer::start(tmp.path(), |path, n| match (path.ends_with(".tar"), n) {
+        (true, 1) => Fault::Truncate(200_000),
+        (true, 2) => Fault::Error500,
+        _ => Fault::Ok,
+    });
+    let ds = open(&server.url(""), options(&tmp.path().join("cache"))).unwrap();
+    let lease = ds.acquire(0).unwrap();
+    assert_eq!(std::fs::read(lease.path()).unwrap(), shards[0]);
+    let tar: Vec<_> = (server.requests().into_iter())
+        .filter(|r| r.path.ends_with(".tar"))
+        .collect();
+    assert_eq!(tar.len(), 3, "{tar:?}");
+    assert_eq!(tar[1].range_start, tar[2].range_start, "{tar:?}");
+    assert!(tar[2].range_start.is_some_and(|r| r > 0), "{tar:?}");
+}
+
 #[test]
 fn a_server_ignoring_ranges_makes_the_download_start_over() {
     let tmp = tempfile::tempdir().unwrap();
