@@ -366,6 +366,16 @@ fn int_part(l: &str) -> Option<usize> {
         .then_some(l.len() - d.len() + whole.len())
 }
 
+/// A JSONL row as Python's `json.dumps` writes it, its `NaN`, `Infinity` and `-Infinity` read
+/// as `null`, as a Parquet float NaN is (a NaN label is no label).
+fn python_json(line: &[u8]) -> Cow<'_, [u8]> {
+    let has = |w: &[u8]| line.windows(w.len()).any(|x| x == w);
+    if !has(b"NaN") && !has(b"Infinity") {
+        return Cow::Borrowed(line);
+    }
+    shardtool_wds::replace_nonfinite(line, |_| b"null").map_or(Cow::Borrowed(line), Cow::Owned)
+}
+
 /// Whether a present label `l` is one: -1 (`-1.0`) is no label, as the Hugging Face
 /// `ClassLabel` and the reader write it, so the row is unlabelled.
 #[allow(clippy::ptr_arg)] // `Option<Cow<str>>::filter` hands a `&Cow`.
@@ -558,7 +568,8 @@ fn jsonl_rows(
         if line.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        let parsed: Result<Members, _> = serde_json::from_slice(line);
+        let line = python_json(line);
+        let parsed: Result<Members, _> = serde_json::from_slice(&line);
         let not_object = parsed
             .as_ref()
             .err()
@@ -705,6 +716,7 @@ pub(crate) fn row_columns(
             }
         }
         ContainerKind::Jsonl => {
+            let row = &python_json(row)[..];
             let v: serde_json::Value = serde_json::from_slice(row).map_err(|e| e.to_string())?;
             let serde_json::Value::Object(o) = v else {
                 return Err("the row is not a JSON object".into());

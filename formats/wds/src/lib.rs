@@ -16,7 +16,7 @@ pub use fields::{
     LABEL_FIELD, MAX_TEXT_BYTES,
 };
 pub use index::{index_samples, IndexError, MemberSpan, SampleSpan, MAX_EXTENSION_BYTES};
-pub use meta::{json_string, json_value, SampleMeta};
+pub use meta::{json_string, json_value, replace_nonfinite, SampleMeta};
 pub use reader::{group_samples, split_name, Entry, EntryKind, ReadError, Sample, TarReader};
 pub use stream::{StreamError, StreamHeader, Tail, TarStream};
 pub use writer::{tar_bytes, ustar_header, TarWriter, FIXED_MTIME};

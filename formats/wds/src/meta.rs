@@ -173,34 +173,47 @@ impl<'a> SampleMeta<'a> {
 /// length (`0.0`, `0.000000`, `-0.000000`), so members stay where they were; `None` when it
 /// has none.
 fn finite(text: &str) -> Option<String> {
-    let b = text.as_bytes();
-    let mut out = b.to_vec();
+    let out = replace_nonfinite(text.as_bytes(), |word| match word {
+        b"-Infinity" => b"-0.000000",
+        b"Infinity" => b"0.000000",
+        _ => b"0.0",
+    })?;
+    String::from_utf8(out).ok()
+}
+
+/// JSON `text` as Python's `json` writes it, with each `NaN`, `Infinity` and `-Infinity`
+/// outside strings replaced by what `by` gives for that word; `None` when it has none.
+pub fn replace_nonfinite(
+    text: &[u8],
+    by: impl Fn(&'static [u8]) -> &'static [u8],
+) -> Option<Vec<u8>> {
+    let b = text;
+    let mut out = Vec::with_capacity(b.len());
     let (mut i, mut in_string, mut changed) = (0, false, false);
     while i < b.len() {
+        let mut step = 1;
         match b[i] {
-            b'\\' if in_string => i += 1,
+            b'\\' if in_string => step = 2,
             b'"' => in_string = !in_string,
             _ if in_string => {}
             _ => {
-                for (word, number) in [
-                    (&b"-Infinity"[..], &b"-0.000000"[..]),
-                    (b"Infinity", b"0.000000"),
-                    (b"NaN", b"0.0"),
-                ] {
+                for word in [&b"-Infinity"[..], b"Infinity", b"NaN"] {
                     // Python writes no `-NaN` (and reads none back).
                     let negated_nan = word == b"NaN" && i > 0 && b[i - 1] == b'-';
                     if b[i..].starts_with(word) && !negated_nan {
-                        out[i..i + word.len()].copy_from_slice(number);
-                        i += word.len() - 1;
+                        out.extend_from_slice(by(word));
+                        i += word.len();
                         changed = true;
+                        step = 0;
                         break;
                     }
                 }
             }
         }
-        i += 1;
+        out.extend_from_slice(&b[i..(i + step).min(b.len())]);
+        i += step;
     }
-    changed.then(|| String::from_utf8(out).ok()).flatten()
+    changed.then_some(out)
 }
 
 /// The value of a member's JSON text as `T`, if it is one (`i64` and `u64`: integers only).

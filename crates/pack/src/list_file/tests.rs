@@ -336,3 +336,25 @@ fn a_jsonl_caption_that_is_a_number_is_its_text_as_written_and_a_list_stays_meta
         );
     }
 }
+
+/// Rows as Python's `json.dumps` writes them: `NaN`, `Infinity` and `-Infinity` read as null (a
+/// NaN label is no label, as in Parquet); the words inside strings stay text. Labels of -1 are
+/// no label either.
+#[test]
+fn python_json_rows_read_their_non_finite_numbers_as_null() {
+    let cols = Columns::default();
+    let rows = concat!(
+        "{\"path\": \"a.jpg\", \"label\": 1, \"score\": NaN}\n",
+        "{\"path\": \"b.jpg\", \"label\": NaN, \"text\": \"NaN bread\"}\n",
+        "{\"path\": \"c.jpg\", \"label\": -1, \"range\": [-Infinity, Infinity]}\n",
+    );
+    let l = list_text(Path::new("l.jsonl"), rows.as_bytes(), &cols).unwrap();
+    assert!(l.errors.is_empty(), "{:?}", l.errors);
+    let labels: Vec<_> = l.inputs.iter().map(|i| i.label).collect();
+    assert_eq!(labels, [1, -1, -1]);
+    let read = |row: &str| row_columns(row.as_bytes(), &ContainerKind::Jsonl, &cols).unwrap();
+    let lines: Vec<&str> = rows.lines().collect();
+    assert_eq!(read(lines[0]).1["score"], serde_json::Value::Null);
+    assert_eq!(read(lines[1]).0.as_deref(), Some("NaN bread"));
+    assert_eq!(read(lines[2]).1["range"], serde_json::json!([null, null]));
+}
