@@ -27,8 +27,9 @@ _REMOTE = ("http://", "https://", "s3://", "file://")
 
 Batch = Dict[str, Any]
 
-# Keys every batch dict has; a carried field may not take one of these names.
-_BATCH_KEYS = ("image", "label", "key", "epoch", "index")
+# Keys of the batch dict (the last two with a crop transform); a carried field may not take one
+# of these names.
+_BATCH_KEYS = ("image", "label", "key", "epoch", "index", "crop_box", "crop_flipped")
 
 # Every Loader of this process, so that a forked child (a DataLoader worker) gives each new
 # locks: one another thread of the parent held at the fork would never be released there.
@@ -71,15 +72,29 @@ def _check_fields(fields: Optional[Sequence[str]]) -> Optional[List[str]]:
         if name in ("image", "label", "key"):
             raise ValueError(f"field {name!r} is the batch's own {name!r}, always delivered")
         if name in _BATCH_KEYS:
+            own = {"index": "position in the epoch", "epoch": "epoch"}.get(name, "crop")
             raise ValueError(
                 f"a carried field named {name!r} cannot be a key of the batch, whose {name!r} is "
-                f"the batch's {'position in the epoch' if name == 'index' else 'epoch'}; read "
-                f"it with `shardtool read DATASET --fields {name}`"
+                f"the batch's {own}; read it with `shardtool read DATASET --fields {name}`"
             )
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValueError(f"fields lists {repeated} more than once")
     return names
+
+
+def _crop_arrays(crops: List[Tuple[float, float, float, float, bool]], output: str) -> Tuple[Any, Any]:
+    """The crop boxes ``[B, 4]`` float32 (x, y, w, h in pixels of the upright source image) and
+    flips ``[B]`` bool of a batch, as torch tensors for ``output="torch"``, else numpy arrays."""
+    import numpy
+
+    boxes = numpy.array([c[:4] for c in crops], dtype=numpy.float32).reshape(len(crops), 4)
+    flips = numpy.array([c[4] for c in crops], dtype=bool)
+    if output == "torch":
+        import torch
+
+        return torch.from_numpy(boxes), torch.from_numpy(flips)
+    return boxes, flips
 
 
 def _field_values(name: str, values: List[Optional[bytes]], keys: List[str]) -> List[Any]:
@@ -200,7 +215,10 @@ class Loader:
     the same shape, else a list of ``[h, w, 3]`` arrays; with ``decode=False`` on tar shards, a
     list of 1-D arrays of encoded bytes; with a crop ``transform``, always ``[B, S, S, 3]``),
     ``label`` (int64 ``[B]``, -1 for an unlabelled sample), ``key`` (list of str),
-    ``epoch`` and ``index`` (the batch's position in this rank's epoch). ``output`` picks torch
+    ``epoch`` and ``index`` (the batch's position in this rank's epoch); with a crop ``transform``
+    also ``crop_box`` (float32 ``[B, 4]``: x, y, width, height in pixels of the upright stored
+    image, to carry boxes or points of the sample's annotations into the crop) and
+    ``crop_flipped`` (bool ``[B]``), as ``shardtool read --keys`` prints them. ``output`` picks torch
     tensors, NumPy arrays, or ``shardtool.Tensor`` objects (``__dlpack__``). Images are views of
     the reader's batch buffer, not copies; the buffer is reused only after every view of it is
     gone, so batches you keep are never overwritten.
@@ -566,7 +584,7 @@ class Loader:
     ) -> Iterator[Batch]:
         started.append(True)
         try:
-            for epoch, index, keys, labels, image, fields in reader:
+            for epoch, index, keys, labels, image, fields, crops in reader:
                 try:
                     batch: Batch = {
                         "image": (
@@ -579,6 +597,8 @@ class Loader:
                     }
                     for name, values in fields:
                         batch[name] = _field_values(name, values, keys)
+                    if crops is not None:
+                        batch["crop_box"], batch["crop_flipped"] = _crop_arrays(crops, self._output)
                     n = len(keys)
                 except BaseException:
                     # Never handed out (Ctrl-C, a signal handler's exception): a state saved

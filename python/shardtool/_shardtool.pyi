@@ -53,7 +53,8 @@ class Tensor:
     def nbytes(self) -> int: ...
 
 RawFields = List[Tuple[str, List[Optional[bytes]]]]
-RawBatch = Tuple[int, int, List[str], Tensor, Union[Tensor, List[Tensor]], RawFields]
+RawCrops = Optional[List[Tuple[float, float, float, float, bool]]]
+RawBatch = Tuple[int, int, List[str], Tensor, Union[Tensor, List[Tensor]], RawFields, RawCrops]
 
 class BufferPool:
     """Batch buffers shared by the readers of successive epochs (one per ``Loader``)."""

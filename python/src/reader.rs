@@ -257,6 +257,15 @@ fn to_python(py: Python<'_>, mut batch: Batch) -> PyResult<Bound<'_, PyTuple>> {
         fields.append((column.name(), values))?;
     }
     let labels = Arc::new(std::mem::take(&mut batch.labels));
+    // Each sample's crop box and flip, for the crop transforms: `[(x, y, w, h, flipped), ...]`.
+    let crops = match batch.crops.is_empty() {
+        true => None,
+        false => Some(
+            (std::mem::take(&mut batch.crops).iter())
+                .map(|c| (c.x, c.y, c.w, c.h, c.flipped))
+                .collect::<Vec<_>>(),
+        ),
+    };
     let layout = std::mem::replace(
         &mut batch.layout,
         Layout::Encoded {
@@ -303,7 +312,7 @@ fn to_python(py: Python<'_>, mut batch: Batch) -> PyResult<Bound<'_, PyTuple>> {
             list.into_any()
         }
     };
-    (epoch, index, keys, label_tensor, image, fields).into_pyobject(py)
+    (epoch, index, keys, label_tensor, image, fields, crops).into_pyobject(py)
 }
 
 #[pymethods]

@@ -122,3 +122,38 @@ def test_bad_transforms_raise_value_error(
 def test_transform_must_be_a_string(datasets: Dict[str, Path]) -> None:
     with pytest.raises(TypeError):
         shardtool.Loader(datasets["tar"], batch_size=4, transform=224)  # type: ignore[arg-type]
+
+
+def test_crop_boxes_and_flips_come_with_the_batch(datasets: Dict[str, Path]) -> None:
+    ds = datasets["tar_var"]
+    stored = _sizes(ds)
+
+    def run(**options: object) -> Dict[str, tuple]:
+        return {
+            k: (img, box, flipped)
+            for b in shardtool.Loader(ds, batch_size=8, output="numpy", transform="random-resized-crop:12", **options)  # type: ignore[arg-type]
+            for k, img, box, flipped in zip(b["key"], b["image"], b["crop_box"], b["crop_flipped"])
+        }
+
+    plain, mirrored = run(), run(flip=True)
+    assert plain.keys() == mirrored.keys() == stored.keys()
+    assert not any(v[2] for v in plain.values())
+    assert 0 < sum(bool(v[2]) for v in mirrored.values()) < len(mirrored)
+    for k, (img, box, flipped) in mirrored.items():
+        h, w = stored[k]
+        x, y, bw, bh = box.tolist()
+        assert 0 <= x and 0 <= y and x + bw <= w + 1e-3 and y + bh <= h + 1e-3, (k, box, h, w)
+        # The flip is drawn apart from the box: the same box, and the image mirrored where
+        # crop_flipped says so.
+        np.testing.assert_array_equal(plain[k][1], box)
+        np.testing.assert_array_equal(img, plain[k][0][:, ::-1] if flipped else plain[k][0])
+    # An evaluation crop's box is the centred square, as torch tensors for output="torch".
+    for b in shardtool.Loader(ds, batch_size=8, transform="center-crop:12,ratio=0.5"):
+        assert b["crop_box"].dtype == torch.float32 and b["crop_box"].shape == (len(b["key"]), 4)
+        assert b["crop_flipped"].dtype == torch.bool and not b["crop_flipped"].any()
+        for k, box in zip(b["key"], b["crop_box"].tolist()):
+            h, w = stored[k]
+            side = 0.5 * min(h, w)
+            assert box == pytest.approx([(w - side) / 2, (h - side) / 2, side, side])
+    # Without a crop there are no boxes.
+    assert "crop_box" not in next(iter(shardtool.Loader(ds, batch_size=8, transform="resize:10")))
