@@ -495,6 +495,13 @@ class Loader:
             self._epoch = epoch
         if self.__dict__.get("_shared_epoch") is not None:
             self._shared_epoch.value = epoch
+        # A new epoch may read a remote dataset packed again since: len() plans it afresh (one
+        # request for its manifest), also where the passes run in DataLoader workers.
+        self._forget_remote_plans()
+
+    def _forget_remote_plans(self) -> None:
+        if _manifest_stamp(self._dataset) is None:
+            self._info = {k: v for k, v in self._info.items() if k[1] is not None}
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -766,8 +773,13 @@ class Loader:
             raise ValueError(
                 f"the state is for batch_size {state['batch_size']}, this loader has {self._batch_size}"
             )
-        if state["dataset"] != self._plan_info(int(state["world_size"]))[0]:
-            raise ValueError("the state belongs to another dataset")
+        world = int(state["world_size"])
+        if state["dataset"] != self._plan_info(world)[0]:
+            # A remote plan may be older than the dataset the state was read from (packed again
+            # on the server, read by DataLoader workers): planned again before refusing.
+            self._forget_remote_plans()
+            if state["dataset"] != self._plan_info(world)[0]:
+                raise ValueError("the state belongs to another dataset")
         with self._state_lock:
             self.close()
             self._epoch = int(state["epoch"])

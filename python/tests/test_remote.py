@@ -253,8 +253,11 @@ def test_prefetch_shards_and_fetch_concurrency_reach_the_cache(served: Path, tmp
 def test_len_and_states_follow_a_dataset_packed_again_on_the_server(served: Path, tmp_path: Path) -> None:
     ds = served / "ds"
     shardtool.pack(SAMPLE, ds, resize="crop:8x8", shard_samples=8)
-    loader = shardtool.Loader(_url(served, "ds/"), batch_size=4, output="numpy", cache_dir=tmp_path / "c")
-    assert len(loader) == -(-samples(ds) // 4) == len(list(loader))
+    def make() -> shardtool.Loader:
+        return shardtool.Loader(_url(served, "ds/"), batch_size=4, output="numpy", cache_dir=tmp_path / "c")
+
+    loader, beside, third = make(), make(), make()
+    assert len(loader) == len(beside) == len(third) == -(-samples(ds) // 4) == len(list(loader))
     # Packed again on the server with half the images: the next pass reads it, and len() and
     # a state saved in it follow (the first plan was kept for good).
     half = tmp_path / "half"
@@ -268,3 +271,9 @@ def test_len_and_states_follow_a_dataset_packed_again_on_the_server(served: Path
     assert len(loader) == -(-samples(ds) // 4)
     loader.load_state_dict(state)
     assert sum(len(b["key"]) for b in loader) == samples(ds) - 4
+    # Loaders planned before that never iterate here (their passes run in DataLoader workers)
+    # follow too: at set_epoch, and when given a state of the new dataset.
+    beside.set_epoch(1)
+    assert len(beside) == len(loader)
+    third.load_state_dict(state)
+    assert len(third) == len(loader)

@@ -310,8 +310,18 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
             None => batch.len(),
         };
         if keys {
-            for (i, k) in batch.keys[..take].iter().enumerate() {
-                write_sample(&mut out, &batch, i, k).unwrap_or_else(|e| stdout::failed(&e));
+            // With a state to keep, each batch is flushed whole, so a stop finds nothing
+            // pending; one that cannot be written (the reader of a pipe gone, as Ctrl-C ends a
+            // pipeline) is not counted as read.
+            let written = (batch.keys[..take].iter().enumerate())
+                .try_for_each(|(i, k)| write_sample(&mut out, &batch, i, k))
+                .and_then(|()| match a.state_out.is_some() {
+                    true => out.flush(),
+                    false => Ok(()),
+                });
+            if let Err(e) = written {
+                save(&loader.state_within(&batch, 0))?;
+                stdout::failed(&e);
             }
         }
         count += take as u64;

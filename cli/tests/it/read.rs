@@ -552,3 +552,49 @@ fn resume_refuses_another_ranks_state_and_names_a_python_state() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("a Python Loader.state_dict()"), "{err}");
 }
+
+/// A read keeping its position whose pipe's reader goes (Ctrl-C ends the whole pipeline) writes
+/// the position of what the reader took: a resume prints the rest, nothing lost.
+#[test]
+fn a_closed_pipe_writes_the_state_of_what_was_taken() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let ds = dir.path().join("ds");
+    pack(&ds, &["--format", "packed"]);
+    let d = ds.to_str().unwrap();
+    let all = keys(&[d, "--seed", "2", "--batch", "1", "--workers", "1"]);
+    let state = dir.path().join("st.json");
+    let mut child = bin()
+        .args([
+            "read",
+            d,
+            "--seed",
+            "2",
+            "--batch",
+            "1",
+            "--workers",
+            "1",
+            "--keys",
+        ])
+        .args(["--test-delay", &format!("{}:1", all[5]), "--state-out"])
+        .arg(&state)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let taken: Vec<String> = (0..5).map(|_| lines.next().unwrap().unwrap()).collect();
+    drop(lines);
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    assert_eq!(taken, all[..5]);
+    let rest = keys(&[
+        d,
+        "--seed",
+        "2",
+        "--batch",
+        "1",
+        "--resume",
+        state.to_str().unwrap(),
+    ]);
+    assert_eq!([taken, rest].concat(), all);
+}

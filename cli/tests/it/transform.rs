@@ -182,6 +182,20 @@ fn resize_of_a_thin_image_past_the_readers_limit_is_an_error_not_an_abort() {
             .output()
             .unwrap();
         assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        // Unless no record could fit: S×S itself past that limit is the options' fault.
+        let r = bin()
+            .arg("read")
+            .arg(&out)
+            .args(["--transform", "resize:2000", "--skip-corrupt"])
+            .args(["--max-pixels", "1000000"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            r.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&r.stderr)
+        );
         // A size whose output fits reads.
         let r = bin()
             .arg("read")

@@ -719,7 +719,8 @@ impl Loader {
         s.delivered_prefix = self.delivered.prefix();
         // Other shares' batches are implied by `split`: the state stays small.
         s.delivered_extra = self.delivered.past_prefix().collect();
-        s.partial = None;
+        // A resumed partial batch not handed out again yet still starts where it was left.
+        s.partial = (self.state.partial).filter(|&(b, _)| !self.delivered.contains(b));
         s
     }
 

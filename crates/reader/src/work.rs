@@ -299,6 +299,10 @@ fn transform_record<'a>(
         Transform::Decode => Resize::None,
         _ => return Ok(rec),
     };
+    // An output past the limit is the record's fault (a thin image) only under a limit the user
+    // gave that the smallest output, S×S, keeps to; else no record could meet the options.
+    let record_fault = s.limit_given
+        && matches!(s.transform, Transform::Resize { size } if u64::from(size).pow(2) <= max);
     match rec {
         Rec::Encoded(data) => {
             let spec = TransformSpec {
@@ -314,7 +318,7 @@ fn transform_record<'a>(
             };
             let out = shardtool_image::transform(data, &spec).map_err(|e| match e.kind {
                 shardtool_image::ErrorKind::TooManyPixels
-                    if e.message.starts_with("the output") && !s.limit_given =>
+                    if e.message.starts_with("the output") && !record_fault =>
                 {
                     ReadError::BadOptions(reader_limit(&e.message, max))
                 }
@@ -343,7 +347,7 @@ fn transform_record<'a>(
                     ),
                     max,
                 );
-                return Err(match s.limit_given {
+                return Err(match record_fault {
                     true => corrupt(why),
                     false => ReadError::BadOptions(why),
                 });

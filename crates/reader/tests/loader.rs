@@ -651,3 +651,21 @@ fn a_dataset_rewritten_under_an_open_one_is_an_error_not_a_mix() {
     let again = shardtool_reader::Dataset::open(dir.path()).unwrap();
     assert_eq!(again.shard(1).unwrap().len(), 3);
 }
+
+/// A loader resumed from a state inside a batch that is asked for its state before that batch
+/// comes again gives the same state back: the samples already used are not read twice.
+#[test]
+fn a_resumed_partial_batch_keeps_its_place_until_it_is_handed_out() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[10]);
+    let make = || Loader::builder(dir.path()).batch_size(4).workers(1);
+    let all: usize = make().build().unwrap().map(|b| b.unwrap().len()).sum();
+    let mut first = make().build().unwrap();
+    let batch = first.next().unwrap().unwrap();
+    let within = first.state_within(&batch, 2);
+    drop(first);
+    let resumed = make().resume(within.clone()).build().unwrap();
+    assert_eq!(resumed.state(), within);
+    let again = make().resume(resumed.state()).build().unwrap();
+    assert_eq!(again.map(|b| b.unwrap().len()).sum::<usize>(), all - 2);
+}
