@@ -52,6 +52,30 @@ fn work_done_under_another_plan_or_on_changed_inputs_is_not_taken() {
     let changed: Vec<_> = errs.iter().filter(|e| e.kind == "changed").collect();
     assert_eq!(changed.len(), 1, "{errs:?}");
     assert!(changed[0].path.ends_with("cat/0003.jpg"), "{errs:?}");
+
+    // The same for an image a list names (it was packed with the new picture).
+    let list = dir.path().join("l.csv");
+    let mut rows: Vec<String> = (std::fs::read_dir(input.join("cat")).unwrap())
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| !p.ends_with("0003.jpg"))
+        .collect();
+    rows.sort();
+    write_file(&list, format!("path\n{}\n", rows[..2].join("\n")));
+    let listed = dir.path().join("listed");
+    Cmd::new(["plan", "--list"])
+        .arg(&list)
+        .arg(&listed)
+        .args(OPTS)
+        .ok();
+    write_file(&rows[1], jpeg(&pattern(90, 90, 998)));
+    part(&listed, "0/1").ok();
+    Cmd::new(["merge"]).arg(&listed).ok();
+    let errs = errors(&listed);
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert!(
+        errs[0].kind == "changed" && rows[1].ends_with(&errs[0].path),
+        "{errs:?}"
+    );
 }
 
 #[test]

@@ -164,7 +164,10 @@ impl RemoteFolder {
         let differs = |what: String| CacheError::Fetch {
             url: self.url_of(name),
             attempts: 1,
-            message: format!("another object is already there ({what}); it was not replaced"),
+            message: format!(
+                "another object is already there ({what}); it was not replaced: objects are \
+                 never overwritten, so delete it (it is not what this run made) and run again"
+            ),
         };
         if there != size {
             return Err(differs(format!("{there} bytes, not {size}")));

@@ -490,7 +490,12 @@ pub(crate) fn make_plan_in(
         .into_par_iter()
         .map(|i| {
             let item = inputs.get(i);
-            if item.container.is_some() && item.span.is_some() {
+            // A tar sample or Parquet row is checked by its container; a list row names a file
+            // of its own, whose size is kept as a plain input's is.
+            let within = (item.container.zip(item.span))
+                .and_then(|(c, _)| listing.containers.get(c as usize))
+                .is_some_and(|c| matches!(c.kind, ContainerKind::Tar | ContainerKind::Parquet));
+            if within {
                 return UNKNOWN_SIZE;
             }
             std::fs::metadata(origin.resolve(&item)).map_or(UNKNOWN_SIZE, |m| m.len())
