@@ -157,8 +157,10 @@ pub(crate) fn unlisted_images(
                         m.display()
                     ),
                 };
+                // Named as the rows name their images: from the metadata's folder.
+                let shown = path.strip_prefix(base).unwrap_or(&path);
                 listing.errors.push(failure(
-                    path.display().to_string(),
+                    shown.display().to_string(),
                     "unlisted",
                     format!(
                         "an image that no row of {} names in its {HF_IMAGE_COLUMN} column: not \
