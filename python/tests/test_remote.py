@@ -259,7 +259,7 @@ def test_len_and_states_follow_a_dataset_packed_again_on_the_server(served: Path
     loader, beside, third = make(), make(), make()
     assert len(loader) == len(beside) == len(third) == -(-samples(ds) // 4) == len(list(loader))
     # Packed again on the server with half the images: the next pass reads it, and len() and
-    # a state saved in it follow (the first plan was kept for good).
+    # a state saved in it follow, rather than the first plan.
     half = tmp_path / "half"
     for c in sorted(SAMPLE.iterdir())[:2]:
         shutil.copytree(c, half / c.name)

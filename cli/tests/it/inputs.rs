@@ -644,8 +644,8 @@ fn an_earlier_pack_inside_a_webdataset_folder_is_not_more_of_its_shards() {
 }
 
 /// The Hugging Face imagefolder: images beside a `metadata.jsonl` naming them with captions.
-/// As an ImageFolder the captions were dropped silently (one class, `train`): its folder packs
-/// as that list now, an image no row names is a failed input, and a repository whose splits
+/// Its folder packs as that list (as an ImageFolder its captions would be lost, its images one
+/// class), an image no row names is a failed input, and a repository whose splits
 /// each hold one is asked about.
 #[test]
 fn a_hugging_face_imagefolder_packs_by_its_metadata_and_reports_unlisted_images() {

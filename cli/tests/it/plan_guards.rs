@@ -53,7 +53,7 @@ fn work_done_under_another_plan_or_on_changed_inputs_is_not_taken() {
     assert_eq!(changed.len(), 1, "{errs:?}");
     assert!(changed[0].path.ends_with("cat/0003.jpg"), "{errs:?}");
 
-    // The same for an image a list names (it was packed with the new picture).
+    // The same for an image a list names (not packed with the new picture).
     let list = dir.path().join("l.csv");
     let mut rows: Vec<String> = (std::fs::read_dir(input.join("cat")).unwrap())
         .map(|e| e.unwrap().path().display().to_string())

@@ -199,7 +199,7 @@ fn option_values_past_their_range_are_usage_errors_naming_the_flag_not_panics() 
 }
 
 /// A WebDataset `.cls` of -1 is no label (as the reader and the Hugging Face `ClassLabel` write
-/// it); another negative was dropped silently as if it were, and fails its sample now.
+/// it); another negative is no label of any class, and fails its sample.
 #[test]
 fn a_negative_cls_other_than_minus_one_fails_its_sample() {
     let t = tempdir();

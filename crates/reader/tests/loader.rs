@@ -217,7 +217,7 @@ fn a_matching_resume_refuses_another_ranks_state_and_prefetch_is_bounded() {
     assert_eq!(rest.map(|b| b.unwrap().len()).sum::<usize>(), all - 3);
     let err = rank(0).prefetch(1 << 30).build().err().unwrap();
     assert!(matches!(err, ReadError::BadOptions(_)), "{err}");
-    // A shuffle buffer or interleave of 0, asked for or in a state, is refused (was taken as 1).
+    // A shuffle buffer or interleave of 0, asked for or in a state, is refused, not taken as 1.
     for err in [
         rank(0).shuffle_buffer(0).build().err().unwrap(),
         rank(0).interleave(0).build().err().unwrap(),
