@@ -133,3 +133,27 @@ fn a_cache_lock_replaced_by_a_link_is_refused_not_written_through() {
     assert_ne!(r.code, Some(0), "{}", r.stderr);
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 }
+
+/// Images deeper than the folder walk goes (64 levels below a class folder) are reported, not
+/// dropped without a word.
+#[test]
+fn a_folder_too_deep_to_search_is_a_failed_input() {
+    let t = crate::common::tempdir();
+    let mut deep = t.path().join("in/c");
+    crate::common::jpeg_folder(&t.path().join("in"), 1, 24, 16);
+    for _ in 0..70 {
+        deep.push("x");
+    }
+    crate::common::write_file(
+        deep.join("a.jpg"),
+        crate::common::jpeg(&crate::common::pattern(24, 16, 5)),
+    );
+    let out = t.path().join("out");
+    crate::common::pack(t.path().join("in"), &out)
+        .args(["-q"])
+        .ok();
+    let m = crate::common::manifest(&out);
+    assert_eq!((m.inputs.packed, m.inputs.failed), (1, 1));
+    let errs = crate::common::errors(&out);
+    assert!(errs[0].message.contains("levels below"), "{errs:?}");
+}

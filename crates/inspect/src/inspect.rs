@@ -185,7 +185,13 @@ pub(crate) fn inspect_as(
             let indexed: Vec<(usize, &ShardEntry)> = (m.shards.iter().enumerate())
                 .filter(|(_, e)| seen.insert(e.file.as_str()))
                 .collect();
-            let parts = map_on_threads(opts.jobs_or_cores(), "inspect", &indexed, |&(i, e)| {
+            // Each thread holds a whole shard: as many as keep to the bound.
+            let largest = (indexed.iter())
+                .map(|(_, e)| e.uncompressed_bytes.unwrap_or(e.bytes).max(e.bytes))
+                .max()
+                .unwrap_or(0);
+            let jobs = crate::jobs_within(opts.jobs_or_cores(), largest);
+            let parts = map_on_threads(jobs, "inspect", &indexed, |&(i, e)| {
                 if !shardtool_manifest::is_safe_file_name(&e.file) {
                     return Stats::default();
                 }

@@ -43,6 +43,17 @@ struct ViewBytes {
 /// Reads the shard at `path`. `kind` is the manifest's word on its format and compression; a
 /// lone shard (`None`) is decompressed when it starts with the zstd magic. At most `max_bytes`
 /// are held (or the manifest's `declared` uncompressed size, when smaller).
+/// Shard bytes held in memory at once by `inspect` and `preview`, which read each shard whole:
+/// their threads are as many as fit, at least one.
+const SHARD_BYTES_IN_FLIGHT: u64 = 1 << 30;
+
+/// `jobs` threads, fewer when each holding a shard of `largest` bytes would pass
+/// [`SHARD_BYTES_IN_FLIGHT`].
+fn jobs_within(jobs: usize, largest: u64) -> usize {
+    let fit = SHARD_BYTES_IN_FLIGHT / largest.max(1);
+    jobs.min(usize::try_from(fit).unwrap_or(usize::MAX)).max(1)
+}
+
 fn read_shard(
     path: &Path,
     kind: Option<ShardKind>,
@@ -124,6 +135,14 @@ fn sniff(bytes: &[u8]) -> Option<ShardFormat> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_holding_whole_shards_keep_to_the_bound() {
+        assert_eq!(jobs_within(8, 64 << 20), 8);
+        assert_eq!(jobs_within(8, 256 << 20), 4);
+        assert_eq!(jobs_within(8, 4 << 30), 1);
+        assert_eq!(jobs_within(3, 0), 3);
+    }
 
     #[test]
     fn shards_are_read_plain_mapped_or_decompressed_within_their_cap() {

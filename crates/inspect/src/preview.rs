@@ -171,10 +171,6 @@ pub(crate) fn preview_titled(
             opts.count, opts.tile
         )));
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs)
-        .build()
-        .map_err(|e| VerifyError::Usage(format!("cannot start {} threads: {e}", opts.jobs)))?;
     // What the manifest breaks, as warnings: the sheet shows what can be read.
     let mut skipped = Vec::new();
     let (title, classes, wants, available, lone) = match open_target(target, &opts.limits, true)? {
@@ -221,6 +217,20 @@ pub(crate) fn preview_titled(
             (path.display().to_string(), Vec::new(), vec![want], 0, true)
         }
     };
+    // Each thread holds a whole shard: as many as keep to the bound.
+    let largest = (wants.iter())
+        .filter_map(|w| {
+            std::fs::metadata(&w.path)
+                .ok()
+                .map(|m| m.len().max(w.declared.unwrap_or(0)))
+        })
+        .max()
+        .unwrap_or(0);
+    let jobs = crate::jobs_within(opts.jobs, largest);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
     let results: Vec<Result<PicksRead, String>> = pool.install(|| {
         wants
             .par_iter()

@@ -142,8 +142,9 @@ pub(crate) fn list_folder(root: &Path, exclude: Option<&Path>) -> Result<Listing
     Ok(listing)
 }
 
-/// Recursion depth past which a tree is taken to be a link cycle.
-const MAX_DEPTH: usize = 64;
+/// Folder depth past which a tree is not searched (links are followed once each; this bounds
+/// the recursion).
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// Lists `dir` (whose path relative to the root is `prefix`, ending in `/`) and its
 /// subdirectories, in sorted order. `dir` and `prefix` are scratch buffers, restored on return.
@@ -157,7 +158,16 @@ fn walk(
 ) -> Result<(), ListError> {
     // Symlinked directories may form cycles: visit each real directory once.
     let real = std::fs::canonicalize(&*dir).map_err(ListError::io(dir))?;
-    if !seen.insert(real) || depth > MAX_DEPTH {
+    if !seen.insert(real) {
+        return Ok(());
+    }
+    if depth > MAX_DEPTH {
+        // Reported, not dropped: whatever lies below is not packed.
+        out.errors.push(crate::failure(
+            String::from_utf8_lossy(prefix).into_owned(),
+            "unreadable",
+            format!("a folder more than {MAX_DEPTH} levels below its class folder: not searched"),
+        ));
         return Ok(());
     }
     let names = SortedNames::read(dir)?;

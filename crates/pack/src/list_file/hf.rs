@@ -143,10 +143,24 @@ pub(crate) fn unlisted_images(
                     .map(|m| path.join(m))
                     .find(|m| m.is_file());
                 let output = exclude.is_some() && std::fs::canonicalize(&path).ok() == exclude;
-                if depth < 64 && !output && !crate::output::holds_a_pack(&path) {
-                    let own = nested.or_else(|| own.clone());
-                    stack.push((path, depth + 1, own));
+                if output || crate::output::holds_a_pack(&path) {
+                    continue;
                 }
+                if depth >= crate::imagefolder::MAX_DEPTH {
+                    let shown = path.strip_prefix(base).unwrap_or(&path);
+                    listing.errors.push(failure(
+                        shown.display().to_string(),
+                        "unreadable",
+                        format!(
+                            "a folder more than {} levels below {}: not searched",
+                            crate::imagefolder::MAX_DEPTH,
+                            file.display()
+                        ),
+                    ));
+                    continue;
+                }
+                let own = nested.or_else(|| own.clone());
+                stack.push((path, depth + 1, own));
             } else if !crate::imagefolder::has_image_extension(&path) {
                 listing.ignored += 1;
             } else if !named.contains(&key(&path)) {
