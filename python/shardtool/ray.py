@@ -38,7 +38,8 @@ def pack(
     **options: Any,
 ) -> Dict[str, Any]:
     """Plans (keeping a plan already in ``output`` if it was made from the same input and
-    options; ``ValueError`` naming the differences if not; ``overwrite=True`` plans again),
+    options; ``ValueError`` naming the differences if not; ``overwrite=True`` plans again, in a
+    local ``output``: an ``s3://`` one must be empty),
     runs ``parts`` Ray tasks of
     ``cpus_per_part`` CPUs each, and merges. Returns the merge result (``manifest``, ``errors``)
     with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first.
@@ -116,7 +117,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="plan again, replacing a plan (and what was packed under it) already in OUTPUT",
+        help="plan again, replacing a plan (and what was packed under it) already in a local "
+        "OUTPUT (an s3:// OUTPUT must be empty: objects are never deleted)",
     )
     a = p.parse_args(argv)
     import ray
