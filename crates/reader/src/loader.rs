@@ -575,6 +575,10 @@ impl LoaderBuilder {
         let order = Arc::new(order);
         let stop = Arc::new(AtomicBool::new(false));
         let metrics = Arc::new(MetricsRecorder::default());
+        let max_pixels = (self.max_pixels).map_or_else(
+            || dataset.max_pixels(),
+            |m| m.min(shardtool_core::Limits::READER_MAX_PIXELS),
+        );
         let shared = Arc::new(WorkerShared {
             dataset: dataset.clone(),
             order: order.clone(),
@@ -584,11 +588,9 @@ impl LoaderBuilder {
             transform: self.transform,
             flip: self.flip,
             region_decode: self.region_decode,
-            max_pixels: (self.max_pixels).map_or_else(
-                || dataset.max_pixels(),
-                |m| m.min(shardtool_core::Limits::READER_MAX_PIXELS),
-            ),
-            limit_given: self.max_pixels.is_some(),
+            max_pixels,
+            resize_past_limit_is_corrupt: self.max_pixels.is_some()
+                && matches!(self.transform, Transform::Resize { size } if u64::from(size).pow(2) <= max_pixels),
             corrupt: self.corrupt,
             allocator: self.allocator.clone(),
             fields: self.fields,

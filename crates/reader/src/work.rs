@@ -33,10 +33,11 @@ pub(crate) struct WorkerShared {
     /// the user gave).
     #[cfg_attr(not(feature = "decode"), allow(dead_code))]
     pub(crate) max_pixels: u64,
-    /// Whether the user gave that limit: then a `resize:S` output past it is the record's
-    /// fault (a thin image in a dataset not trusted), not the options'.
+    /// Whether a `resize:S` output past that limit is the record's fault (a thin image in a
+    /// dataset not trusted), not the options': only under a limit the user gave that the
+    /// smallest output, S×S, keeps to; else no record could meet the options.
     #[cfg_attr(not(feature = "decode"), allow(dead_code))]
-    pub(crate) limit_given: bool,
+    pub(crate) resize_past_limit_is_corrupt: bool,
     pub(crate) corrupt: CorruptPolicy,
     pub(crate) allocator: Arc<dyn BatchAllocator>,
     /// Carried fields to deliver, in the order asked.
@@ -299,10 +300,7 @@ fn transform_record<'a>(
         Transform::Decode => Resize::None,
         _ => return Ok(rec),
     };
-    // An output past the limit is the record's fault (a thin image) only under a limit the user
-    // gave that the smallest output, S×S, keeps to; else no record could meet the options.
-    let record_fault = s.limit_given
-        && matches!(s.transform, Transform::Resize { size } if u64::from(size).pow(2) <= max);
+    let record_fault = s.resize_past_limit_is_corrupt;
     match rec {
         Rec::Encoded(data) => {
             let spec = TransformSpec {
