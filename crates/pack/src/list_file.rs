@@ -763,7 +763,7 @@ pub(crate) fn row_columns(
 
 mod hf;
 pub(crate) use hf::{
-    is_imagefolder_metadata, names_file_not_path, unlisted_images, HF_IMAGE_COLUMN,
+    is_imagefolder_metadata, metadata_in, names_file_not_path, unlisted_images, HF_IMAGE_COLUMN,
 };
 
 #[cfg(test)]

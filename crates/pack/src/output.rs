@@ -192,19 +192,20 @@ fn served_from(plan: &PackPlan, out: &Path) -> Option<String> {
         attempts: 1,
         ..Default::default()
     };
-    let there = manifest_bytes_beside(first, policy, here.len() as u64)?;
+    let there = manifest_bytes_beside(first, policy, here.len() as u64).ok()??;
     (there == here).then(|| first.clone())
 }
 
 /// The bytes of the manifest in the folder of the file at URL `url` (at most `limit`); `None`
-/// when there is none, or it cannot be read.
+/// when there is none, why when it cannot be read.
 fn manifest_bytes_beside(
     url: &str,
     policy: shardtool_cache::FetchPolicy,
     limit: u64,
-) -> Option<Vec<u8>> {
-    let (folder, _) = shardtool_cache::RemoteFolder::connect(url, policy).ok()?;
-    folder.read(manifest::FILE_NAME, limit).ok()?
+) -> Result<Option<Vec<u8>>, String> {
+    shardtool_cache::RemoteFolder::connect(url, policy)
+        .and_then(|(folder, _)| folder.read(manifest::FILE_NAME, limit))
+        .map_err(|e| e.to_string())
 }
 
 /// The `manifest.json` beside shards being packed: a shardtool dataset's, none or another
@@ -250,10 +251,7 @@ impl Beside {
     /// The manifest in the folder of the file at URL `url`.
     pub(crate) fn remote(url: &str) -> Self {
         let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
-        let read = shardtool_cache::RemoteFolder::connect(url, Default::default())
-            .and_then(|(folder, _)| folder.read(manifest::FILE_NAME, limit))
-            .map_err(|e| e.to_string());
-        Self::judge(read, limit)
+        Self::judge(manifest_bytes_beside(url, Default::default(), limit), limit)
     }
 }
 

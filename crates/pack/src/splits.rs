@@ -136,13 +136,7 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
 pub(crate) fn imagefolder_metadata(
     dir: &std::path::Path,
 ) -> Result<Option<std::path::PathBuf>, String> {
-    let metadata = |d: &std::path::Path| -> Vec<std::path::PathBuf> {
-        ["metadata.jsonl", "metadata.csv"]
-            .iter()
-            .map(|m| d.join(m))
-            .filter(|m| m.is_file())
-            .collect()
-    };
+    let metadata = crate::list_file::metadata_in;
     match metadata(dir).as_slice() {
         [one] => return Ok(Some(one.clone())),
         [a, b] => {

@@ -50,10 +50,21 @@ pub(crate) fn names_file_not_path(file: &Path) -> bool {
     has(HF_IMAGE_COLUMN) && (!has("path") || is_imagefolder_metadata(file))
 }
 
+/// The names a Hugging Face imagefolder's metadata file may have.
+const METADATA_FILES: [&str; 2] = ["metadata.jsonl", "metadata.csv"];
+
 /// Whether `file` is a Hugging Face imagefolder's metadata file by its name.
 pub(crate) fn is_imagefolder_metadata(file: &Path) -> bool {
     file.file_name()
-        .is_some_and(|n| n == "metadata.jsonl" || n == "metadata.csv")
+        .is_some_and(|n| METADATA_FILES.iter().any(|m| n == *m))
+}
+
+/// The imagefolder metadata files in folder `dir`, in [`METADATA_FILES`] order.
+pub(crate) fn metadata_in(dir: &Path) -> Vec<PathBuf> {
+    (METADATA_FILES.iter())
+        .map(|m| dir.join(m))
+        .filter(|m| m.is_file())
+        .collect()
 }
 
 /// For a Hugging Face imagefolder's metadata `file`, listed in `listing` with `columns`: each
@@ -134,14 +145,11 @@ pub(crate) fn unlisted_images(
         names.sort_by_key(|e| e.file_name());
         for e in names {
             let (name, path) = (e.file_name(), e.path());
-            if crate::imagefolder::is_hidden(&name) || key(&path) == itself {
+            if crate::imagefolder::is_hidden(&name) {
                 continue;
             }
             let Ok(kind) = e.file_type() else { continue };
             if kind.is_dir() {
-                let nested = (["metadata.jsonl", "metadata.csv"].iter())
-                    .map(|m| path.join(m))
-                    .find(|m| m.is_file());
                 let output = exclude.is_some() && std::fs::canonicalize(&path).ok() == exclude;
                 if output || crate::output::holds_a_pack(&path) {
                     continue;
@@ -159,11 +167,20 @@ pub(crate) fn unlisted_images(
                     ));
                     continue;
                 }
-                let own = nested.or_else(|| own.clone());
+                let own = metadata_in(&path)
+                    .into_iter()
+                    .next()
+                    .or_else(|| own.clone());
                 stack.push((path, depth + 1, own));
-            } else if !crate::imagefolder::has_image_extension(&path) {
+                continue;
+            }
+            let k = key(&path);
+            if k == itself {
+                continue;
+            }
+            if !crate::imagefolder::has_image_extension(&path) {
                 listing.ignored += 1;
-            } else if !named.contains(&key(&path)) {
+            } else if !named.contains(&k) {
                 let why = match &own {
                     None => "add its row, or move it out of the folder".to_string(),
                     Some(m) => format!(
