@@ -499,9 +499,10 @@ class Loader:
         # request for its manifest), also where the passes run in DataLoader workers.
         self._forget_remote_plans()
 
-    def _forget_remote_plans(self) -> None:
+    def _forget_remote_plans(self, but: Optional[str] = None) -> None:
+        """Drops the plans of a remote dataset, but those of the dataset fingerprint ``but``."""
         if _manifest_stamp(self._dataset) is None:
-            self._info = {k: v for k, v in self._info.items() if k[1] is not None}
+            self._info = {k: v for k, v in self._info.items() if k[1] is not None or v[0] == but}
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -571,10 +572,7 @@ class Loader:
             # A remote manifest planned before is planned again when this pass found another
             # (packed again on the server): len() and states follow the dataset being read.
             if _manifest_stamp(self._dataset) is None:
-                read = json.loads(reader.state())["dataset"]
-                stale = [k for k, v in self._info.items() if k[1] is None and v[0] != read]
-                for k in stale:
-                    del self._info[k]
+                self._forget_remote_plans(but=json.loads(reader.state())["dataset"])
         started: List[bool] = []
         batches = self._batches(reader, convert, self._epoch, started)
         # Dropped before its first batch, the generator never runs its body (nor the cleanup
