@@ -381,54 +381,62 @@ fn drop_last_leaves_out_only_the_short_last_batch() {
 #[test]
 fn sigterm_writes_the_state_and_a_resume_prints_the_rest() {
     let dir = tempfile::tempdir().unwrap();
-    let ds = dir.path().join("ds");
-    pack(&ds, &["--format", "packed"]);
-    let d = ds.to_str().unwrap();
-    let all = keys(&[d, "--seed", "2", "--batch", "1", "--workers", "1"]);
-    let state = dir.path().join("st.json");
-    let child = bin()
-        .args([
-            "read",
-            d,
-            "--seed",
-            "2",
-            "--batch",
-            "1",
-            "--workers",
-            "1",
-            "--keys",
-        ])
-        .args(["--test-delay", &format!("{}:60", all[9]), "--state-out"])
-        .arg(&state)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut read = Waiting::start(dir.path(), 9, 60);
     // The read waits at the tenth key, having read the nine before it.
     std::thread::sleep(std::time::Duration::from_millis(1500));
-    let pid = child.id().to_string();
+    let pid = read.child.id().to_string();
     assert!(Command::new("kill")
         .args(["-TERM", &pid])
         .status()
         .unwrap()
         .success());
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(143));
-    let first: Vec<String> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect();
-    assert_eq!(first, all[..9]);
-    let rest = keys(&[
-        d,
-        "--seed",
-        "2",
-        "--batch",
-        "1",
-        "--resume",
-        state.to_str().unwrap(),
-    ]);
-    assert_eq!([first, rest].concat(), all);
+    let mut printed = String::new();
+    std::io::Read::read_to_string(&mut read.child.stdout.take().unwrap(), &mut printed).unwrap();
+    assert_eq!(read.child.wait().unwrap().code(), Some(143));
+    let first: Vec<String> = printed.lines().map(str::to_string).collect();
+    assert_eq!(first, read.all[..9]);
+    assert_eq!([first, read.rest()].concat(), read.all);
+}
+
+/// A read of a packed dataset keeping its position in `st.json`, printing keys (seed 2, one
+/// sample a batch) to a pipe, that waits `secs` at its key `at`; `all` is every key in order.
+struct Waiting {
+    ds: String,
+    all: Vec<String>,
+    state: std::path::PathBuf,
+    child: std::process::Child,
+}
+
+impl Waiting {
+    fn start(dir: &Path, at: usize, secs: u32) -> Self {
+        let ds = dir.join("ds");
+        pack(&ds, &["--format", "packed"]);
+        let ds = ds.to_str().unwrap().to_string();
+        let order = [ds.as_str(), "--seed", "2", "--batch", "1", "--workers", "1"];
+        let all = keys(&order);
+        let state = dir.join("st.json");
+        let child = bin()
+            .arg("read")
+            .args(order)
+            .args(["--keys", "--test-delay", &format!("{}:{secs}", all[at])])
+            .arg("--state-out")
+            .arg(&state)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        Self {
+            ds,
+            all,
+            state,
+            child,
+        }
+    }
+
+    /// What a resume from the state prints.
+    fn rest(&self) -> Vec<String> {
+        let state = self.state.to_str().unwrap();
+        keys(&[&self.ds, "--seed", "2", "--batch", "1", "--resume", state])
+    }
 }
 
 /// A read keeping its position whose shard cannot be fetched (gone from the server) fails
@@ -559,42 +567,11 @@ fn resume_refuses_another_ranks_state_and_names_a_python_state() {
 fn a_closed_pipe_writes_the_state_of_what_was_taken() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
-    let ds = dir.path().join("ds");
-    pack(&ds, &["--format", "packed"]);
-    let d = ds.to_str().unwrap();
-    let all = keys(&[d, "--seed", "2", "--batch", "1", "--workers", "1"]);
-    let state = dir.path().join("st.json");
-    let mut child = bin()
-        .args([
-            "read",
-            d,
-            "--seed",
-            "2",
-            "--batch",
-            "1",
-            "--workers",
-            "1",
-            "--keys",
-        ])
-        .args(["--test-delay", &format!("{}:1", all[5]), "--state-out"])
-        .arg(&state)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut read = Waiting::start(dir.path(), 5, 1);
+    let mut lines = std::io::BufReader::new(read.child.stdout.take().unwrap()).lines();
     let taken: Vec<String> = (0..5).map(|_| lines.next().unwrap().unwrap()).collect();
     drop(lines);
-    let status = child.wait().unwrap();
-    assert!(!status.success());
-    assert_eq!(taken, all[..5]);
-    let rest = keys(&[
-        d,
-        "--seed",
-        "2",
-        "--batch",
-        "1",
-        "--resume",
-        state.to_str().unwrap(),
-    ]);
-    assert_eq!([taken, rest].concat(), all);
+    assert!(!read.child.wait().unwrap().success());
+    assert_eq!(taken, read.all[..5]);
+    assert_eq!([taken, read.rest()].concat(), read.all);
 }
