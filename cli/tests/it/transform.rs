@@ -158,52 +158,40 @@ fn resize_of_a_thin_image_past_the_readers_limit_is_an_error_not_an_abort() {
                 "{format} {size}: {stderr}"
             );
         }
-        // Options too large for the dataset are no corrupt records: refused when skipping them
-        // too (every record was skipped, the epoch read empty, exit 0).
-        let r = bin()
-            .arg("read")
-            .arg(&out)
-            .args(["--transform", "resize:512", "--skip-corrupt"])
-            .output()
-            .unwrap();
-        assert_eq!(
-            r.status.code(),
-            Some(1),
-            "{}",
-            String::from_utf8_lossy(&r.stderr)
-        );
-        // Under a limit the user gave (a dataset not trusted), the thin record is at fault:
-        // skipped, the read goes on.
-        let r = bin()
-            .arg("read")
-            .arg(&out)
-            .args(["--transform", "resize:512", "--skip-corrupt"])
-            .args(["--max-pixels", "100000000"])
-            .output()
-            .unwrap();
-        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-        // Unless no record could fit: S×S itself past that limit is the options' fault.
-        let r = bin()
-            .arg("read")
-            .arg(&out)
-            .args(["--transform", "resize:2000", "--skip-corrupt"])
-            .args(["--max-pixels", "1000000"])
-            .output()
-            .unwrap();
-        assert_eq!(
-            r.status.code(),
-            Some(1),
-            "{}",
-            String::from_utf8_lossy(&r.stderr)
-        );
-        // A size whose output fits reads.
-        let r = bin()
-            .arg("read")
-            .arg(&out)
-            .args(["--transform", "resize:20"])
-            .output()
-            .unwrap();
-        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        for (args, code) in [
+            // Options too large for the dataset are no corrupt records: refused when skipping
+            // them too (every record was skipped, the epoch read empty, exit 0).
+            (&["--transform", "resize:512", "--skip-corrupt"][..], 1),
+            // Under a limit the user gave (a dataset not trusted), the thin record is at
+            // fault: skipped, the read goes on.
+            (
+                &[
+                    "--transform",
+                    "resize:512",
+                    "--skip-corrupt",
+                    "--max-pixels",
+                    "100000000",
+                ],
+                0,
+            ),
+            // Unless no record could fit: S×S itself past that limit is the options' fault.
+            (
+                &[
+                    "--transform",
+                    "resize:2000",
+                    "--skip-corrupt",
+                    "--max-pixels",
+                    "1000000",
+                ],
+                1,
+            ),
+            // A size whose output fits reads.
+            (&["--transform", "resize:20"], 0),
+        ] {
+            let r = bin().arg("read").arg(&out).args(args).output().unwrap();
+            let stderr = String::from_utf8_lossy(&r.stderr);
+            assert_eq!(r.status.code(), Some(code), "{format} {args:?}: {stderr}");
+        }
     }
     // A dataset packed under a larger --max-pixels is read under it: 250 × 500000 pixels.
     let wide = dir.path().join("wide");
