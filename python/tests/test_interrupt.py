@@ -23,6 +23,22 @@ def _sigint_after(seconds: float) -> threading.Timer:
     return t
 
 
+def _sigint_until(first: float, stop: threading.Event) -> threading.Thread:
+    """Sends SIGINT to the main thread after ``first`` seconds, and again every 2 s until ``stop``
+    is set: one landing where Python drops exceptions (a finalizer) does not leave the test's
+    loop running for ever."""
+
+    def send() -> None:
+        wait = first
+        while not stop.wait(wait):
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            wait = 2.0
+
+    t = threading.Thread(target=send)
+    t.start()
+    return t
+
+
 def test_ctrl_c_interrupts_a_blocked_next(datasets: Dict[str, Path]) -> None:
     path = datasets["packed"]
     first = all_keys(path)[0]
@@ -88,7 +104,8 @@ def test_an_interrupt_as_a_batch_arrives_loses_no_batch(datasets: Dict[str, Path
     # a batch: that batch must not count as handed out (a resume would skip it).
     loader = shardtool.Loader(datasets["tar"], batch_size=1, seed=5, output="numpy", workers=1)
     for trial in range(4):
-        timer = _sigint_after(0.05 + 0.02 * trial)
+        stop = threading.Event()
+        timer = _sigint_until(0.05 + 0.02 * trial, stop)
         received = finished = 0
         with pytest.raises(KeyboardInterrupt):
             while True:
@@ -96,6 +113,7 @@ def test_an_interrupt_as_a_batch_arrives_loses_no_batch(datasets: Dict[str, Path
                 for _ in loader:
                     received += 1
                 finished = received
+        stop.set()
         timer.join()
         state = loader.state_dict()
         delivered = 0 if state["reader"] is None else state["reader"]["delivered_prefix"]
