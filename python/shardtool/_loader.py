@@ -17,6 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional,
 if TYPE_CHECKING:
     import torch
 
+    Device = Union[str, torch.device, None]
+else:
+    # Resolvable at run time without torch (typing.get_type_hints, config parsers).
+    Device = Union[str, Any, None]
+
 from . import _shardtool
 
 STATE_FORMAT = 1
@@ -139,6 +144,19 @@ def _check_int(
     return value
 
 
+def _check_path(name: str, value: Any, optional: bool = False) -> Any:
+    """``value`` (a str or ``os.PathLike`` of one) as a str, refusing another type or an empty
+    one with an error naming ``name``."""
+    if value is None and optional:
+        return None
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(path, str):
+        raise TypeError(f"{name} must be a str or os.PathLike path, not {type(value).__name__}")
+    if not path:
+        raise ValueError(f"{name} is empty: name a folder, file or URL")
+    return path
+
+
 def _env_partition() -> Optional[Tuple[int, int]]:
     rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
     if rank is None and world is None:
@@ -230,9 +248,10 @@ class Loader:
     instead. ``drop_last=True`` also leaves out each epoch's last batch when it is short, so every
     batch holds ``batch_size`` samples (fixed shapes for XLA or CUDA graphs).
 
-    ``device`` is ``"cpu"`` (the default), ``"cuda:N"``, or ``"cuda"``, whose index is
-    ``LOCAL_RANK`` read at the first ``iter()`` (an explicit index wins). This build hands out CPU
-    batches only: a CUDA device raises ``RuntimeError`` at ``iter()``, naming the device.
+    ``device`` is ``"cpu"`` (the default, also given as ``None``), ``"cuda:N"``, or ``"cuda"``,
+    whose index is ``LOCAL_RANK`` read at the first ``iter()`` (an explicit index wins). This
+    build hands out CPU batches only: a CUDA device raises ``RuntimeError`` at ``iter()``, naming
+    the device.
 
     ``transform`` is what the Rust threads do to each image (default ``"decode"``, or ``"none"``
     with ``decode=False``): ``"resize:S"`` (shorter side S, the longer truncated as
@@ -256,8 +275,9 @@ class Loader:
 
     ``workers`` Rust threads decode (default: all cores, divided among the ranks on this node
     by ``LOCAL_WORLD_SIZE`` as torchrun sets it and among DataLoader worker processes);
-    ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples) and
-    ``interleave`` (shard pieces read at once) tune the two-level shuffle; ``prefetch`` is the
+    ``in_order=False`` delivers batches as they complete. ``shuffle_buffer`` (samples, default
+    8192) and ``interleave`` (shard pieces read at once, default 32) tune the two-level shuffle;
+    ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
     leaves unreadable records out of their batches instead of raising (``metrics()`` counts them;
     a batch may then be short, or empty: ``[0, S, S, 3]`` for a crop to S, ``[0, 0, 0, 3]`` for
@@ -291,7 +311,7 @@ class Loader:
         drop_last: bool = False,
         in_order: bool = True,
         output: str = "torch",
-        device: Union[str, "torch.device", None] = None,
+        device: Device = None,
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_limit: Optional[Union[int, str]] = None,
         fetch_timeout: Optional[float] = None,
@@ -305,11 +325,7 @@ class Loader:
         fields: Optional[Sequence[str]] = None,
         max_pixels: Optional[int] = None,
     ) -> None:
-        if not isinstance(dataset, (str, os.PathLike)):
-            raise TypeError(f"dataset must be a path or URL, not {type(dataset).__name__}")
-        location = os.fspath(dataset)
-        if not isinstance(location, str):
-            raise TypeError("dataset must be a str path, not bytes")
+        location = _check_path("dataset", dataset)
         if not location.lower().startswith(_REMOTE) and not os.path.exists(location):
             raise FileNotFoundError(f"{_redacted(location)}: no such dataset folder or manifest")
         if "://" not in location:
@@ -379,7 +395,8 @@ class Loader:
         self._drop_last = drop_last
         self._in_order = in_order
         self._output = output
-        self._cache_dir = None if cache_dir is None else os.path.abspath(os.fspath(cache_dir))
+        cache_dir = _check_path("cache_dir", cache_dir, optional=True)
+        self._cache_dir = None if cache_dir is None else os.path.abspath(cache_dir)
         self._cache_limit = limit
         self._fetch_timeout = None if fetch_timeout is None else float(fetch_timeout)
         self._fetch_attempts = fetch_attempts
@@ -771,6 +788,12 @@ class Loader:
             raise ValueError(
                 f"the state is for batch_size {state['batch_size']}, this loader has {self._batch_size}"
             )
+        drop_last = reader.get("drop_last") if isinstance(reader, dict) else None
+        mine = self.__dict__.get("_drop_last", False)
+        if drop_last is not None and not isinstance(drop_last, bool):
+            raise ValueError(f"loader state's drop_last must be a bool, not {drop_last!r}")
+        if drop_last is not None and drop_last != mine:
+            raise ValueError(f"the state is for drop_last={drop_last}, this loader has drop_last={mine}")
         world = int(state["world_size"])
         if state["dataset"] != self._plan_info(world)[0]:
             # A remote plan may be older than the dataset the state was read from (packed again

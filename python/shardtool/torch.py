@@ -36,7 +36,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self.loader = loader
         # The epoch in shared memory: DataLoader workers (persistent ones included) hold their
         # own copy of this object, and read the epoch set_epoch() wrote here at each iter().
-        self._epoch = multiprocessing.Value("q", loader.epoch, lock=False)
+        self._epoch = multiprocessing.Value("Q", loader.epoch, lock=False)
         self._seen_epoch = loader.epoch
         # loader.set_epoch() (as a loop over the loader itself calls it) reaches the workers too.
         loader._shared_epoch = self._epoch
@@ -76,7 +76,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         if isinstance(d["_epoch"], int):
-            d["_epoch"] = multiprocessing.Value("q", d["_epoch"], lock=False)
+            d["_epoch"] = multiprocessing.Value("Q", d["_epoch"], lock=False)
         self.__dict__.update(d)
         self.loader._shared_epoch = self._epoch
 

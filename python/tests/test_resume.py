@@ -50,6 +50,11 @@ def test_state_of_another_dataset_or_seed_raises(datasets: Dict[str, Path]) -> N
         shardtool.Loader(datasets["packed"], batch_size=3, seed=1).load_state_dict(state)
     with pytest.raises(ValueError, match="batch_size"):
         shardtool.Loader(datasets["tar"], batch_size=4, seed=1).load_state_dict(state)
+    with pytest.raises(ValueError, match="drop_last=False, this loader has drop_last=True"):
+        shardtool.Loader(datasets["tar"], batch_size=3, seed=1, drop_last=True).load_state_dict(state)
+    edited = dict(state, reader=dict(state["reader"], drop_last="false"))
+    with pytest.raises(ValueError, match="drop_last must be a bool, not 'false'"):
+        shardtool.Loader(datasets["tar"], batch_size=3, seed=1, drop_last=True).load_state_dict(edited)
     with pytest.raises(ValueError, match="format"):
         shardtool.Loader(datasets["tar"], batch_size=3, seed=1).load_state_dict({"format": 99})
     # A damaged checkpoint: counts of the wrong type or range are refused, naming them.

@@ -76,8 +76,8 @@ pub struct LoaderArgs {
     #[arg(long)]
     pub flip: bool,
     /// Decode whole JPEGs and crop afterwards: the reference the region decode is measured
-    /// against.
-    #[arg(long, hide = true)]
+    /// against (docs/benchmarks.md).
+    #[arg(long)]
     pub no_region_decode: bool,
     /// Skip (and count) corrupt records, and shards that cannot be opened or fetched after
     /// every retry (their samples are counted as lost), instead of failing.
@@ -167,7 +167,8 @@ pub struct ReadArgs {
     pub loader: LoaderArgs,
     /// Print each delivered sample's key, one per line, in delivery order (nothing else on
     /// stdout). With a crop transform each key is followed, tab-separated, by the crop box in
-    /// source pixels (x, y, width, height) and 1 if it was flipped, else 0.
+    /// the pixels of the stored (upright, packed) image (x, y, width, height) and 1 if it was
+    /// flipped, else 0. Carried fields (masks, boxes in .json) are not cropped or flipped.
     #[arg(long)]
     pub keys: bool,
     /// Carried fields to read with each sample (comma-separated, e.g. txt,json): the lines of
@@ -189,8 +190,8 @@ pub struct ReadArgs {
     #[arg(long, value_name = "FILE")]
     pub state_out: Option<PathBuf>,
     /// Continue from a state file written by --state-out. The state decides the order: its
-    /// seed, epoch, rank and world, batch size, and shuffle options (shuffle on or off,
-    /// interleave, buffer, remainder) are used, and those flags are ignored.
+    /// seed, epoch, rank and world, batch size, shuffle options (shuffle on or off,
+    /// interleave, buffer, remainder) and --drop-last are used, and those flags are ignored.
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
     /// Do not report slow records on stderr.

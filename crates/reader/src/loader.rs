@@ -106,6 +106,9 @@ fn strict_differences(s: &LoaderState, b: &LoaderBuilder) -> Vec<String> {
         b.batch_size.to_string(),
     );
     check("epoch", s.epoch.to_string(), b.epoch.to_string());
+    if let Some(d) = s.drop_last {
+        check("drop_last", d.to_string(), b.drop_last.to_string());
+    }
     let (o, p) = (&s.order, &b.order);
     check("seed", o.seed.to_string(), p.seed.to_string());
     check("shuffle", o.shuffle.to_string(), p.shuffle.to_string());
@@ -388,6 +391,7 @@ impl LoaderBuilder {
             self.world = s.world;
             self.env_partition_error = None;
             self.batch_size = s.batch_size;
+            self.drop_last = s.drop_last.unwrap_or(self.drop_last);
             // The prefix is added once the epoch's batch count is known: a saved state is read
             // from a checkpoint file and may claim any number.
             delivered_prefix = s.delivered_prefix;
@@ -466,6 +470,7 @@ impl LoaderBuilder {
             per_rank(total, self.world, self.order.remainder)
         );
         crate::plan::rank_share(total, self.world, self.order.remainder)?;
+        let planned = order.len() as u64;
         if self.drop_last {
             let whole = crate::plan::whole_batches(order.len() as u64, self.batch_size as u64)?;
             order.truncate((whole * self.batch_size as u64) as usize);
@@ -507,7 +512,15 @@ impl LoaderBuilder {
         if let Some(b) = past.or((delivered_prefix > batches).then_some(delivered_prefix)) {
             return Err(ReadError::BadState(format!(
                 "the saved state counts batch {b} as delivered, and the epoch has {batches} \
-                 batches: it is damaged, or belongs to another loader"
+                 batches: it is damaged, or belongs to another loader{}",
+                if self.drop_last
+                    && past.unwrap_or(delivered_prefix.saturating_sub(1)) == batches
+                    && !planned.is_multiple_of(self.batch_size as u64)
+                {
+                    " (one that kept the short last batch: resume with drop_last off)"
+                } else {
+                    ""
+                }
             )));
         }
         skip.extend(0..delivered_prefix);
@@ -640,6 +653,7 @@ impl LoaderBuilder {
                 delivered_extra: Vec::new(),
                 partial,
                 split: self.split,
+                drop_last: Some(self.drop_last),
             },
             delivered: crate::delivered::Delivered::new(skip.iter().copied(), self.split, batches),
             batches,

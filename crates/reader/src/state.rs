@@ -34,6 +34,10 @@ pub struct LoaderState {
     /// (one DataLoader worker's share); the other batches count as delivered.
     #[serde(default)]
     pub split: Option<(u32, u32)>,
+    /// Whether the epoch's short last batch is left out (`None` when not recorded: the
+    /// loader's own setting applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drop_last: Option<bool>,
 }
 
 /// Identifies a dataset in saved states: XXH3 over the manifest's shard names and checksums.

@@ -669,3 +669,49 @@ fn a_resumed_partial_batch_keeps_its_place_until_it_is_handed_out() {
     let again = make().resume(resumed.state()).build().unwrap();
     assert_eq!(again.map(|b| b.unwrap().len()).sum::<usize>(), all - 2);
 }
+
+/// A state keeps the `drop_last` it was saved with: a loader made without the same setting
+/// resumes the saved sequence (its short last batch too), a matching resume names the
+/// difference, and a state that does not record it, counting the short batch a `drop_last`
+/// loader leaves out, says so.
+#[test]
+fn a_state_resumes_with_the_drop_last_it_was_saved_with() {
+    let dir = tempfile::tempdir().unwrap();
+    packed_dataset(dir.path(), &[10]);
+    let make = |drop| Loader::builder(dir.path()).batch_size(3).drop_last(drop);
+    let full = keys_of(make(false).build().unwrap());
+    let mut loader = make(false).build().unwrap();
+    let first = loader.next().unwrap().unwrap();
+    let state = loader.state();
+    drop(loader);
+    assert_eq!(state.drop_last, Some(false));
+    let mut got = first.keys.to_vec();
+    got.extend(keys_of(make(true).resume(state.clone()).build().unwrap()));
+    assert_eq!(got, full);
+    let err = make(true).resume_matching(state).build().err().unwrap();
+    assert!(
+        err.to_string()
+            .contains("drop_last: false in the state, true here"),
+        "{err}"
+    );
+    let mut ended = make(false).build().unwrap();
+    while ended.next().is_some() {}
+    let mut unrecorded = ended.state();
+    assert_eq!(unrecorded.delivered_prefix, 4);
+    unrecorded.drop_last = None;
+    let text = serde_json::to_string(&unrecorded).unwrap();
+    assert!(!text.contains("drop_last"), "{text}");
+    let err = make(true).resume(unrecorded.clone()).build().err().unwrap();
+    assert!(
+        matches!(&err, ReadError::BadState(m) if m.contains("resume with drop_last off")),
+        "{err}"
+    );
+    // The same batch named out of order, nothing below it delivered: refused, never a panic.
+    unrecorded.delivered_prefix = 0;
+    unrecorded.delivered_extra = vec![3];
+    let err = make(true).resume(unrecorded).build().err().unwrap();
+    assert!(
+        matches!(&err, ReadError::BadState(m) if m.contains("resume with drop_last off")),
+        "{err}"
+    );
+}
