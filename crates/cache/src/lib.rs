@@ -14,6 +14,8 @@
 mod dir;
 #[cfg(feature = "remote")]
 mod inputs;
+#[cfg(feature = "remote")]
+mod jitter;
 mod location;
 mod metrics;
 #[cfg(feature = "remote")]

@@ -498,14 +498,13 @@ impl Remote {
         let file = file.map(|f| &*f);
         self.with_retries(
             name,
-            (0u64, ChecksumHasher::new()),
-            |(mut written, mut hasher)| {
+            (0u64, ChecksumHasher::new(), None),
+            |(mut written, mut hasher, mut tag)| {
                 let path = &path;
                 async move {
-                    let r = self
-                        .attempt_download(path, size, sum, file, &mut written, &mut hasher)
-                        .await;
-                    ((written, hasher), r)
+                    let at = (&mut written, &mut hasher, &mut tag);
+                    let r = self.attempt_download(path, size, sum, file, at).await;
+                    ((written, hasher, tag), r)
                 }
             },
         )?;
@@ -513,15 +512,15 @@ impl Remote {
         Ok(())
     }
 
-    /// One download attempt, from `written` bytes on.
+    /// One download attempt, from `written` bytes on, of the version whose entity tag was `tag`
+    /// when the bytes written so far arrived (a resume of another version starts over).
     async fn attempt_download(
         &self,
         path: &StorePath,
         size: u64,
         sum: Option<Checksum>,
         mut file: Option<&std::fs::File>,
-        written: &mut u64,
-        hasher: &mut ChecksumHasher,
+        (written, hasher, tag): (&mut u64, &mut ChecksumHasher, &mut Option<String>),
     ) -> Result<(), AttemptError> {
         if *written >= size {
             // A whole body whose checksum failed: start over.
@@ -536,11 +535,16 @@ impl Remote {
                     .map_err(|e| AttemptError::fatal(e.to_string()))?;
             }
         }
+        let resuming = *written > 0;
+        // Versions are told apart by entity tag only where no checksum would catch a splice
+        // (replicas behind a balancer may tag one content differently). A weak tag never
+        // matches (RFC 9110's strong comparison): it is only compared.
+        let tag_checked = sum.is_none();
         let options = GetOptions {
-            range: (*written > 0).then_some(GetRange::Offset(*written)),
+            range: resuming.then_some(GetRange::Offset(*written)),
+            if_match: (tag.clone()).filter(|t| tag_checked && resuming && !t.starts_with("W/")),
             ..Default::default()
         };
-        let resuming = *written > 0;
         let res = tokio::time::timeout(
             self.policy.stall_timeout,
             self.store.get_opts(path, options),
@@ -549,12 +553,14 @@ impl Remote {
         .map_err(|_| AttemptError::retry("no response (stalled)"))?
         .map_err(|e| {
             let unsupported = matches!(e, object_store::Error::NotSupported { .. });
+            let changed = matches!(e, object_store::Error::Precondition { .. });
             let mut e = classify(e);
             if resuming {
                 // A server refusing the range (4xx, 501) is asked for the whole object again;
                 // one that failed for a moment (a 5xx while restarting, no connection) keeps
                 // what arrived, resumed after it on the next try.
                 let refused = unsupported
+                    || changed
                     || http_status(&e.message).is_some_and(|s| (400..500).contains(&s) || s == 501);
                 if refused {
                     *written = 0;
@@ -573,6 +579,15 @@ impl Remote {
             // The server sent something else than the range asked for: start over.
             *written = 0;
             return Err(AttemptError::retry("the server did not honour the range"));
+        }
+        let other_tag = (tag.as_ref().zip(res.meta.e_tag.as_ref())).is_some_and(|(a, b)| a != b);
+        if !resuming {
+            *tag = res.meta.e_tag.clone();
+        } else if tag_checked && other_tag {
+            // Replaced since the bytes kept arrived (a server ignoring If-Match): splicing two
+            // versions would go unnoticed where no checksum is known.
+            *written = 0;
+            return Err(AttemptError::retry("the object changed between attempts"));
         }
         let mut stream = res.into_stream();
         // Body chunks are small (kilobytes). Batched into aligned 2 MiB writes they cost fewer
@@ -775,7 +790,7 @@ impl Remote {
         Fut: std::future::Future<Output = (S, Result<T, AttemptError>)>,
     {
         let attempts = self.policy.attempts.max(1);
-        let mut jitter = Jitter::new();
+        let mut jitter = crate::jitter::Jitter::new();
         let mut backoff = self.policy.backoff;
         // The first failure's reason: a retry may fail otherwise (a resume the server refuses
         // after a stall), and the stall is what the user must hear of.
@@ -829,28 +844,6 @@ impl Remote {
             }
         }
         unreachable!("the loop returns on the last attempt")
-    }
-}
-
-/// A small xorshift generator for backoff jitter, seeded from the clock and the thread, so
-/// processes that failed together do not retry together.
-struct Jitter(u64);
-
-impl Jitter {
-    fn new() -> Self {
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(1);
-        let id = std::process::id() as u64;
-        Self((t ^ (id << 32) ^ 0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next_unit(&mut self) -> f64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 

@@ -253,6 +253,13 @@ impl RemoteDataset {
         let Some(limit) = self.shared.cache.limit() else {
             return Ok(());
         };
+        if limit < need && open_bytes == 0 {
+            // Fetching alone (`cache prefetch`): one shard at a time must fit.
+            return Err(CacheError::TooSmall {
+                limit,
+                message: format!("the largest shard needs {need} bytes: raise --cache-limit"),
+            });
+        }
         if limit < need {
             return Err(CacheError::TooSmall {
                 limit,

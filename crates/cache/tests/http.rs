@@ -174,18 +174,95 @@ fn a_resume_that_fails_for_a_moment_keeps_what_arrived() {
     assert!(tar[2].range_start.is_some_and(|r| r > 0), "{tar:?}");
 }
 
+/// An input replaced by another of the same size between a broken-off download and its resume
+/// (nothing else would catch the splice: inputs have no checksum) is fetched again whole: the
+/// resume asks for the version it began (`If-Match`), and a server that ignores that and sends
+/// the other version's tag is asked again from the start.
 #[test]
-fn a_server_ignoring_ranges_makes_the_download_start_over() {
+fn an_input_replaced_between_attempts_is_fetched_again_whole() {
+    for second in [Fault::Ok, Fault::IgnoreIfMatch] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("in");
+        std::fs::create_dir_all(&dir).unwrap();
+        let old: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let new: Vec<u8> = old.iter().map(|b| b ^ 0x5a).collect();
+        std::fs::write(dir.join("a.tar"), &old).unwrap();
+        let (target, replacement) = (dir.join("a.tar"), new.clone());
+        let server = FaultServer::start(&dir, move |path, n| match (path == "a.tar", n) {
+            (true, 1) => Fault::Truncate(100_000),
+            (true, 2) => {
+                std::fs::write(&target, &replacement).unwrap();
+                second
+            }
+            _ => Fault::Ok,
+        });
+        let policy = options(tmp.path()).policy;
+        let (folder, _) = RemoteFolder::connect(&server.url(""), policy).unwrap();
+        let out = tmp.path().join("fetched");
+        let mut file = std::fs::File::options()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&out)
+            .unwrap();
+        let (size, _) = folder.fetch("a.tar", 1 << 30, &mut file).unwrap();
+        assert_eq!(size, 300_000);
+        assert!(
+            std::fs::read(&out).unwrap() == new,
+            "{second:?}: two versions spliced"
+        );
+        let gets: Vec<_> = (server.requests().into_iter())
+            .filter(|r| r.method == "GET" && r.path == "a.tar")
+            .collect();
+        assert_eq!(gets.len(), 3, "{gets:?}");
+        assert!(
+            gets[1].range_start.is_some() && gets[1].if_match.is_some(),
+            "{gets:?}"
+        );
+        assert_eq!(
+            (gets[2].range_start, &gets[2].if_match),
+            (None, &None),
+            "{gets:?}"
+        );
+    }
+}
+
+/// Fetches a 300 kB shard whose first GET breaks off after 100 kB and whose later ones get
+/// `then`, checks its bytes and returns the requests for it.
+fn broken_off_then(then: Fault) -> Vec<common::Seen> {
     let tmp = tempfile::tempdir().unwrap();
     let shards = make_dataset(tmp.path(), &[300_000], &[]);
-    let server = FaultServer::start(tmp.path(), |path, n| match (path.ends_with(".tar"), n) {
-        (true, 1) => Fault::Truncate(100_000),
-        (true, _) => Fault::IgnoreRange,
-        _ => Fault::Ok,
+    let server = FaultServer::start(tmp.path(), move |path, n| {
+        match (path.ends_with(".tar"), n) {
+            (true, 1) => Fault::Truncate(100_000),
+            (true, _) => then,
+            _ => Fault::Ok,
+        }
     });
     let ds = open(&server.url(""), options(&tmp.path().join("cache"))).unwrap();
     let lease = ds.acquire(0).unwrap();
     assert_eq!(std::fs::read(lease.path()).unwrap(), shards[0]);
+    (server.requests().into_iter())
+        .filter(|r| r.path.ends_with(".tar"))
+        .collect()
+}
+
+/// A shard (its checksum known, which catches any splice) resumed from a replica that tags the
+/// same bytes otherwise is resumed, not fetched again from the start.
+#[test]
+fn a_shard_resumed_from_a_replica_with_another_tag_is_not_fetched_again() {
+    let tar = broken_off_then(Fault::OtherTag);
+    assert_eq!(tar.len(), 2, "{tar:?}");
+    assert!(
+        tar[1].range_start.is_some_and(|r| r > 0) && tar[1].if_match.is_none(),
+        "{tar:?}"
+    );
+}
+
+#[test]
+fn a_server_ignoring_ranges_makes_the_download_start_over() {
+    let tar = broken_off_then(Fault::IgnoreRange);
+    assert_eq!(tar.last().unwrap().fault, Fault::IgnoreRange, "{tar:?}");
 }
 
 #[test]
@@ -298,7 +375,10 @@ fn a_limit_below_the_open_window_is_refused_at_start() {
     let mut o = options(&tmp.path().join("cache2"));
     o.limit = Some(50_000);
     let ds = open(&server.url("ds/"), o).unwrap();
-    assert!(ds.check_capacity(0).is_err());
+    let text = ds.check_capacity(0).unwrap_err().to_string();
+    // Fetching alone (`cache prefetch`), the reader's options are no advice.
+    assert!(text.contains("the largest shard needs"), "{text}");
+    assert!(!text.contains("shuffle buffer"), "{text}");
 }
 
 #[test]

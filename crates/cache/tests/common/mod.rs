@@ -217,6 +217,10 @@ pub enum Fault {
     IgnoreRange,
     /// Send the body in 2 KiB pieces with this pause after each (a slow link).
     Slow(Duration),
+    /// Serve normally, ignoring an `If-Match` header (as some servers do).
+    IgnoreIfMatch,
+    /// Serve the same bytes under another entity tag, ignoring `If-Match` (another replica).
+    OtherTag,
 }
 
 /// One request the fault server saw.
@@ -225,6 +229,8 @@ pub struct Seen {
     pub method: String,
     pub path: String,
     pub range_start: Option<u64>,
+    /// The request's `If-Match` tag.
+    pub if_match: Option<String>,
     pub fault: Fault,
 }
 
@@ -287,7 +293,7 @@ fn serve(
         let mut parts = line.split_whitespace();
         let method = parts.next().unwrap_or("").to_string();
         let path = parts.next().unwrap_or("/").to_string();
-        let mut range_start = None;
+        let (mut range_start, mut if_match) = (None, None);
         loop {
             let mut h = String::new();
             reader.read_line(&mut h)?;
@@ -302,6 +308,8 @@ fn serve(
                         .strip_prefix("bytes=")
                         .and_then(|r| r.split('-').next())
                         .and_then(|s| s.parse::<u64>().ok());
+                } else if k.eq_ignore_ascii_case("if-match") {
+                    if_match = Some(v.trim().to_string());
                 }
             }
         }
@@ -321,6 +329,7 @@ fn serve(
             method: method.clone(),
             path: rel.to_string(),
             range_start,
+            if_match: if_match.clone(),
             fault,
         });
         let file = root.join(rel);
@@ -328,6 +337,16 @@ fn serve(
             w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
             continue;
         };
+        // The tag names the content, so a file replaced by one of the same size has another.
+        let mut tag = format!("\"{:016x}\"", shardtool_core::Checksum::of(&data).0);
+        let ignores = matches!(fault, Fault::IgnoreIfMatch | Fault::OtherTag);
+        if !ignores && if_match.is_some_and(|t| t != tag) {
+            w.write_all(b"HTTP/1.1 412 Precondition Failed\r\nContent-Length: 0\r\n\r\n")?;
+            continue;
+        }
+        if fault == Fault::OtherTag {
+            tag = "\"replica-2\"".into();
+        }
         if fault == Fault::Error500 {
             w.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\noops!")?;
             continue;
@@ -347,9 +366,8 @@ fn serve(
             "HTTP/1.1 200 OK\r\n".to_string()
         };
         head.push_str(&format!(
-            "Content-Length: {}\r\nAccept-Ranges: bytes\r\nLast-Modified: Mon, 30 Nov 2026 00:00:00 GMT\r\nETag: \"{}\"\r\n\r\n",
+            "Content-Length: {}\r\nAccept-Ranges: bytes\r\nLast-Modified: Mon, 30 Nov 2026 00:00:00 GMT\r\nETag: {tag}\r\n\r\n",
             body.len(),
-            data.len()
         ));
         w.write_all(head.as_bytes())?;
         if method == "HEAD" {
