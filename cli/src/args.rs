@@ -114,7 +114,8 @@ pub enum Command {
     Status(StatusArgs),
 
     /// Check a dataset against its manifest: files, sizes, checksums, sample counts, tar/packed
-    /// structure, keys, fields and labels; with --decode also decode every image.
+    /// structure, keys, fields and labels; with --decode also decode every sample's image
+    /// (carried fields, image files among them, are checked by checksum only).
     ///
     /// Reads every shard once (in parallel) and reports every problem it finds, each naming the
     /// shard file, the member or record, and the reason. Exit status: 0 when the dataset is
@@ -222,7 +223,8 @@ pub struct PackArgs {
 
     /// Read inputs from a CSV (with header) or JSONL list with fields `path`, optional `label`
     /// (integer or class name) and `key`, and any others (carried into each sample's .json;
-    /// `text` becomes its .txt); relative paths resolve against the list's folder.
+    /// `text` becomes its .txt); relative paths resolve against the list's folder. A name
+    /// ending in .csv or .jsonl says which; otherwise a first row that is a JSON object does.
     #[arg(long, value_name = "FILE")]
     pub list: Option<PathBuf>,
 
@@ -233,7 +235,9 @@ pub struct PackArgs {
     /// The Parquet column holding the image (a struct with `bytes`, or binary); default `image`,
     /// else the first such column. For a list, the path column (default `path`, or `file_name`
     /// in a list with no `path` column: a Hugging Face imagefolder's metadata, which a folder
-    /// holding one at its top is packed by).
+    /// holding one at its top is packed by). For WebDataset shards, the image field (default:
+    /// the sample's first of jpg, jpeg, png, webp, gif, bmp, tif, tiff): `left.jpg` of a stereo
+    /// pair, `webp` beside a `png` mask; the other fields are carried as they are.
     #[arg(long, value_name = "NAME")]
     pub image_column: Option<String>,
 
@@ -269,7 +273,8 @@ pub struct PackArgs {
     #[arg(long, default_value = "catmull-rom")]
     pub filter: String,
 
-    /// Output encoding for wds shards: jpeg, png (lossless) or keep (store input JPEGs that need
+    /// Output encoding for wds shards: jpeg, png (lossless after the conversion to 8-bit RGB
+    /// every image goes through) or keep (store input JPEGs that need
     /// no resize, rotation or colour conversion byte for byte; re-encode the rest as JPEG).
     #[arg(long, default_value = "jpeg")]
     pub encode: String,
@@ -295,8 +300,8 @@ pub struct PackArgs {
     /// Sample keys: input keeps an input's own key (a WebDataset sample's, a list's `key`
     /// column), refusing one that breaks the key rules ([A-Za-z0-9_-], 1 to 80, as `bad_key`);
     /// index numbers every sample by its position (000000000, ...), as for inputs without keys,
-    /// the input's key staying in the sample's `source` (for shards made with plain `tar` of
-    /// folders, whose keys hold '/').
+    /// the input's key staying in the sample's `source` (a list row's in its .json as
+    /// `input_key`; for shards made with plain `tar` of folders, whose keys hold '/').
     #[arg(long, value_name = "input|index", default_value = "input")]
     pub keys: String,
 

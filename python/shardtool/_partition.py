@@ -8,8 +8,8 @@ import os
 from typing import Any, Dict, Optional, Union
 
 from . import _shardtool
-from ._loader import _check_int
-from ._tools import checked_options
+from ._loader import _check_int, _check_path
+from ._tools import MAX_JOBS, checked_options
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -29,14 +29,14 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
     or file it names, so another spelling of the same path, or another working directory, does
     not matter). A plan killed while planning is simply made again.
     """
-    out = os.fspath(output)
+    out = _check_path("output", output)
     options = checked_options(dict(options, shard_samples=shard_samples))
     if options.get("resume") and options.get("overwrite"):
         # As pack refuses it: overwrite would replace the plan (and a merged dataset) at once.
         raise ValueError(
             "resume=True keeps a plan made from the same inputs, overwrite=True plans again: pass one"
         )
-    return json.loads(_shardtool.pack(os.fspath(input), out, plan_only=True, **options))
+    return json.loads(_shardtool.pack(_check_path("input", input), out, plan_only=True, **options))
 
 
 def pack_part(
@@ -56,10 +56,10 @@ def pack_part(
     """
     index = _check_int("index", index, 0, maximum=2**63 - 1)
     count = _check_int("count", count, 1, maximum=2**63 - 1)
-    jobs = _check_int("jobs", jobs, 1, optional=True, maximum=2**63 - 1)
+    jobs = _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     max_errors = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
     return json.loads(
-        _shardtool.pack_part(os.fspath(output), index, count, jobs=jobs, max_errors=max_errors)
+        _shardtool.pack_part(_check_path("output", output), index, count, jobs=jobs, max_errors=max_errors)
     )
 
 
@@ -71,7 +71,7 @@ def merge(output: PathLike, *, max_errors: Optional[int] = None) -> Dict[str, An
     allows (``DatasetError``, nothing committed). Returns the ``manifest`` and the failed inputs
     (``errors``). Running it again is harmless."""
     max_errors = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
-    return json.loads(_shardtool.merge(os.fspath(output), max_errors=max_errors))
+    return json.loads(_shardtool.merge(_check_path("output", output), max_errors=max_errors))
 
 
 def status(output: PathLike) -> Dict[str, Any]:
@@ -80,4 +80,4 @@ def status(output: PathLike) -> Dict[str, Any]:
     ``max_errors`` (``None`` without one; merge commits nothing past it), and ``stopped``: the
     failure lists of runs that stopped past ``max_errors`` (a rerun stops again unless those
     inputs are mended or it is given a larger ``max_errors``)."""
-    return json.loads(_shardtool.status(os.fspath(output)))
+    return json.loads(_shardtool.status(_check_path("output", output)))

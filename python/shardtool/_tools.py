@@ -7,12 +7,16 @@ import os
 from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _shardtool
-from ._loader import _check_fetch, _check_int, cache_limit_bytes
+from ._loader import _check_fetch, _check_int, _check_path, cache_limit_bytes
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-# Integer options of pack and their least value (each at most 2**63 - 1; the seed 2**64 - 1).
+# The most worker threads a pack starts (the Rust side refuses more too).
+MAX_JOBS = 4096
+
+# Integer options of pack and their least value (each at most 2**63 - 1; the seed 2**64 - 1,
+# jobs MAX_JOBS).
 _INT_OPTIONS = {"seed": 0, "shard_samples": 1, "jobs": 1, "max_pixels": 1, "max_errors": 0}
 _BOOL_OPTIONS = ("upscale", "shuffle", "overwrite", "resume")
 _STR_OPTIONS = (
@@ -22,17 +26,19 @@ _STR_OPTIONS = (
 
 def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
     """``options`` of :func:`pack` with integers range-checked (a ``ValueError`` naming the
-    option, not an ``OverflowError`` from the conversion) and an int ``shard_size`` as bytes."""
-    options = dict(options)
+    option, not an ``OverflowError`` from the conversion; numpy's integers as ints) and an int
+    ``shard_size`` as bytes. An option given as ``None`` takes its default."""
+    options = {k: v for k, v in options.items() if v is not None}
 
     def integer(name: str, value: Any, least: int, most: int) -> None:
         # Other types are left for the bindings to refuse, naming the type; a bool (an int to
         # the bindings) is never what was meant.
-        if isinstance(value, int):
-            _check_int(name, value, least, maximum=most)
+        if value is not None and not isinstance(value, str) and hasattr(value, "__index__"):
+            options[name] = _check_int(name, value, least, maximum=most)
 
     for name, least in _INT_OPTIONS.items():
-        integer(name, options.get(name), least, 2**64 - 1 if name == "seed" else 2**63 - 1)
+        most = {"seed": 2**64 - 1, "jobs": MAX_JOBS}.get(name, 2**63 - 1)
+        integer(name, options.get(name), least, most)
     integer("quality", options.get("quality"), 1, 100)
     # Flags and texts checked here too, so a wrong type names the argument.
     for name in _BOOL_OPTIONS:
@@ -53,9 +59,9 @@ def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
         raise ValueError(
             "shard_size rolls shards by size, shard_samples fixes the samples of each: pass one"
         )
-    if isinstance(size, int):
+    if size is not None and not isinstance(size, (bool, str)) and hasattr(size, "__index__"):
         integer("shard_size", size, 1, 2**63 - 1)
-        options["shard_size"] = str(size)
+        options["shard_size"] = str(options["shard_size"])
     elif size is not None and not isinstance(size, str):
         kind = type(size).__name__
         raise TypeError(f"shard_size must be bytes (int) or a size (str), not {kind}")
@@ -88,7 +94,9 @@ def pack(
     the text carried as each sample's ``.txt``; by default ``image`` (list: ``path``, or
     ``file_name`` in a list with no ``path`` column, as a Hugging Face imagefolder's
     ``metadata.jsonl``, which a folder holding one at its top is packed by), ``label``
-    and ``text`` (Parquet: ``text``, then ``caption``). ``drop_columns`` names list or Parquet
+    and ``text`` (Parquet: ``text``, then ``caption``); ``image_column`` also names a
+    WebDataset sample's image field (``"left.jpg"``; default its first of jpg, jpeg, png, webp,
+    …). ``drop_columns`` names list or Parquet
     columns to leave out as if the input lacked them (case ignored): not carried into ``.json``
     or as fields, never chosen by default (drop ``"label"`` for an unlabelled dataset); Parquet
     files never read them, so a large column costs nothing. Each must be a column of the input.
@@ -145,8 +153,8 @@ def pack(
         )
     return json.loads(
         _shardtool.pack(
-            os.fspath(input),
-            os.fspath(output),
+            _check_path("input", input),
+            _check_path("output", output),
             input_format=input_format,
             image_column=image_column,
             label_column=label_column,
@@ -181,14 +189,14 @@ def verify(
     ``ManifestError`` when the manifest is missing or unreadable (or ``path`` is a shard), and
     ``CacheError`` when a remote dataset cannot be opened or does not fit in the cache.
     """
-    _check_int("jobs", jobs, 1, optional=True, maximum=4096)
+    _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
     return json.loads(
         _shardtool.verify(
-            os.fspath(path),
+            _check_path("path", path),
             decode=decode,
             jobs=jobs,
-            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_dir=_check_path("cache_dir", cache_dir, optional=True),
             cache_limit=cache_limit_bytes(cache_limit),
             fetch_timeout=fetch_timeout,
             fetch_attempts=fetch_attempts,
@@ -217,13 +225,13 @@ def inspect(
     listed under ``problems`` and left out of the figures. ``fetch_timeout``, ``fetch_attempts``
     and ``fetch_concurrency`` are as for :class:`Loader`.
     """
-    _check_int("jobs", jobs, 1, optional=True, maximum=4096)
+    _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
     return json.loads(
         _shardtool.inspect(
-            os.fspath(path),
+            _check_path("path", path),
             jobs=jobs,
-            cache_dir=None if cache_dir is None else os.fspath(cache_dir),
+            cache_dir=_check_path("cache_dir", cache_dir, optional=True),
             cache_limit=cache_limit_bytes(cache_limit),
             fetch_timeout=fetch_timeout,
             fetch_attempts=fetch_attempts,

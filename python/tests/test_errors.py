@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Dict
 
+import numpy as np
 import pytest
 
 import shardtool
@@ -25,6 +26,19 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
         shardtool.Loader(p, batch_size=True)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
         shardtool.Loader(42, batch_size=2)  # type: ignore[arg-type]
+    # Paths that are no paths, or empty, are refused naming the argument.
+    for call, name in (
+        (lambda: shardtool.Loader("", batch_size=2), "dataset"),
+        (lambda: shardtool.Loader(p, batch_size=2, cache_dir=3), "cache_dir"),  # type: ignore[arg-type]
+        (lambda: shardtool.verify(p, cache_dir=b"x"), "cache_dir"),  # type: ignore[arg-type]
+        (lambda: shardtool.inspect(""), "path"),
+        (lambda: shardtool.status(""), "output"),
+        (lambda: shardtool.merge(""), "output"),
+        (lambda: shardtool.pack_part("", 0, 1), "output"),
+        (lambda: shardtool.pack(p, ""), "output"),
+    ):
+        with pytest.raises((TypeError, ValueError), match=f"^{name} "):
+            call()
     with pytest.raises(ValueError):
         shardtool.Loader(p, batch_size=0)
     with pytest.raises(ValueError):
@@ -93,11 +107,23 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         shardtool.verify(tmp_path / "missing")
     # Integers out of range name their option (not a bare OverflowError).
-    for bad in (dict(seed=-1), dict(shard_samples=-1), dict(quality=300), dict(jobs=0)):
+    # numpy's integers too; jobs is bounded (a million threads were started).
+    for bad in (
+        dict(seed=-1), dict(shard_samples=-1), dict(quality=300), dict(jobs=0), dict(jobs=10**6),
+        dict(seed=np.int64(-1)), dict(quality=np.int64(-5)), dict(max_errors=np.int64(-1)),
+        dict(max_pixels=np.int64(0)), dict(shard_size=np.int64(0)),
+    ):
         with pytest.raises(ValueError, match=next(iter(bad))):
             shardtool.pack(p, tmp_path / "o", **bad)
     with pytest.raises(ValueError, match="index"):
         shardtool.pack_part(tmp_path / "o", -1, 3)
+    with pytest.raises(ValueError, match="jobs must be <= 4096"):
+        shardtool.pack_part(tmp_path / "o", 0, 3, jobs=5000)
+    # A numpy integer, and None for an option's default, are taken as given.
+    report = shardtool.pack(
+        p, tmp_path / "np", shard_size=np.int64(1 << 20), jobs=np.int32(2), seed=np.uint64(3), format=None
+    )
+    assert report["manifest"]["inputs"]["packed"] > 0 and report["manifest"]["pack"]["seed"] == 3
     # prefetch counts whole batches: a byte count would have allocated hundreds of gigabytes.
     with pytest.raises(ValueError, match="prefetch must be <= 1024"):
         shardtool.Loader(p, batch_size=2, prefetch=256 << 20)
@@ -205,3 +231,12 @@ def test_a_batch_whose_records_were_all_skipped_is_an_empty_array_where_images_a
     (packed / json.loads((packed / "manifest.json").read_text())["shards"][0]["file"]).unlink()
     raw = list(shardtool.Loader(packed, batch_size=4, shuffle=False, decode=False, output="numpy", skip_corrupt=True))
     assert tuple(raw[0]["image"].shape) == (0, 0, 0, 3) and tuple(raw[2]["image"].shape) == (4, 32, 32, 3)
+
+
+def test_the_loaders_type_hints_resolve_at_run_time() -> None:
+    # Config parsers (jsonargparse, LightningCLI) resolve them; `torch.device` under
+    # TYPE_CHECKING alone raised NameError.
+    import typing
+
+    hints = typing.get_type_hints(shardtool.Loader.__init__)
+    assert str in typing.get_args(hints["device"])

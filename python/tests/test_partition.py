@@ -141,3 +141,14 @@ def test_set_epoch_reaches_persistent_workers(datasets: Dict[str, Path], context
 
     assert copy.deepcopy(ds)._epoch.value == 1
     assert pickle.loads(pickle.dumps(ds))._epoch.value == 1
+
+
+def test_the_dataset_wrapper_takes_every_epoch_the_loader_takes(datasets: Dict[str, Path]) -> None:
+    # Epochs past 2**63 - 1 wrapped to negative numbers in the shared value, refused at iter().
+    path = datasets["tar"]
+    for epoch in (2**63, 2**64 - 1):
+        ds = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=5, seed=3, output="numpy"))
+        ds.set_epoch(epoch)
+        got = [k for b in torch.utils.data.DataLoader(ds, batch_size=None) for k in b["key"]]
+        want = [k for b in shardtool.Loader(path, batch_size=5, seed=3, epoch=epoch, output="numpy") for k in b["key"]]
+        assert got == want, epoch

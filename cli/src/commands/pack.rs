@@ -29,8 +29,8 @@ pub fn plan(a: PackArgs) -> Result<PackPlan, String> {
         }
         (Some(_), Some(_), None) if format.is_some_and(|f| f != InputFormat::List) => {
             return Err(format!(
-                "--input-format {}: --list reads a list (CSV when its name ends in .csv, \
-                 JSONL otherwise); give the input as INPUT for another format",
+                "--input-format {}: --list reads a list (CSV or JSONL, by its name's .csv or \
+                 .jsonl, else by its first row); give the input as INPUT for another format",
                 a.input_format.as_deref().unwrap_or_default()
             ))
         }
@@ -138,7 +138,7 @@ fn flag_of(e: &PlanError) -> &'static str {
         PlanError::Prefix(_) => "--prefix",
         PlanError::ZeroShardBytes => "--shard-size",
         PlanError::ZeroShardSamples => "--shard-samples",
-        PlanError::NoJobs => "--jobs",
+        PlanError::NoJobs | PlanError::TooManyJobs(_) => "--jobs",
         PlanError::Quality(_) => "--quality",
         PlanError::ZstdLevel(_) => "--compress",
         PlanError::PackedShardSamples(_) | PlanError::NeedShardSamples => "--shard-samples",
@@ -537,6 +537,21 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             } else if !quiet {
                 print_summary(&plan.output, &report);
             }
+            let said = |k: &str| report.manifest.pack.get(k).and_then(|v| v.as_str());
+            if said("json") == Some("input") && said("resize") != Some("none") && !quiet {
+                eprintln!(
+                    "note: the inputs' own .json is carried in place of shardtool's, which \
+                     records each image's size before and after --resize: sizes or boxes in the \
+                     inputs' json stay in the input's pixels"
+                );
+            }
+            if let (InputSource::Folder(root), [class]) =
+                (&plan.source, &report.manifest.classes[..])
+            {
+                if let Some(hint) = one_class_of_folders(root, class) {
+                    eprintln!("note: {hint}");
+                }
+            }
             Ok(())
         }
         Err(e) => Err(failure(e)),
@@ -568,6 +583,24 @@ fn summary_json(r: &PackReport) -> serde_json::Value {
 
 fn mb(bytes: u64) -> f64 {
     bytes as f64 / 1e6
+}
+
+/// A hint when an ImageFolder packed as one class holds its images only in subfolders of that
+/// class: the input was most likely named one folder too high (`data/` for `data/train/`).
+fn one_class_of_folders(root: &Path, class: &str) -> Option<String> {
+    let dir = root.join(class);
+    let entries: Vec<_> = std::fs::read_dir(&dir).ok()?.flatten().collect();
+    let folders = entries.iter().filter(|e| e.path().is_dir()).count();
+    let files = entries
+        .iter()
+        .any(|e| e.path().is_file() && !e.file_name().to_string_lossy().starts_with('.'));
+    (folders >= 2 && !files).then(|| {
+        format!(
+            "every image is in one class, {class:?}, whose {folders} subfolders hold them all: if \
+             those are the classes, pack {} instead",
+            dir.display()
+        )
+    })
 }
 
 fn print_summary(out: &Path, r: &PackReport) {

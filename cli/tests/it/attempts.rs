@@ -343,6 +343,18 @@ fn a_signalled_part_stops_cleanly_and_goes_on_when_run_again() {
     part(&out, "0/1").ok();
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     Cmd::new(["verify"]).arg(&out).ok();
+    // A pack with no plan to go on from, stopped before any input failed, leaves nothing in
+    // the way of running it again (its empty errors.jsonl was "not empty").
+    let plain = dir.path().join("plain");
+    let opts = ["--resize", "shorter:768", "--upscale", "--encode", "png"];
+    let mut attempt = Attempt(Some(pack(&images, &plain).args(opts).spawn_piped()));
+    attempt.stop_when(|| plain.is_dir() && shard_tmp(&plain));
+    attempt.signal("-CONT");
+    attempt.signal("-TERM");
+    let done = attempt.0.take().unwrap().wait_with_output().unwrap();
+    assert_eq!(done.status.code(), Some(143), "{done:?}");
+    pack(&images, &plain).args(["-q"]).ok();
+    Cmd::new(["verify"]).arg(&plain).ok();
 }
 
 /// What the `s3://` attempt tests share: slow inputs planned into [`S3Plan::URL`] on a server of

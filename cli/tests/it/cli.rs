@@ -341,6 +341,7 @@ fn usage_errors_exit_2_and_write_nothing() {
         &["--shard-size", "MiB"],
         &["--shard-samples", "0"],
         &["--jobs", "0"],
+        &["--jobs", "1000000"],
         &["--quality", "0"],
         &["--quality", "101"],
         &["--encode", "gif"],
@@ -559,4 +560,32 @@ fn inputs_by_schemes_shardtool_does_not_read_are_usage_errors_that_say_so() {
         assert!(r.stderr.contains(says), "{input}: {}", r.stderr);
         assert!(!t.path().join("out").exists());
     }
+}
+
+/// A folder named one level too high (`sample-data/` for `sample-data/imagefolder/`) packs as
+/// one class: a note says so, naming the folder that holds the classes.
+#[test]
+fn one_class_of_class_folders_is_pointed_out() {
+    let t = tempdir();
+    let high = pack(repo_root().join("sample-data"), t.path().join("high"))
+        .args(["--resize", "crop:16x16"])
+        .ok();
+    let want = format!(
+        "note: every image is in one class, \"imagefolder\", whose {} subfolders hold them all: \
+         if those are the classes, pack {} instead",
+        class_folders(&sample_data()),
+        sample_data().display()
+    );
+    assert!(high.stderr.contains(&want), "{}", high.stderr);
+    let right = pack(sample_data(), t.path().join("right"))
+        .args(["--resize", "crop:16x16"])
+        .ok();
+    assert!(!right.stderr.contains("note:"), "{}", right.stderr);
+}
+
+/// The class folders of an ImageFolder.
+fn class_folders(root: &Path) -> usize {
+    (std::fs::read_dir(root).unwrap().flatten())
+        .filter(|e| e.path().is_dir())
+        .count()
 }

@@ -169,6 +169,33 @@ fn packed_fixed_mode_with_crop() {
     let m = manifest(&ds);
     assert_eq!(m.fields, ["key", "label", "pixels"]);
     assert_eq!(m.pack["format"], "packed");
+    // The options as they applied: raw pixels, no JPEG quality, shards by count not size.
+    assert_eq!(m.pack["encode"], "raw");
+    assert!(m.pack["quality"].is_null(), "{:?}", m.pack);
+    assert!(m.pack["shard_size"].is_null(), "{:?}", m.pack);
+    assert_eq!(m.pack["shard_samples"], 20);
+    // A finished dataset whose manifest records them as earlier versions did still resumes as
+    // finished (the options that did not apply are not compared).
+    let path = ds.join("manifest.json");
+    let mut old: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    old["pack"]["encode"] = "jpeg".into();
+    old["pack"]["quality"] = 90.into();
+    old["pack"]["shard_size"] = 268_435_456.into();
+    std::fs::write(&path, serde_json::to_vec(&old).unwrap()).unwrap();
+    let again = pack(sample_data(), &ds)
+        .args(["--format", "packed", "--resize", "crop:48x32"])
+        .args(["--shard-samples", "20", "--resume"])
+        .ok();
+    assert!(again.stdout.contains("it was finished"), "{}", again.stdout);
+    // Packing from it is refused, naming what it is (not "no image files").
+    let r = pack(&ds, t.path().join("again")).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("a dataset of packed shards"),
+        "{}",
+        r.stderr
+    );
     for s in &m.shards {
         assert!(s.file.ends_with(".safetensors"), "{}", s.file);
     }

@@ -215,7 +215,11 @@ fn a_truncated_jpeg_is_an_error_not_a_grey_picture() {
     // Nothing usable at all: exit 1 naming the failures, each one in errors.jsonl, no manifest.
     let r = pack(&root, &ds).run();
     r.assert_code(1);
-    assert!(r.stderr.contains("3 input(s) failed"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("every one of the 3 inputs found"),
+        "{}",
+        r.stderr
+    );
     assert!(!ds.join("manifest.json").exists());
     let errs = errors(&ds);
     assert_eq!(errs.len(), 3);

@@ -55,6 +55,42 @@ fn csv_with_integer_labels_and_keys() {
         assert_eq!(sample.decode(), pattern(12 + i, 10, i), "{src}: wrong file");
     }
     check_accounting(&ds, &s.keys().cloned().collect::<Vec<_>>());
+    // Named otherwise, a list is read by its content: a CSV header, or JSONL objects.
+    std::fs::copy(data.join("train.csv"), data.join("train.txt")).unwrap();
+    let txt = t.path().join("txt");
+    pack_list(data.join("train.txt"), &txt).ok();
+    let labels = |s: &BTreeMap<String, WdsSample>| -> Vec<(String, String, i64)> {
+        (s.iter().map(|(src, x)| (src.clone(), x.key.clone(), x.cls))).collect()
+    };
+    assert_eq!(labels(&by_source_map(&txt)), labels(&s));
+    // Numbered by position, a row keeps its key in its json.
+    let index = t.path().join("index");
+    pack_list(data.join("train.csv"), &index)
+        .args(["--keys", "index"])
+        .ok();
+    let numbered = by_source_map(&index);
+    assert_eq!(numbered["imgs/1.png"].json["input_key"], "second-one");
+    assert_ne!(numbered["imgs/1.png"].key, "second-one");
+    assert!(numbered["imgs/3.png"].json.get("input_key").is_none());
+    // A column named `orientation` keeps its name where no image was turned (only then does
+    // the json hold shardtool's own).
+    write_file(
+        data.join("o.csv"),
+        "path,orientation\nimgs/2.png,portrait\n",
+    );
+    let o = t.path().join("o");
+    pack_list(data.join("o.csv"), &o).ok();
+    assert_eq!(
+        by_source_map(&o)["imgs/2.png"].json["orientation"],
+        "portrait"
+    );
+    write_file(
+        data.join("rows.txt"),
+        "{\"path\": \"imgs/1.png\", \"label\": 4}\n",
+    );
+    let rows = t.path().join("rows");
+    pack_list(data.join("rows.txt"), &rows).ok();
+    assert_eq!(by_source_map(&rows)["imgs/1.png"].cls, 4);
 }
 
 #[test]
@@ -352,7 +388,18 @@ fn unusable_lists_are_usage_errors() {
         .run();
     r.assert_code(2);
     assert!(
-        r.stderr.contains("--list reads a list (CSV when"),
+        r.stderr.contains("--list reads a list (CSV or JSONL"),
+        "{}",
+        r.stderr
+    );
+    // A list given as shards: refused by its name, not read as a truncated tar.
+    let r = pack(data.join("wrongcols.csv"), t.path().join("as-wds"))
+        .args(["--input-format", "wds"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr
+            .contains("is named as list input, not wds: pass --input-format list"),
         "{}",
         r.stderr
     );

@@ -11,6 +11,7 @@ mod diskfull;
 mod fields;
 mod formats;
 mod hardening;
+mod image_field;
 mod inputs;
 mod inspect_preview;
 mod interop;

@@ -132,6 +132,23 @@ fn every_orientation_full_size() {
         assert_eq!(s.orig_size(), expect, "orientation {o}");
         assert_eq!(s.size(), expect, "orientation {o}");
         check_corners(&s.decode(), o, "full size");
+        // The json says which it was turned from (carried fields are not turned).
+        let said = s.json.get("orientation").and_then(|v| v.as_u64());
+        assert_eq!(said, (o > 1).then_some(u64::from(o)), "orientation {o}");
+    }
+    // Packed again, the image is upright: the turn is the input's, not the new sample's.
+    let again = t.path().join("again");
+    let repacked = pack_png(&ds, &again, &[]);
+    for s in &repacked {
+        let o = s.json["input_source"].as_str().unwrap().to_string();
+        let o: u64 = o
+            .trim_start_matches("c/o")
+            .trim_end_matches(".jpg")
+            .parse()
+            .unwrap();
+        assert!(s.json.get("orientation").is_none(), "{:?}", s.json);
+        let was = s.json.get("input_orientation").and_then(|v| v.as_u64());
+        assert_eq!(was, (o > 1).then_some(o), "{:?}", s.json);
     }
 }
 

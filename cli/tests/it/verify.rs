@@ -795,3 +795,28 @@ fn verify_inspect_and_preview_take_a_file_url_as_the_reader_does() {
         .ok();
     assert!(t.path().join("p.png").exists());
 }
+
+/// The library's caller may cap the pixels `verify` decodes below the dataset's limit (a
+/// dataset from elsewhere states its own); left at the default, the dataset's applies.
+#[test]
+fn a_callers_pixel_limit_caps_what_verify_decodes() {
+    let t = crate::common::tempdir();
+    let ds = t.path().join("ds");
+    crate::common::pack(sample_data(), &ds)
+        .args(["--resize", "crop:64x64", "-q"])
+        .ok();
+    let mut opts = shardtool_verify::VerifyOptions::with_jobs(1);
+    opts.decode = true;
+    let run = |o: &shardtool_verify::VerifyOptions| {
+        shardtool_verify::verify(&ds, o, &shardtool_verify::NoProgress).unwrap()
+    };
+    assert!(run(&opts).ok);
+    opts.limits.max_pixels = 1000;
+    let capped = run(&opts);
+    assert!(!capped.ok, "64x64 images decoded under a 1000-pixel cap");
+    assert!(
+        capped.problems.iter().any(|p| p.message.contains("1000")),
+        "{:?}",
+        capped.problems.first()
+    );
+}

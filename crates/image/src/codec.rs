@@ -58,6 +58,8 @@ pub struct Transformed {
     pub width: u32,
     /// Output height.
     pub height: u32,
+    /// The EXIF orientation (2 to 8) the image was turned upright from; 1 when it was upright.
+    pub orientation: u8,
     /// Where the time went.
     pub timings: Timings,
 }
@@ -191,6 +193,7 @@ fn transform_with(
         orig_height: orig_h,
         width,
         height,
+        orientation: orientation.0.clamp(1, 8),
         timings,
     })
 }

@@ -311,34 +311,6 @@ fn files_with_extension(dir: &Path, exts: &[&str], out: &mut Vec<String>) -> Res
     Ok(())
 }
 
-/// Why the folder `dir` looks like a shardtool pack still running or stopped before publishing
-/// its manifest, if it does: a pack holds the folder locked, a partitioned one keeps `_plan/`,
-/// and shards are written as hidden `.NAME.PID.N.tmp` files first.
-fn unfinished_pack(dir: &Path) -> Option<&'static str> {
-    if dir.join(shardtool_manifest::FILE_NAME).exists() {
-        return None;
-    }
-    if dir.join(crate::plan_file::PLAN_DIR).is_dir() {
-        return Some("it holds a plan, `_plan/`");
-    }
-    let locked = std::fs::File::open(dir)
-        .is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)));
-    if locked {
-        return Some("another process is packing into it");
-    }
-    let temporary = |name: &str| {
-        let parts: Vec<&str> = name.rsplitn(4, '.').collect();
-        name.starts_with('.')
-            && matches!(parts.as_slice(), ["tmp", n, pid, _]
-                if [n, pid].iter().all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())))
-    };
-    let writing = std::fs::read_dir(dir).is_ok_and(|rd| {
-        rd.flatten()
-            .any(|e| temporary(&e.file_name().to_string_lossy()))
-    });
-    writing.then_some("it holds a shard being written, a hidden `.tmp` file")
-}
-
 /// The files matching `pattern`, a path whose last component holds `*` or `?` (sorted); `arg`,
 /// the input as given, names it in errors.
 fn glob_files(arg: &str, pattern: &str) -> Result<Vec<String>, ListError> {
@@ -392,6 +364,20 @@ pub fn resolve_input(
         .map(|n| local_path(n))
         .collect::<Result<_, _>>()?;
     let many = |f: InputFormat, names: Vec<String>| -> Result<S, ListError> {
+        // A list read as shards, or shards as Parquet, would fail as "truncated" data.
+        let other =
+            (names.iter()).find_map(|n| format_of_name(n).filter(|&g| g != f).map(|g| (n, g)));
+        if let Some((n, g)) = other.filter(|_| f != InputFormat::List) {
+            let [g, f] = [g, f].map(|x| format!("{x:?}").to_lowercase());
+            let fix = match names.len() {
+                1 => format!("pass --input-format {g}"),
+                _ => format!("name only {f} files (a pattern such as *.tar or *.parquet)"),
+            };
+            return Err(bad_input(
+                arg,
+                &format!("{n} is named as {g} input, not {f}: {fix}"),
+            ));
+        }
         match f {
             InputFormat::Wds => Ok(S::Wds(names)),
             InputFormat::Parquet => Ok(S::Parquet(names)),
@@ -502,15 +488,8 @@ pub fn resolve_input(
     };
     if names.len() == 1 && Path::new(&names[0]).is_dir() {
         let dir = Path::new(&names[0]);
-        if let Some(why) = unfinished_pack(dir) {
-            return Err(bad_input(
-                arg,
-                &format!(
-                    "the folder is a pack that has not finished ({why}, and no manifest.json): \
-                     its shards are not a dataset yet; let it finish (or finish it: pack \
-                     --resume, or the plan's parts and merge), then pack from it"
-                ),
-            ));
+        if let Some(why) = crate::output::not_an_input(dir) {
+            return Err(bad_input(arg, &why));
         }
         let found = |exts: &[&str]| -> Result<Vec<String>, ListError> {
             let mut out = Vec::new();

@@ -36,6 +36,7 @@ pub use partition::{pack_part, Assignment, DoneRecord, PartReport};
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
 pub use plan::{
     Compression, FrozenOptions, KeyChoice, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED,
+    MAX_JOBS,
 };
 pub use plan_file::{make_or_keep_plan, make_plan, read_plan, PlanContainer, PlanFile, PLAN_DIR};
 
@@ -137,7 +138,7 @@ pub enum PackError {
         report: PathBuf,
     },
     /// The input holds no usable image at all (nothing was found, or every input failed).
-    #[error("no usable image: looked for {looked_for}{}", failed_note(*.failed, summary, report))]
+    #[error("no usable image: {}", no_images(looked_for, *.failed, summary, report))]
     NoImages {
         /// What was looked for, and where.
         looked_for: String,
@@ -338,12 +339,15 @@ pub fn shard_ranges(shards: &[u64]) -> String {
     out.join(",")
 }
 
-fn failed_note(failed: u64, summary: &str, report: &std::path::Path) -> String {
+/// Why nothing was packed: where images were looked for when none was found; otherwise that
+/// every input found failed, and why (a sample with an image that failed for its other fields
+/// was no "image not found").
+fn no_images(looked_for: &str, failed: u64, summary: &str, report: &std::path::Path) -> String {
     if failed == 0 {
-        String::new()
+        format!("looked for {looked_for}")
     } else {
         format!(
-            "; {failed} input(s) failed ({summary}), see {}",
+            "every one of the {failed} inputs found ({looked_for}) failed: {summary}; see {}",
             report.display()
         )
     }

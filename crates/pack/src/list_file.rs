@@ -130,6 +130,30 @@ enum ListKind {
     Jsonl,
 }
 
+impl ListKind {
+    /// By the name (`.csv`; `.jsonl`, `.json`, `.ndjson`), else by the content: JSONL rows are
+    /// objects, so a first character other than `{` (or `[`) is a CSV header (`train.txt`
+    /// would otherwise fail every row as "no JSON object").
+    fn of(file: &Path, text: &[u8]) -> Self {
+        let ext = file
+            .extension()
+            .and_then(OsStr::to_str)
+            .map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("csv") => Self::Csv,
+            Some("jsonl" | "json" | "ndjson") => Self::Jsonl,
+            _ => {
+                let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
+                match text.iter().find(|b| !b.is_ascii_whitespace()) {
+                    // A row that is an array is JSON too (and refused as no object).
+                    Some(b'{' | b'[') | None => Self::Jsonl,
+                    Some(_) => Self::Csv,
+                }
+            }
+        }
+    }
+}
+
 pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListError> {
     if crate::sample_read::not_regular(file) {
         return Err(ListError::BadList {
@@ -141,23 +165,15 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
     list_text(file, &text, columns)
 }
 
-/// Lists the rows of `text`, the content of the list file `file` (CSV when its name ends in
-/// `.csv`, JSONL otherwise).
+/// Lists the rows of `text`, the content of the list file `file` (CSV or JSONL, by
+/// [`ListKind::of`]).
 pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<Listing, ListError> {
     let bad = |message: String| ListError::BadList {
         path: file.to_path_buf(),
         message,
     };
     let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
-    let kind = if file
-        .extension()
-        .and_then(OsStr::to_str)
-        .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
-    {
-        ListKind::Csv
-    } else {
-        ListKind::Jsonl
-    };
+    let kind = ListKind::of(file, text);
     let cols = ListColumns::new(columns);
 
     let mut listing = Listing {

@@ -487,6 +487,13 @@ pub enum ContainerKind {
     Parquet,
 }
 
+impl ContainerKind {
+    /// Whether the spans are rows of a list (CSV or JSONL).
+    pub fn is_list(&self) -> bool {
+        matches!(self, Self::Csv { .. } | Self::Jsonl)
+    }
+}
+
 /// The result of listing.
 #[derive(Debug, Clone, Default)]
 pub struct Listing {
@@ -578,7 +585,13 @@ pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listin
     if let (Some(kind), Some((flag, _))) = (
         kind,
         [
-            ("--image-column", &c.image),
+            // A WebDataset sample's image field may be named (`left.jpg` of a stereo pair).
+            (
+                "--image-column",
+                &c.image
+                    .clone()
+                    .filter(|_| matches!(source, InputSource::Folder(_))),
+            ),
             ("--label-column", &c.label),
             ("--text-column", &c.text),
             ("--drop-column", &c.drop.first().cloned()),
@@ -588,8 +601,13 @@ pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listin
     ) {
         return Err(ListError::BadInput {
             message: format!(
-                "{flag} applies to list and Parquet inputs; this input is {kind}, whose fields \
-                 are its own"
+                "{flag} applies to list and Parquet inputs{}; this input is {kind}, whose \
+                 fields are its own",
+                if flag == "--image-column" {
+                    " (and names a WebDataset sample's image field)"
+                } else {
+                    ""
+                }
             ),
         });
     }

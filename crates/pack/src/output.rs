@@ -46,6 +46,54 @@ pub(crate) fn holds_a_pack(dir: &Path) -> bool {
     dir.join(manifest::FILE_NAME).is_file() || dir.join(crate::PLAN_DIR).is_dir()
 }
 
+/// Why the folder `dir` cannot be packed from as it is, if so: a shardtool pack still running
+/// or stopped before publishing its manifest (a pack holds the folder locked, a partitioned one
+/// keeps `_plan/`, and shards are written as hidden `.NAME.PID.N.tmp` files first), or a
+/// finished dataset of packed shards (raw pixels, no encoded images to pack).
+pub(crate) fn not_an_input(dir: &Path) -> Option<String> {
+    if dir.join(manifest::FILE_NAME).exists() {
+        let packed =
+            |e: std::fs::DirEntry| e.path().extension().is_some_and(|x| x == "safetensors");
+        let has_packed = std::fs::read_dir(dir).is_ok_and(|rd| rd.flatten().any(packed));
+        return has_packed.then(|| {
+            "the folder is a dataset of packed shards (.safetensors of raw pixels), which pack \
+             does not read: pack from the dataset's original input, or from one packed with \
+             --format wds"
+                .to_string()
+        });
+    }
+    let why = unfinished_pack(dir)?;
+    Some(format!(
+        "the folder is a pack that has not finished ({why}, and no manifest.json): its shards \
+         are not a dataset yet; let it finish (or finish it: pack --resume, or the plan's parts \
+         and merge), then pack from it"
+    ))
+}
+
+/// Why `dir`, which holds no manifest, looks like a pack still running or stopped before
+/// publishing one.
+fn unfinished_pack(dir: &Path) -> Option<&'static str> {
+    if dir.join(crate::plan_file::PLAN_DIR).is_dir() {
+        return Some("it holds a plan, `_plan/`");
+    }
+    let locked = std::fs::File::open(dir)
+        .is_ok_and(|f| matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)));
+    if locked {
+        return Some("another process is packing into it");
+    }
+    let temporary = |name: &str| {
+        let parts: Vec<&str> = name.rsplitn(4, '.').collect();
+        name.starts_with('.')
+            && matches!(parts.as_slice(), ["tmp", n, pid, _]
+                if [n, pid].iter().all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())))
+    };
+    let writing = std::fs::read_dir(dir).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| temporary(&e.file_name().to_string_lossy()))
+    });
+    writing.then_some("it holds a shard being written, a hidden `.tmp` file")
+}
+
 /// A local input file of a WebDataset or Parquet source (`None` for other URLs).
 fn local_file(input: &str) -> Option<PathBuf> {
     if let Some(p) = input.strip_prefix("file://") {
@@ -129,7 +177,11 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
         .map_err(io)?
         .collect::<Result<_, _>>()
         .map_err(io)?;
-    if entries.is_empty() {
+    // An empty error report is all a pack stopped before its first failure leaves behind.
+    let empty_report = |e: &std::fs::DirEntry| {
+        e.file_name() == "errors.jsonl" && e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0)
+    };
+    if entries.iter().all(empty_report) {
         return Ok(());
     }
     if !plan.overwrite {

@@ -128,6 +128,9 @@ fn load(output: &Path, jobs: Option<usize>) -> Result<Loaded, PackError> {
         .map_err(|m| bad_plan(&plan_dir(output).join(PLAN_FILE), m))?;
     if let Some(j) = jobs {
         plan.jobs = j;
+        if j > crate::plan::MAX_JOBS {
+            return Err(PackError::Plan(crate::PlanError::TooManyJobs(j)));
+        }
     }
     plan.shard_samples = Some(file.shard_samples);
     let (inputs, planned_sizes) = read_inputs(&store, &file)?;
@@ -769,12 +772,16 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
         path: output.join(shardtool_manifest::FILE_NAME),
         message: e.to_string(),
     })?;
-    if manifest.pack != plan.manifest_options() {
+    let (recorded, given) = (
+        crate::plan::applied_options(manifest.pack.clone()),
+        crate::plan::applied_options(plan.manifest_options()),
+    );
+    if recorded != given {
         return Err(PackError::ResumeMismatch {
             path: output.clone(),
             differs: crate::plan::option_differences(
-                &serde_json::Value::Object(manifest.pack.clone()),
-                &serde_json::Value::Object(plan.manifest_options()),
+                &serde_json::Value::Object(recorded),
+                &serde_json::Value::Object(given),
             ),
         });
     }

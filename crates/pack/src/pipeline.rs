@@ -104,6 +104,8 @@ struct Job {
     label: i64,
     key: String,
     source: String,
+    /// The key the input states, where samples are numbered instead (`--keys index`).
+    own_key: Option<String>,
 }
 
 /// A finished transform.
@@ -363,6 +365,13 @@ pub(crate) fn transform_in_order(
             let item = ordered.inputs.get(index);
             let job = Job {
                 key: ordered.key(position),
+                // A list row's key (a tar sample's ends its source), kept as `input_key`.
+                own_key: (item.key.filter(|_| ordered.renumbered))
+                    .filter(|_| {
+                        item.container
+                            .is_none_or(|c| shared.containers[c as usize].kind.is_list())
+                    })
+                    .map(str::to_string),
                 source: ordered.origin.source(&item),
                 path: ordered.origin.resolve(&item),
                 container: item.container.zip(item.span),
@@ -647,20 +656,6 @@ fn class_name(classes: &[String], label: i64) -> String {
         .unwrap_or_else(|| label.to_string())
 }
 
-/// Names our metadata uses (`fields` holds a packed record's carried fields); a carried column
-/// of the same name is stored as `input_<name>` (`input_input_<name>` when that is taken too).
-const OWN_META: [&str; 9] = [
-    "fields",
-    "key",
-    "source",
-    "label",
-    "class",
-    "orig_width",
-    "orig_height",
-    "width",
-    "height",
-];
-
 /// Reads and transforms one input. Runs on a worker thread.
 fn process(
     job: &Job,
@@ -724,9 +719,12 @@ fn process(
                     if !parquet && listed.is_some_and(|k| k != sample.key) {
                         return Err(changed(format!("sample {:?}", sample.key)));
                     }
-                    let image_field = shardtool_wds::image_field(
-                        sample.fields.iter().map(|(f, _)| f.as_str()),
-                    )
+                    let fields = || sample.fields.iter().map(|(f, _)| f.as_str());
+                    // A named image field (WebDataset input); Parquet's image is staged as one.
+                    let image_field = match shared.columns.image.as_deref() {
+                        Some(named) if !parquet => fields().find(|f| f.eq_ignore_ascii_case(named)),
+                        _ => shardtool_wds::image_field(fields()),
+                    }
                     .ok_or_else(|| fail("no_image", "the sample has no image field".into()))?;
                     let mut image = 0..0;
                     for (field, data) in &sample.fields {
@@ -786,6 +784,9 @@ fn process(
             }
         }
     };
+    if let Some(key) = &job.own_key {
+        columns.insert("key".into(), key.as_str().into());
+    }
     carried.sort_by(|a, b| a.0.cmp(&b.0));
     // The image, `.json` and `.cls` besides them.
     let most = shardtool_wds::MAX_SAMPLE_MEMBERS - 3;
@@ -834,6 +835,10 @@ fn process(
         "width": out.width,
         "height": out.height,
     });
+    if let Some(m) = meta.as_object_mut().filter(|_| out.orientation > 1) {
+        // Carried fields (a mask, boxes) are not turned: this says how the image was.
+        m.insert("orientation".into(), out.orientation.into());
+    }
     if job.label < 0 {
         if let Some(m) = meta.as_object_mut() {
             m.remove("label");
@@ -842,12 +847,11 @@ fn process(
     }
     let any_columns = !columns.is_empty();
     if let Some(m) = meta.as_object_mut() {
-        // A column named as our metadata goes under `input_<name>`, prefixed again while that
-        // is taken (a column `input_width` beside `width`, a re-pack of our own output): no
-        // value is lost, whatever the names.
-        let (own, other): (Vec<_>, Vec<_>) = columns
-            .into_iter()
-            .partition(|(k, _)| OWN_META.contains(&k.as_str()));
+        // A column named as our metadata (or as a member this sample's has: `orientation`)
+        // goes under `input_<name>`, prefixed again while that is taken (a column
+        // `input_width` beside `width`, a re-pack of our own output): no value is lost.
+        let ours = |k: &str| crate::sample_read::OWN_META.contains(&k) || m.contains_key(k);
+        let (own, other): (Vec<_>, Vec<_>) = columns.into_iter().partition(|(k, _)| ours(k));
         m.extend(other);
         for (k, v) in own {
             let mut name = format!("input_{k}");

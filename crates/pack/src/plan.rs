@@ -1,7 +1,7 @@
 //! The validated pack plan: everything `pack` needs, checked before any file is touched.
 
 use crate::listing::{Columns, InputSource};
-use shardtool_image::TransformSpec;
+use shardtool_image::{Encode, TransformSpec};
 use std::path::PathBuf;
 
 /// The default `--seed`.
@@ -116,6 +116,22 @@ pub(crate) fn option_differences(a: &serde_json::Value, b: &serde_json::Value) -
         serde_json::Value::Object(options.collect())
     };
     json_differences(&flagged(a), &flagged(b), 4)
+}
+
+/// A manifest's `pack` record without the options that did not apply, as earlier versions
+/// recorded them: `shard_size` when `shard_samples` fixed each shard, `encode` and `quality` of
+/// packed shards (raw pixels). Finished datasets are compared by this.
+pub(crate) fn applied_options(
+    mut m: serde_json::Map<String, serde_json::Value>,
+) -> serde_json::Map<String, serde_json::Value> {
+    if m.get("shard_samples").is_some_and(|v| !v.is_null()) {
+        m.remove("shard_size");
+    }
+    if m.get("format").and_then(|v| v.as_str()) == Some("packed") {
+        m.remove("encode");
+        m.remove("quality");
+    }
+    m
 }
 
 /// The flag that sets the plan option `field` (`INPUT` for the inputs).
@@ -409,6 +425,9 @@ impl PackPlan {
         if self.jobs == 0 {
             return Err(PlanError::NoJobs);
         }
+        if self.jobs > MAX_JOBS {
+            return Err(PlanError::TooManyJobs(self.jobs));
+        }
         if !(1..=100).contains(&self.transform.quality) {
             return Err(PlanError::Quality(self.transform.quality));
         }
@@ -420,15 +439,19 @@ impl PackPlan {
         crate::output::check_apart(self)
     }
 
-    /// The options recorded in the manifest. `jobs` is left out: it never changes the output.
+    /// The options recorded in the manifest, as they applied: packed shards' `encode` is `raw`,
+    /// `quality` is null unless images were JPEG-encoded, and `shard_size` null when
+    /// `shard_samples` fixed each shard's samples. `jobs` is left out: it never changes the
+    /// output.
     pub fn manifest_options(&self) -> serde_json::Map<String, serde_json::Value> {
-        let t = &self.transform;
+        let t = &crate::pipeline::effective_spec(self);
+        let jpeg = matches!(t.encode, Encode::Jpeg | Encode::Keep);
         let v = serde_json::json!({
             "resize": t.resize.to_string(),
             "upscale": t.upscale,
             "filter": t.filter.to_string(),
             "encode": t.encode.to_string(),
-            "quality": t.quality,
+            "quality": jpeg.then_some(t.quality),
             "decode_scale": t.decode_scale.to_string(),
             "max_pixels": t.limits.max_pixels,
             "shuffle": self.seed.is_some(),
@@ -436,7 +459,7 @@ impl PackPlan {
             "format": match self.format { ShardFormatChoice::Wds => "wds", ShardFormatChoice::Packed => "packed" },
             "compression": match self.compression { Compression::None => "none".to_string(), Compression::Zstd(l) => format!("zstd:{l}") },
             "prefix": self.prefix,
-            "shard_size": self.shard_bytes,
+            "shard_size": self.shard_samples.is_none().then_some(self.shard_bytes),
             "shard_samples": self.shard_samples,
             "input_format": match self.source {
                 InputSource::Folder(_) => "imagefolder",
@@ -457,6 +480,10 @@ impl PackPlan {
     }
 }
 
+/// The most worker threads a pack starts (each holds a few inputs in flight): a larger `jobs`
+/// is refused, not given thousands of threads.
+pub const MAX_JOBS: usize = 4096;
+
 /// An option of a [`PackPlan`] that cannot work, found without touching the file system.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -473,6 +500,9 @@ pub enum PlanError {
     /// No worker threads.
     #[error("at least one worker thread is needed")]
     NoJobs,
+    /// More worker threads than [`MAX_JOBS`].
+    #[error("{0} worker threads, over the {MAX_JOBS} a pack may start")]
+    TooManyJobs(usize),
     /// A JPEG quality outside 1..=100.
     #[error("JPEG quality {0} is outside 1..=100")]
     Quality(u8),
@@ -518,6 +548,8 @@ mod tests {
         let mut p = base;
         p.jobs = 0;
         assert_eq!(p.validate(), Err(PlanError::NoJobs));
+        p.jobs = MAX_JOBS + 1;
+        assert_eq!(p.validate(), Err(PlanError::TooManyJobs(MAX_JOBS + 1)));
     }
 
     #[test]

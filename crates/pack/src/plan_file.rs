@@ -470,7 +470,7 @@ pub(crate) fn make_plan_in(
             Err(_) => (abs.clone(), false),
         };
         let (kind, headers) = kind_name(&c.kind);
-        let list = matches!(c.kind, ContainerKind::Csv { .. } | ContainerKind::Jsonl);
+        let list = c.kind.is_list();
         containers.push(PlanContainer {
             checksum: list.then(|| file_checksum(&abs).ok()).flatten(),
             modified_ns: (!list && !is_staged).then(|| modified_ns(&abs)).flatten(),
@@ -494,7 +494,7 @@ pub(crate) fn make_plan_in(
             // of its own, whose size is kept as a plain input's is.
             let within = (item.container.zip(item.span))
                 .and_then(|(c, _)| listing.containers.get(c as usize))
-                .is_some_and(|c| matches!(c.kind, ContainerKind::Tar | ContainerKind::Parquet));
+                .is_some_and(|c| !c.kind.is_list());
             if within {
                 return UNKNOWN_SIZE;
             }

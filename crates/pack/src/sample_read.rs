@@ -105,7 +105,8 @@ pub(crate) fn own_metadata(json: &[u8]) -> Option<serde_json::Map<String, serde_
     for drop in ["key", "label", "class", "width", "height", "fields"] {
         m.remove(drop);
     }
-    for own in ["source", "orig_width", "orig_height"] {
+    // What described the input (an EXIF turn too: the new image is upright) is kept for it.
+    for own in ["source", "orig_width", "orig_height", "orientation"] {
         if let Some(v) = m.remove(own) {
             shift_in(&mut m, format!("input_{own}"), v);
         }
@@ -197,3 +198,17 @@ pub(crate) fn read_bounded(
     }
     Ok(bytes)
 }
+
+/// Names our metadata uses (`fields` holds a packed record's carried fields); a carried column
+/// of the same name is stored as `input_<name>` (`input_input_<name>` when that is taken too).
+pub(crate) const OWN_META: [&str; 9] = [
+    "fields",
+    "key",
+    "source",
+    "label",
+    "class",
+    "orig_width",
+    "orig_height",
+    "width",
+    "height",
+];

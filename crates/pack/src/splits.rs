@@ -154,13 +154,24 @@ pub(crate) fn imagefolder_metadata(
         .find_map(|e| metadata(&e.path()).into_iter().next());
     match nested {
         None => Ok(None),
-        Some(m) => Err(format!(
-            "{} holds a Hugging Face imagefolder's metadata (captions, labels by file name): \
-             pack its folder, {} (one split at a time), or pass --input-format imagefolder to \
-             pack the images by their folders without it",
-            m.display(),
-            m.parent().unwrap_or(dir).display()
-        )),
+        Some(m) => {
+            let folder = m.parent().unwrap_or(dir);
+            // Split folders are no classes: packing them as an ImageFolder is refused too.
+            let split =
+                (folder.file_name()).is_some_and(|n| split_named(&n.to_string_lossy()).is_some());
+            Err(format!(
+                "{} holds a Hugging Face imagefolder's metadata (captions, labels by file name): \
+                 pack its folder, {} (one split at a time){}",
+                m.display(),
+                folder.display(),
+                match split {
+                    true => "",
+                    false =>
+                        ", or pass --input-format imagefolder to pack the images by their \
+                              folders without it",
+                }
+            ))
+        }
     }
 }
 

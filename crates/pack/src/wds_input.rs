@@ -120,13 +120,15 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
 const REMOTE_FETCHES: usize = 16;
 
 /// Lists the samples of WebDataset shards (local paths or URLs, in order). Each sample's members
-/// are found by the headers alone; its image is the first field of [`IMAGE_FIELDS`] it has, and
+/// are found by the headers alone; its image is the field `--image-column` names (ignoring case)
+/// or else the first field of [`IMAGE_FIELDS`] it has, and
 /// its label its `.cls` (none, or a negative one, leaves it unlabelled).
 pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listing, ListError> {
+    let named = options.columns.image.as_deref();
     let mut listing = Listing {
         looked_for: format!(
             "WebDataset samples with an image field ({}) in {} shard(s){}",
-            IMAGE_FIELDS.join(", "),
+            named.map_or(IMAGE_FIELDS.join(", "), str::to_string),
             shards.len(),
             shards
                 .first()
@@ -168,7 +170,11 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                 );
                 for (s, label) in shard.samples.iter().zip(shard.labels) {
                     let source = || format!("{name}:{}", s.key);
-                    if !s.members.iter().any(|m| is_image_field(&m.field)) {
+                    let image = |f: &str| match named {
+                        Some(named) => f.eq_ignore_ascii_case(named),
+                        None => is_image_field(f),
+                    };
+                    if !s.members.iter().any(|m| image(&m.field)) {
                         // The first few of its fields: a hostile sample may have millions.
                         let fields: Vec<&str> = s
                             .members
@@ -185,7 +191,9 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                             "no_image",
                             format!(
                                 "the sample has no image field ({}); it has {}{more}",
-                                IMAGE_FIELDS.join(", "),
+                                named.map_or(IMAGE_FIELDS.join(", "), |n| format!(
+                                    "{n}, named by --image-column"
+                                )),
                                 fields.join(", ")
                             ),
                         ));

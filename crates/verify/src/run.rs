@@ -22,6 +22,8 @@ pub struct VerifyOptions {
     /// Worker threads; 0 (the default): one per core the process may use.
     pub jobs: usize,
     /// Limits for decoding images (`max_pixels`) and reading the manifest (`max_header_bytes`).
+    /// `max_pixels` left at its default follows the dataset's own limit (a pack may have raised
+    /// it); another value caps what is decoded, the dataset's limit aside.
     pub limits: Limits,
     /// Largest (uncompressed) shard read into memory; larger ones are only checksummed. Streamed
     /// tar shards (checked without `decode`) and mapped shards (see `mmap`) take no memory of

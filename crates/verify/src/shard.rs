@@ -312,7 +312,12 @@ fn check_content(
             resize: Resize::None,
             encode: Encode::Raw,
             limits: shardtool_core::Limits {
-                max_pixels: opts.limits.max_pixels.max(sh.max_pixels),
+                // A caller's own limit caps; the default follows the dataset's (a pack may
+                // have raised it).
+                max_pixels: match opts.limits.max_pixels {
+                    d if d == shardtool_core::Limits::default().max_pixels => sh.max_pixels,
+                    cap => cap,
+                },
                 ..opts.limits
             },
             ..TransformSpec::default()

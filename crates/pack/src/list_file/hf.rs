@@ -29,15 +29,15 @@ pub(crate) fn names_file_not_path(file: &Path) -> bool {
     }
     // A byte-order mark, as some editors write, is no part of the first name.
     let text = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&text);
-    let names: Vec<String> = match file.extension().and_then(OsStr::to_str) {
-        Some(e) if e.eq_ignore_ascii_case("csv") => {
+    let names: Vec<String> = match ListKind::of(file, text) {
+        ListKind::Csv => {
             let mut rdr = csv::ReaderBuilder::new().flexible(true).from_reader(text);
             match rdr.headers() {
                 Ok(h) => h.iter().map(|n| n.trim().to_string()).collect(),
                 Err(_) => return false,
             }
         }
-        _ => {
+        ListKind::Jsonl => {
             let first = (text.split(|&b| b == b'\n')).find(|l| !l.trim_ascii().is_empty());
             match first.and_then(|l| serde_json::from_slice::<Members>(l).ok()) {
                 Some(m) => m.0.into_iter().map(|(n, _)| n).collect(),
@@ -103,11 +103,8 @@ pub(crate) fn unlisted_images(
         }
         shardtool_core::Checksum::of(&bytes).0
     };
-    let kind = match file.extension().and_then(OsStr::to_str) {
-        Some(e) if e.eq_ignore_ascii_case("csv") => ListKind::Csv,
-        _ => ListKind::Jsonl,
-    };
     let text = std::fs::read(file).unwrap_or_default();
+    let kind = ListKind::of(file, &text);
     let mut named: HashSet<u64> = HashSet::new();
     // The splits whose folders the rows' images lie in (`train/a.jpg`, `test/b.jpg`).
     let mut splits = std::collections::BTreeSet::new();

@@ -1,0 +1,85 @@
+//! A WebDataset sample's fields through pack: which is its image (the first of the known image
+//! fields, or the one `--image-column` names: a stereo pair's `left.jpg`), the others carried as
+//! they are, and what is said when an input's json takes the place of shardtool's.
+
+use crate::common::*;
+use crate::pack_inputs::tar_fields;
+
+#[test]
+fn image_column_names_a_webdataset_samples_image_field() {
+    let t = tempdir();
+    // The two views differ in shape, so the packed size tells which one was the image.
+    let (left, right) = (jpeg(&pattern(64, 48, 1)), jpeg(&pattern(48, 64, 2)));
+    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    for key in ["a", "b"] {
+        w.append(&format!("{key}.left.jpg"), &left).unwrap();
+        w.append(&format!("{key}.right.jpg"), &right).unwrap();
+    }
+    w.append("c.right.jpg", &right).unwrap();
+    let input = t.path().join("in");
+    write_file(input.join("stereo-000000.tar"), w.finish().unwrap());
+    // No field of the default order: nothing to pack, saying what was looked for.
+    let r = pack(&input, t.path().join("none")).run();
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("with an image field (jpg, jpeg"),
+        "{}",
+        r.stderr
+    );
+    let ds = t.path().join("ds");
+    pack(&input, &ds)
+        .args(["--image-column", "Left.JPG", "--resize", "shorter:24"])
+        .ok();
+    let samples = tar_fields(&ds);
+    assert_eq!(samples.len(), 2, "{:?}", samples.keys());
+    for fields in samples.values() {
+        assert_eq!(decode(&fields["jpg"]).dimensions(), (32, 24));
+        assert!(
+            fields["right.jpg"] == right,
+            "the other view is carried as it was"
+        );
+        assert!(!fields.contains_key("left.jpg"));
+    }
+    let errs = check_accounting(&ds, &[]);
+    let c = errs
+        .values()
+        .find(|e| e.path.ends_with(":c"))
+        .expect("c fails");
+    assert_eq!(c.kind, "no_image", "{c:?}");
+    assert!(
+        c.message.contains("Left.JPG, named by --image-column"),
+        "{c:?}"
+    );
+    // An ImageFolder's images are its files: the option is refused there.
+    let r = pack(sample_data(), t.path().join("folder"))
+        .args(["--image-column", "x.jpg"])
+        .run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("names a WebDataset sample's image field"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// An input's json carried in place of shardtool's records no sizes: a resize says so.
+#[test]
+fn a_resize_beside_the_inputs_own_json_is_pointed_out() {
+    let t = tempdir();
+    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    for key in ["a", "b"] {
+        w.append(&format!("{key}.jpg"), &jpeg(&pattern(64, 48, 1)))
+            .unwrap();
+        w.append(&format!("{key}.json"), br#"{"boxes": [[1, 2, 30, 40]]}"#)
+            .unwrap();
+    }
+    let input = t.path().join("in");
+    write_file(input.join("det-000000.tar"), w.finish().unwrap());
+    let note = "note: the inputs' own .json is carried in place of shardtool's";
+    let resized = pack(&input, t.path().join("resized"))
+        .args(["--resize", "shorter:24"])
+        .ok();
+    assert!(resized.stderr.contains(note), "{}", resized.stderr);
+    let kept = pack(&input, t.path().join("kept")).ok();
+    assert!(!kept.stderr.contains(note), "{}", kept.stderr);
+}
