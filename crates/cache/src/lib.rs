@@ -11,6 +11,8 @@
 //! (`RemoteDataset`, `CacheOptions`, `FetchPolicy`) needs the default `remote` feature; without
 //! it, locations and cache folders still work and nothing async or TLS is compiled.
 
+#[cfg(feature = "remote")]
+mod attempt;
 mod dir;
 #[cfg(feature = "remote")]
 mod inputs;

@@ -1,6 +1,7 @@
 //! Fetching from HTTP(S) and S3 through `object_store`: whole objects, streamed to a file, with
 //! stall timeouts, retries with exponential backoff and jitter, and resumption by range.
 
+use crate::attempt::{classify, http_status, AttemptError};
 use crate::location::RemoteUrl;
 use crate::metrics::Recorder;
 use crate::writeback;
@@ -40,45 +41,6 @@ impl Default for FetchPolicy {
     }
 }
 
-/// One attempt's failure: retried unless permanent.
-struct AttemptError {
-    message: String,
-    permanent: bool,
-}
-
-impl AttemptError {
-    fn retry(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            permanent: false,
-        }
-    }
-    fn fatal(message: impl Into<String>) -> Self {
-        Self {
-            message: message.into(),
-            permanent: true,
-        }
-    }
-}
-
-/// The HTTP status in an object store's message ("... non-2xx status code: 501 Not Implemented").
-fn http_status(message: &str) -> Option<u16> {
-    let at = message.find("status code: ")? + "status code: ".len();
-    message.get(at..at + 3)?.parse().ok()
-}
-
-/// A message cut before an error page's HTML (servers answer errors with whole documents). An
-/// XML body stays: S3's holds the error's code and message.
-fn without_html(message: &str) -> &str {
-    let lower = message.to_ascii_lowercase();
-    let cut = ["<!doctype", "<html"]
-        .iter()
-        .filter_map(|t| lower.find(t))
-        .min()
-        .unwrap_or(message.len());
-    message[..cut].trim_end_matches([' ', ':', '\n'])
-}
-
 /// `name` (stored names joined by `/`) as the store's path. Each part is kept as stored: the
 /// store escapes it once in the request's URL (`StorePath::from` escapes `%`, `#` and others
 /// itself, so the URL would escape them twice and name another object). A part the store refuses
@@ -95,46 +57,6 @@ fn listed(meta: &object_store::ObjectMeta, base: &str) -> (String, u64) {
     let full = meta.location.as_ref();
     let name = full.strip_prefix(base).unwrap_or(full);
     (name.to_string(), meta.size)
-}
-
-fn classify(e: object_store::Error) -> AttemptError {
-    use object_store::Error as E;
-    let mut message = without_html(&e.to_string()).to_string();
-    // Refused credentials, a missing object or a method the server does not implement will not
-    // change on another attempt. Other client errors may: S3 answers an idle upload with 400
-    // (RequestTimeout) and a conflicting one with 409 (OperationAborted).
-    let permanent_status =
-        http_status(&message).is_some_and(|s| matches!(s, 401 | 403 | 404 | 405 | 410 | 501));
-    let permanent = permanent_status
-        || matches!(
-            e,
-            E::NotFound { .. }
-                | E::PermissionDenied { .. }
-                | E::Unauthenticated { .. }
-                | E::InvalidPath { .. }
-                | E::NotSupported { .. }
-        );
-    // The store's message stops at "error sending request"; the causes under it say why
-    // (refused, reset, timed out, a DNS failure).
-    let mut source = std::error::Error::source(&e);
-    while let Some(cause) = source {
-        let text = without_html(&cause.to_string()).to_string();
-        if !message.contains(&text) {
-            message.push_str(": ");
-            message.push_str(&text);
-        }
-        source = cause.source();
-    }
-    // With no credentials in the environment the S3 client asks the instance metadata service
-    // last; off a cloud machine that fails with a message about an address the user never gave.
-    if message.contains("/latest/api/token") || message.contains("/latest/meta-data/") {
-        message.push_str(
-            " (no AWS credentials were found in the environment, so the instance metadata \
-             service was asked: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
-             AWS_SKIP_SIGNATURE=true for a public bucket)",
-        );
-    }
-    AttemptError { message, permanent }
 }
 
 /// What the cache knows the remote dataset `url` by ([`RemoteUrl::cache_key`]), with the S3
@@ -844,46 +766,5 @@ impl Remote {
             }
         }
         unreachable!("the loop returns on the last attempt")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn generic(message: &str) -> object_store::Error {
-        object_store::Error::Generic {
-            store: "HTTP",
-            source: message.into(),
-        }
-    }
-
-    /// HTML error pages are cut from messages, S3's XML kept; refusals, missing objects and 501
-    /// are not retried; other client errors, timeouts, throttling and server errors are.
-    #[test]
-    fn http_failures_are_retried_only_when_another_attempt_may_differ() {
-        let page = "Server returned non-2xx status code: 501 Not Implemented: <!DOCTYPE HTML>\n<html><body>Error code: 501</body></html>";
-        let e = classify(generic(page));
-        assert!(e.permanent);
-        assert!(e.message.ends_with("501 Not Implemented"), "{}", e.message);
-        for (status, permanent) in [
-            ("403 Forbidden", true),
-            ("405 Method Not Allowed", true),
-            ("400 Bad Request", false),
-            ("409 Conflict", false),
-            ("408 Request Timeout", false),
-            ("429 Too Many Requests", false),
-            ("500 Internal Server Error", false),
-            ("503 Service Unavailable", false),
-        ] {
-            let e = classify(generic(&format!("non-2xx status code: {status}")));
-            assert_eq!(e.permanent, permanent, "{status}");
-        }
-        assert!(!classify(generic("connection reset")).permanent);
-        let xml = "non-2xx status code: 400 Bad Request: <?xml version=\"1.0\"?><Error><Code>RequestTimeout</Code></Error>";
-        assert!(classify(generic(xml))
-            .message
-            .contains("<Code>RequestTimeout</Code>"));
-        assert_eq!(without_html("plain message"), "plain message");
     }
 }
