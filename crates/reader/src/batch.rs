@@ -311,6 +311,10 @@ pub struct Batch {
     /// The carried fields asked for with `LoaderBuilder::fields`, in the order asked, one value
     /// per sample each; empty when none was asked for.
     pub fields: Vec<FieldColumn>,
+    /// Places in the batch's planned order of the records skipped as corrupt, ascending: a
+    /// state within the batch counts them ([`crate::Loader::state_within`]). Boxed: rare, and
+    /// batches travel by value.
+    skipped: Option<Box<[u32]>>,
     data: Option<Box<dyn HostBuffer>>,
     allocator: Arc<dyn BatchAllocator>,
 }
@@ -333,6 +337,7 @@ impl Batch {
             layout,
             crops: Vec::new(),
             fields: Vec::new(),
+            skipped: None,
             data: Some(data),
             allocator,
         }
@@ -346,6 +351,23 @@ impl Batch {
     pub(crate) fn with_fields(mut self, fields: Vec<FieldColumn>) -> Self {
         self.fields = fields;
         self
+    }
+
+    pub(crate) fn with_skipped(mut self, skipped: Vec<u32>) -> Self {
+        self.skipped = (!skipped.is_empty()).then(|| skipped.into_boxed_slice());
+        self
+    }
+
+    /// The place in the batch's planned order of its `n`-th sample (skipped records before it
+    /// counted); the planned length past the last one.
+    pub(crate) fn planned_position(&self, n: usize) -> usize {
+        let mut p = n;
+        for &s in self.skipped.iter().flat_map(|s| s.iter()) {
+            if s as usize <= p {
+                p += 1;
+            }
+        }
+        p
     }
 
     /// The values of carried field `name`, if it was asked for.

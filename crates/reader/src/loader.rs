@@ -34,6 +34,8 @@ pub enum CorruptPolicy {
 }
 
 /// What [`Loader::next_timeout`] found.
+// Moved out at once, one per batch: boxing the batch would only add an allocation each.
+#[allow(clippy::large_enum_variant)]
 pub enum Next {
     /// The next batch, or the error that ends the epoch.
     Ready(Result<Batch, ReadError>),
@@ -741,10 +743,12 @@ impl Loader {
     }
 
     /// The position when only the first `consumed` samples of `batch` (a delivered batch) were
-    /// used: resuming yields the rest of that batch first.
+    /// used: resuming yields the rest of that batch first (records skipped as corrupt before
+    /// its next sample are not read again).
     pub fn state_within(&self, batch: &Batch, consumed: usize) -> LoaderState {
         let mut s = self.state();
         if consumed < batch.len() {
+            let consumed = batch.planned_position(consumed);
             // Samples already skipped by an earlier partial state of the same batch count too.
             let before = match self.state.partial {
                 Some((b, c)) if b == batch.index => c,

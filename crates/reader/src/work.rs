@@ -147,8 +147,10 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
     let mut recs = Vec::with_capacity(refs.len());
     let mut crops = Vec::new();
     let mut columns: Vec<FieldColumn> = s.fields.iter().cloned().map(FieldColumn::new).collect();
-    for (r, view) in refs.iter().zip(&views) {
+    let mut skipped = Vec::new();
+    for (i, (r, view)) in refs.iter().zip(&views).enumerate() {
         let Some(view) = view else {
+            skipped.push(i as u32);
             continue;
         };
         let t = Instant::now();
@@ -195,7 +197,10 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
             Err(e @ ReadError::BadOptions(_)) => return Err(e),
             Err(e) => match s.corrupt {
                 CorruptPolicy::Fail => return Err(e),
-                CorruptPolicy::Skip => s.metrics.corrupt(),
+                CorruptPolicy::Skip => {
+                    s.metrics.corrupt();
+                    skipped.push(i as u32);
+                }
             },
         }
     }
@@ -220,7 +225,7 @@ fn build_batch(s: &WorkerShared, b: u64) -> Result<Batch, ReadError> {
         }
         _ => assemble(s, b, keys, labels, recs),
     }
-    .map(|batch| batch.with_fields(columns));
+    .map(|batch| batch.with_fields(columns).with_skipped(skipped));
     // The records are copied out: the views may close now.
     drop(views);
     let mut i = 0;

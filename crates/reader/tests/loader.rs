@@ -464,6 +464,41 @@ fn corrupt_record_fails_or_is_skipped_and_counted() {
     assert_eq!(skipping.metrics().corrupt_skipped, 1);
 }
 
+/// A state within a batch that skipped a corrupt record resumes at the next sample, whatever
+/// the cut: the skipped record counts as a place of the batch.
+#[test]
+fn resume_within_a_batch_with_a_skipped_record_repeats_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    tar_dataset(dir.path(), 12, 5);
+    let build = || {
+        Loader::builder(dir.path())
+            .decode(true)
+            .batch_size(4)
+            .shuffle(false)
+            .on_corrupt(CorruptPolicy::Skip)
+    };
+    let full = keys_of(build().build().unwrap());
+    assert_eq!(full.len(), 11);
+    for stop in 0..full.len() {
+        let mut loader = build().build().unwrap();
+        let (mut got, mut state) = (Vec::new(), loader.state());
+        while got.len() < stop {
+            let b = loader.next().unwrap().unwrap();
+            let take = (stop - got.len()).min(b.len());
+            got.extend(b.keys[..take].iter().cloned());
+            state = loader.state_within(&b, take);
+        }
+        let resumed = Loader::builder(dir.path())
+            .decode(true)
+            .on_corrupt(CorruptPolicy::Skip)
+            .resume(state)
+            .build()
+            .unwrap();
+        got.extend(keys_of(resumed));
+        assert_eq!(got, full, "stopped after {stop}");
+    }
+}
+
 #[test]
 fn encoded_records_are_delivered_without_decoding() {
     let dir = tempfile::tempdir().unwrap();
