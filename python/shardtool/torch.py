@@ -18,6 +18,11 @@ import torch.utils.data
 from ._loader import Batch, Loader
 
 
+def _mark(epoch: int) -> int:
+    """How the shared values name a pass of ``epoch`` (0 is none; the last epoch wraps to it)."""
+    return (epoch + 1) % 2**64
+
+
 class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-arg]
     """Wraps a :class:`shardtool.Loader` for ``DataLoader(dataset, batch_size=None, ...)``.
 
@@ -37,6 +42,10 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         # The epoch in shared memory: DataLoader workers (persistent ones included) hold their
         # own copy of this object, and read the epoch set_epoch() wrote here at each iter().
         self._epoch = multiprocessing.Value("Q", loader.epoch, lock=False)
+        # Also shared: epoch + 1 of the last pass begun, and of the last finished, in a worker
+        # process (0: none). The position of a pass there lives in the workers alone.
+        self._worker_pass = multiprocessing.Value("Q", 0, lock=False)
+        self._worker_done = multiprocessing.Value("Q", 0, lock=False)
         self._seen_epoch = loader.epoch
         # loader.set_epoch() (as a loop over the loader itself calls it) reaches the workers too.
         loader._shared_epoch = self._epoch
@@ -61,7 +70,18 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             # after the set_epoch() a training loop calls once it has loaded its checkpoint.
             # Decided by epochs alone, so every DataLoader worker decides alike.
             self.loader.set_epoch(epoch)
-        return iter(self.loader)
+        if info is None:
+            return iter(self.loader)
+        if self._worker_done.value == _mark(epoch) and self.loader._resume is None:
+            # A fresh worker (not persistent) does not know this epoch was read: the Loader
+            # warns of a pass reading it again, as it does in one process.
+            self.loader._finished_epoch = self.loader.epoch
+        self._worker_pass.value = _mark(epoch)
+        return self._in_worker(iter(self.loader), epoch)
+
+    def _in_worker(self, batches: Iterator[Batch], epoch: int) -> Iterator[Batch]:
+        yield from batches
+        self._worker_done.value = _mark(epoch)
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -71,12 +91,14 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if multiprocessing.context.get_spawning_popen() is None:
             # Shared memory travels only to a process being started (a DataLoader worker);
             # another copy (deepcopy, a pickle to disk) takes the epoch's value.
-            d["_epoch"] = int(self._epoch.value)
+            for name in ("_epoch", "_worker_pass", "_worker_done"):
+                d[name] = int(getattr(self, name).value)
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
-        if isinstance(d["_epoch"], int):
-            d["_epoch"] = multiprocessing.Value("Q", d["_epoch"], lock=False)
+        for name in ("_epoch", "_worker_pass", "_worker_done"):
+            if isinstance(d.get(name, 0), int):
+                d[name] = multiprocessing.Value("Q", d.get(name, 0), lock=False)
         self.__dict__.update(d)
         self.loader._shared_epoch = self._epoch
 
@@ -88,9 +110,26 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self._seen_epoch = epoch
 
     def state_dict(self) -> Dict[str, Any]:
-        """The loader's position (of this worker's share inside a DataLoader worker)."""
+        """The loader's position (of this worker's share inside a DataLoader worker).
+
+        Called in the main process while this epoch is read in DataLoader worker processes
+        (``num_workers > 0``), it raises ``RuntimeError``: the position is theirs, and a plain
+        DataLoader cannot collect it (a state of this process would restart the epoch). Use
+        torchdata's ``StatefulDataLoader``, whose ``state_dict()`` gathers every worker's, or
+        save at an epoch boundary, after ``set_epoch(next_epoch)``."""
+        in_main = torch.utils.data.get_worker_info() is None
+        if in_main and self._worker_pass.value == _mark(int(self._epoch.value)):
+            raise RuntimeError(
+                f"epoch {int(self._epoch.value)} is read in DataLoader worker processes, "
+                "which hold its position: a plain DataLoader cannot collect it (this process's "
+                "state would restart the epoch); use torchdata's StatefulDataLoader, whose "
+                "state_dict() gathers every worker's, num_workers=0, or save after "
+                "set_epoch(next_epoch)"
+            )
         return self.loader.state_dict()
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` at the next ``iter()``."""
         self.loader.load_state_dict(state)
+        if torch.utils.data.get_worker_info() is None:
+            self._worker_pass.value = 0

@@ -143,6 +143,32 @@ def test_set_epoch_reaches_persistent_workers(datasets: Dict[str, Path], context
     assert pickle.loads(pickle.dumps(ds))._epoch.value == 1
 
 
+def test_a_plain_dataloaders_workers_hold_the_position_and_know_a_read_epoch(
+    datasets: Dict[str, Path], capfd: pytest.CaptureFixture[str]
+) -> None:
+    path = datasets["tar"]
+    ds = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=2, seed=3, output="numpy"))
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    it = iter(dl)
+    next(it)
+    next(it)
+    # This process's state would restart the epoch: refused, naming what works.
+    with pytest.raises(RuntimeError, match="StatefulDataLoader"):
+        ds.state_dict()
+    del it
+    ds.set_epoch(1)
+    assert ds.state_dict()["epoch"] == 1 and ds.state_dict()["samples"] == 0
+    # Fresh (not persistent) workers reading an epoch a second time warn, as one process does.
+    first = [k for b in dl for k in b["key"]]
+    assert "reads epoch 1 again" not in capfd.readouterr().err
+    second = [k for b in dl for k in b["key"]]
+    assert second == first
+    assert "reads epoch 1 again" in capfd.readouterr().err
+    ds.set_epoch(2)
+    [k for b in dl for k in b["key"]]
+    assert "again" not in capfd.readouterr().err
+
+
 def test_the_dataset_wrapper_takes_every_epoch_the_loader_takes(datasets: Dict[str, Path]) -> None:
     # Epochs past 2**63 - 1 wrapped to negative numbers in the shared value, refused at iter().
     path = datasets["tar"]
