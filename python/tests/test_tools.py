@@ -9,7 +9,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -136,6 +136,17 @@ def test_pack_refuses_a_folder_mixing_dataset_splits(
     files = {json.loads(s["json"])["source"].split(":")[0] for s in _members(tmp_path / "train").values()}
     assert {Path(f).name for f in files} == {"train-00000-of-00002.parquet", "train-00001-of-00002.parquet"}
     assert m["inputs"]["packed"] == len(_members(tmp_path / "train"))
+    # Two configurations, each with its train split (one may hold the other's rows): asked
+    # which, not packed together.
+    repo = tmp_path / "configs"
+    for config in ("full", "mini"):
+        shutil.copytree(root / "parquet" / "data", repo / config / "train")
+        for f in (repo / config / "train").glob("test-*"):
+            f.unlink()
+    with pytest.raises(ValueError, match=r"split files in full/ \(\d+ files?\), mini/") as e:
+        shardtool.pack(repo, tmp_path / "configs-out", resize="shorter:16")
+    assert f"'{repo}/full/'" in str(e.value)
+    shardtool.pack(repo / "full", tmp_path / "full-out", resize="shorter:16")
 
 
 def test_pack_tells_a_hub_repository_by_its_parquet_files_and_asks_beside_image_folders(
@@ -167,6 +178,17 @@ def test_pack_tells_a_hub_repository_by_its_parquet_files_and_asks_beside_image_
     shutil.copy(next((root / "parquet" / "data").glob("*.parquet")), nested / "insect" / "a" / "emb.parquet")
     with pytest.raises(ValueError, match="input_format=.parquet. or input_format=.imagefolder."):
         shardtool.pack(nested, tmp_path / "nested-out", resize="shorter:16")
+    # A Hugging Face imagefolder with its metadata in Parquet: told how to give it, as neither
+    # input format reads it (as Parquet it has no image bytes, as an ImageFolder no captions).
+    folder = tmp_path / "imagefolder-parquet"
+    shutil.copytree(SAMPLE / "flower", folder / "imgs")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    names = sorted(f"imgs/{f.name}" for f in (folder / "imgs").iterdir())
+    pq.write_table(pa.table({"file_name": names, "text": ["a flower"] * len(names)}), folder / "metadata.parquet")
+    with pytest.raises(ValueError, match="metadata.parquet is a Hugging Face imagefolder's metadata"):
+        shardtool.pack(folder, tmp_path / "imagefolder-parquet-out", resize="shorter:16")
 
 
 def pq_rows(f: Path) -> int:
@@ -225,6 +247,13 @@ def test_pack_parquet_with_input_format_and_custom_columns(
         e = expect["parquet"][f"{name}:{row}"]
         assert int(s["cls"]) == true_labels[row] == e["label"]
         assert s["txt"].decode() == e["text"]
+    # With overwrite, a misspelt column is refused before the earlier dataset is cleared.
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    typos: List[Dict[str, Any]] = [{"label_column": "fine_lable"}, {"drop_columns": ["alt_text"]}]
+    for typo in typos:
+        with pytest.raises(ValueError, match="Parquet file"):
+            shardtool.pack(rows_file, out, input_format="parquet", image_column="img", overwrite=True, **typo)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before, typo
 
 
 def test_pack_parquet_drop_columns_are_neither_read_nor_carried(
@@ -536,6 +565,26 @@ def test_pack_parquet_float_labels_and_class_label_names(
     got = cls_by_row(tmp_path / "ds-twice")
     stored = table.column("label").to_pylist()
     assert got and all(got[r] == stored[r] for r in got if stored[r] is not None and stored[r] >= 0)
+
+    # Two ClassLabel columns and no `label` (CIFAR-100's fine and coarse labels): asked which,
+    # not packed unlabelled; named, the other is carried.
+    folder = tmp_path / "two-labels"
+    folder.mkdir()
+    coarse = [i % 2 for i in range(rows)]
+    two = table.rename_columns(["fine_label" if n == "label" else n for n in table.column_names])
+    two = two.append_column("coarse_label", pa.array(coarse, pa.int64()))
+    meta = json.loads(table.schema.metadata[b"huggingface"])
+    feats = meta["info"]["features"]
+    feats["fine_label"] = feats.pop("label")
+    feats["coarse_label"] = {"_type": "ClassLabel", "names": ["odd", "even"]}
+    pq.write_table(two.replace_schema_metadata({b"huggingface": json.dumps(meta).encode()}), folder / "c.parquet")
+    with pytest.raises(ValueError, match=r"2 ClassLabel columns to choose from \(coarse_label, fine_label\)"):
+        shardtool.pack(folder, tmp_path / "ds-two-labels", resize="shorter:16")
+    m = shardtool.pack(folder, tmp_path / "ds-fine", resize="shorter:16", label_column="fine_label")["manifest"]
+    assert m["classes"] == names
+    for s in _members(tmp_path / "ds-fine").values():
+        meta_row = json.loads(s["json"])
+        assert meta_row["coarse_label"] == coarse[int(meta_row["source"].rsplit(":", 1)[1])]
 
 
 def test_pack_input_errors(tmp_path: Path) -> None:

@@ -291,10 +291,12 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
             "with --plan, give no INPUT or OUTPUT: the plan in --plan OUTPUT names them"
         )));
     }
-    if a.jobs == Some(0) {
-        return Err(Failure::usage(anyhow!(
-            "--jobs 0: at least one worker thread is needed"
-        )));
+    if let Some(j) = a.jobs.filter(|&j| j == 0 || j > shardtool_pack::MAX_JOBS) {
+        let why = match j {
+            0 => PlanError::NoJobs,
+            _ => PlanError::TooManyJobs(j),
+        };
+        return Err(Failure::usage(anyhow!("--jobs {j}: {why}")));
     }
     let which = assignment(a.part.as_deref(), a.shards.as_deref(), |k| {
         std::env::var(k).ok()

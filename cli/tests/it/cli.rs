@@ -367,6 +367,30 @@ fn usage_errors_exit_2_and_write_nothing() {
 }
 
 #[test]
+fn a_part_refuses_a_worker_count_as_pack_does() {
+    let t = tempdir();
+    let root = t.path().join("in");
+    make_inputs(&root, 2, 0);
+    let ds = t.path().join("ds");
+    Cmd::new(["plan"])
+        .arg(&root)
+        .arg(&ds)
+        .args(["--shard-samples", "1", "-q"])
+        .ok();
+    for (jobs, says) in [
+        ("0", "--jobs 0: at least one worker thread is needed"),
+        ("5000", "--jobs 5000: 5000 worker threads, over the 4096"),
+    ] {
+        let r = Cmd::new(["pack", "--plan"])
+            .arg(&ds)
+            .args(["--part", "0/1", "--jobs", jobs])
+            .run();
+        r.assert_code(2);
+        assert!(r.stderr.contains(says), "{}", r.stderr);
+    }
+}
+
+#[test]
 fn missing_or_wrong_inputs_exit_2() {
     let t = tempdir();
     let ds = t.path().join("ds");

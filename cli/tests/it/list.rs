@@ -427,6 +427,54 @@ imgs/0.png,3
 }
 
 #[test]
+fn binary_files_and_manifests_given_as_lists_are_named() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 2);
+    let ds = t.path().join("ds");
+    pack(&data, &ds).args(["-q"]).ok();
+    let shard = ds.join("shard-000000.tar");
+    let csv = data.join("list.csv");
+    write_file(&csv, "path\nimgs/0.png\n");
+    // A gzip member's header (magic, deflate, no flags, no time, OS unix), then the deflated
+    // bytes: only the header is looked at.
+    let gz = data.join("list.csv.gz");
+    write_file(&gz, [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3, 0x2b, 0x48]);
+    let utf16: Vec<u8> = "path\nimgs/0.png\n"
+        .encode_utf16()
+        .flat_map(u16::to_le_bytes)
+        .collect();
+    let wide = data.join("wide.csv");
+    std::fs::write(&wide, [&[0xFF, 0xFE][..], &utf16].concat()).unwrap();
+    let manifest = ds.join("manifest.json");
+    // Each would otherwise be read as one odd CSV header (or JSON) failing every row.
+    let cases: [(&Path, &[&str], &str); 5] = [
+        (
+            &shard,
+            &["--input-format", "list"],
+            "it is a tar archive, not a CSV or JSONL list",
+        ),
+        (&gz, &["--input-format", "list"], "it is compressed"),
+        (&wide, &[], "it holds NUL bytes"),
+        (
+            &manifest,
+            &[],
+            "the file is a shardtool dataset's manifest, not a list",
+        ),
+        (&manifest, &["--input-format", "list"], "name its folder"),
+    ];
+    for (i, (input, args, says)) in cases.into_iter().enumerate() {
+        let out = t.path().join(format!("o{i}"));
+        let r = pack(input, &out).args(args).run();
+        r.assert_code(2);
+        assert!(r.stderr.contains(says), "{input:?} {args:?}: {}", r.stderr);
+        assert!(!out.join("manifest.json").exists());
+    }
+    // The same list as text packs.
+    pack(&csv, t.path().join("text")).args(["-q"]).ok();
+}
+
+#[test]
 fn list_and_folder_give_the_same_pixels() {
     // The same files through --list (with the folder's labels) and as an ImageFolder.
     let t = tempdir();

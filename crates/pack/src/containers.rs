@@ -378,6 +378,12 @@ pub fn resolve_input(
                 &format!("{n} is named as {g} input, not {f}: {fix}"),
             ));
         }
+        if let Some(why) = (names.iter())
+            .filter(|_| f == InputFormat::List)
+            .find_map(|n| crate::output::dataset_manifest(Path::new(n)))
+        {
+            return Err(bad_input(arg, &why));
+        }
         match f {
             InputFormat::Wds => Ok(S::Wds(names)),
             InputFormat::Parquet => Ok(S::Parquet(names)),
@@ -463,9 +469,19 @@ pub fn resolve_input(
             None => by_names(&names)?,
         };
         if matches!(f, InputFormat::ImageFolder | InputFormat::List) {
+            let manifest = names
+                .iter()
+                .any(|n| n.ends_with(shardtool_manifest::FILE_NAME));
             return Err(bad_input(
                 arg,
-                "only wds and parquet inputs can be read from a URL",
+                match manifest {
+                    true => {
+                        "only wds and parquet inputs can be read from a URL; to pack from a \
+                         shardtool dataset, name its folder (ending in /), whose .tar shards \
+                         are read"
+                    }
+                    false => "only wds and parquet inputs can be read from a URL",
+                },
             ));
         }
         return many(f, names);
@@ -564,6 +580,9 @@ pub fn resolve_input(
                     // Images in folders (an ImageFolder's classes, nested or not), not only
                     // loose beside the Parquet files (a repository's README image).
                     let in_folders = images.iter().find(|i| Path::new(i).parent() != Some(dir));
+                    if let Some(why) = crate::splits::parquet_metadata(&parquet, &images) {
+                        return Err(bad_input(arg, &why));
+                    }
                     match (parquet.first(), in_folders) {
                         (Some(p), Some(i)) => {
                             return Err(bad_input(

@@ -154,6 +154,39 @@ impl ListKind {
     }
 }
 
+/// Why `text`, given as a list, is not one: a tar shard, a Parquet file, compressed or other
+/// binary data (NUL bytes, which no CSV or JSONL text holds) would otherwise be read as one
+/// odd CSV header and fail every row.
+fn not_text(text: &[u8]) -> Option<&'static str> {
+    if text.get(257..262) == Some(b"ustar") {
+        return Some(
+            "it is a tar archive, not a CSV or JSONL list: for WebDataset shards pass \
+             --input-format wds (or name their folder)",
+        );
+    }
+    if text.starts_with(b"PAR1") {
+        return Some("it is a Parquet file, not a CSV or JSONL list: pass --input-format parquet");
+    }
+    let compressed = [
+        &b"\x1f\x8b"[..],
+        b"\x28\xb5\x2f\xfd",
+        b"BZh",
+        b"\xfd7zXZ",
+        b"PK\x03\x04",
+    ];
+    if compressed.iter().any(|m| text.starts_with(m)) {
+        return Some(
+            "it is compressed (gzip, zstd, bzip2, xz or zip), not a CSV or JSONL list: \
+             decompress it and name the text file",
+        );
+    }
+    let head = &text[..text.len().min(64 << 10)];
+    head.contains(&0).then_some(
+        "it holds NUL bytes, so it is not a UTF-8 CSV or JSONL list (a UTF-16 export? save it \
+         as UTF-8)",
+    )
+}
+
 pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListError> {
     if crate::sample_read::not_regular(file) {
         return Err(ListError::BadList {
@@ -172,6 +205,9 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
         path: file.to_path_buf(),
         message,
     };
+    if let Some(why) = not_text(text) {
+        return Err(bad(why.into()));
+    }
     let base = file.parent().unwrap_or(Path::new(".")).to_path_buf();
     let kind = ListKind::of(file, text);
     let cols = ListColumns::new(columns);

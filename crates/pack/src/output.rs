@@ -94,6 +94,26 @@ fn unfinished_pack(dir: &Path) -> Option<&'static str> {
     writing.then_some("it holds a shard being written, a hidden `.tmp` file")
 }
 
+/// Why the file `file`, given as a list, is not one: it is the manifest of a shardtool dataset.
+pub(crate) fn dataset_manifest(file: &Path) -> Option<String> {
+    let dir = file.parent()?;
+    if file.file_name()? != manifest::FILE_NAME || manifest_in(dir).is_none() {
+        return None;
+    }
+    let shown = match dir.as_os_str().is_empty() {
+        true => Path::new("."),
+        false => dir,
+    };
+    Some(match not_an_input(dir) {
+        Some(why) => why,
+        None => format!(
+            "the file is a shardtool dataset's manifest, not a list: to pack from the dataset, \
+             name its folder ({}), whose .tar shards are read",
+            shown.display()
+        ),
+    })
+}
+
 /// A local input file of a WebDataset or Parquet source (`None` for other URLs).
 fn local_file(input: &str) -> Option<PathBuf> {
     if let Some(p) = input.strip_prefix("file://") {

@@ -87,8 +87,14 @@ pub(crate) fn splits_as_classes(root: &str, classes: &[&str]) -> Result<(), Stri
 /// belong to more than one split, naming each and how to pack one.
 pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), String> {
     let mut splits: BTreeMap<&str, (usize, String)> = BTreeMap::new();
+    // The folders above the split names (`full/` of `full/train/…`): a Hub repository's
+    // configurations, each a whole dataset.
+    let mut configs: BTreeMap<&str, usize> = BTreeMap::new();
     for f in files {
         if let Some((split, end)) = split_of(f) {
+            *configs
+                .entry(f[..end].rfind('/').map_or("", |at| &f[..at]))
+                .or_default() += 1;
             let e = splits.entry(split).or_insert_with(|| (0, String::new()));
             e.0 += 1;
             if e.1.is_empty() {
@@ -102,6 +108,26 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
             }
         }
     }
+    let base = arg.trim_end_matches('/');
+    if configs.len() > 1 {
+        let named: Vec<String> = (configs.iter())
+            .map(|(c, n)| match c.is_empty() {
+                true => format!(
+                    "the top folder ({n} file{})",
+                    if *n == 1 { "" } else { "s" }
+                ),
+                false => format!("{c}/ ({n} file{})", if *n == 1 { "" } else { "s" }),
+            })
+            .collect();
+        let first = (configs.keys().find(|c| !c.is_empty())).unwrap_or(&"");
+        return Err(format!(
+            "the folder holds split files in {}: several configurations of a dataset, each \
+             whole; packed together their samples would mix, and repeat where one holds \
+             another's; pack one, e.g. '{base}/{first}/' (a pattern naming several, such as \
+             '{base}/{{a,b}}/*/*.{ext}', packs them together, as asked)",
+            named.join(", ")
+        ));
+    }
     // The example is the training split where there is one.
     let example = splits.get_key_value("train").or(splits.iter().next());
     let Some((first, (_, glob))) = example.filter(|_| splits.len() > 1) else {
@@ -110,7 +136,6 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
     let named: Vec<String> = (splits.iter())
         .map(|(s, (n, _))| format!("{s} ({n} file{})", if *n == 1 { "" } else { "s" }))
         .collect();
-    let base = arg.trim_end_matches('/');
     let named = named.join(", ");
     // Remote inputs take brace patterns, not globs.
     if arg.contains("://") {
@@ -127,6 +152,20 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
          naming several splits' files, such as '{base}/{{a,b}}/*.{ext}', packs them together, \
          as asked)"
     ))
+}
+
+/// Why Parquet files beside `images` cannot be packed when every one is a Hugging Face
+/// imagefolder's `metadata.parquet` (neither the images nor the rows alone are the dataset).
+pub(crate) fn parquet_metadata(parquet: &[String], images: &[String]) -> Option<String> {
+    let metadata = |f: &String| f.rsplit(['/', '\\']).next() == Some("metadata.parquet");
+    let first = parquet.first().filter(|_| !images.is_empty())?;
+    parquet.iter().all(metadata).then(|| {
+        format!(
+            "{first} is a Hugging Face imagefolder's metadata, which pack reads as \
+             metadata.jsonl or metadata.csv: write it as one (pandas: read_parquet, then \
+             to_json(orient=\"records\", lines=True)) beside it, and remove it"
+        )
+    })
 }
 
 /// A Hugging Face imagefolder's metadata in folder `dir` (`metadata.jsonl` or `.csv`: captions
@@ -244,6 +283,27 @@ mod tests {
         assert!(e.contains("'coco/train2017/'"), "{e}");
         let e = one_split("http://h/coco/", &coco, "tar").unwrap_err();
         assert!(e.contains("brace pattern"), "{e}");
+        // Configurations, each with its splits (or one split alone), are asked about first.
+        let configs = [
+            "full/train/0000.parquet",
+            "full/test/0000.parquet",
+            "mini/train/0000.parquet",
+        ];
+        let e = one_split("cfg", &configs, "parquet").unwrap_err();
+        assert!(e.contains("in full/ (2 files), mini/ (1 file)"), "{e}");
+        assert!(e.contains("pack one, e.g. 'cfg/full/'"), "{e}");
+        let e = one_split(
+            "cfg",
+            &["full/train/0.parquet", "mini/train/0.parquet"],
+            "parquet",
+        );
+        assert!(e.unwrap_err().contains("configurations"));
+        let e = one_split("r", &["train-0.tar", "extra/train-0.tar"], "tar").unwrap_err();
+        assert!(
+            e.contains("the top folder (1 file), extra/ (1 file)"),
+            "{e}"
+        );
+        one_split("cfg", &configs[..2], "parquet").unwrap_err();
         // One split, or none named, is a dataset.
         one_split("hf", &hf[1..3], "parquet").unwrap();
         one_split("w", &["shard-0.tar", "shard-1.tar"], "tar").unwrap();

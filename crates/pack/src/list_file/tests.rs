@@ -358,3 +358,26 @@ fn python_json_rows_read_their_non_finite_numbers_as_null() {
     assert_eq!(read(lines[1]).0.as_deref(), Some("NaN bread"));
     assert_eq!(read(lines[2]).1["range"], serde_json::json!([null, null]));
 }
+
+/// Binary files given as lists are named for what they are (Parquet, compressed, tar, UTF-16),
+/// whatever the file's name; text with a zero-width prefix is still text.
+#[test]
+fn binary_lists_are_refused_by_their_content() {
+    let cols = Columns::default();
+    let mut tar = vec![0u8; 512];
+    tar[..6].copy_from_slice(b"a.jpg\0");
+    tar[257..263].copy_from_slice(b"ustar\0");
+    let cases: [(&[u8], &str); 5] = [
+        (b"PAR1\x15\x04", "it is a Parquet file"),
+        (b"\x28\xb5\x2f\xfd\x04\x58", "it is compressed"),
+        (b"BZh91AY&SY", "it is compressed"),
+        (&tar, "it is a tar archive"),
+        (b"p\0a\0t\0h\0\n\0", "it holds NUL bytes"),
+    ];
+    for (text, says) in cases {
+        let err = list_text(Path::new("l.csv"), text, &cols).unwrap_err();
+        assert!(err.to_string().contains(says), "{says}: {err}");
+    }
+    let l = list_text(Path::new("l.csv"), b"\xEF\xBB\xBFpath\na.jpg\n", &cols).unwrap();
+    assert_eq!(l.inputs.len(), 1);
+}

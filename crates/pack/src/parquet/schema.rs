@@ -257,16 +257,15 @@ pub(super) fn hf_features(reader: &SerializedFileReader<Bounded>) -> Option<serd
     Some(v.get("info")?.get("features")?.clone())
 }
 
-/// The column the features declare a `ClassLabel`, when exactly one is (`labels`, `fine_label`).
-pub(super) fn hf_class_label_column(features: &serde_json::Value) -> Option<&str> {
-    let mut labels = features
-        .as_object()?
-        .iter()
-        .filter(|(_, f)| f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel"));
-    match (labels.next(), labels.next()) {
-        (Some((name, _)), None) => Some(name),
-        _ => None,
-    }
+/// The columns the features declare a `ClassLabel` (`labels`, `fine_label`), by name.
+pub(super) fn hf_class_label_columns(features: &serde_json::Value) -> Vec<&str> {
+    let Some(all) = features.as_object() else {
+        return Vec::new();
+    };
+    (all.iter())
+        .filter(|(_, f)| f.get("_type").and_then(|t| t.as_str()) == Some("ClassLabel"))
+        .map(|(name, _)| name.as_str())
+        .collect()
 }
 
 /// Class names of `label` from the `huggingface` metadata's features (a `ClassLabel` feature).
