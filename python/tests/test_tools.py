@@ -256,6 +256,32 @@ def test_pack_parquet_with_input_format_and_custom_columns(
         assert {p.name: p.read_bytes() for p in out.iterdir()} == before, typo
 
 
+def test_pack_parquet_of_a_converted_webdataset_reads_cls_and_txt(tmp_path: Path) -> None:
+    # The Hub's Parquet conversion of a WebDataset repository: one column per field.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jpgs = sorted(SAMPLE.glob("*/*.jpg"))[:4]
+    table = pa.table(
+        {
+            "__key__": [f"s{i}" for i in range(4)],
+            "__url__": ["shard-0.tar"] * 4,
+            "jpg": [f.read_bytes() for f in jpgs],
+            "cls": pa.array([2, 0, 1, 2], pa.int64()),
+            "txt": [f"caption {i}" for i in range(4)],
+        }
+    )
+    (tmp_path / "conv").mkdir()
+    pq.write_table(table, tmp_path / "conv" / "0000.parquet")
+    out = tmp_path / "ds"
+    m = shardtool.pack(tmp_path / "conv", out, resize="shorter:16")["manifest"]
+    assert m["inputs"]["packed"] == 4
+    for s in _members(out).values():
+        row = int(json.loads(s["json"])["source"].rsplit(":", 1)[1])
+        assert int(s["cls"]) == [2, 0, 1, 2][row]
+        assert s["txt"].decode() == f"caption {row}"
+
+
 def test_pack_parquet_drop_columns_are_neither_read_nor_carried(
     inputs: Tuple[Path, Dict[str, Any]], tmp_path: Path
 ) -> None:

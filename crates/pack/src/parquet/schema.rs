@@ -175,7 +175,10 @@ pub(super) fn choose(
         Some(n) => {
             Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
         }
-        None => find("label").or_else(|| class_label.and_then(find)),
+        // The Hub's Parquet conversion of a WebDataset repository (`__key__`, `jpg`, `cls`,
+        // `txt`) keeps the label in `cls` and the caption in `txt`.
+        None => (find("label").or_else(|| class_label.and_then(find)))
+            .or_else(|| find("__key__").and_then(|_| find("cls"))),
     };
     let physical =
         |l: &Type, of: &[Physical]| l.is_primitive() && of.contains(&l.get_physical_type());
@@ -198,9 +201,13 @@ pub(super) fn choose(
         Some(n) => {
             Some(find(n).ok_or_else(|| format!("no column {n:?} (the columns are {})", names()))?)
         }
-        None => TEXT_COLUMNS
-            .iter()
-            .find_map(|n| find(n).filter(|f| is_string(f))),
+        None => (TEXT_COLUMNS.iter())
+            .find_map(|n| find(n).filter(|f| is_string(f)))
+            .or_else(|| {
+                find("__key__")
+                    .and_then(|_| find("txt"))
+                    .filter(|f| is_string(f))
+            }),
     };
     if let Some(t) = text.filter(|t| !(is_string(t) || is_binary(t))) {
         return Err(format!(
