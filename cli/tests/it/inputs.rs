@@ -677,6 +677,13 @@ fn a_hugging_face_imagefolder_packs_by_its_metadata_and_reports_unlisted_images(
         "{}",
         r.stderr
     );
+    // With a test split beside it (first by name), the training split is still the example.
+    write_file(repo.join("test/metadata.jsonl"), &rows[0]);
+    let r = pack(&repo, t.path().join("asked")).run();
+    let said = format!("pack its folder, {} (one split", train.display());
+    assert!(r.stderr.contains(&said), "{}", r.stderr);
+    assert!(r.stderr.contains("1 other folder(s)"), "{}", r.stderr);
+    std::fs::remove_dir_all(repo.join("test")).unwrap();
     for (input, out) in [
         (train.clone(), "folder"),
         (train.join("metadata.jsonl"), "file"),

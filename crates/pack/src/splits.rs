@@ -188,10 +188,18 @@ pub(crate) fn imagefolder_metadata(
         }
         _ => {}
     }
-    let nested = (std::fs::read_dir(dir).into_iter().flatten().flatten())
+    let mut nested: Vec<_> = (std::fs::read_dir(dir).into_iter().flatten().flatten())
         .filter(|e| e.path().is_dir())
-        .find_map(|e| metadata(&e.path()).into_iter().next());
-    match nested {
+        .filter_map(|e| metadata(&e.path()).into_iter().next())
+        .collect();
+    nested.sort();
+    // The example is the training split where there is one.
+    let train = |m: &&std::path::PathBuf| {
+        let name = m.parent().and_then(|f| f.file_name());
+        name.is_some_and(|n| split_named(&n.to_string_lossy()) == Some("train"))
+    };
+    let others = nested.len().saturating_sub(1);
+    match nested.iter().find(train).or(nested.first()) {
         None => Ok(None),
         Some(m) => {
             let folder = m.parent().unwrap_or(dir);
@@ -200,9 +208,13 @@ pub(crate) fn imagefolder_metadata(
                 (folder.file_name()).is_some_and(|n| split_named(&n.to_string_lossy()).is_some());
             Err(format!(
                 "{} holds a Hugging Face imagefolder's metadata (captions, labels by file name): \
-                 pack its folder, {} (one split at a time){}",
+                 pack its folder, {} (one split at a time){}{}",
                 m.display(),
                 folder.display(),
+                match others {
+                    0 => String::new(),
+                    n => format!("; {n} other folder(s) beside it hold one too"),
+                },
                 match split {
                     true => "",
                     false =>
