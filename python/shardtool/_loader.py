@@ -102,9 +102,12 @@ def _crop_arrays(crops: List[Tuple[float, float, float, float, bool]], output: s
     return boxes, flips
 
 
-def _field_values(name: str, values: List[Optional[bytes]], keys: List[str]) -> List[Any]:
+def _field_values(
+    name: str, values: List[Optional[bytes]], keys: List[str], bad: Optional[List[int]] = None
+) -> List[Any]:
     """One carried field's values as Python objects: ``txt`` as ``str`` (``bytes`` if not UTF-8),
-    ``json`` parsed, ``cls`` as ``int``, anything else as ``bytes``; ``None`` stays ``None``."""
+    ``json`` parsed, ``cls`` as ``int``, anything else as ``bytes``; ``None`` stays ``None``. A
+    value that does not parse raises, or, with ``bad`` given, is ``None`` and its place added."""
     if name == "txt":
         out: List[Any] = []
         for v in values:
@@ -115,16 +118,47 @@ def _field_values(name: str, values: List[Optional[bytes]], keys: List[str]) -> 
         return out
     if name in ("json", "cls"):
         out = []
-        for key, v in zip(keys, values):
+        for i, (key, v) in enumerate(zip(keys, values)):
             if v is None:
                 out.append(None)
                 continue
             try:
                 out.append(json.loads(v) if name == "json" else int(v.strip()))
             except ValueError as e:
-                raise _shardtool.CorruptRecordError(f"record {key}: its {name} field does not parse: {e}") from None
+                if bad is None:
+                    raise _shardtool.CorruptRecordError(f"record {key}: its {name} field does not parse: {e}") from None
+                bad.append(i)
+                out.append(None)
         return out
     return values
+
+
+def _without(batch: Batch, bad: List[int]) -> Batch:
+    """``batch`` without the samples at places ``bad`` (records whose fields do not parse, left
+    out as ``skip_corrupt`` leaves out records that do not decode)."""
+    gone = set(bad)
+    keep = [i for i in range(len(batch["key"])) if i not in gone]
+    out: Batch = {}
+    for name, value in batch.items():
+        if name in ("epoch", "index"):
+            out[name] = value
+        elif isinstance(value, list):
+            out[name] = [value[i] for i in keep]
+        elif type(value).__module__.startswith("torch"):
+            import torch
+
+            out[name] = value[torch.as_tensor(keep, dtype=torch.long)]
+        else:
+            # numpy arrays; a DLPack tensor has no indexing and is refused here.
+            import numpy
+
+            if not isinstance(value, numpy.ndarray):
+                raise _shardtool.CorruptRecordError(
+                    f"a record's field does not parse, and output='dlpack' batches cannot leave it "
+                    f"out: {batch['key'][bad[0]]} (use output='torch' or 'numpy')"
+                )
+            out[name] = value[numpy.asarray(keep, dtype=numpy.int64)]
+    return out
 
 
 def _check_int(
@@ -279,7 +313,8 @@ class Loader:
     8192) and ``interleave`` (shard pieces read at once, default 32) tune the two-level shuffle;
     ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
-    leaves unreadable records out of their batches instead of raising (``metrics()`` counts them;
+    leaves unreadable records out of their batches instead of raising (a ``json`` or ``cls``
+    field asked for that does not parse too, except with ``output="dlpack"``; ``metrics()`` counts them;
     a batch may then be short, or empty: ``[0, S, S, 3]`` for a crop to S, ``[0, 0, 0, 3]`` for
     other decoded images and packed pixels). ``max_pixels`` is the most pixels a record may decode
     to, a larger one being corrupt (default: the limit the dataset was packed under, at least
@@ -583,6 +618,7 @@ class Loader:
         )
         with self._state_lock:
             self._resume = None
+            self._fields_skipped = 0
             self._samples = 0 if resume is None else int(resume["samples"])
             self._reader = reader
             self._partition = (rank, world)
@@ -617,11 +653,15 @@ class Loader:
                         "epoch": epoch,
                         "index": index,
                     }
+                    bad: Optional[List[int]] = [] if self._skip_corrupt else None
                     for name, values in fields:
-                        batch[name] = _field_values(name, values, keys)
+                        batch[name] = _field_values(name, values, keys, bad)
                     if crops is not None:
                         batch["crop_box"], batch["crop_flipped"] = _crop_arrays(crops, self._output)
-                    n = len(keys)
+                    if bad:
+                        batch = _without(batch, bad)
+                        self._fields_skipped += len(set(bad))
+                    n = len(batch["key"])
                 except BaseException:
                     # Never handed out (Ctrl-C, a signal handler's exception): a state saved
                     # now must resume with it.
@@ -688,9 +728,11 @@ class Loader:
         ``lost_shards`` (shards that could not be read at all, with why), ``slow_records``, and
         ``cache`` for a remote dataset. Empty before the first ``iter()``."""
         reader = self._reader
-        if reader is None:
-            return dict(self._closed_metrics)
-        return dict(json.loads(reader.metrics()))
+        out = dict(self._closed_metrics) if reader is None else dict(json.loads(reader.metrics()))
+        if out and self.__dict__.get("_fields_skipped"):
+            # Records left out here, in Python: their fields did not parse.
+            out["corrupt_skipped"] = out.get("corrupt_skipped", 0) + self._fields_skipped
+        return out
 
     # -- resume --------------------------------------------------------------------------------
 

@@ -146,6 +146,35 @@ def test_tar_fields_follow_their_samples(captioned: Dict[str, Path]) -> None:
     assert any(caption(k) is None for k in keys) and any(unlabelled(k) for k in keys)
 
 
+def test_a_json_field_that_does_not_parse_is_skipped_with_skip_corrupt(
+    captioned: Dict[str, Path], tmp_path: Path
+) -> None:
+    copy = tmp_path / "ds"
+    shutil.copytree(captioned["tar"], copy)
+    shard = sorted(copy.glob("*.tar"))[0]
+    with tarfile.open(shard) as t:
+        member = next(m for m in t.getmembers() if m.name.endswith(".json"))
+    damaged = member.name.split(".")[0]
+    data = bytearray(shard.read_bytes())
+    data[member.offset_data] = ord("#")
+    shard.write_bytes(bytes(data))
+    opts: Dict[str, Any] = dict(batch_size=5, seed=2, fields=["json", "txt"])
+    with pytest.raises(shardtool.CorruptRecordError, match=f"record {damaged}: its json field"):
+        list(shardtool.Loader(copy, output="numpy", **opts))
+    whole = [k for b in shardtool.Loader(captioned["tar"], **opts) for k in b["key"]]
+    for output in ("numpy", "torch"):
+        loader = shardtool.Loader(copy, output=output, skip_corrupt=True, **opts)
+        keys = []
+        for b in loader:
+            assert len(b["image"]) == len(b["label"]) == len(b["json"]) == len(b["txt"]) == len(b["key"])
+            assert all(j["key"] == k for j, k in zip(b["json"], b["key"]))
+            assert all(t == caption(k) for t, k in zip(b["txt"], b["key"]))
+            keys.extend(b["key"])
+        # The one record is left out, the others keep their places and their batches.
+        assert keys == [k for k in whole if k != damaged]
+        assert loader.metrics()["corrupt_skipped"] == 1
+
+
 def test_fields_through_dataloader_workers(captioned: Dict[str, Path]) -> None:
     path = captioned["tar"]
     opts: Dict[str, Any] = dict(batch_size=4, seed=7, fields=["txt", "json", "cls", "bin"], output="numpy")
