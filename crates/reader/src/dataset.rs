@@ -45,6 +45,9 @@ pub struct TarRecord {
     /// Where the data of each carried field the loader asked for lies (in the order asked),
     /// `None` where the sample lacks it; empty when no field was asked for.
     pub fields: Vec<Option<Range<usize>>>,
+    /// Why the sample cannot be read though its shard can (a `.cls` that is no integer): the
+    /// record is corrupt, left out alone under [`crate::CorruptPolicy::Skip`].
+    pub damage: Option<String>,
 }
 
 /// A validated shard.
@@ -374,7 +377,8 @@ impl Dataset {
                 let records = index_tar(bytes.as_ref(), &self.fields).map_err(corrupt)?;
                 // Every sample has a `.cls` where the manifest says so (`-1` means none).
                 let cls = (self.manifest.fields.iter()).any(|f| f == shardtool_wds::LABEL_FIELD);
-                if let Some(r) = records.iter().find(|r| !self.label_ok(r.label, !cls)) {
+                let bad = |r: &&TarRecord| r.damage.is_none() && !self.label_ok(r.label, !cls);
+                if let Some(r) = records.iter().find(bad) {
                     return Err(corrupt(match r.label {
                         -1 if cls => format!(
                             "sample {:?} has no label (its .cls is missing or -1), and the \
@@ -466,10 +470,13 @@ fn index_tar(bytes: &[u8], fields: &[String]) -> Result<Vec<TarRecord>, String> 
         // Keys reach training code, which may name files by them (`../x`, `/tmp/y`).
         shardtool_core::validate_key(&s.key)
             .map_err(|e| format!("sample key {:?} is refused: {e}", s.key))?;
-        let label = match s.get(shardtool_wds::LABEL_FIELD) {
-            None => -1,
-            Some(cls) => shardtool_wds::parse_cls(cls)
-                .ok_or_else(|| format!("sample {:?} has a .cls that is not an integer", s.key))?,
+        let (label, damage) = match s
+            .get(shardtool_wds::LABEL_FIELD)
+            .map(shardtool_wds::parse_cls)
+        {
+            None => (-1, None),
+            Some(Some(label)) => (label, None),
+            Some(None) => (-1, Some("its .cls is not an integer".to_string())),
         };
         let image = shardtool_wds::image_field(s.fields.iter().map(|(f, _)| f.as_str()));
         let (field, data) = s
@@ -487,6 +494,7 @@ fn index_tar(bytes: &[u8], fields: &[String]) -> Result<Vec<TarRecord>, String> 
                 .iter()
                 .map(|f| s.get(f).filter(|_| Some(f.as_str()) != image).map(range))
                 .collect(),
+            damage,
         });
     }
     Ok(out)

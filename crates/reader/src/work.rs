@@ -283,6 +283,13 @@ fn read_record<'a>(
         }
         ShardView::Tar { bytes, records } => {
             let rec = records.get(r.record as usize).ok_or_else(out_of_range)?;
+            if let Some(why) = &rec.damage {
+                return Err(ReadError::CorruptRecord {
+                    shard: s.shard_name(r),
+                    key: rec.key.clone(),
+                    message: why.clone(),
+                });
+            }
             let data = &bytes.as_ref()[rec.image.clone()];
             Ok((rec.key.clone(), rec.label, Rec::Encoded(data)))
         }

@@ -287,24 +287,33 @@ fn a_tar_sample_without_cls_reads_as_label_minus_one() {
     assert!(batches[0].fields.is_empty() && batches[0].field("txt").is_none());
 }
 
+/// A `.cls` that is no integer (damaged on disk) makes its record corrupt, not its shard: with
+/// skipping, the shard's other samples are read.
 #[test]
-fn a_cls_that_is_not_an_integer_is_a_corrupt_shard() {
+fn a_cls_that_is_not_an_integer_is_a_corrupt_record() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = shardtool_wds::TarWriter::new(Vec::new());
-    w.append("a.cls", b"seven").unwrap();
-    w.append("a.png", &png(0)).unwrap();
+    for (key, cls) in [("a", &b"seven"[..]), ("b", b"1"), ("c", b"0")] {
+        w.append(&format!("{key}.cls"), cls).unwrap();
+        w.append(&format!("{key}.png"), &png(0)).unwrap();
+    }
     let bytes = w.finish().unwrap();
-    let shard = entry(dir.path(), "s.tar".into(), ShardFormat::Wds, 1, &bytes);
+    let shard = entry(dir.path(), "s.tar".into(), ShardFormat::Wds, 3, &bytes);
     write_manifest(dir.path(), &["cls", "png"], &[], vec![shard]);
-    let err = Loader::builder(dir.path())
-        .build()
-        .unwrap()
-        .find_map(Result::err)
-        .unwrap();
+    let build = || Loader::builder(dir.path()).shuffle(false).batch_size(3);
+    let err = build().build().unwrap().find_map(Result::err).unwrap();
     assert!(
-        matches!(&err, ReadError::CorruptShard { shard, message } if shard == "s.tar" && message.contains("\"a\"")),
+        matches!(&err, ReadError::CorruptRecord { shard, key, message }
+            if shard == "s.tar" && key == "a" && message.contains(".cls is not an integer")),
         "{err}"
     );
+    let mut skipping = build().on_corrupt(CorruptPolicy::Skip).build().unwrap();
+    let batch = skipping.next().unwrap().unwrap();
+    assert_eq!(
+        (batch.keys.as_slice(), batch.labels.as_slice()),
+        (&["b".to_string(), "c".to_string()][..], &[1, 0][..])
+    );
+    assert_eq!(skipping.metrics().corrupt_skipped, 1);
 }
 
 /// The first error of reading the tar `members` (one shard of `n` samples) with fields
