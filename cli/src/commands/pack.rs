@@ -547,6 +547,10 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
                      inputs' json stay in the input's pixels"
                 );
             }
+            let several = shardtool_pack::several_images_note(&report.manifest);
+            if let Some(note) = several.filter(|_| plan.columns.image.is_none() && !quiet) {
+                eprintln!("note: {note}");
+            }
             if let (InputSource::Folder(root), [class]) =
                 (&plan.source, &report.manifest.classes[..])
             {

@@ -1,6 +1,7 @@
 //! A WebDataset sample's fields through pack: which is its image (the first of the known image
 //! fields, or the one `--image-column` names: a stereo pair's `left.jpg`), the others carried as
-//! they are, and what is said when an input's json takes the place of shardtool's.
+//! they are, and what is said when an input's json takes the place of shardtool's or a sample
+//! holds several images.
 
 use crate::common::*;
 use crate::pack_inputs::tar_fields;
@@ -82,4 +83,36 @@ fn a_resize_beside_the_inputs_own_json_is_pointed_out() {
     assert!(resized.stderr.contains(note), "{}", resized.stderr);
     let kept = pack(&input, t.path().join("kept")).ok();
     assert!(!kept.stderr.contains(note), "{}", kept.stderr);
+}
+
+/// Samples holding two image fields (a `.jpg` photo and a `.png` mask): the one transformed is
+/// said, unless `--image-column` chose it.
+#[test]
+fn several_images_in_a_sample_are_pointed_out() {
+    let t = tempdir();
+    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    for key in ["a", "b"] {
+        w.append(&format!("{key}.jpg"), &jpeg(&pattern(64, 48, 1)))
+            .unwrap();
+        w.append(
+            &format!("{key}.png"),
+            &png(&image::DynamicImage::ImageRgb8(pattern(64, 48, 2))),
+        )
+        .unwrap();
+    }
+    let input = t.path().join("in");
+    write_file(input.join("seg-000000.tar"), w.finish().unwrap());
+    let note = "note: samples hold several images (jpg, png): the first";
+    let r = pack(&input, t.path().join("a"))
+        .args(["--resize", "shorter:24"])
+        .ok();
+    assert!(r.stderr.contains(note), "{}", r.stderr);
+    let samples = tar_fields(&t.path().join("a"));
+    assert!(samples
+        .values()
+        .all(|f| decode(&f["png"]).dimensions() == (64, 48)));
+    let r = pack(&input, t.path().join("b"))
+        .args(["--resize", "shorter:24", "--image-column", "jpg"])
+        .ok();
+    assert!(!r.stderr.contains("several images"), "{}", r.stderr);
 }

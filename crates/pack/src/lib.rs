@@ -276,6 +276,23 @@ pub fn stopped_runs_note(stopped: &[PathBuf]) -> Option<String> {
     ))
 }
 
+/// What to know of a dataset whose samples carry an image beside the one packed (a `.png` beside
+/// a `.jpg`): which was transformed, and that the others were not; `None` for one image.
+pub fn several_images_note(manifest: &shardtool_manifest::Manifest) -> Option<String> {
+    let images: Vec<&str> = (manifest.fields.iter().chain(&manifest.optional_fields))
+        .map(String::as_str)
+        .filter(|f| shardtool_wds::is_image_field(f))
+        .collect();
+    (images.len() > 1).then(|| {
+        format!(
+            "samples hold several images ({}): the first in the order jpg, jpeg, png, webp, … \
+             was transformed, the others carried as they were (not resized); name the image \
+             with --image-column",
+            images.join(", ")
+        )
+    })
+}
+
 /// [`stopped_runs_note`] as the end of a message.
 fn stopped_note(stopped: &[PathBuf]) -> String {
     stopped_runs_note(stopped).map_or_else(String::new, |n| format!(" ({n})"))
