@@ -571,9 +571,14 @@ impl ListError {
     }
 }
 
-/// Lists the inputs of `source`. Errors are only for unusable sources (missing folder, unreadable
-/// or header-less list); problems with single inputs are collected in [`Listing::errors`].
-pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listing, ListError> {
+/// The column options checked against the kind of `source` (named for what lists and Parquet
+/// files hold) and against each other; with `schemas`, against local Parquet files' schemas too
+/// (read again when listed: a misspelt column is found before an output is cleared).
+pub(crate) fn check_columns(
+    source: &InputSource,
+    options: &ListOptions,
+    schemas: bool,
+) -> Result<(), ListError> {
     // Columns name what lists and Parquet files hold: given for another input, they would be
     // silently ignored (a caption never carried).
     let kind = match source {
@@ -613,6 +618,16 @@ pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listin
     }
     c.check_drop(matches!(source, InputSource::List(_)))
         .map_err(|message| ListError::BadInput { message })?;
+    match source {
+        InputSource::Parquet(files) if schemas => crate::parquet::check_columns(files, options),
+        _ => Ok(()),
+    }
+}
+
+/// Lists the inputs of `source`. Errors are only for unusable sources (missing folder, unreadable
+/// or header-less list); problems with single inputs are collected in [`Listing::errors`].
+pub fn list_inputs(source: &InputSource, options: &ListOptions) -> Result<Listing, ListError> {
+    check_columns(source, options, false)?;
     let mut listing = match source {
         InputSource::Folder(root) => {
             crate::imagefolder::list_folder(root, options.exclude.as_deref())?

@@ -434,9 +434,7 @@ pub(crate) fn list_for(
     if stages {
         // Inputs are staged in the output, so it is cleared first; a misspelt column of local
         // Parquet files is found before that, and an earlier dataset there is left whole.
-        if let crate::InputSource::Parquet(files) = &plan.source {
-            crate::parquet::check_columns(files, &options).map_err(PackError::Inputs)?;
-        }
+        crate::listing::check_columns(&plan.source, &options, true).map_err(PackError::Inputs)?;
         prepare()?;
         std::fs::create_dir_all(stage_dir).map_err(|e| PackError::io(stage_dir, e))?;
         let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
