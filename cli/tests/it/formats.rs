@@ -188,6 +188,18 @@ fn packed_fixed_mode_with_crop() {
         .args(["--shard-samples", "20", "--resume"])
         .ok();
     assert!(again.stdout.contains("it was finished"), "{}", again.stdout);
+    // So does a PNG-encoded tar dataset whose manifest records the default JPEG quality.
+    let png = t.path().join("png");
+    let opts = ["--encode", "png", "--shard-samples", "20"];
+    pack(sample_data(), &png).args(opts).ok();
+    let path = png.join("manifest.json");
+    let mut old: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert!(old["pack"]["quality"].is_null(), "{:?}", old["pack"]);
+    old["pack"]["quality"] = 90.into();
+    std::fs::write(&path, serde_json::to_vec(&old).unwrap()).unwrap();
+    let again = pack(sample_data(), &png).args(opts).arg("--resume").ok();
+    assert!(again.stdout.contains("it was finished"), "{}", again.stdout);
     // Packing from it is refused, naming what it is (not "no image files").
     let r = pack(&ds, t.path().join("again")).run();
     r.assert_code(2);

@@ -119,16 +119,21 @@ pub(crate) fn option_differences(a: &serde_json::Value, b: &serde_json::Value) -
 }
 
 /// A manifest's `pack` record without the options that did not apply, as earlier versions
-/// recorded them: `shard_size` when `shard_samples` fixed each shard, `encode` and `quality` of
-/// packed shards (raw pixels). Finished datasets are compared by this.
+/// recorded them: `shard_size` when `shard_samples` fixed each shard, `encode` of packed shards
+/// (raw pixels), `quality` unless images were JPEG-encoded. Finished datasets are compared by
+/// this.
 pub(crate) fn applied_options(
     mut m: serde_json::Map<String, serde_json::Value>,
 ) -> serde_json::Map<String, serde_json::Value> {
     if m.get("shard_samples").is_some_and(|v| !v.is_null()) {
         m.remove("shard_size");
     }
-    if m.get("format").and_then(|v| v.as_str()) == Some("packed") {
+    let packed = m.get("format").and_then(|v| v.as_str()) == Some("packed");
+    if packed {
         m.remove("encode");
+    }
+    let encode = m.get("encode").and_then(|v| v.as_str());
+    if packed || !matches!(encode, Some("jpeg" | "keep")) {
         m.remove("quality");
     }
     m
