@@ -248,6 +248,15 @@ def test_plan_with_resume_keeps_the_same_plan_and_names_what_differs(tmp_path: P
     assert shardtool.plan(SAMPLE, out, resume=True, **OPTIONS)["plan"] == first["plan"]
     other = shardtool.plan(SAMPLE, out, overwrite=True, **dict(OPTIONS, seed=4))
     assert other["plan"] != first["plan"]
+    # An image added to the folder since: refused (it would be left out), naming both counts.
+    copy = tmp_path / "grown"
+    shutil.copytree(SAMPLE, copy)
+    grown = tmp_path / "grown-out"
+    shardtool.plan(copy, grown, **OPTIONS)
+    extra = next(copy.glob("*/*.jpg"))
+    shutil.copy(extra, extra.with_name("added.jpg"))
+    with pytest.raises(ValueError, match=r"input: (\d+) inputs when planned, \d+ in "):
+        shardtool.plan(copy, grown, resume=True, **OPTIONS)
     # (A plan killed while planning is made again: plan_file::tests, which knows whether the
     # file system's locks bind every host.)
 

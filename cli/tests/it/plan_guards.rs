@@ -433,3 +433,22 @@ fn options_that_differ_from_the_plan_are_named_by_their_flags() {
         r.stderr
     );
 }
+
+/// An image added to a folder after its plan: resuming is refused, as it is once the dataset
+/// is published, not the image silently left out.
+#[test]
+fn an_input_added_after_the_plan_is_refused_on_resume() {
+    let dir = tempdir();
+    let input = inputs(dir.path(), 12);
+    let out = dir.path().join("out");
+    Cmd::new(["plan"]).arg(&input).arg(&out).args(OPTS).ok();
+    std::fs::copy(input.join("cat/0000.jpg"), input.join("cat/added.jpg")).unwrap();
+    let says = "input: 14 inputs when planned, 15 in";
+    let r = pack(&input, &out).args(OPTS).arg("--resume").run();
+    r.assert_code(2);
+    assert!(r.stderr.contains(says), "{}", r.stderr);
+    // Taken away again, the plan goes on.
+    std::fs::remove_file(input.join("cat/added.jpg")).unwrap();
+    pack(&input, &out).args(OPTS).arg("--resume").ok();
+    assert_eq!(manifest(&out).inputs.found, 14);
+}

@@ -761,6 +761,24 @@ fn found_now(plan: &PackPlan) -> Option<Result<u64, crate::ListError>> {
     )
 }
 
+/// Refuses a resume whose local folder or list input holds other than the `then` inputs it held
+/// when `done` (planned, packed): one added since would be left out, silently.
+pub(crate) fn same_count(plan: &PackPlan, then: u64, done: &str) -> Result<(), PackError> {
+    let Some(found) = found_now(plan) else {
+        return Ok(());
+    };
+    let input = plan.frozen().input.join(" ");
+    let differs = match found {
+        Ok(n) if n == then => return Ok(()),
+        Ok(n) => format!("input: {then} inputs when {done}, {n} in {input} now"),
+        Err(e) => format!("input: {input} cannot be listed now ({e})"),
+    };
+    Err(PackError::ResumeMismatch {
+        path: plan.output.clone(),
+        differs,
+    })
+}
+
 /// `--resume` of a pack that had already published its manifest (killed while tidying up, or
 /// run twice): nothing to pack; what is left of the plan goes, and the dataset is reported.
 fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport, PackError> {
@@ -789,22 +807,8 @@ fn finished(plan: &PackPlan, store: &Store, start: Instant) -> Result<PackReport
     // does; otherwise a local folder or list is listed again and must hold as many inputs.
     if store.size(&format!("{PLAN_DIR}/{PLAN_FILE}"))?.is_some() {
         check_same_options(&read_plan_in(store, output)?, plan)?;
-    } else if let Some(found) = found_now(plan) {
-        let input = plan.frozen().input.join(" ");
-        let differs = match found {
-            Ok(n) if n == manifest.inputs.found => None,
-            Ok(n) => Some(format!(
-                "input: {} inputs when packed, {n} in {input} now",
-                manifest.inputs.found
-            )),
-            Err(e) => Some(format!("input: {input} cannot be listed now ({e})")),
-        };
-        if let Some(differs) = differs {
-            return Err(PackError::ResumeMismatch {
-                path: output.clone(),
-                differs,
-            });
-        }
+    } else {
+        same_count(plan, manifest.inputs.found, "packed")?;
     }
     if !store.is_remote() {
         let dir = plan_dir(store.local());

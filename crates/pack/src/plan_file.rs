@@ -358,17 +358,21 @@ pub fn make_or_keep_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
 }
 
 /// Refuses to go on with the plan `file` for `plan` unless both were made from the same inputs
-/// (wherever they were named from), unchanged since, and options: [`PackError::ResumeMismatch`]
-/// names the differences.
+/// (wherever they were named from, as many as a local folder or list held then), unchanged
+/// since, and options: [`PackError::ResumeMismatch`] names the differences.
 pub(crate) fn check_same_options(file: &PlanFile, plan: &PackPlan) -> Result<(), PackError> {
+    let same = || -> Result<(), PackError> {
+        check_same_containers(file, plan)?;
+        crate::partition::same_count(plan, file.found, "planned")
+    };
     // The same paths as spelled (absolute), or the same folders once links are resolved here.
     let (planned, given) = (file.options.clone().absolute(), plan.frozen().absolute());
     if planned == given {
-        return check_same_containers(file, plan);
+        return same();
     }
     let (planned, given) = (planned.resolved(), given.resolved());
     if planned == given {
-        return check_same_containers(file, plan);
+        return same();
     }
     Err(PackError::ResumeMismatch {
         path: plan.output.clone(),
