@@ -452,3 +452,49 @@ fn an_input_added_after_the_plan_is_refused_on_resume() {
     pack(&input, &out).args(OPTS).arg("--resume").ok();
     assert_eq!(manifest(&out).inputs.found, 14);
 }
+
+/// What a plan into S3 killed while staging leaves (its staged copies) is removed by a plan
+/// with --overwrite; another object is never deleted.
+#[test]
+fn an_s3_plan_killed_while_staging_is_planned_again_with_overwrite() {
+    use crate::remote::servers::S3;
+    let dir = tempdir();
+    let input = inputs(dir.path(), 12);
+    let s3 = S3::start();
+    let bucket = s3.root.path().join("bucket");
+    let left = bucket.join("k/_plan/staged/.stage-000000-a.tar.tmp");
+    write_file(&left, b"half a staged tar");
+    let url = "s3://bucket/k/";
+    let plan = |extra: &[&str]| {
+        Cmd::new(["plan"])
+            .envs(s3.env())
+            .args(extra)
+            .arg(&input)
+            .arg(url)
+            .args(OPTS)
+            .run()
+    };
+    let r = plan(&[]);
+    assert_ne!(r.code, Some(0));
+    assert!(
+        r.stderr
+            .contains("the staged inputs of a plan that did not finish")
+            && r.stderr.contains("--overwrite"),
+        "{}",
+        r.stderr
+    );
+    plan(&["--overwrite"]).assert_code(0);
+    assert!(!left.exists(), "the leftover stayed");
+    assert!(bucket.join("k/_plan/plan.json").exists());
+    // The user's own object beside a leftover: refused, whatever the flags, and kept.
+    write_file(bucket.join("m/_plan/staged/.stage-000000-a.tar.tmp"), b"x");
+    write_file(bucket.join("m/notes.txt"), b"mine");
+    let r = Cmd::new(["plan", "--overwrite"])
+        .envs(s3.env())
+        .arg(&input)
+        .arg("s3://bucket/m/")
+        .args(OPTS)
+        .run();
+    assert!(r.stderr.contains("not empty"), "{}", r.stderr);
+    assert!(bucket.join("m/notes.txt").exists());
+}

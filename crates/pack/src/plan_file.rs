@@ -411,15 +411,7 @@ pub(crate) fn make_plan_in(
         .shard_samples
         .ok_or(PackError::Plan(crate::PlanError::NeedShardSamples))?;
     if store.is_remote() {
-        // An object-store folder cannot be cleared safely from here: it must start empty.
-        if !store.is_empty()? {
-            return Err(PackError::Store {
-                location: plan.output.display().to_string(),
-                message: "not empty: a plan needs an empty object-store folder (clear it first; \
-                          --overwrite does not delete objects)"
-                    .into(),
-            });
-        }
+        store.ready_for_a_plan(plan.overwrite, &format!("{PLAN_DIR}/{STAGED_DIR}/"))?;
     } else if store.local().join(PLAN_DIR).join(PLAN_FILE).exists() && !plan.overwrite {
         return Err(PackError::PlanExists {
             path: store.local().join(PLAN_DIR).join(PLAN_FILE),

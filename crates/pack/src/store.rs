@@ -273,17 +273,37 @@ impl Store {
         }
     }
 
-    /// Whether the output holds nothing yet.
-    pub(crate) fn is_empty(&self) -> Result<bool, PackError> {
-        match self {
-            Store::Local(root) => {
-                Ok(std::fs::read_dir(root).map_or(true, |mut d| d.next().is_none()))
+    /// Refuses an object-store output that holds anything but the copies a plan killed while
+    /// staging left under `staged` (hidden `.stage-…` objects: its own, by name), which
+    /// `overwrite` removes. Other objects are never deleted from here: the folder must start
+    /// empty.
+    pub(crate) fn ready_for_a_plan(&self, overwrite: bool, staged: &str) -> Result<(), PackError> {
+        let Store::Remote { folder, url, .. } = self else {
+            return Ok(());
+        };
+        let names = folder.list().map_err(|e| self.remote_error(e))?;
+        let leftovers = names.iter().all(|(n, _)| n.starts_with(staged));
+        let message = match () {
+            _ if names.is_empty() => return Ok(()),
+            _ if leftovers && overwrite => {
+                for (n, _) in &names {
+                    self.delete(n)?;
+                }
+                return Ok(());
             }
-            Store::Remote { folder, .. } => folder
-                .list()
-                .map(|l| l.is_empty())
-                .map_err(|e| self.remote_error(e)),
-        }
+            _ if leftovers => format!(
+                "holds the staged inputs of a plan that did not finish ({} objects under \
+                 {staged}): plan again with --overwrite, which removes them",
+                names.len()
+            ),
+            _ => "not empty: a plan needs an empty object-store folder (clear it first; \
+                  --overwrite deletes only what an unfinished plan staged)"
+                .into(),
+        };
+        Err(PackError::Store {
+            location: url.clone(),
+            message,
+        })
     }
 }
 
