@@ -450,7 +450,7 @@ pub struct VerifyArgs {
     /// Worker threads (default: all cores). Shards are checked in parallel, one per thread;
     /// with 1, everything runs on the main thread. Without --decode a plain tar shard is read
     /// through a 128 KiB buffer; any other shard is held in memory whole while it is checked.
-    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub jobs: Option<u32>,
 
     /// Map plain shards that are checked whole (packed shards, tar shards with --decode) instead
@@ -485,7 +485,7 @@ pub struct InspectArgs {
     pub json: bool,
 
     /// Worker threads (default: all cores).
-    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub jobs: Option<u32>,
 }
 
@@ -527,7 +527,7 @@ pub struct PreviewArgs {
     pub json: bool,
 
     /// Worker threads (default: all cores).
-    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub jobs: Option<u32>,
 }
 

@@ -184,6 +184,8 @@ def _check_path(name: str, value: Any, optional: bool = False) -> Any:
     if value is None and optional:
         return None
     path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if isinstance(path, bytes):
+        raise TypeError(f"{name} must be a str path or an os.PathLike of one, not one giving bytes")
     if not isinstance(path, str):
         raise TypeError(f"{name} must be a str or os.PathLike path, not {type(value).__name__}")
     if not path:
@@ -775,9 +777,10 @@ class Loader:
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict``) at the next ``iter()``: the identical
-        remaining batches. Raises ``ValueError`` for a state of another dataset, seed, batch size
-        or format, and at that ``iter()`` for one saved by a loader of another rank, world size,
-        shuffle or remainder (save one state per rank; each rank loads its own)."""
+        remaining batches. Raises ``ValueError`` for a state of another dataset, seed, batch size,
+        ``drop_last`` or format, and at that ``iter()`` for one saved by a loader of another rank,
+        world size, shuffle or remainder (save one state per rank; each rank loads its own). The
+        command line's ``read --resume`` takes these from the state instead."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, not {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:

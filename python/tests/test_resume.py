@@ -70,7 +70,7 @@ def test_state_of_another_dataset_or_seed_raises(datasets: Dict[str, Path]) -> N
     reader["delivered_prefix"] = 10**6
     b = shardtool.Loader(datasets["tar"], batch_size=3, seed=1)
     b.load_state_dict(dict(state, reader=reader if not isinstance(state["reader"], str) else json.dumps(reader)))
-    with pytest.raises(ValueError, match="counts batch 1000000 as delivered"):
+    with pytest.raises(ValueError, match="counts 1000000 batches as delivered"):
         next(iter(b))
 
 

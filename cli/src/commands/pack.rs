@@ -554,7 +554,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             if let (InputSource::Folder(root), [class]) =
                 (&plan.source, &report.manifest.classes[..])
             {
-                if let Some(hint) = one_class_of_folders(root, class) {
+                if let Some(hint) = one_class_of_folders(root, class).filter(|_| !quiet) {
                     eprintln!("note: {hint}");
                 }
             }

@@ -388,6 +388,12 @@ fn a_part_refuses_a_worker_count_as_pack_does() {
         r.assert_code(2);
         assert!(r.stderr.contains(says), "{}", r.stderr);
     }
+    // So do the commands that read a dataset, with the same limit.
+    for command in ["verify", "inspect", "preview"] {
+        let r = Cmd::new([command]).arg(&ds).args(["--jobs", "5000"]).run();
+        r.assert_code(2);
+        assert!(r.stderr.contains("not in 1..=4096"), "{}", r.stderr);
+    }
 }
 
 #[test]

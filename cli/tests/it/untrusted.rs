@@ -90,7 +90,7 @@ fn a_saved_position_past_the_epoch_is_refused_not_an_empty_epoch() {
     assert!(r.stdout.is_empty(), "{}", r.stdout);
     assert!(
         r.stderr
-            .contains("counts batch 7 as delivered, and the epoch has 6 batches"),
+            .contains("counts 7 batches as delivered, and the epoch has 6 batches"),
         "{}",
         r.stderr
     );

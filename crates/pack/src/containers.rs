@@ -368,11 +368,18 @@ pub fn resolve_input(
         let other =
             (names.iter()).find_map(|n| format_of_name(n).filter(|&g| g != f).map(|g| (n, g)));
         if let Some((n, g)) = other.filter(|_| f != InputFormat::List) {
+            let ext = if f == InputFormat::Wds {
+                "tar"
+            } else {
+                "parquet"
+            };
             let [g, f] = [g, f].map(|x| format!("{x:?}").to_lowercase());
             let fix = match names.len() {
                 1 => format!("pass --input-format {g}"),
-                _ => format!("name only {f} files (a pattern such as *.tar or *.parquet)"),
+                _ => format!("name only {f} files (a pattern such as *.{ext})"),
             };
+            // The argument is named before the message already.
+            let n = if n == arg { "it".into() } else { n.clone() };
             return Err(bad_input(
                 arg,
                 &format!("{n} is named as {g} input, not {f}: {fix}"),

@@ -513,8 +513,9 @@ impl LoaderBuilder {
         let past = skip.last().copied().filter(|&b| b >= batches);
         if let Some(b) = past.or((delivered_prefix > batches).then_some(delivered_prefix)) {
             return Err(ReadError::BadState(format!(
-                "the saved state counts batch {b} as delivered, and the epoch has {batches} \
-                 batches: it is damaged, or belongs to another loader{}",
+                "the saved state counts {} as delivered, and the epoch has {batches} batches: it \
+                 is damaged, or belongs to another loader{}",
+                past.map_or(format!("{b} batches"), |b| format!("batch {b} (from 0)")),
                 if self.drop_last
                     && past.unwrap_or(delivered_prefix.saturating_sub(1)) == batches
                     && !planned.is_multiple_of(self.batch_size as u64)
