@@ -72,8 +72,8 @@ fn csv_with_integer_labels_and_keys() {
     assert_eq!(numbered["imgs/1.png"].json["input_key"], "second-one");
     assert_ne!(numbered["imgs/1.png"].key, "second-one");
     assert!(numbered["imgs/3.png"].json.get("input_key").is_none());
-    // A column named `orientation` keeps its name where no image was turned (only then does
-    // the json hold shardtool's own).
+    // A column named `orientation` is renamed as our metadata is, in every sample alike (the
+    // json holds shardtool's own only where an image was turned).
     write_file(
         data.join("o.csv"),
         "path,orientation\nimgs/2.png,portrait\n",
@@ -81,7 +81,7 @@ fn csv_with_integer_labels_and_keys() {
     let o = t.path().join("o");
     pack_list(data.join("o.csv"), &o).ok();
     assert_eq!(
-        by_source_map(&o)["imgs/2.png"].json["orientation"],
+        by_source_map(&o)["imgs/2.png"].json["input_orientation"],
         "portrait"
     );
     write_file(

@@ -850,9 +850,9 @@ fn process(
     }
     let any_columns = !columns.is_empty();
     if let Some(m) = meta.as_object_mut() {
-        // A column named as our metadata (or as a member this sample's has: `orientation`)
-        // goes under `input_<name>`, prefixed again while that is taken (a column
-        // `input_width` beside `width`, a re-pack of our own output): no value is lost.
+        // A column named as our metadata (or as a member this sample's has) goes under
+        // `input_<name>`, prefixed again while that is taken (a column `input_width` beside
+        // `width`, a re-pack of our own output): no value is lost.
         let ours = |k: &str| crate::sample_read::OWN_META.contains(&k) || m.contains_key(k);
         let (own, other): (Vec<_>, Vec<_>) = columns.into_iter().partition(|(k, _)| ours(k));
         m.extend(other);

@@ -200,8 +200,9 @@ pub(crate) fn read_bounded(
 }
 
 /// Names our metadata uses (`fields` holds a packed record's carried fields); a carried column
-/// of the same name is stored as `input_<name>` (`input_input_<name>` when that is taken too).
-pub(crate) const OWN_META: [&str; 9] = [
+/// of the same name is stored as `input_<name>` (`input_input_<name>` when that is taken too),
+/// in every sample alike (`orientation` is only in those whose image was turned).
+pub(crate) const OWN_META: [&str; 10] = [
     "fields",
     "key",
     "source",
@@ -211,4 +212,5 @@ pub(crate) const OWN_META: [&str; 9] = [
     "orig_height",
     "width",
     "height",
+    "orientation",
 ];
