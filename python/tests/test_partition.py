@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Dict, List
+from typing import Any, Dict, List
 
 import pytest
 import torch.utils.data
@@ -143,12 +143,26 @@ def test_set_epoch_reaches_persistent_workers(datasets: Dict[str, Path], context
     assert pickle.loads(pickle.dumps(ds))._epoch.value == 1
 
 
+def _warnings_to_stderr(_: int) -> None:
+    """A DataLoader worker's warnings printed: pytest records the test process's warnings, and a
+    forked worker inherits that (it would keep them in its own memory)."""
+    import sys
+    import warnings
+
+    warnings.simplefilter("always")
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        print(f"{category.__name__}: {message}", file=sys.stderr, flush=True)
+
+    warnings.showwarning = show
+
+
 def test_a_plain_dataloaders_workers_hold_the_position_and_know_a_read_epoch(
     datasets: Dict[str, Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
     path = datasets["tar"]
     ds = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=2, seed=3, output="numpy"))
-    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2)
+    dl = torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, worker_init_fn=_warnings_to_stderr)
     it = iter(dl)
     next(it)
     next(it)
