@@ -158,7 +158,8 @@ impl ListKind {
 /// binary data (NUL bytes, which no CSV or JSONL text holds) would otherwise be read as one
 /// odd CSV header and fail every row.
 fn not_text(text: &[u8]) -> Option<&'static str> {
-    if text.get(257..262) == Some(b"ustar") {
+    // POSIX (`ustar\0`) and GNU (`ustar  \0`) magic: with its NUL, never a text's bytes.
+    if [&b"ustar\0"[..], b"ustar "].contains(&text.get(257..263).unwrap_or_default()) {
         return Some(
             "it is a tar archive, not a CSV or JSONL list: for WebDataset shards pass \
              --input-format wds (or name their folder)",

@@ -380,4 +380,15 @@ fn binary_lists_are_refused_by_their_content() {
     }
     let l = list_text(Path::new("l.csv"), b"\xEF\xBB\xBFpath\na.jpg\n", &cols).unwrap();
     assert_eq!(l.inputs.len(), 1);
+    // A path holding `ustar` where a tar's magic stands is still a path.
+    let mut text = b"path\n".to_vec();
+    text.resize(257, b'a');
+    text.extend_from_slice(b"ustard.jpg\n");
+    assert_eq!(
+        list_text(Path::new("l.csv"), &text, &cols)
+            .unwrap()
+            .inputs
+            .len(),
+        1
+    );
 }
