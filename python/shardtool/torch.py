@@ -42,10 +42,12 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         # The epoch in shared memory: DataLoader workers (persistent ones included) hold their
         # own copy of this object, and read the epoch set_epoch() wrote here at each iter().
         self._epoch = multiprocessing.Value("Q", loader.epoch, lock=False)
-        # Also shared: epoch + 1 of the last pass begun, and of the last finished, in a worker
-        # process (0: none). The position of a pass there lives in the workers alone.
-        self._worker_pass = multiprocessing.Value("Q", 0, lock=False)
-        self._worker_done = multiprocessing.Value("Q", 0, lock=False)
+        # Also shared, of passes in DataLoader worker processes (whose position is theirs
+        # alone): [epoch mark of the last begun (_mark), workers in a pass of it, epoch mark of
+        # the last finished, workers that finished a pass of that].
+        # Its lock is made in the spawn context: one made in the fork context (the default)
+        # refuses to travel to spawned workers; a forked one inherits either.
+        self._workers = multiprocessing.get_context("spawn").Array("Q", 4)
         self._seen_epoch = loader.epoch
         # loader.set_epoch() (as a loop over the loader itself calls it) reaches the workers too.
         loader._shared_epoch = self._epoch
@@ -72,16 +74,28 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             self.loader.set_epoch(epoch)
         if info is None:
             return iter(self.loader)
-        if self._worker_done.value == _mark(epoch) and self.loader._resume is None:
+        m, w = _mark(epoch), self._workers
+        with w.get_lock():
+            # Every worker finished a pass of this epoch before: it is read again.
+            again = w[2] == m and w[3] >= info.num_workers
+            if w[0] != m:
+                w[0], w[1] = m, 0
+            w[1] += 1
+        if again and self.loader._resume is None:
             # A fresh worker (not persistent) does not know this epoch was read: the Loader
             # warns of a pass reading it again, as it does in one process.
             self.loader._finished_epoch = self.loader.epoch
-        self._worker_pass.value = _mark(epoch)
-        return self._in_worker(iter(self.loader), epoch)
+        return self._in_worker(iter(self.loader), m)
 
-    def _in_worker(self, batches: Iterator[Batch], epoch: int) -> Iterator[Batch]:
+    def _in_worker(self, batches: Iterator[Batch], m: int) -> Iterator[Batch]:
         yield from batches
-        self._worker_done.value = _mark(epoch)
+        w = self._workers
+        with w.get_lock():
+            if w[0] == m and w[1] > 0:
+                w[1] -= 1
+            if w[2] != m:
+                w[2], w[3] = m, 0
+            w[3] += 1
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -91,14 +105,15 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if multiprocessing.context.get_spawning_popen() is None:
             # Shared memory travels only to a process being started (a DataLoader worker);
             # another copy (deepcopy, a pickle to disk) takes the epoch's value.
-            for name in ("_epoch", "_worker_pass", "_worker_done"):
-                d[name] = int(getattr(self, name).value)
+            d["_epoch"] = int(self._epoch.value)
+            d["_workers"] = list(self._workers)
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
-        for name in ("_epoch", "_worker_pass", "_worker_done"):
-            if isinstance(d.get(name, 0), int):
-                d[name] = multiprocessing.Value("Q", d.get(name, 0), lock=False)
+        if isinstance(d["_epoch"], int):
+            d["_epoch"] = multiprocessing.Value("Q", d["_epoch"], lock=False)
+        if isinstance(d.get("_workers", []), list):
+            d["_workers"] = multiprocessing.get_context("spawn").Array("Q", d.get("_workers") or 4)
         self.__dict__.update(d)
         self.loader._shared_epoch = self._epoch
 
@@ -108,17 +123,24 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         shared memory)."""
         self.loader.set_epoch(epoch)
         self._seen_epoch = epoch
+        if torch.utils.data.get_worker_info() is None:
+            # A pass broken off in the workers leaves its count: the new epoch starts afresh.
+            with self._workers.get_lock():
+                self._workers[1] = 0
 
     def state_dict(self) -> Dict[str, Any]:
         """The loader's position (of this worker's share inside a DataLoader worker).
 
-        Called in the main process while this epoch is read in DataLoader worker processes
-        (``num_workers > 0``), it raises ``RuntimeError``: the position is theirs, and a plain
-        DataLoader cannot collect it (a state of this process would restart the epoch). Use
-        torchdata's ``StatefulDataLoader``, whose ``state_dict()`` gathers every worker's, or
-        save at an epoch boundary, after ``set_epoch(next_epoch)``."""
+        Called in the main process in the middle of an epoch read in DataLoader worker
+        processes (``num_workers > 0``), it raises ``RuntimeError``: the position is theirs, and
+        a plain DataLoader cannot collect it (a state of this process would restart the epoch).
+        Use torchdata's ``StatefulDataLoader``, whose ``state_dict()`` gathers every worker's, or
+        save at an epoch boundary (a state saved once the epoch is read, then loaded after
+        ``set_epoch(next_epoch)``, reads the next epoch whole)."""
         in_main = torch.utils.data.get_worker_info() is None
-        if in_main and self._worker_pass.value == _mark(int(self._epoch.value)):
+        w, m = self._workers, _mark(int(self._epoch.value))
+        mid_epoch = w[0] == m and w[1] > 0 and self.loader.__dict__.get("_reader") is None
+        if in_main and mid_epoch:
             raise RuntimeError(
                 f"epoch {int(self._epoch.value)} is read in DataLoader worker processes, "
                 "which hold its position: a plain DataLoader cannot collect it (this process's "
@@ -132,4 +154,5 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         """Continues from ``state`` at the next ``iter()``."""
         self.loader.load_state_dict(state)
         if torch.utils.data.get_worker_info() is None:
-            self._worker_pass.value = 0
+            with self._workers.get_lock():
+                self._workers[0] = self._workers[1] = 0

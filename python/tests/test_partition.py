@@ -175,11 +175,19 @@ def test_a_plain_dataloaders_workers_hold_the_position_and_know_a_read_epoch(
     # Fresh (not persistent) workers reading an epoch a second time warn, as one process does.
     first = [k for b in dl for k in b["key"]]
     assert "reads epoch 1 again" not in capfd.readouterr().err
+    # Once the epoch is read, a state may be saved: loaded after set_epoch(next), it reads that.
+    assert ds.state_dict()["epoch"] == 1
     second = [k for b in dl for k in b["key"]]
     assert second == first
     assert "reads epoch 1 again" in capfd.readouterr().err
     ds.set_epoch(2)
     [k for b in dl for k in b["key"]]
+    assert "again" not in capfd.readouterr().err
+    # More workers than batches: one done before another starts is no epoch read before.
+    few = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=16, seed=3, output="numpy"))
+    few.set_epoch(5)
+    many = torch.utils.data.DataLoader(few, batch_size=None, num_workers=4, worker_init_fn=_warnings_to_stderr)
+    assert sum(len(b["key"]) for b in many) == samples(path)
     assert "again" not in capfd.readouterr().err
 
 

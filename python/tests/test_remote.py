@@ -277,3 +277,29 @@ def test_len_and_states_follow_a_dataset_packed_again_on_the_server(served: Path
     assert len(beside) == len(loader)
     third.load_state_dict(state)
     assert len(third) == len(loader)
+
+
+def test_a_misspelt_column_of_a_remote_parquet_input_leaves_the_earlier_dataset(served: Path, tmp_path: Path) -> None:
+    # Remote inputs are staged in the output: the earlier dataset there is cleared only once
+    # they are listed, so a usage error leaves it (it was deleted first).
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (16, 12), (9, 80, 200)).save(buf, "PNG")
+    table = pa.table({"image": [{"bytes": buf.getvalue(), "path": f"{i}.png"} for i in range(3)], "label": [0, 1, 0]})
+    pq.write_table(table, served / "t.parquet")
+    url = _url(served, "t.parquet")
+    out = tmp_path / "ds"
+    shardtool.pack(url, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(ValueError, match='no column "lable"'):
+        shardtool.pack(url, out, overwrite=True, label_column="lable")
+    assert {p.name: p.read_bytes() for p in out.iterdir() if not p.name.startswith(".")} == before
+    # The copy staged for it goes with the next pack that overwrites.
+    m = shardtool.pack(url, out, overwrite=True, resize="shorter:6")["manifest"]
+    assert m["inputs"]["packed"] == 3
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

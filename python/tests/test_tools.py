@@ -143,10 +143,10 @@ def test_pack_refuses_a_folder_mixing_dataset_splits(
         shutil.copytree(root / "parquet" / "data", repo / config / "train")
         for f in (repo / config / "train").glob("test-*"):
             f.unlink()
-    with pytest.raises(ValueError, match=r"split files in full/ \(\d+ files?\), mini/") as e:
+    with pytest.raises(ValueError, match=r"split folders in full/ \(\d+ files?\), mini/") as e:
         shardtool.pack(repo, tmp_path / "configs-out", resize="shorter:16")
-    assert f"'{repo}/full/'" in str(e.value)
-    shardtool.pack(repo / "full", tmp_path / "full-out", resize="shorter:16")
+    assert f"'{repo}/full/train/'" in str(e.value)
+    shardtool.pack(repo / "full" / "train", tmp_path / "full-out", resize="shorter:16")
 
 
 def test_pack_tells_a_hub_repository_by_its_parquet_files_and_asks_beside_image_folders(
@@ -608,6 +608,12 @@ def test_pack_parquet_float_labels_and_class_label_names(
         shardtool.pack(folder, tmp_path / "ds-two-labels", resize="shorter:16")
     m = shardtool.pack(folder, tmp_path / "ds-fine", resize="shorter:16", label_column="fine_label")["manifest"]
     assert m["classes"] == names
+    # A dropped one is as if the file lacked it: the other is the label; both dropped, none.
+    m = shardtool.pack(folder, tmp_path / "ds-coarse", resize="shorter:16", drop_columns=["fine_label"])["manifest"]
+    assert m["classes"] == ["odd", "even"]
+    both = ["fine_label", "coarse_label"]
+    m = shardtool.pack(folder, tmp_path / "ds-none", resize="shorter:16", drop_columns=both)["manifest"]
+    assert m["classes"] == [] and m["inputs"]["packed"] == rows
     for s in _members(tmp_path / "ds-fine").values():
         meta_row = json.loads(s["json"])
         assert meta_row["coarse_label"] == coarse[int(meta_row["source"].rsplit(":", 1)[1])]

@@ -1,7 +1,7 @@
-//! The output folder: kept apart from the inputs, and cleared with `--overwrite` of the files an
-//! earlier pack wrote there and of nothing else.
+//! The output folder: kept apart from the inputs, cleared with `--overwrite` of the files an
+//! earlier pack wrote there and of nothing else, and only once the inputs are listed.
 
-use crate::listing::InputSource;
+use crate::listing::{list_inputs, InputSource, ListOptions};
 use crate::plan::{PackPlan, PlanError};
 use crate::PackError;
 use shardtool_manifest::{self as manifest, Manifest, ERRORS_FILE};
@@ -44,6 +44,49 @@ pub(crate) fn manifest_in(dir: &Path) -> Option<Manifest> {
 /// Whether `dir` holds an earlier pack's output (its manifest, or a plan's `_plan` folder).
 pub(crate) fn holds_a_pack(dir: &Path) -> bool {
     dir.join(manifest::FILE_NAME).is_file() || dir.join(crate::PLAN_DIR).is_dir()
+}
+
+/// Lists the inputs of `plan`, staging remote and Parquet inputs in `stage_dir`; prepares the
+/// output folder (before listing when staging needs it, after otherwise, so a bad input leaves
+/// no output folder behind).
+pub(crate) fn list_for(
+    plan: &PackPlan,
+    stage_dir: &Path,
+    prepare: impl FnOnce() -> Result<(), PackError>,
+) -> Result<crate::Listing, PackError> {
+    let options = list_options(plan, stage_dir);
+    if stages(plan) {
+        // Inputs are staged in the output, so it is cleared first; a misspelt column of local
+        // Parquet files is found before that, and an earlier dataset there is left whole.
+        crate::listing::check_columns(&plan.source, &options, true).map_err(PackError::Inputs)?;
+        prepare()?;
+        std::fs::create_dir_all(stage_dir).map_err(|e| PackError::io(stage_dir, e))?;
+        let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+        Ok(listing)
+    } else {
+        let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+        prepare()?;
+        Ok(listing)
+    }
+}
+
+/// Whether `plan`'s inputs are staged (fetched, decompressed, Parquet rows) while listed.
+pub(crate) fn stages(plan: &PackPlan) -> bool {
+    matches!(
+        plan.source,
+        crate::InputSource::Wds(_) | crate::InputSource::Parquet(_)
+    )
+}
+
+pub(crate) fn list_options(plan: &PackPlan, stage_dir: &Path) -> ListOptions {
+    ListOptions {
+        columns: plan.columns.clone(),
+        stage_dir: stage_dir.to_path_buf(),
+        max_input_bytes: plan.transform.limits.max_input_bytes,
+        jobs: plan.jobs,
+        max_shard_bytes: None,
+        exclude: Some(plan.output.clone()),
+    }
 }
 
 /// Why the folder `dir` cannot be packed from as it is, if so: a shardtool pack still running
@@ -185,6 +228,12 @@ pub(crate) fn check_apart(plan: &PackPlan) -> Result<(), PlanError> {
 /// files and the plan folder. Another file that looks like a shard is refused before anything is
 /// removed: it may be the user's own data.
 pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
+    clear_output(plan, Some(&[]))
+}
+
+/// [`prepare_output`] with `keep`: `None` checks the output as it would (and makes it), removing
+/// nothing; `Some(files)` clears it but for `files` (inputs staged there since the check).
+pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<(), PackError> {
     let out = &plan.output;
     let io = |e| PackError::io(out, e);
     if !out.exists() {
@@ -193,10 +242,11 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
     if !out.is_dir() {
         return Err(PackError::OutputNotAFolder { path: out.clone() });
     }
-    let entries: Vec<_> = std::fs::read_dir(out)
+    let mut entries: Vec<_> = std::fs::read_dir(out)
         .map_err(io)?
         .collect::<Result<_, _>>()
         .map_err(io)?;
+    entries.retain(|e| !keep.is_some_and(|k| k.contains(&e.path())));
     // An empty error report is all a pack stopped before its first failure leaves behind.
     let empty_report = |e: &std::fs::DirEntry| {
         e.file_name() == "errors.jsonl" && e.metadata().is_ok_and(|m| m.is_file() && m.len() == 0)
@@ -239,6 +289,19 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
             });
         }
     }
+    let Some(keep) = keep else {
+        // Only the temporary files a killed run left go now: inputs are staged next, under
+        // such names.
+        let temporary = |p: &&PathBuf| {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with('.') && name.ends_with(".tmp") && p.is_file()
+        };
+        for p in ours.iter().filter(temporary) {
+            std::fs::remove_file(p).map_err(io)?;
+        }
+        return Ok(());
+    };
+    ours.retain(|p| !keep.contains(p));
     // The manifest goes first, so an interrupted overwrite leaves a visibly incomplete dataset.
     ours.sort_by_key(|p| p.file_name() != Some(manifest::FILE_NAME.as_ref()));
     for path in ours {

@@ -1,7 +1,7 @@
 //! The pack run: plan the order, transform in parallel inside a bounded window, write in order.
 
 use crate::list_file::row_columns;
-use crate::listing::{list_inputs, Columns, Container, ContainerKind, ListOptions};
+use crate::listing::{list_inputs, Columns, Container, ContainerKind};
 use crate::plan::{KeyChoice, PackPlan, ShardFormatChoice};
 use crate::sample_read::{
     carried_problem, packed_record_problem, read_bounded, read_span, tar_member_problem,
@@ -411,41 +411,6 @@ pub(crate) fn transform_in_order(
     }
 }
 
-/// Lists the inputs of `plan`, staging remote and Parquet inputs in `stage_dir`; prepares the
-/// output folder (before listing when staging needs it, after otherwise, so a bad input leaves
-/// no output folder behind).
-pub(crate) fn list_for(
-    plan: &PackPlan,
-    stage_dir: &Path,
-    prepare: impl FnOnce() -> Result<(), PackError>,
-) -> Result<crate::Listing, PackError> {
-    let options = ListOptions {
-        columns: plan.columns.clone(),
-        stage_dir: stage_dir.to_path_buf(),
-        max_input_bytes: plan.transform.limits.max_input_bytes,
-        jobs: plan.jobs,
-        max_shard_bytes: None,
-        exclude: Some(plan.output.clone()),
-    };
-    let stages = matches!(
-        plan.source,
-        crate::InputSource::Wds(_) | crate::InputSource::Parquet(_)
-    );
-    if stages {
-        // Inputs are staged in the output, so it is cleared first; a misspelt column of local
-        // Parquet files is found before that, and an earlier dataset there is left whole.
-        crate::listing::check_columns(&plan.source, &options, true).map_err(PackError::Inputs)?;
-        prepare()?;
-        std::fs::create_dir_all(stage_dir).map_err(|e| PackError::io(stage_dir, e))?;
-        let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
-        Ok(listing)
-    } else {
-        let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
-        prepare()?;
-        Ok(listing)
-    }
-}
-
 /// The transform a plan applies (packed shards hold raw pixels).
 pub(crate) fn effective_spec(plan: &PackPlan) -> TransformSpec {
     let mut spec = plan.transform;
@@ -465,10 +430,24 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     // Held to the end: a plan or another pack beside this one is refused, and this one is
     // refused beside them, before it clears anything.
     let mut _lock = None;
-    let mut listing = list_for(plan, &plan.output, || {
-        _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
-        crate::output::prepare_output(plan)
-    })?;
+    // Inputs staged in the output (fetched, decompressed, Parquet) go in beside an earlier
+    // dataset, which is cleared only once they are listed: a bad input or option leaves it.
+    let mut listing = match crate::output::stages(plan) {
+        true => {
+            _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
+            crate::output::clear_output(plan, None)?;
+            let options = crate::output::list_options(plan, &plan.output);
+            let mut listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+            let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
+            crate::output::clear_output(plan, Some(&staged.0))?;
+            listing.staged = std::mem::take(&mut staged.0);
+            listing
+        }
+        false => crate::output::list_for(plan, &plan.output, || {
+            _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
+            crate::output::prepare_output(plan)
+        })?,
+    };
     let _staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() && listing.errors.is_empty() {
         return Err(PackError::NoImages {

@@ -3,8 +3,9 @@
 //! plan of millions of inputs is streamed, never held as one JSON document).
 
 use crate::listing::{ContainerKind, Inputs, Origin};
+use crate::output::list_for;
 use crate::output::prepare_output;
-use crate::pipeline::{list_for, StagedFiles, UNKNOWN_SIZE};
+use crate::pipeline::{StagedFiles, UNKNOWN_SIZE};
 use crate::plan::{FrozenOptions, PackPlan};
 use crate::store::Store;
 use crate::{ErrorRecord, PackError};

@@ -87,14 +87,19 @@ pub(crate) fn splits_as_classes(root: &str, classes: &[&str]) -> Result<(), Stri
 /// belong to more than one split, naming each and how to pack one.
 pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), String> {
     let mut splits: BTreeMap<&str, (usize, String)> = BTreeMap::new();
-    // The folders above the split names (`full/` of `full/train/…`): a Hub repository's
-    // configurations, each a whole dataset.
-    let mut configs: BTreeMap<&str, usize> = BTreeMap::new();
+    // The folders above split folders (`full/` of `full/train/…`): a Hub repository's
+    // configurations, each a whole dataset; with each, its first split folder (train's first).
+    let mut configs: BTreeMap<&str, (usize, String)> = BTreeMap::new();
     for f in files {
         if let Some((split, end)) = split_of(f) {
-            *configs
-                .entry(f[..end].rfind('/').map_or("", |at| &f[..at]))
-                .or_default() += 1;
+            if let Some(slash) = f[end..].find('/') {
+                let config = f[..end].rfind('/').map_or("", |at| &f[..at]);
+                let c = configs.entry(config).or_insert_with(|| (0, String::new()));
+                c.0 += 1;
+                if c.1.is_empty() || (split == "train" && !c.1.contains("train")) {
+                    c.1 = format!("{}/", &f[..end + slash]);
+                }
+            }
             let e = splits.entry(split).or_insert_with(|| (0, String::new()));
             e.0 += 1;
             if e.1.is_empty() {
@@ -111,7 +116,7 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
     let base = arg.trim_end_matches('/');
     if configs.len() > 1 {
         let named: Vec<String> = (configs.iter())
-            .map(|(c, n)| match c.is_empty() {
+            .map(|(c, (n, _))| match c.is_empty() {
                 true => format!(
                     "the top folder ({n} file{})",
                     if *n == 1 { "" } else { "s" }
@@ -119,13 +124,14 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
                 false => format!("{c}/ ({n} file{})", if *n == 1 { "" } else { "s" }),
             })
             .collect();
-        let first = (configs.keys().find(|c| !c.is_empty())).unwrap_or(&"");
+        let first = (configs.iter().find(|(c, _)| !c.is_empty())).map(|(_, (_, f))| f);
         return Err(format!(
-            "the folder holds split files in {}: several configurations of a dataset, each \
+            "the folder holds split folders in {}: several configurations of a dataset, each \
              whole; packed together their samples would mix, and repeat where one holds \
-             another's; pack one, e.g. '{base}/{first}/' (a pattern naming several, such as \
-             '{base}/{{a,b}}/*/*.{ext}', packs them together, as asked)",
-            named.join(", ")
+             another's; pack one split of one, e.g. '{base}/{}' (a pattern naming several \
+             folders' files packs them together, as asked)",
+            named.join(", "),
+            first.map_or("", |f| f.as_str())
         ));
     }
     // The example is the training split where there is one.
@@ -303,18 +309,25 @@ mod tests {
         ];
         let e = one_split("cfg", &configs, "parquet").unwrap_err();
         assert!(e.contains("in full/ (2 files), mini/ (1 file)"), "{e}");
-        assert!(e.contains("pack one, e.g. 'cfg/full/'"), "{e}");
+        assert!(e.contains("e.g. 'cfg/full/train/'"), "{e}");
         let e = one_split(
             "cfg",
             &["full/train/0.parquet", "mini/train/0.parquet"],
             "parquet",
         );
         assert!(e.unwrap_err().contains("configurations"));
-        let e = one_split("r", &["train-0.tar", "extra/train-0.tar"], "tar").unwrap_err();
+        let e = one_split("r", &["train/0.tar", "extra/train/0.tar"], "tar").unwrap_err();
         assert!(
             e.contains("the top folder (1 file), extra/ (1 file)"),
             "{e}"
         );
+        // One split's files spread over folders, named by their files, are one dataset.
+        let spread = [
+            "00/train-0.parquet",
+            "01/train-1.parquet",
+            "x/y/train-2.parquet",
+        ];
+        one_split("s", &spread, "parquet").unwrap();
         one_split("cfg", &configs[..2], "parquet").unwrap_err();
         // One split, or none named, is a dataset.
         one_split("hf", &hf[1..3], "parquet").unwrap();

@@ -91,7 +91,9 @@ pub(super) fn open_file(name: &str, index: usize, options: &ListOptions) -> Open
         let schema = meta.file_metadata().schema_descr().root_schema();
         let features = hf_features(&reader);
         let declared = features.as_ref().map(hf_class_label_columns);
-        let declared = declared.unwrap_or_default();
+        let mut declared = declared.unwrap_or_default();
+        // A dropped column is as if the file lacked it, its feature too.
+        declared.retain(|c| !options.columns.is_dropped(c));
         // One `ClassLabel` column is the label whatever its name; of several (CIFAR-100's
         // fine and coarse labels) the user picks.
         let only = (declared.len() == 1).then(|| declared[0]);
@@ -143,9 +145,11 @@ pub(super) fn open_files(
     // A column no file has (a misspelt --label-column, a layout without an `image` column) is
     // the command's mistake, not every file's failure.
     fn missing(o: &Opened) -> Option<&str> {
-        o.failure
-            .as_deref()
-            .filter(|f| f.starts_with("no column ") || f.contains(" holds neither "))
+        o.failure.as_deref().filter(|f| {
+            f.starts_with("no column ")
+                || f.starts_with("no image column")
+                || f.contains(" holds neither ")
+        })
     }
     let first = opened.first().and_then(missing);
     if let Some(first) = first.filter(|_| opened.iter().all(|o| missing(o).is_some())) {
