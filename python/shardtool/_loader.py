@@ -124,7 +124,7 @@ def _field_values(
                 continue
             try:
                 out.append(json.loads(v) if name == "json" else int(v.strip()))
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 if bad is None:
                     raise _shardtool.CorruptRecordError(f"record {key}: its {name} field does not parse: {e}") from None
                 bad.append(i)

@@ -173,6 +173,13 @@ def test_a_json_field_that_does_not_parse_is_skipped_with_skip_corrupt(
         # The one record is left out, the others keep their places and their batches.
         assert keys == [k for k in whole if k != damaged]
         assert loader.metrics()["corrupt_skipped"] == 1
+    # JSON nested past Python's recursion limit does not parse either (RecursionError).
+    from shardtool._loader import _field_values
+
+    bad: List[int] = []
+    assert _field_values("json", [b"{}", b"[" * 100_000], ["a", "b"], bad) == [{}, None] and bad == [1]
+    with pytest.raises(shardtool.CorruptRecordError, match="record b: its json field"):
+        _field_values("json", [b"{}", b"[" * 100_000], ["a", "b"])
 
 
 def test_fields_through_dataloader_workers(captioned: Dict[str, Path]) -> None:

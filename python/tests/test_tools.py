@@ -189,6 +189,11 @@ def test_pack_tells_a_hub_repository_by_its_parquet_files_and_asks_beside_image_
     pq.write_table(pa.table({"file_name": names, "text": ["a flower"] * len(names)}), folder / "metadata.parquet")
     with pytest.raises(ValueError, match="metadata.parquet is a Hugging Face imagefolder's metadata"):
         shardtool.pack(folder, tmp_path / "imagefolder-parquet-out", resize="shorter:16")
+    # In a split's folder too (it was packed as the one class "train", captions dropped).
+    split = tmp_path / "split-parquet"
+    shutil.copytree(folder, split / "train")
+    with pytest.raises(ValueError, match="train/metadata.parquet is a Hugging Face imagefolder's metadata"):
+        shardtool.pack(split, tmp_path / "split-parquet-out", resize="shorter:16")
 
 
 def pq_rows(f: Path) -> int:

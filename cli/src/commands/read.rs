@@ -29,9 +29,9 @@ pub struct LoaderArgs {
     #[arg(long, requires = "rank")]
     pub world: Option<u32>,
     /// Reader threads (default: all cores, divided by $LOCAL_WORLD_SIZE, the ranks torchrun
-    /// starts on this node). Never changes the order.
-    #[arg(long, value_name = "K")]
-    pub workers: Option<usize>,
+    /// starts on this node; at most 4096). Never changes the order.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(0..=4096))]
+    pub workers: Option<u16>,
     /// Samples per batch.
     #[arg(long, default_value_t = 64, value_name = "B")]
     pub batch: usize,
@@ -147,7 +147,7 @@ impl LoaderArgs {
             b = b.partition(r, w);
         }
         if let Some(k) = self.workers {
-            b = b.workers(k);
+            b = b.workers(usize::from(k));
         }
         if let Some(n) = self.max_pixels {
             b = b.max_pixels(n);

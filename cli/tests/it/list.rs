@@ -470,6 +470,14 @@ fn binary_files_and_manifests_given_as_lists_are_named() {
         assert!(r.stderr.contains(says), "{input:?} {args:?}: {}", r.stderr);
         assert!(!out.join("manifest.json").exists());
     }
+    // Given with --list too.
+    let r = pack_list(&manifest, t.path().join("by-list")).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("shardtool dataset's manifest"),
+        "{}",
+        r.stderr
+    );
     // The same list as text packs.
     pack(&csv, t.path().join("text")).args(["-q"]).ok();
 }

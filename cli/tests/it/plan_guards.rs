@@ -464,6 +464,8 @@ fn an_s3_plan_killed_while_staging_is_planned_again_with_overwrite() {
     let bucket = s3.root.path().join("bucket");
     let left = bucket.join("k/_plan/staged/.stage-000000-a.tar.tmp");
     write_file(&left, b"half a staged tar");
+    // Killed between its input list and its plan file: the list is its own too.
+    write_file(bucket.join("k/_plan/inputs.jsonl"), b"{}\n");
     let url = "s3://bucket/k/";
     let plan = |extra: &[&str]| {
         Cmd::new(["plan"])

@@ -286,8 +286,9 @@ pub fn several_images_note(manifest: &shardtool_manifest::Manifest) -> Option<St
     (images.len() > 1).then(|| {
         format!(
             "samples hold several images ({}): the first in the order jpg, jpeg, png, webp, … \
-             was transformed, the others carried as they were (not resized); name the image \
-             with --image-column",
+             was transformed, the others carried as they were (not resized); name another with \
+             --image-column and --encode its format (png: --encode png), so that no carried \
+             field takes the name the image is stored under",
             images.join(", ")
         )
     })

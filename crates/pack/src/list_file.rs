@@ -161,12 +161,15 @@ fn not_text(text: &[u8]) -> Option<&'static str> {
     // POSIX (`ustar\0`) and GNU (`ustar  \0`) magic: with its NUL, never a text's bytes.
     if [&b"ustar\0"[..], b"ustar "].contains(&text.get(257..263).unwrap_or_default()) {
         return Some(
-            "it is a tar archive, not a CSV or JSONL list: for WebDataset shards pass \
-             --input-format wds (or name their folder)",
+            "it is a tar archive, not a CSV or JSONL list: give WebDataset shards as INPUT \
+             (their folder, or the file with --input-format wds)",
         );
     }
     if text.starts_with(b"PAR1") {
-        return Some("it is a Parquet file, not a CSV or JSONL list: pass --input-format parquet");
+        return Some(
+            "it is a Parquet file, not a CSV or JSONL list: give Parquet files as INPUT (with \
+             --input-format parquet where the name does not say it)",
+        );
     }
     let compressed = [
         &b"\x1f\x8b"[..],
@@ -193,6 +196,12 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
         return Err(ListError::BadList {
             path: file.to_path_buf(),
             message: crate::sample_read::NOT_REGULAR.into(),
+        });
+    }
+    if let Some(message) = crate::output::dataset_manifest(file) {
+        return Err(ListError::BadList {
+            path: file.to_path_buf(),
+            message,
         });
     }
     let text = std::fs::read(file).map_err(ListError::io(file))?;

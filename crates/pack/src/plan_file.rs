@@ -412,7 +412,7 @@ pub(crate) fn make_plan_in(
         .shard_samples
         .ok_or(PackError::Plan(crate::PlanError::NeedShardSamples))?;
     if store.is_remote() {
-        store.ready_for_a_plan(plan.overwrite, &format!("{PLAN_DIR}/{STAGED_DIR}/"))?;
+        store.ready_for_a_plan(plan.overwrite, &format!("{PLAN_DIR}/"), PLAN_FILE)?;
     } else if store.local().join(PLAN_DIR).join(PLAN_FILE).exists() && !plan.overwrite {
         return Err(PackError::PlanExists {
             path: store.local().join(PLAN_DIR).join(PLAN_FILE),

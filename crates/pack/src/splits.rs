@@ -165,13 +165,19 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
 pub(crate) fn parquet_metadata(parquet: &[String], images: &[String]) -> Option<String> {
     let metadata = |f: &String| f.rsplit(['/', '\\']).next() == Some("metadata.parquet");
     let first = parquet.first().filter(|_| !images.is_empty())?;
-    parquet.iter().all(metadata).then(|| {
-        format!(
-            "{first} is a Hugging Face imagefolder's metadata, which pack reads as \
-             metadata.jsonl or metadata.csv: write it as one (pandas: read_parquet, then \
-             to_json(orient=\"records\", lines=True)) beside it, and remove it"
-        )
-    })
+    parquet
+        .iter()
+        .all(metadata)
+        .then(|| metadata_parquet(first))
+}
+
+fn metadata_parquet(file: &str) -> String {
+    format!(
+        "{file} is a Hugging Face imagefolder's metadata, which pack reads as metadata.jsonl \
+         or metadata.csv: write it as one (pandas: read_parquet, then \
+         to_json(orient=\"records\", lines=True)) beside it, and remove it; or pass \
+         --input-format imagefolder to pack the images by their folders without it"
+    )
 }
 
 /// A Hugging Face imagefolder's metadata in folder `dir` (`metadata.jsonl` or `.csv`: captions
@@ -206,7 +212,22 @@ pub(crate) fn imagefolder_metadata(
     };
     let others = nested.len().saturating_sub(1);
     match nested.iter().find(train).or(nested.first()) {
-        None => Ok(None),
+        // An imagefolder's metadata in Parquet, at its top or in a split's folder: its
+        // captions and labels would be dropped, the split taken for a class.
+        None => {
+            let folders = (std::fs::read_dir(dir).into_iter().flatten().flatten())
+                .map(|e| e.path())
+                .filter(|p| p.is_dir());
+            let mut parquet: Vec<_> = (std::iter::once(dir.to_path_buf()).chain(folders))
+                .map(|d| d.join("metadata.parquet"))
+                .filter(|p| p.is_file())
+                .collect();
+            parquet.sort();
+            match parquet.first() {
+                Some(p) => Err(metadata_parquet(&p.display().to_string())),
+                None => Ok(None),
+            }
+        }
         Some(m) => {
             let folder = m.parent().unwrap_or(dir);
             // Split folders are no classes: packing them as an ImageFolder is refused too.

@@ -273,16 +273,25 @@ impl Store {
         }
     }
 
-    /// Refuses an object-store output that holds anything but the copies a plan killed while
-    /// staging left under `staged` (hidden `.stage-…` objects: its own, by name), which
-    /// `overwrite` removes. Other objects are never deleted from here: the folder must start
-    /// empty.
-    pub(crate) fn ready_for_a_plan(&self, overwrite: bool, staged: &str) -> Result<(), PackError> {
+    /// Refuses an object-store output that holds anything but what a plan killed before it
+    /// published its plan file left in the plan folder `dir` (staged copies, its input list:
+    /// its own, by name), which `overwrite` removes. Other objects are never deleted from here:
+    /// the folder must start empty.
+    pub(crate) fn ready_for_a_plan(
+        &self,
+        overwrite: bool,
+        dir: &str,
+        plan_file: &str,
+    ) -> Result<(), PackError> {
         let Store::Remote { folder, url, .. } = self else {
             return Ok(());
         };
         let names = folder.list().map_err(|e| self.remote_error(e))?;
-        let leftovers = names.iter().all(|(n, _)| n.starts_with(staged));
+        let staged = dir;
+        let leftovers = (names.iter()).all(|(n, _)| {
+            n.strip_prefix(dir)
+                .is_some_and(|rest| !rest.is_empty() && rest != plan_file)
+        });
         let message = match () {
             _ if names.is_empty() => return Ok(()),
             _ if leftovers && overwrite => {
