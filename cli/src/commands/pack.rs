@@ -363,7 +363,10 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
         )));
     }
     let (quiet, json) = (a.quiet, a.json);
-    let plan = plan(a).map_err(|e| Failure::usage(anyhow!(e)))?;
+    let plan = plan(a).map_err(|e| match e.strip_prefix("usage: ") {
+        Some(usage) => Failure::usage(anyhow!("usage: {}", usage.replace("pack ", "plan "))),
+        None => Failure::usage(anyhow!(e)),
+    })?;
     if plan.shard_samples.is_none() {
         return Err(Failure::usage(anyhow!(
             "--shard-samples is required: a plan fixes what each shard holds by position"

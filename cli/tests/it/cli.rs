@@ -619,3 +619,14 @@ fn class_folders(root: &Path) -> usize {
         .filter(|e| e.path().is_dir())
         .count()
 }
+
+#[test]
+fn a_plan_without_output_shows_plans_usage() {
+    let r = Cmd::new(["plan"]).arg(sample_data()).run();
+    r.assert_code(2);
+    assert!(
+        r.stderr.contains("usage: shardtool plan <INPUT> <OUTPUT>"),
+        "{}",
+        r.stderr
+    );
+}
