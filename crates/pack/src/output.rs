@@ -231,6 +231,25 @@ pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
     clear_output(plan, Some(&[]))
 }
 
+/// Removes the copies of inputs staged in the output (hidden `.stage-…` files) after a listing
+/// that failed: it returns no list of them. The output is held: they are this run's.
+pub(crate) fn remove_staged(plan: &PackPlan) {
+    let staged = |e: &std::fs::DirEntry| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        name.starts_with(".stage-") && name.ends_with(".tmp")
+    };
+    for e in std::fs::read_dir(&plan.output)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if staged(&e) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 /// [`prepare_output`] with `keep`: `None` checks the output as it would (and makes it), removing
 /// nothing; `Some(files)` clears it but for `files` (inputs staged there since the check).
 pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<(), PackError> {

@@ -434,11 +434,19 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     // dataset, which is cleared only once they are listed: a bad input or option leaves it.
     let mut listing = match crate::output::stages(plan) {
         true => {
+            let options = crate::output::list_options(plan, &plan.output);
+            // Local files' columns are checked before the output is made.
+            crate::listing::check_columns(&plan.source, &options, true)
+                .map_err(PackError::Inputs)?;
             _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
             crate::output::clear_output(plan, None)?;
-            let options = crate::output::list_options(plan, &plan.output);
-            let mut listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+            let listed = list_inputs(&plan.source, &options).map_err(PackError::Inputs);
+            let mut listing = listed.inspect_err(|_| crate::output::remove_staged(plan))?;
             let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
+            // A stop asked for while the inputs were fetched ends the run before the clear.
+            if progress.cancelled() {
+                return Err(PackError::Interrupted);
+            }
             crate::output::clear_output(plan, Some(&staged.0))?;
             listing.staged = std::mem::take(&mut staged.0);
             listing
