@@ -250,6 +250,12 @@ pub(crate) fn remove_staged(plan: &PackPlan) {
     }
 }
 
+/// Whether `name` is that of a temporary file a pack writes (a shard being written, a staged
+/// input): hidden, ending in `.tmp`.
+fn temporary(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
 /// [`prepare_output`] with `keep`: `None` checks the output as it would (and makes it), removing
 /// nothing; `Some(files)` clears it but for `files` (inputs staged there since the check).
 pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<(), PackError> {
@@ -296,7 +302,7 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
             continue;
         } else if name == manifest::FILE_NAME
             || name == ERRORS_FILE
-            || (name.starts_with('.') && name.ends_with(".tmp"))
+            || temporary(&name)
             || listed.contains(name.as_ref())
             || named_as_ours(&name, &plan.prefix)
         {
@@ -311,11 +317,8 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
     let Some(keep) = keep else {
         // Only the temporary files a killed run left go now: inputs are staged next, under
         // such names.
-        let temporary = |p: &&PathBuf| {
-            let name = p.file_name().unwrap_or_default().to_string_lossy();
-            name.starts_with('.') && name.ends_with(".tmp") && p.is_file()
-        };
-        for p in ours.iter().filter(temporary) {
+        let left = |p: &&PathBuf| temporary(&p.file_name().unwrap_or_default().to_string_lossy());
+        for p in ours.iter().filter(left) {
             std::fs::remove_file(p).map_err(io)?;
         }
         return Ok(());

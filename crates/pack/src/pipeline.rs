@@ -432,7 +432,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     let mut _lock = None;
     // Inputs staged in the output (fetched, decompressed, Parquet) go in beside an earlier
     // dataset, which is cleared only once they are listed: a bad input or option leaves it.
-    let mut listing = match crate::output::stages(plan) {
+    let (mut listing, _staged) = match crate::output::stages(plan) {
         true => {
             let options = crate::output::list_options(plan, &plan.output);
             // Local files' columns are checked before the output is made.
@@ -442,21 +442,23 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             crate::output::clear_output(plan, None)?;
             let listed = list_inputs(&plan.source, &options).map_err(PackError::Inputs);
             let mut listing = listed.inspect_err(|_| crate::output::remove_staged(plan))?;
-            let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
+            let staged = StagedFiles(std::mem::take(&mut listing.staged));
             // A stop asked for while the inputs were fetched ends the run before the clear.
             if progress.cancelled() {
                 return Err(PackError::Interrupted);
             }
             crate::output::clear_output(plan, Some(&staged.0))?;
-            listing.staged = std::mem::take(&mut staged.0);
-            listing
+            (listing, staged)
         }
-        false => crate::output::list_for(plan, &plan.output, || {
-            _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
-            crate::output::prepare_output(plan)
-        })?,
+        false => {
+            let mut listing = crate::output::list_for(plan, &plan.output, || {
+                _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
+                crate::output::prepare_output(plan)
+            })?;
+            let staged = StagedFiles(std::mem::take(&mut listing.staged));
+            (listing, staged)
+        }
     };
-    let _staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() && listing.errors.is_empty() {
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,

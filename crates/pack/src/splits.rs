@@ -117,11 +117,8 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
     if configs.len() > 1 {
         let named: Vec<String> = (configs.iter())
             .map(|(c, (n, _))| match c.is_empty() {
-                true => format!(
-                    "the top folder ({n} file{})",
-                    if *n == 1 { "" } else { "s" }
-                ),
-                false => format!("{c}/ ({n} file{})", if *n == 1 { "" } else { "s" }),
+                true => format!("the top folder ({})", file_count(*n)),
+                false => format!("{c}/ ({})", file_count(*n)),
             })
             .collect();
         let first = (configs.iter().find(|(c, _)| !c.is_empty())).map(|(_, (_, f))| f);
@@ -140,7 +137,7 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
         return Ok(());
     };
     let named: Vec<String> = (splits.iter())
-        .map(|(s, (n, _))| format!("{s} ({n} file{})", if *n == 1 { "" } else { "s" }))
+        .map(|(s, (n, _))| format!("{s} ({})", file_count(*n)))
         .collect();
     let named = named.join(", ");
     // Remote inputs take brace patterns, not globs.
@@ -158,6 +155,11 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
          naming several splits' files, such as '{base}/{{a,b}}/*.{ext}', packs them together, \
          as asked)"
     ))
+}
+
+/// `n file(s)`, in words.
+fn file_count(n: usize) -> String {
+    format!("{n} file{}", if n == 1 { "" } else { "s" })
 }
 
 /// Why Parquet files beside `images` cannot be packed when every one is a Hugging Face
@@ -200,9 +202,12 @@ pub(crate) fn imagefolder_metadata(
         }
         _ => {}
     }
-    let mut nested: Vec<_> = (std::fs::read_dir(dir).into_iter().flatten().flatten())
-        .filter(|e| e.path().is_dir())
-        .filter_map(|e| metadata(&e.path()).into_iter().next())
+    let folders: Vec<_> = (std::fs::read_dir(dir).into_iter().flatten().flatten())
+        .map(|e| e.path())
+        .filter(|p| p.is_dir())
+        .collect();
+    let mut nested: Vec<_> = (folders.iter())
+        .filter_map(|f| metadata(f).into_iter().next())
         .collect();
     nested.sort();
     // The example is the training split where there is one.
@@ -215,9 +220,6 @@ pub(crate) fn imagefolder_metadata(
         // An imagefolder's metadata in Parquet, at its top or in a split's folder: its
         // captions and labels would be dropped, the split taken for a class.
         None => {
-            let folders = (std::fs::read_dir(dir).into_iter().flatten().flatten())
-                .map(|e| e.path())
-                .filter(|p| p.is_dir());
             let mut parquet: Vec<_> = (std::iter::once(dir.to_path_buf()).chain(folders))
                 .map(|d| d.join("metadata.parquet"))
                 .filter(|p| p.is_file())

@@ -287,27 +287,28 @@ impl Store {
             return Ok(());
         };
         let names = folder.list().map_err(|e| self.remote_error(e))?;
-        let staged = dir;
+        if names.is_empty() {
+            return Ok(());
+        }
         let leftovers = (names.iter()).all(|(n, _)| {
             n.strip_prefix(dir)
                 .is_some_and(|rest| !rest.is_empty() && rest != plan_file)
         });
-        let message = match () {
-            _ if names.is_empty() => return Ok(()),
-            _ if leftovers && overwrite => {
-                for (n, _) in &names {
-                    self.delete(n)?;
-                }
-                return Ok(());
+        let message = if !leftovers {
+            "not empty: a plan needs an empty object-store folder (clear it first; \
+             --overwrite deletes only what an unfinished plan staged)"
+                .into()
+        } else if overwrite {
+            for (n, _) in &names {
+                self.delete(n)?;
             }
-            _ if leftovers => format!(
+            return Ok(());
+        } else {
+            format!(
                 "holds the staged inputs of a plan that did not finish ({} objects under \
-                 {staged}): plan again with --overwrite, which removes them",
+                 {dir}): plan again with --overwrite, which removes them",
                 names.len()
-            ),
-            _ => "not empty: a plan needs an empty object-store folder (clear it first; \
-                  --overwrite deletes only what an unfinished plan staged)"
-                .into(),
+            )
         };
         Err(PackError::Store {
             location: url.clone(),
