@@ -296,10 +296,12 @@ def test_a_misspelt_column_of_a_remote_parquet_input_leaves_the_earlier_dataset(
     out = tmp_path / "ds"
     shardtool.pack(url, out)
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    with pytest.raises(ValueError, match='no column "lable"'):
-        shardtool.pack(url, out, overwrite=True, label_column="lable")
-    # Nor is the copy staged for it left beside it.
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-    m = shardtool.pack(url, out, overwrite=True, resize="shorter:6")["manifest"]
-    assert m["inputs"]["packed"] == 3
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    # Nor is the copy staged for it left beside it; a partitioned pack plans the same way.
+    for shard_samples in (None, 2):
+        with pytest.raises(ValueError, match='no column "lable"'):
+            shardtool.pack(url, out, overwrite=True, label_column="lable", shard_samples=shard_samples)
+        assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    for shard_samples in (None, 2):
+        m = shardtool.pack(url, out, overwrite=True, resize="shorter:6", shard_samples=shard_samples)["manifest"]
+        assert m["inputs"]["packed"] == 3
+        assert not [p for p in out.iterdir() if p.name.startswith(".")]

@@ -61,6 +61,43 @@ fn image_column_names_a_webdataset_samples_image_field() {
         "{}",
         r.stderr
     );
+    // A misspelt field that no sample has leaves an earlier dataset whole under --overwrite (it
+    // was cleared before the samples failed), local or planned; so does an empty input folder.
+    let files = |dir: &std::path::Path| {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file())
+            .map(|p| {
+                (
+                    p.file_name().unwrap().to_string_lossy().into(),
+                    std::fs::read(&p).unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files(&ds);
+    std::fs::create_dir_all(t.path().join("empty")).unwrap();
+    for (input, extra) in [
+        (&input, &["--image-column", "lfet.jpg"][..]),
+        (
+            &input,
+            &["--image-column", "lfet.jpg", "--shard-samples", "1"][..],
+        ),
+        (&t.path().join("empty"), &[][..]),
+    ] {
+        let r = pack(input, &ds).args(["--overwrite"]).args(extra).run();
+        r.assert_code(1);
+        assert!(
+            r.stderr.contains("no usable image") && r.stderr.contains("is left as it was"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(files(&ds), before, "{extra:?}");
+        assert!(!ds.join("_plan").exists());
+    }
 }
 
 /// An input's json carried in place of shardtool's records no sizes: a resize says so.

@@ -138,7 +138,7 @@ pub enum PackError {
         report: PathBuf,
     },
     /// The input holds no usable image at all (nothing was found, or every input failed).
-    #[error("no usable image: {}", no_images(looked_for, *.failed, summary, report))]
+    #[error("no usable image: {}", no_images(looked_for, *.failed, summary, report, *.kept))]
     NoImages {
         /// What was looked for, and where.
         looked_for: String,
@@ -148,6 +148,9 @@ pub enum PackError {
         summary: String,
         /// The error report, when inputs failed.
         report: PathBuf,
+        /// Whether the output, holding an earlier dataset, was left as it was (and so the report
+        /// was not written): `--overwrite` clears it only for a pack with an image to write.
+        kept: bool,
     },
     /// OUTPUT holds no plan.
     #[error(
@@ -360,14 +363,26 @@ pub fn shard_ranges(shards: &[u64]) -> String {
 /// Why nothing was packed: where images were looked for when none was found; otherwise that
 /// every input found failed, and why (a sample with an image that failed for its other fields
 /// was no "image not found").
-fn no_images(looked_for: &str, failed: u64, summary: &str, report: &std::path::Path) -> String {
-    if failed == 0 {
-        format!("looked for {looked_for}")
-    } else {
-        format!(
-            "every one of the {failed} inputs found ({looked_for}) failed: {summary}; see {}",
-            report.display()
-        )
+fn no_images(
+    looked_for: &str,
+    failed: u64,
+    summary: &str,
+    report: &std::path::Path,
+    kept: bool,
+) -> String {
+    let found = match failed {
+        0 => format!("looked for {looked_for}"),
+        _ => format!("every one of the {failed} inputs found ({looked_for}) failed: {summary}"),
+    };
+    let dir = report.parent().unwrap_or(report);
+    match (kept, failed) {
+        (true, _) => format!(
+            "{found}; {} is left as it was (--overwrite clears an earlier dataset only for a pack \
+             with an image to write)",
+            dir.display()
+        ),
+        (false, 0) => found,
+        (false, _) => format!("{found}; see {}", report.display()),
     }
 }
 

@@ -204,6 +204,7 @@ pub(crate) fn merge_held(
             failed: errors.len() as u64,
             summary: crate::failure_summary(&errors),
             report: errors_path,
+            kept: false,
         });
     }
     let (fields, optional_fields) = split_fields(&counts, samples);

@@ -46,28 +46,78 @@ pub(crate) fn holds_a_pack(dir: &Path) -> bool {
     dir.join(manifest::FILE_NAME).is_file() || dir.join(crate::PLAN_DIR).is_dir()
 }
 
-/// Lists the inputs of `plan`, staging remote and Parquet inputs in `stage_dir`; prepares the
-/// output folder (before listing when staging needs it, after otherwise, so a bad input leaves
-/// no output folder behind).
+/// Lists the inputs of `plan` and prepares its output, which `lock` first takes hold of: an
+/// earlier dataset there is cleared only once the inputs are listed, so a bad input or option
+/// leaves it whole (and a bad input leaves no output folder behind). Inputs staged while listed
+/// (fetched, decompressed, Parquet rows) go into the output beside it, as hidden temporary
+/// files, then move into `stage_dir`. A stop asked for (`cancelled`) once they are listed ends
+/// the run before the clear.
 pub(crate) fn list_for(
     plan: &PackPlan,
     stage_dir: &Path,
-    prepare: impl FnOnce() -> Result<(), PackError>,
+    lock: impl FnOnce() -> Result<(), PackError>,
+    cancelled: &dyn Fn() -> bool,
 ) -> Result<crate::Listing, PackError> {
-    let options = list_options(plan, stage_dir);
-    if stages(plan) {
-        // Inputs are staged in the output, so it is cleared first; a misspelt column of local
-        // Parquet files is found before that, and an earlier dataset there is left whole.
-        crate::listing::check_columns(&plan.source, &options, true).map_err(PackError::Inputs)?;
-        prepare()?;
-        std::fs::create_dir_all(stage_dir).map_err(|e| PackError::io(stage_dir, e))?;
+    if !stages(plan) {
+        let options = list_options(plan, stage_dir);
         let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
-        Ok(listing)
-    } else {
-        let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
-        prepare()?;
-        Ok(listing)
+        lock()?;
+        keeps_an_earlier_dataset(plan, &listing)?;
+        prepare_output(plan)?;
+        return Ok(listing);
     }
+    let options = list_options(plan, &plan.output);
+    // Local files' columns are checked before the output is made.
+    crate::listing::check_columns(&plan.source, &options, true).map_err(PackError::Inputs)?;
+    lock()?;
+    clear_output(plan, None)?;
+    let listed = list_inputs(&plan.source, &options).map_err(PackError::Inputs);
+    let mut listing = listed.inspect_err(|_| remove_staged(plan))?;
+    let staged = crate::pipeline::StagedFiles(std::mem::take(&mut listing.staged));
+    if cancelled() {
+        return Err(PackError::Interrupted);
+    }
+    keeps_an_earlier_dataset(plan, &listing)?;
+    clear_output(plan, Some(&staged.0))?;
+    listing.staged = move_staged(staged, &mut listing.containers, stage_dir)?;
+    Ok(listing)
+}
+
+/// Refuses to clear an earlier dataset in the output for inputs of which none can be packed
+/// (nothing found, or every one failed while listed: a misspelt `--image-column`, say).
+fn keeps_an_earlier_dataset(plan: &PackPlan, listing: &crate::Listing) -> Result<(), PackError> {
+    if !listing.inputs.is_empty() || !holds_a_pack(&plan.output) {
+        return Ok(());
+    }
+    Err(PackError::NoImages {
+        looked_for: listing.looked_for.clone(),
+        failed: listing.errors.len() as u64,
+        summary: crate::failure_summary(&listing.errors),
+        report: plan.output.join(ERRORS_FILE),
+        kept: true,
+    })
+}
+
+/// Moves the files `staged` in the output into `stage_dir` (the output itself, or a folder in
+/// it), and the containers read from them with them; returns their new paths.
+fn move_staged(
+    mut staged: crate::pipeline::StagedFiles,
+    containers: &mut [crate::listing::Container],
+    stage_dir: &Path,
+) -> Result<Vec<PathBuf>, PackError> {
+    if staged.0.iter().all(|p| p.parent() == Some(stage_dir)) {
+        return Ok(std::mem::take(&mut staged.0));
+    }
+    std::fs::create_dir_all(stage_dir).map_err(|e| PackError::io(stage_dir, e))?;
+    for p in &mut staged.0 {
+        let to = stage_dir.join(p.file_name().unwrap_or_default());
+        std::fs::rename(&*p, &to).map_err(|e| PackError::io(&*p, e))?;
+        for c in containers.iter_mut().filter(|c| c.path == *p) {
+            c.path = to.clone();
+        }
+        *p = to;
+    }
+    Ok(std::mem::take(&mut staged.0))
 }
 
 /// Whether `plan`'s inputs are staged (fetched, decompressed, Parquet rows) while listed.

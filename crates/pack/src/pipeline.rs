@@ -1,7 +1,7 @@
 //! The pack run: plan the order, transform in parallel inside a bounded window, write in order.
 
 use crate::list_file::row_columns;
-use crate::listing::{list_inputs, Columns, Container, ContainerKind};
+use crate::listing::{Columns, Container, ContainerKind};
 use crate::plan::{KeyChoice, PackPlan, ShardFormatChoice};
 use crate::sample_read::{
     carried_problem, packed_record_problem, read_bounded, read_span, tar_member_problem,
@@ -430,41 +430,23 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
     // Held to the end: a plan or another pack beside this one is refused, and this one is
     // refused beside them, before it clears anything.
     let mut _lock = None;
-    // Inputs staged in the output (fetched, decompressed, Parquet) go in beside an earlier
-    // dataset, which is cleared only once they are listed: a bad input or option leaves it.
-    let (mut listing, _staged) = match crate::output::stages(plan) {
-        true => {
-            let options = crate::output::list_options(plan, &plan.output);
-            // Local files' columns are checked before the output is made.
-            crate::listing::check_columns(&plan.source, &options, true)
-                .map_err(PackError::Inputs)?;
+    let mut listing = crate::output::list_for(
+        plan,
+        &plan.output,
+        || {
             _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
-            crate::output::clear_output(plan, None)?;
-            let listed = list_inputs(&plan.source, &options).map_err(PackError::Inputs);
-            let mut listing = listed.inspect_err(|_| crate::output::remove_staged(plan))?;
-            let staged = StagedFiles(std::mem::take(&mut listing.staged));
-            // A stop asked for while the inputs were fetched ends the run before the clear.
-            if progress.cancelled() {
-                return Err(PackError::Interrupted);
-            }
-            crate::output::clear_output(plan, Some(&staged.0))?;
-            (listing, staged)
-        }
-        false => {
-            let mut listing = crate::output::list_for(plan, &plan.output, || {
-                _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
-                crate::output::prepare_output(plan)
-            })?;
-            let staged = StagedFiles(std::mem::take(&mut listing.staged));
-            (listing, staged)
-        }
-    };
+            Ok(())
+        },
+        &|| progress.cancelled(),
+    )?;
+    let _staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() && listing.errors.is_empty() {
         return Err(PackError::NoImages {
             looked_for: listing.looked_for,
             failed: 0,
             summary: String::new(),
             report: plan.output.join(ERRORS_FILE),
+            kept: false,
         });
     }
     let spec = effective_spec(plan);
@@ -562,6 +544,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             failed: errors.len() as u64,
             summary: crate::failure_summary(&errors),
             report: errors_path,
+            kept: false,
         });
     }
 

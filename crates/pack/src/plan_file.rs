@@ -4,7 +4,6 @@
 
 use crate::listing::{ContainerKind, Inputs, Origin};
 use crate::output::list_for;
-use crate::output::prepare_output;
 use crate::pipeline::{StagedFiles, UNKNOWN_SIZE};
 use crate::plan::{FrozenOptions, PackPlan};
 use crate::store::Store;
@@ -430,7 +429,7 @@ pub(crate) fn make_plan_in(
     let output = &plan.output;
     let dir = plan_dir(output);
     let staged_dir = dir.join(STAGED_DIR);
-    let mut listing = list_for(plan, &staged_dir, || prepare_output(plan))?;
+    let mut listing = list_for(plan, &staged_dir, || Ok(()), &|| false)?;
     // Staged files stay for the parts, unless planning fails.
     let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() {
@@ -445,6 +444,7 @@ pub(crate) fn make_plan_in(
             failed: listing.errors.len() as u64,
             summary: crate::failure_summary(&listing.errors),
             report,
+            kept: false,
         });
     }
     std::fs::create_dir_all(dir.join(DONE_DIR)).map_err(|e| PackError::io(&dir, e))?;
