@@ -149,15 +149,12 @@ def _without(batch: Batch, bad: List[int]) -> Batch:
 
             out[name] = value[torch.as_tensor(keep, dtype=torch.long)]
         else:
-            # numpy arrays; a DLPack tensor has no indexing and is refused here.
+            # numpy arrays; a DLPack tensor has no indexing: the kept rows are copied into a
+            # numpy array, which is a DLPack exporter too.
             import numpy
 
-            if not isinstance(value, numpy.ndarray):
-                raise _shardtool.CorruptRecordError(
-                    f"a record's field does not parse, and output='dlpack' batches cannot leave it "
-                    f"out: {batch['key'][bad[0]]} (use output='torch' or 'numpy')"
-                )
-            out[name] = value[numpy.asarray(keep, dtype=numpy.int64)]
+            array = value if isinstance(value, numpy.ndarray) else numpy.from_dlpack(value)
+            out[name] = array[numpy.asarray(keep, dtype=numpy.int64)]
     return out
 
 
@@ -278,7 +275,8 @@ class Loader:
     gone, so batches you keep are never overwritten.
 
     ``rank`` and ``world_size`` are read at the first ``iter()``, not here: the arguments, else an
-    initialised ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0 of 1. Every rank yields
+    initialised ``torch.distributed``, else ``RANK``/``WORLD_SIZE``, else 0 of 1 (JAX sets none of
+    these: pass ``rank=jax.process_index(), world_size=jax.process_count()``). Every rank yields
     ``len(loader)`` batches, so DDP never waits on a rank that ran out. ``remainder="drop"`` leaves
     out the ``N mod world_size`` samples that do not divide evenly; ``"pad"`` repeats a few
     instead. ``drop_last=True`` also leaves out each epoch's last batch when it is short, so every
@@ -316,7 +314,8 @@ class Loader:
     ``prefetch`` is the
     number of whole batches each thread may hold ready (default 2, at most 1024); ``skip_corrupt``
     leaves unreadable records out of their batches instead of raising (a ``json`` or ``cls``
-    field asked for that does not parse too, except with ``output="dlpack"``; ``metrics()`` counts them;
+    field asked for that does not parse too, ``output="dlpack"`` then giving that batch's arrays
+    as NumPy arrays, copied, which export DLPack too; ``metrics()`` counts them;
     a batch may then be short, or empty: ``[0, S, S, 3]`` for a crop to S, ``[0, 0, 0, 3]`` for
     other decoded images and packed pixels). ``max_pixels`` is the most pixels a record may decode
     to, a larger one being corrupt (default: the limit the dataset was packed under, at least
@@ -478,7 +477,7 @@ class Loader:
         if env is not None:
             rank, world = env
             if not 0 <= rank < world:
-                raise ValueError(f"RANK={rank} must be in 0..WORLD_SIZE={world}")
+                raise ValueError(f"RANK={rank} must be below WORLD_SIZE={world} (ranks count from 0)")
             return env
         return 0, 1
 
@@ -541,7 +540,10 @@ class Loader:
         _LOADERS.add(self)
 
     def set_epoch(self, epoch: int) -> None:
-        """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``."""
+        """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``.
+
+        A state loaded with :meth:`load_state_dict` for another epoch is dropped: that ``iter()``
+        reads epoch ``epoch`` from its start (the same epoch keeps it)."""
         epoch = _check_int("epoch", epoch, 0, maximum=2**64 - 1)
         with self._state_lock:
             if self._resume is not None and self._resume["epoch"] != epoch:
@@ -779,8 +781,10 @@ class Loader:
         """Continues from ``state`` (from ``state_dict``) at the next ``iter()``: the identical
         remaining batches. Raises ``ValueError`` for a state of another dataset, seed, batch size,
         ``drop_last`` or format, and at that ``iter()`` for one saved by a loader of another rank,
-        world size, shuffle or remainder (save one state per rank; each rank loads its own). The
-        command line's ``read --resume`` takes these from the state instead."""
+        world size, shuffle or remainder (save one state per rank; each rank loads its own). After
+        a change of world size (a job restarted on fewer hosts), no state resumes the epoch: start
+        the next one afresh with :meth:`set_epoch`, which also drops a loaded state of another
+        epoch. The command line's ``read --resume`` takes these from the state instead."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, not {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:

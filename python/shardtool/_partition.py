@@ -30,7 +30,7 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
     not matter). A plan killed while planning is simply made again.
     """
     out = _check_path("output", output)
-    options = checked_options(dict(options, shard_samples=shard_samples))
+    options = checked_options(dict(options, shard_samples=shard_samples), caller="plan")
     if options.get("resume") and options.get("overwrite"):
         # As pack refuses it: overwrite would replace the plan (and a merged dataset) at once.
         raise ValueError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from typing import Any, Dict, Optional, Sequence, Union
@@ -20,20 +21,30 @@ MAX_JOBS = 4096
 _INT_OPTIONS = {"seed": 0, "shard_samples": 1, "jobs": 1, "max_pixels": 1, "max_errors": 0}
 _BOOL_OPTIONS = ("upscale", "shuffle", "overwrite", "resume")
 _STR_OPTIONS = (
-    "format", "resize", "filter", "encode", "decode_scale", "compress", "keys", "prefix"
+    "format", "resize", "filter", "encode", "decode_scale", "compress", "keys", "prefix",
+    "input_format", "image_column", "label_column", "text_column",
+)
+_OPTIONS = frozenset(
+    [*_INT_OPTIONS, *_BOOL_OPTIONS, *_STR_OPTIONS, "quality", "drop_columns", "shard_size"]
 )
 
 
-def checked_options(options: Dict[str, Any]) -> Dict[str, Any]:
-    """``options`` of :func:`pack` with integers range-checked (a ``ValueError`` naming the
-    option, not an ``OverflowError`` from the conversion; numpy's integers as ints) and an int
-    ``shard_size`` as bytes. An option given as ``None`` takes its default."""
+def checked_options(options: Dict[str, Any], caller: str = "pack") -> Dict[str, Any]:
+    """``options`` of :func:`pack` checked, each error naming the option: an unknown one (a
+    ``TypeError`` naming ``caller``, with the option meant), a wrong type (a ``TypeError``),
+    an integer out of range (a ``ValueError``, not an ``OverflowError`` from the conversion;
+    numpy's integers as ints); an int ``shard_size`` as bytes. An option given as ``None``
+    takes its default."""
+    unknown = sorted(set(options) - _OPTIONS)
+    if unknown:
+        meant = difflib.get_close_matches(unknown[0], sorted(_OPTIONS), n=1)
+        hint = f" (did you mean {meant[0]!r}?)" if meant else ""
+        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}{hint}")
     options = {k: v for k, v in options.items() if v is not None}
 
     def integer(name: str, value: Any, least: int, most: int) -> None:
-        # Other types are left for the bindings to refuse, naming the type; a bool (an int to
-        # the bindings) is never what was meant.
-        if value is not None and not isinstance(value, str) and hasattr(value, "__index__"):
+        # A bool (an int to the bindings) is never what was meant; _check_int refuses it.
+        if value is not None:
             options[name] = _check_int(name, value, least, maximum=most)
 
     for name, least in _INT_OPTIONS.items():
@@ -129,7 +140,14 @@ def pack(
     files and raises ``KeyboardInterrupt``: rerun with ``resume=True`` (with ``shard_samples``)
     or ``overwrite=True``. ``resume`` and ``overwrite`` together are refused.
     """
-    options = checked_options(dict(options, drop_columns=drop_columns))
+    columns = dict(
+        input_format=input_format,
+        image_column=image_column,
+        label_column=label_column,
+        text_column=text_column,
+        drop_columns=drop_columns,
+    )
+    options = checked_options(dict(options, **columns))
     if options.get("resume") and options.get("overwrite"):
         raise ValueError(
             "resume=True continues an interrupted pack, overwrite=True starts over: pass one"
@@ -155,10 +173,6 @@ def pack(
         _shardtool.pack(
             _check_path("input", input),
             _check_path("output", output),
-            input_format=input_format,
-            image_column=image_column,
-            label_column=label_column,
-            text_column=text_column,
             **options,
         )
     )
@@ -191,6 +205,8 @@ def verify(
     """
     _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
+    if not isinstance(decode, bool):
+        raise TypeError(f"decode must be True or False, not {type(decode).__name__}")
     return json.loads(
         _shardtool.verify(
             _check_path("path", path),

@@ -173,6 +173,15 @@ def test_a_json_field_that_does_not_parse_is_skipped_with_skip_corrupt(
         # The one record is left out, the others keep their places and their batches.
         assert keys == [k for k in whole if k != damaged]
         assert loader.metrics()["corrupt_skipped"] == 1
+    # DLPack batches leave it out too (their arrays, copied, still export DLPack).
+    import numpy as np
+
+    got = []
+    for b in shardtool.Loader(copy, output="dlpack", skip_corrupt=True, **opts):
+        images = b["image"] if isinstance(b["image"], list) else np.from_dlpack(b["image"])
+        assert len(images) == np.from_dlpack(b["label"]).shape[0] == len(b["key"])
+        got.extend(b["key"])
+    assert got == [k for k in whole if k != damaged]
     # JSON nested past Python's recursion limit does not parse either (RecursionError).
     from shardtool._loader import _field_values
 

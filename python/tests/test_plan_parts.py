@@ -114,9 +114,24 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
         (dict(upscale="yes"), "upscale"),
         (dict(overwrite=1), "overwrite"),
         (dict(resize=224), "resize"),
+        (dict(seed="1"), "seed must be an int, not str"),
+        (dict(quality="90"), "quality must be an int"),
+        (dict(jobs=2.5), "jobs must be an int, not float"),
+        (dict(max_errors=1.5), "max_errors must be an int"),
+        (dict(input_format=3), "input_format must be a str"),
+        (dict(label_column=b"label"), "label_column must be a str"),
+        (dict(resze="crop:3x3"), r"pack\(\) got an unexpected keyword argument 'resze' \(did you mean 'resize'\?\)"),
     ]:
         with pytest.raises(TypeError, match=name):
             shardtool.pack(SAMPLE, tmp_path / "q", **bad)
+    with pytest.raises(TypeError, match=r"^plan\(\) got an unexpected keyword argument 'resze'"):
+        shardtool.plan(SAMPLE, tmp_path / "q", shard_samples=2, resze="crop:3x3")
+    with pytest.raises(TypeError, match="shard_samples must be an int, not str"):
+        shardtool.plan(SAMPLE, tmp_path / "q", shard_samples="100")  # type: ignore[arg-type]
+    for decode in ("yes", 1):
+        with pytest.raises(TypeError, match="decode must be True or False"):
+            shardtool.verify(SAMPLE, decode=decode)  # type: ignore[arg-type]
+    assert not (tmp_path / "q").exists()
     # Planning into a finished dataset says what is there and how to replace it.
     done = tmp_path / "done"
     shardtool.pack(SAMPLE, done, resize="crop:16x16")

@@ -381,8 +381,8 @@ impl LoaderBuilder {
                 let differs = strict_differences(&s, &self);
                 if !differs.is_empty() {
                     return Err(ReadError::BadState(format!(
-                        "the saved state was made by a loader with other options ({}); load \
-                         each rank's own state into a loader made as that one was",
+                        "the saved state was made by a loader with other options ({}); load each \
+                         rank's own state into a loader made as that one was (a world size that changed starts the next epoch afresh)",
                         differs.join("; ")
                     )));
                 }
