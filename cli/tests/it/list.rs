@@ -691,3 +691,30 @@ fn lists_carry_their_extra_columns_and_may_have_no_labels() {
         (Some("cat"), Some("physics"))
     );
 }
+
+/// A list of shards given as a WebDataset input is named as text, not as a tar cut short.
+#[test]
+fn a_list_of_shards_given_as_webdataset_is_named_as_text() {
+    let t = tempdir();
+    let ds = t.path().join("ds");
+    pack(sample_data(), &ds)
+        .args(["--shard-samples", "20"])
+        .ok();
+    let list = t.path().join("shards.txt");
+    let names: Vec<String> = std::fs::read_dir(&ds)
+        .unwrap()
+        .map(|e| e.unwrap().path().display().to_string())
+        .filter(|p| p.ends_with(".tar"))
+        .collect();
+    write_file(&list, names.join("\n"));
+    let r = pack(&list, t.path().join("out"))
+        .args(["--input-format", "wds"])
+        .run();
+    r.assert_code(1);
+    assert!(
+        r.stderr.contains("not a tar archive: the file holds text")
+            && !r.stderr.contains("truncated"),
+        "{}",
+        r.stderr
+    );
+}

@@ -105,15 +105,34 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
         |at, buf| file.read_exact_at(buf, at),
         |s| out.samples.push(s),
     );
-    // Damaged compression explains a tar cut short better than the tar's own error does.
+    // Damaged compression explains a tar cut short better than the tar's own error does, and
+    // text where the first header should be is no tar at all (a list of shards, say).
     out.error = match (damage, r) {
         (Some(d), _) => Some(format!("{d}; the samples before the damage are kept")),
+        (None, Err(_)) if out.samples.is_empty() && starts_with_text(&file) => {
+            Some(NOT_A_TAR.into())
+        }
         (None, Err(e)) => Some(format!("{e}; the rest of the shard is not read")),
         (None, Ok(())) => None,
     };
     out.labels = out.samples.iter().map(|s| read_label(&file, s)).collect();
     out.fetched = Some(fetched);
     out
+}
+
+/// Why a shard that holds text is not read.
+const NOT_A_TAR: &str = "not a tar archive: the file holds text (a list of shards is not an \
+     input: give the shards themselves, as a folder, a brace pattern, a glob or their URLs)";
+
+/// Whether `file` begins with text, where a tar's first header holds NUL bytes.
+fn starts_with_text(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut head = [0u8; 512];
+    let n = file.read_at(&mut head, 0).unwrap_or(0);
+    let head = &head[..n];
+    // UTF-8 throughout, but for a character cut where the read ends.
+    let utf8 = std::str::from_utf8(head).map_or_else(|e| e.error_len().is_none(), |_| true);
+    n > 0 && !head.contains(&0) && utf8
 }
 
 /// Remote input shards fetched (into staged files) at once, whatever `--jobs` says.
