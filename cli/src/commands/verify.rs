@@ -164,6 +164,14 @@ fn print_human(r: &Report) {
     for p in &r.problems {
         outln!("  {p}");
     }
+    if let Some(n @ 1..) = r.cache_repaired {
+        outln!(
+            "  {n} cached cop{} of the shards held other bytes than the manifest names (damaged \
+             in the cache) and {} fetched again",
+            if n == 1 { "y" } else { "ies" },
+            if n == 1 { "was" } else { "were" }
+        );
+    }
     if r.ok {
         outln!(
             "OK: every shard matches the manifest (files, sizes, checksums, counts, structure, \

@@ -234,6 +234,16 @@ impl CacheDir {
         check_owner(&root)?;
         let reserve = root.join("reserve");
         fs::create_dir_all(&reserve).map_err(CacheError::io(&reserve))?;
+        // A folder that can be read but not written (a read-only mount holding a warm cache)
+        // is refused here, not at the first shard lock.
+        // Hidden, as a reservation being written: others' reservation counts skip it.
+        let probe = reserve.join(format!(
+            ".probe.{}.{}",
+            process_token(),
+            RESERVATIONS.fetch_add(1, Ordering::Relaxed)
+        ));
+        fs::File::create(&probe).map_err(CacheError::io(&reserve))?;
+        let _ = fs::remove_file(&probe);
         Ok(Self { root, limit })
     }
 
@@ -296,6 +306,17 @@ impl CacheDir {
     /// stale (file replaced, touched or copied), a full checksum matches. A damaged file is
     /// never served.
     pub(crate) fn is_whole(p: &ShardPaths, bytes: u64, sum: Checksum) -> Result<bool, CacheError> {
+        Self::whole(p, bytes, sum, true)
+    }
+
+    /// [`CacheDir::is_whole`], the stamp trusted only when `trust_stamp`: otherwise the file is
+    /// hashed whatever its stamp says (bytes damaged in place, the size and time kept).
+    pub(crate) fn whole(
+        p: &ShardPaths,
+        bytes: u64,
+        sum: Checksum,
+        trust_stamp: bool,
+    ) -> Result<bool, CacheError> {
         let md = match fs::metadata(&p.data) {
             Ok(m) => m,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -305,7 +326,7 @@ impl CacheDir {
             return Ok(false);
         }
         let now = stamp_of(&md, bytes, sum);
-        if let Ok(text) = fs::read(&p.meta) {
+        if let (true, Ok(text)) = (trust_stamp, fs::read(&p.meta)) {
             if serde_json::from_slice::<Stamp>(&text).ok().as_ref() == Some(&now) {
                 return Ok(true);
             }

@@ -267,7 +267,7 @@ impl RemoteDataset {
                     "the reader keeps up to {open_bytes} bytes of shards open at once{}; raise \
                      --cache-limit to at least {need} (for each process reading through this \
                      cache folder: the ranks of a node sharing it need the sum), or open fewer \
-                     shards at once (a smaller shuffle buffer or interleave, fewer workers)",
+                     shards at once (a smaller shuffle buffer, interleave or batch, fewer workers)",
                     match need - open_bytes {
                         0 => String::new(),
                         more => format!(" and a shard being fetched needs up to {more} more"),
@@ -441,7 +441,10 @@ impl RemoteDataset {
                         break;
                     }
                     let i = indices.map_or(k, |v| v[k]);
-                    let r = self.shared.acquire(i, hold, true).and_then(|lease| {
+                    // At source, a cached copy is hashed too: damaged in place (its size and
+                    // time kept), it is fetched again rather than verified as the server's.
+                    let r = self.shared.acquire_with(i, hold, true, at_source);
+                    let r = r.and_then(|lease| {
                         if at_source && !lease.fetched {
                             self.shared.check_at_source(i)?;
                         }
@@ -572,6 +575,17 @@ impl Shared {
 
     /// Returns a lease on a whole cached copy of shard `i`, fetching it first on a miss.
     fn acquire(&self, i: usize, hold: bool, count_hit: bool) -> Result<Lease, CacheError> {
+        self.acquire_with(i, hold, count_hit, false)
+    }
+
+    /// [`Shared::acquire`], a cached copy hashed whatever its stamp says when `rehash`.
+    fn acquire_with(
+        &self,
+        i: usize,
+        hold: bool,
+        count_hit: bool,
+        rehash: bool,
+    ) -> Result<Lease, CacheError> {
         let spec = self.specs.get(i).ok_or_else(|| CacheError::Manifest {
             url: self.remote.url.file_url(&self.remote.url.manifest),
             message: format!("no shard #{i}"),
@@ -584,7 +598,7 @@ impl Shared {
             // Shared: waits only while another process (or thread) fetches or evicts this shard.
             self.wait_for_holder(&lock, true, spec)?;
             let lock = Locked::new(lock);
-            if CacheDir::is_whole(&paths, bytes, sum)? {
+            if CacheDir::whole(&paths, bytes, sum, fetched || !rehash)? {
                 // Fetched ahead (`count_hit` false only for the prefetcher): last in line for
                 // eviction until it is read, so that other processes' fetches take shards
                 // already read first, not this one before this process reads it.
@@ -625,7 +639,7 @@ impl Shared {
             }
             let lock = Locked::new(lock);
             // Someone may have fetched it while we waited for the exclusive lock.
-            if !CacheDir::is_whole(&paths, bytes, sum)? {
+            if !CacheDir::whole(&paths, bytes, sum, !rehash)? {
                 if paths.data.exists() {
                     // Damaged, partial or another version: never served, fetched again.
                     Recorder::add(&self.remote.metrics.repaired, 1);

@@ -169,15 +169,19 @@ impl RemoteView {
 /// an `error_report` problem.
 ///
 /// A shard that could not be fetched is a [`ProblemKind::FetchFailed`] problem; problems name
-/// shards as the server stores them (`.tar.zst`, not the cache's decompressed `.tar`).
+/// shards as the server stores them (`.tar.zst`, not the cache's decompressed `.tar`). A cached
+/// copy is hashed too: one damaged in place is fetched again, counted in
+/// [`Report::cache_repaired`], and not blamed on the server.
 pub fn verify_remote(
     ds: &RemoteDataset,
     workers: usize,
     opts: &VerifyOptions,
     progress: &dyn Progress,
 ) -> Result<Report, VerifyError> {
+    let repaired = ds.metrics().repaired;
     let view = RemoteView::fetch(ds, workers, Fetch::AllAtSource, true)?;
     let mut report = verify(view.path(), opts, progress)?;
+    report.cache_repaired = Some(ds.metrics().repaired - repaired);
     for p in &mut report.problems {
         view.rename(p);
     }

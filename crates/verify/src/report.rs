@@ -197,6 +197,10 @@ pub struct Report {
     pub problem_counts: BTreeMap<ProblemKind, u64>,
     /// Every problem found, in shard order.
     pub problems: Vec<Problem>,
+    /// Cached copies of a remote dataset's shards found damaged and fetched again (not
+    /// problems of the dataset; absent for a local one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_repaired: Option<u64>,
 }
 
 impl Report {
@@ -258,6 +262,7 @@ mod tests {
                 Problem::member("a.tar", "k.cls", ProblemKind::MissingField, "y"),
                 Problem::shard("a.tar", ProblemKind::Truncated, "z"),
             ],
+            cache_repaired: None,
         };
         r.finish();
         assert!(!r.ok);

@@ -208,6 +208,7 @@ pub fn verify(
         elapsed_secs: start.elapsed().as_secs_f64(),
         problem_counts: Default::default(),
         problems,
+        cache_repaired: None,
     };
     report.finish();
     Ok(report)
