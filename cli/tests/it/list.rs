@@ -718,3 +718,32 @@ fn a_list_of_shards_given_as_webdataset_is_named_as_text() {
         r.stderr
     );
 }
+
+/// A Hugging Face imagefolder's metadata names images in its own folder: a row naming a file
+/// elsewhere (absolute, or up through `..`) fails alone and that file is never read.
+#[test]
+fn an_imagefolders_metadata_names_no_file_outside_its_folder() {
+    let t = tempdir();
+    let dir = t.path().join("hf/train");
+    make_images(&dir, 2);
+    save_rgb(t.path().join("secret.png"), &pattern(20, 20, 9));
+    let outside = t.path().join("secret.png").display().to_string();
+    write_file(
+        dir.join("metadata.jsonl"),
+        format!(
+            "{{\"file_name\":\"imgs/0.png\"}}\n{{\"file_name\":\"imgs/../imgs/1.png\"}}\n\
+             {{\"file_name\":\"../../secret.png\"}}\n{{\"file_name\":\"{outside}\"}}\n"
+        ),
+    );
+    let ds = t.path().join("ds");
+    pack(&dir, &ds).ok();
+    let errs = check_accounting(&ds, &[]);
+    assert_eq!(errs.len(), 2, "{errs:?}");
+    for e in errs.values() {
+        assert_eq!(e.kind, "bad_list_row", "{e:?}");
+        assert!(e.message.contains("outside the folder"), "{e:?}");
+    }
+    let sources: Vec<String> = by_source_map(&ds).into_keys().collect();
+    assert_eq!(sources.len(), 2, "{sources:?}");
+    assert!(sources.iter().all(|s| !s.contains("secret")), "{sources:?}");
+}

@@ -208,6 +208,20 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
     list_text(file, &text, columns)
 }
 
+/// Whether the relative path `path` leaves its folder (absolute, or up through `..`).
+fn escapes(path: &str) -> bool {
+    let mut depth = 0usize;
+    for c in Path::new(path).components() {
+        match c {
+            std::path::Component::Normal(_) => depth += 1,
+            std::path::Component::CurDir => {}
+            std::path::Component::ParentDir if depth > 0 => depth -= 1,
+            _ => return true,
+        }
+    }
+    false
+}
+
 /// Lists the rows of `text`, the content of the list file `file` (CSV or JSONL, by
 /// [`ListKind::of`]).
 pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<Listing, ListError> {
@@ -245,6 +259,9 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     let mut dropped_seen = 0u64;
     let mut max_int: Option<i64> = None;
     let mut names: BTreeMap<String, u32> = BTreeMap::new();
+    // A Hugging Face imagefolder's metadata names files in its folder, as `datasets` reads it:
+    // a downloaded dataset packs no file elsewhere on the machine.
+    let confined = is_imagefolder_metadata(file) && cols.path.eq_ignore_ascii_case(HF_IMAGE_COLUMN);
     let headers = for_each_row(text, kind, &cols, &mut |row| {
         any_extra |= row.extra;
         any_text |= row.text;
@@ -378,6 +395,19 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
                     "its {} is a URL: a list names local files (fetch them first, or pack \
                      WebDataset shards or Parquet files by URL)",
                     cols.path
+                ),
+            ));
+            return Ok(());
+        }
+        if confined && escapes(path) {
+            listing.errors.push(failure(
+                where_(),
+                "bad_list_row",
+                format!(
+                    "its {} names a file outside the folder of {}: an imagefolder's metadata \
+                     names images in its own folder",
+                    cols.path,
+                    file.display()
                 ),
             ));
             return Ok(());
