@@ -820,3 +820,25 @@ fn a_callers_pixel_limit_caps_what_verify_decodes() {
         capped.problems.first()
     );
 }
+
+/// Class names of megabytes in an edited manifest break its rules, and the samples' messages
+/// show them cut: the report stays small however many samples name them.
+#[test]
+fn huge_class_names_are_a_broken_rule_and_cut_in_messages() {
+    for f in [Flavour::Wds, Flavour::Packed] {
+        let (_t, ds) = dataset(f);
+        let path = ds.join("manifest.json");
+        let mut m: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        for c in m["classes"].as_array_mut().unwrap() {
+            *c = Value::String(format!("{}{}", c.as_str().unwrap(), "x".repeat(200_000)));
+        }
+        std::fs::write(&path, serde_json::to_vec(&m).unwrap()).unwrap();
+        let out = Command::new(bin()).arg("verify").arg(&ds).output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{f:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("name is 200"), "{f:?}: {}", &text[..500]);
+        assert!(text.contains("more than 1024"), "{f:?}");
+        assert!(text.contains("label_mismatch"), "{f:?}");
+        assert!(text.len() < 100_000, "{f:?}: {} bytes", text.len());
+    }
+}

@@ -232,6 +232,15 @@ pub(crate) fn check_meta(
     )
 }
 
+/// A class name as a message shows it: its first 100 characters (a hostile manifest or sample
+/// may hold megabytes, repeated in every sample's message).
+fn cut(name: &str) -> String {
+    match name.char_indices().nth(100) {
+        Some((at, _)) => format!("{}…", &name[..at]),
+        None => name.to_string(),
+    }
+}
+
 /// The rules of a sample's metadata that `.json` members and packed records' metadata share: a
 /// stated `class` names the label's class; `width` and `height` (each `None` when absent,
 /// `Some(None)` when not a non-negative integer) come together. Returns the size stated.
@@ -247,7 +256,10 @@ pub(crate) fn check_class_and_size(
             ctx,
             &member(),
             ProblemKind::LabelMismatch,
-            format!("states class {class:?}, but it is unlabelled (label -1)"),
+            format!(
+                "states class {:?}, but it is unlabelled (label -1)",
+                cut(class)
+            ),
         );
     } else if let (Some(class), Some(l)) = (class, label) {
         let named = usize::try_from(l).ok().and_then(|i| ctx.classes.get(i));
@@ -256,7 +268,11 @@ pub(crate) fn check_class_and_size(
                 ctx,
                 &member(),
                 ProblemKind::LabelMismatch,
-                format!("states class {class:?}, but label {l} is class {named:?}"),
+                format!(
+                    "states class {:?}, but label {l} is class {:?}",
+                    cut(class),
+                    cut(named)
+                ),
             );
         }
     }

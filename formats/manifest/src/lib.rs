@@ -323,6 +323,17 @@ impl Manifest {
                 format!("field {f:?} is listed both in fields and in optional_fields"),
             );
         }
+        if let Some((i, c)) =
+            (self.classes.iter().enumerate()).find(|(_, c)| c.len() > MAX_CLASS_NAME)
+        {
+            bad(
+                None,
+                format!(
+                    "class {i}'s name is {} bytes long, more than {MAX_CLASS_NAME}",
+                    c.len()
+                ),
+            );
+        }
         let mut names = BTreeSet::new();
         for s in &self.shards {
             let shard = Some(s.file.as_str());
@@ -475,6 +486,10 @@ pub fn is_safe_file_name(name: &str) -> bool {
 
 /// Longest field name: a tar member name holds at most 100 bytes, key and `.` included.
 pub const MAX_FIELD_NAME: usize = 64;
+
+/// The longest class name a manifest may hold, in bytes (pack writes at most 255, a folder
+/// name's limit): each is repeated in messages about the samples of its class.
+pub const MAX_CLASS_NAME: usize = 1024;
 
 /// A field name as WebDataset spells it (the member name after the key's first `.`): 1 to
 /// [`MAX_FIELD_NAME`] bytes of lowercase ASCII letters, digits, `_`, `-` and `.`, neither starting

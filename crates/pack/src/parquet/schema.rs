@@ -2,7 +2,7 @@
 //! its schema and Hugging Face features, and the projection that leaves dropped columns unread.
 
 use super::guard::Bounded;
-use crate::listing::{Columns, MAX_INT_LABEL};
+use crate::listing::{Columns, MAX_CLASS_NAME_BYTES, MAX_INT_LABEL};
 use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -275,7 +275,8 @@ pub(super) fn hf_class_label_columns(features: &serde_json::Value) -> Vec<&str> 
         .collect()
 }
 
-/// Class names of `label` from the `huggingface` metadata's features (a `ClassLabel` feature).
+/// Class names of `label` from the `huggingface` metadata's features (a `ClassLabel` feature);
+/// none when they are too many or one is longer than a class name may be.
 pub(super) fn hf_class_names(features: &serde_json::Value, label: &str) -> Option<Vec<String>> {
     let feature = features.get(label)?;
     let names = feature.get("names")?.as_array()?;
@@ -283,7 +284,8 @@ pub(super) fn hf_class_names(features: &serde_json::Value, label: &str) -> Optio
         .iter()
         .map(|n| n.as_str().map(str::to_string))
         .collect::<Option<_>>()?;
-    (names.len() <= MAX_INT_LABEL as usize + 1).then_some(names)
+    let fits = names.iter().all(|n| n.len() <= MAX_CLASS_NAME_BYTES);
+    (names.len() <= MAX_INT_LABEL as usize + 1 && fits).then_some(names)
 }
 
 /// Row group `group`'s metadata with its top-level string columns described as plain bytes: the
