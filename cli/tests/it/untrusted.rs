@@ -229,3 +229,55 @@ fn a_negative_cls_other_than_minus_one_fails_its_sample() {
     let cls: Vec<i64> = wds_samples(&out).iter().map(|s| s.cls).collect();
     assert_eq!(cls.iter().filter(|&&c| c == -1).count(), 1, "{cls:?}");
 }
+
+/// A FIFO in place of a shard or the manifest (or an error report linked to `/dev/zero`) is
+/// named as no regular file: never opened, so nothing waits for a writer or reads forever.
+#[test]
+fn special_files_in_a_dataset_are_refused_not_waited_on() {
+    let t = tempdir();
+    let run = |args: &[&str], ds: &Path| {
+        std::process::Command::new("timeout")
+            .args(["60", crate::common::BIN])
+            .args(args)
+            .arg(ds)
+            .output()
+            .unwrap()
+    };
+    let fifo = |p: &Path| {
+        std::fs::remove_file(p).unwrap();
+        let st = std::process::Command::new("mkfifo")
+            .arg(p)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    let ds = dataset(t.path(), "shard", &[]);
+    let shard = std::fs::read_dir(&ds)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "tar"))
+        .unwrap();
+    fifo(&shard);
+    for args in [&["read", "-q"][..], &["inspect"][..], &["verify", "-q"][..]] {
+        let o = run(args, &ds);
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!((err + &out).contains("not a regular file"), "{args:?}");
+    }
+    let ds = dataset(t.path(), "manifest", &[]);
+    fifo(&ds.join("manifest.json"));
+    for args in [&["read", "-q"][..], &["inspect"][..], &["verify", "-q"][..]] {
+        let o = run(args, &ds);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(matches!(o.status.code(), Some(1 | 2)), "{args:?}: {err}");
+        assert!(err.contains("not a regular file"), "{args:?}: {err}");
+    }
+    let ds = dataset(t.path(), "report", &[]);
+    let report = ds.join("errors.jsonl");
+    let _ = std::fs::remove_file(&report);
+    std::os::unix::fs::symlink("/dev/zero", &report).unwrap();
+    let o = run(&["verify", "-q"], &ds);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("not a regular file"));
+}

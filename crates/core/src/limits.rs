@@ -33,11 +33,42 @@ impl Limits {
     }
 }
 
+/// Opens `path` for reading when it is a regular file (or a link to one): a FIFO would block
+/// the open until a writer comes, and a device such as `/dev/zero` never ends. The kind is
+/// checked before opening (so a FIFO is never opened) and of the file opened.
+pub fn open_regular(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let not_regular = |m: std::fs::Metadata| {
+        let what = match m.is_dir() {
+            true => "is a directory",
+            false => "not a regular file (a FIFO, device or socket)",
+        };
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, what)
+    };
+    let before = std::fs::metadata(path)?;
+    if !before.is_file() {
+        return Err(not_regular(before));
+    }
+    let file = std::fs::File::open(path)?;
+    let opened = file.metadata()?;
+    if !opened.is_file() {
+        return Err(not_regular(opened));
+    }
+    Ok(file)
+}
+
+/// [`read_within`] of a regular file only ([`open_regular`]): a dataset's manifest.
+pub fn read_regular_within(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    read_file_within(open_regular(path)?, limit)
+}
+
 /// Reads a whole file of at most `limit` bytes, holding no more than `limit + 1` of a larger
 /// one, which is an [`ErrorKind::FileTooLarge`](std::io::ErrorKind::FileTooLarge) error.
 pub fn read_within(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    read_file_within(std::fs::File::open(path)?, limit)
+}
+
+fn read_file_within(file: std::fs::File, limit: u64) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let file = std::fs::File::open(path)?;
     // Sized from the file system (within the limit), so a file is read in one or two calls
     // rather than in doubling steps.
     let hint = file.metadata().map_or(0, |m| m.len()).min(limit);

@@ -115,7 +115,7 @@ pub fn open_shard(path: &Path, how: OpenShard) -> Result<ShardBytes, OpenShardEr
         path: path.to_path_buf(),
         max_bytes: how.max_bytes,
     };
-    let file = File::open(path).map_err(io)?;
+    let file = crate::open_regular(path).map_err(io)?;
     if how.zstd {
         let max = how.max_bytes;
         // The decoder's own errors say the stream is damaged; the file's (and memory's) are I/O.

@@ -73,7 +73,7 @@ fn read_shard(
         Some(k) => k.compression == Some(Compression::Zstd),
         None => {
             let mut magic = [0u8; 4];
-            let n = std::fs::File::open(path)
+            let n = shardtool_core::open_regular(path)
                 .and_then(|mut f| f.read(&mut magic))
                 .map_err(cannot)?;
             n == 4 && magic == ZSTD_MAGIC

@@ -182,28 +182,29 @@ impl Dataset {
             )
         };
         let before = FileId::of(&manifest_path);
-        let bytes = shardtool_core::read_within(&manifest_path, MAX_MANIFEST).map_err(|e| {
-            match e.kind() {
-                std::io::ErrorKind::FileTooLarge => ReadError::Manifest {
-                    path: manifest_path.clone(),
-                    message: format!("the file is {e} for a manifest"),
-                },
-                // A folder of WebDataset shards, or a pack that did not finish.
-                std::io::ErrorKind::NotFound if path.is_dir() => ReadError::Io {
-                    path: manifest_path.clone(),
-                    cause: std::io::Error::new(
-                        e.kind(),
-                        "the folder has no manifest.json: an unfinished pack, or not a \
+        let bytes =
+            shardtool_core::read_regular_within(&manifest_path, MAX_MANIFEST).map_err(|e| {
+                match e.kind() {
+                    std::io::ErrorKind::FileTooLarge => ReadError::Manifest {
+                        path: manifest_path.clone(),
+                        message: format!("the file is {e} for a manifest"),
+                    },
+                    // A folder of WebDataset shards, or a pack that did not finish.
+                    std::io::ErrorKind::NotFound if path.is_dir() => ReadError::Io {
+                        path: manifest_path.clone(),
+                        cause: std::io::Error::new(
+                            e.kind(),
+                            "the folder has no manifest.json: an unfinished pack, or not a \
                              shardtool dataset (shardtool pack makes one from WebDataset \
                              shards, Parquet files or images)",
-                    ),
-                },
-                _ => ReadError::Io {
-                    path: manifest_path.clone(),
-                    cause: e,
-                },
-            }
-        })?;
+                        ),
+                    },
+                    _ => ReadError::Io {
+                        path: manifest_path.clone(),
+                        cause: e,
+                    },
+                }
+            })?;
         let manifest =
             Manifest::from_slice(&bytes, MAX_MANIFEST).map_err(|e| ReadError::Manifest {
                 path: manifest_path.clone(),

@@ -3,7 +3,7 @@
 
 use crate::report::{Problem, ProblemKind};
 use crate::VerifyError;
-use shardtool_core::{read_within, Limits};
+use shardtool_core::Limits;
 use shardtool_manifest::{self as manifest, Manifest};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -77,13 +77,14 @@ pub fn open_target(
         (dir, target.to_path_buf())
     };
     let limit = limits.max_header_bytes;
-    let bytes = read_within(&manifest_path, limit).map_err(|e| match e.kind() {
-        std::io::ErrorKind::FileTooLarge => VerifyError::Manifest {
-            path: manifest_path.clone(),
-            message: format!("larger than the {limit}-byte limit for a manifest"),
-        },
-        _ => VerifyError::io(&manifest_path, e),
-    })?;
+    let bytes =
+        shardtool_core::read_regular_within(&manifest_path, limit).map_err(|e| match e.kind() {
+            std::io::ErrorKind::FileTooLarge => VerifyError::Manifest {
+                path: manifest_path.clone(),
+                message: format!("larger than the {limit}-byte limit for a manifest"),
+            },
+            _ => VerifyError::io(&manifest_path, e),
+        })?;
     let (manifest, problems) = parse_manifest(&manifest_path, &bytes)?;
     Ok(Target::Dataset(Box::new(Dataset {
         dir,

@@ -17,7 +17,7 @@ fn problem(message: String) -> Problem {
 
 /// Checks `dir/errors.jsonl` against the manifest's count of failed inputs.
 pub(crate) fn check_error_report(dir: &Path, failed: u64) -> Vec<Problem> {
-    let file = match std::fs::File::open(dir.join(FILE_NAME)) {
+    let file = match shardtool_core::open_regular(&dir.join(FILE_NAME)) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return if failed == 0 {

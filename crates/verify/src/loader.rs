@@ -159,7 +159,7 @@ fn out_of_memory(bytes: u64, e: std::collections::TryReserveError) -> io::Error 
 
 /// Reads a plain shard. When it is over `limit` bytes it is hashed without being kept.
 pub(crate) fn load_plain(path: &Path, limit: u64, pool: &BufferPool) -> io::Result<Loaded> {
-    let mut file = File::open(path)?;
+    let mut file = shardtool_core::open_regular(path)?;
     let len = file.metadata()?.len();
     let keep = len <= limit;
     let mut data = pool.take();
@@ -205,7 +205,7 @@ pub(crate) fn load_plain(path: &Path, limit: u64, pool: &BufferPool) -> io::Resu
 /// where written). `None` when the file is over `limit`, or not laid out as pack writes it (pixels
 /// first, right after the header), or changed size while read: the caller reads it whole.
 pub(crate) fn load_packed_checks(path: &Path, limit: u64) -> io::Result<Option<Loaded>> {
-    let mut file = File::open(path)?;
+    let mut file = shardtool_core::open_regular(path)?;
     let len = file.metadata()?.len();
     if len > limit || len < 8 {
         return Ok(None);
@@ -277,7 +277,7 @@ pub(crate) fn load_zstd(
     limit: u64,
     pool: &BufferPool,
 ) -> io::Result<Loaded> {
-    let file = File::open(path)?;
+    let file = shardtool_core::open_regular(path)?;
     let stored = file.metadata()?.len();
     let counted = HashingReader::new(file);
     let cap = declared.unwrap_or(limit).min(limit);
@@ -335,7 +335,7 @@ pub(crate) fn load_zstd(
 
 /// Maps a plain shard and hashes it.
 pub(crate) fn load_mapped(path: &Path) -> io::Result<Loaded> {
-    let file = File::open(path)?;
+    let file = shardtool_core::open_regular(path)?;
     // SAFETY: `--mmap` is opt-in for datasets nobody modifies while they are checked; shards are
     // published write-once (see `shardtool_core::map_readonly`).
     #[allow(unsafe_code)]

@@ -171,7 +171,7 @@ fn stream_shard(path: &Path, entry: &ShardEntry, sh: &Shared<'_>, out: &mut Shar
     let unreadable = |e: std::io::Error| {
         Problem::shard(name, ProblemKind::Unreadable, format!("cannot read: {e}"))
     };
-    let opened = std::fs::File::open(path).and_then(|f| {
+    let opened = shardtool_core::open_regular(path).and_then(|f| {
         let len = f.metadata()?.len();
         Ok((f, len))
     });
