@@ -105,25 +105,30 @@ def _crop_arrays(crops: List[Tuple[float, float, float, float, bool]], output: s
 def _field_values(
     name: str, values: List[Optional[bytes]], keys: List[str], bad: Optional[List[int]] = None
 ) -> List[Any]:
-    """One carried field's values as Python objects: ``txt`` as ``str`` (``bytes`` if not UTF-8),
-    ``json`` parsed, ``cls`` as ``int``, anything else as ``bytes``; ``None`` stays ``None``. A
-    value that does not parse raises, or, with ``bad`` given, is ``None`` and its place added."""
-    if name == "txt":
+    """One carried field's values as Python objects: ``txt`` as ``str``, ``json`` parsed (an
+    object, as verify requires), ``cls`` as ``int``, anything else as ``bytes``; ``None`` stays
+    ``None``. A value that does not parse (a ``txt`` not UTF-8, a ``json`` that is no object)
+    raises, or, with ``bad`` given, is ``None`` and its place added."""
+
+    def parse(v: bytes) -> Any:
+        if name == "txt":
+            return v.decode("utf-8")
+        if name == "cls":
+            return int(v.strip())
+        # Decoded first: json.loads would take UTF-16 or UTF-32 bytes, which verify refuses.
+        parsed = json.loads(v.decode("utf-8"))
+        if not isinstance(parsed, dict):
+            raise ValueError(f"it is a JSON {type(parsed).__name__}, not an object")
+        return parsed
+
+    if name in ("txt", "json", "cls"):
         out: List[Any] = []
-        for v in values:
-            try:
-                out.append(None if v is None else v.decode("utf-8"))
-            except UnicodeDecodeError:
-                out.append(v)
-        return out
-    if name in ("json", "cls"):
-        out = []
         for i, (key, v) in enumerate(zip(keys, values)):
             if v is None:
                 out.append(None)
                 continue
             try:
-                out.append(json.loads(v) if name == "json" else int(v.strip()))
+                out.append(parse(v))
             except (ValueError, RecursionError) as e:
                 if bad is None:
                     raise _shardtool.CorruptRecordError(f"record {key}: its {name} field does not parse: {e}") from None
@@ -297,9 +302,10 @@ class Loader:
     ranks and resumes never change them; JPEGs decode only the crop's region.
 
     ``fields`` names carried fields to deliver with each batch, one list per field under its name,
-    one value per sample (``None`` where a sample lacks it): ``batch["txt"]`` holds ``str``
-    (``bytes`` when not UTF-8), ``batch["json"]`` the parsed JSON (a ``dict`` for an object),
-    ``batch["cls"]`` ``int``, any other field ``bytes``. Any field of the manifest's ``fields`` or
+    one value per sample (``None`` where a sample lacks it): ``batch["txt"]`` holds ``str``,
+    ``batch["json"]`` the parsed JSON object (a ``dict``), ``batch["cls"]`` ``int``, any other
+    field ``bytes``; a ``txt`` that is not UTF-8, or a ``json`` that does not parse or is no
+    object (which verify refuses too), makes its record corrupt. Any field of the manifest's ``fields`` or
     ``optional_fields`` may be named except the image, ``key`` and ``label`` (already in the
     batch; an image field beside the image, as a ``png`` mask beside each ``jpg``, may); on
     packed shards ``json`` is always there (the input's json when it was carried, else the

@@ -189,6 +189,19 @@ def test_a_json_field_that_does_not_parse_is_skipped_with_skip_corrupt(
     assert _field_values("json", [b"{}", b"[" * 100_000], ["a", "b"], bad) == [{}, None] and bad == [1]
     with pytest.raises(shardtool.CorruptRecordError, match="record b: its json field"):
         _field_values("json", [b"{}", b"[" * 100_000], ["a", "b"])
+    # What verify refuses is corrupt here too: a json that is no object (or not UTF-8), a txt
+    # that is not UTF-8.
+    bad = []
+    utf16 = '{"a": 1}'.encode("utf-16")
+    got = _field_values("json", [b"[1]", b"null", utf16, b'{"a": 1}'], list("abcd"), bad)
+    assert got == [None, None, None, {"a": 1}] and bad == [0, 1, 2]
+    bad = []
+    assert _field_values("txt", [b"ok", b"\xff\xfe\x00abc", None], list("abc"), bad) == ["ok", None, None]
+    assert bad == [1]
+    with pytest.raises(shardtool.CorruptRecordError, match="record a: its json field does not parse: it is a JSON list"):
+        _field_values("json", [b"[1]"], ["a"])
+    with pytest.raises(shardtool.CorruptRecordError, match="record b: its txt field"):
+        _field_values("txt", [b"ok", b"\xff\xfe"], ["a", "b"])
 
 
 def test_fields_through_dataloader_workers(captioned: Dict[str, Path]) -> None:

@@ -127,6 +127,15 @@ impl<'a> SampleMeta<'a> {
                 e.valid_up_to()
             ));
         }
+        // serde_json skips a member's value without a depth limit; readers that build values
+        // recurse (Python's `json` fails near 1000 levels).
+        let deep = depth(bytes);
+        if deep > MAX_JSON_DEPTH {
+            return Err(format!(
+                "nests arrays and objects {deep} levels deep, over the {MAX_JSON_DEPTH}-level \
+                 limit (readers that build its values recurse that deep)"
+            ));
+        }
         let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         if !object {
             return match serde_json::from_slice::<de::IgnoredAny>(bytes) {
@@ -167,6 +176,37 @@ impl<'a> SampleMeta<'a> {
         (json_string(k).as_deref() != Some(key))
             .then(|| format!("states key {k}, but the sample's key is {key:?}"))
     }
+}
+
+/// The deepest a sample json may nest arrays and objects (serde_json's own limit for the values
+/// it builds).
+pub const MAX_JSON_DEPTH: usize = 128;
+
+/// The deepest nesting of arrays and objects in JSON `text` (strings skipped).
+fn depth(text: &[u8]) -> usize {
+    let (mut depth, mut most) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in text {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                most = most.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    most
 }
 
 /// `text` with each NaN, Infinity and -Infinity outside strings written as a number of the same
@@ -280,6 +320,16 @@ mod tests {
         assert!(why(twice.as_bytes()).contains("duplicate field `m30`"));
         let nested = br#"{"a": {"b": 1, "c": {"b": 2}}, "b": 3}"#;
         assert!(SampleMeta::parse(nested.len() as u64, nested).is_ok());
+        // Nesting is counted outside strings only, up to the limit and not past it.
+        let nest = |n: usize| {
+            format!(
+                "{{\"a\": {}\"[{{\\\"\"{}}}",
+                "[".repeat(n - 1),
+                "]".repeat(n - 1)
+            )
+        };
+        assert!(SampleMeta::parse(nest(128).len() as u64, nest(128).as_bytes()).is_ok());
+        assert!(why(nest(129).as_bytes()).contains("129 levels deep, over the 128-level limit"));
         let over = SampleMeta::parse(MAX_TEXT_BYTES as u64 + 1, b"")
             .err()
             .unwrap();
