@@ -180,12 +180,14 @@ fn inspect_text_output_is_readable() {
     let mut m = manifest(&hostile);
     m["classes"][0] = "\u{1b}]0;pwned\u{7}red".into();
     m["classes"][1] = "new\nline: OK".into();
+    m["classes"][2] = "fdp.\u{202e}gnp".into();
     m["tool"] = "t\u{1b}[2J".into();
     std::fs::write(hostile.join("manifest.json"), m.to_string()).unwrap();
     let out = run(&["inspect"], &hostile);
     assert_eq!(out.status.code(), Some(0));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!text.contains(['\u{1b}', '\u{7}']), "{text}");
+    assert!(!text.contains(['\u{1b}', '\u{7}', '\u{202e}']), "{text}");
+    assert!(text.contains("fdp.\\u{202e}gnp"), "{text}");
     assert!(!text.lines().any(|l| l.starts_with("line: OK")), "{text}");
     assert!(
         text.contains("\\u{1b}]0;pwned\\u{7}red") && text.contains("new\\nline"),
