@@ -219,6 +219,41 @@ fn a_cache_download_onto_a_full_disk_fails_and_leaves_the_cache_usable() {
         .arg(&cache)
         .ok();
     assert_eq!(r.stdout.lines().count(), 12);
+    // Warm but read-only: refused when opened, naming the folder, not at a shard's lock.
+    fs.remount("ro");
+    let r = Cmd::new(["read", &url, "--keys", "--cache-dir"])
+        .arg(&cache)
+        .run();
+    assert_ne!(r.code, Some(0));
+    assert!(
+        r.stderr.contains("cannot use the cache folder") && r.stderr.contains("Read-only"),
+        "{}",
+        r.stderr
+    );
+}
+
+/// A file size limit (`ulimit -f`) fails the write that passes it, naming the file, instead of
+/// SIGXFSZ killing the pack silently with its temporary file left.
+#[test]
+fn a_file_size_limit_is_a_clear_error() {
+    let t = tempdir();
+    let input = t.path().join("in");
+    big_inputs(&input, 6);
+    let out = t.path().join("out");
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f 100 && exec {BIN} pack {} {} --encode png -q",
+            input.display(),
+            out.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("File too large"), "{err}");
+    assert!(temporaries(&out).is_empty(), "{:?}", temporaries(&out));
+    assert!(!out.join("manifest.json").exists());
 }
 
 #[test]

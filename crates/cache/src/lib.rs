@@ -56,8 +56,8 @@ pub enum CacheError {
     },
     /// The cache folder cannot be made or used.
     #[error(
-        "cannot use the cache folder {path}: {cause} (choose another with --cache-dir, \
-         cache_dir= in Python, or SHARDTOOL_CACHE_DIR)"
+        "cannot use the cache folder {path}: {cause} (choose another with --cache-dir or \
+         SHARDTOOL_CACHE_DIR)"
     )]
     Unusable {
         /// The cache folder.
