@@ -254,14 +254,15 @@ pub fn pack(
                 "shard_samples is required: a plan fixes what each shard holds by position",
             ));
         }
-        // With `resume`, a plan already there is kept if it is the same plan. Listing has no
-        // point to stop at: Ctrl-C waits for it (holding OUTPUT's lock) unless pressed twice.
+        // With `resume`, a plan already there is kept if it is the same plan. Ctrl-C waits for
+        // the listing (holding OUTPUT's lock) unless pressed twice, then ends the plan before an
+        // earlier dataset is cleared.
         let out_dir = plan.output.clone();
-        let file = cancellable(py, move |_| {
+        let file = cancellable(py, move |cancel| {
             if plan.resume {
-                shardtool_pack::make_or_keep_plan(&plan)
+                shardtool_pack::make_or_keep_plan(&plan, cancel)
             } else {
-                shardtool_pack::make_plan(&plan)
+                shardtool_pack::make_plan(&plan, cancel)
             }
         })?
         .map_err(python_pack_error)?;

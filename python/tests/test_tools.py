@@ -597,6 +597,16 @@ def test_pack_parquet_float_labels_and_class_label_names(
     stored = table.column("label").to_pylist()
     assert got and all(got[r] == stored[r] for r in got if stored[r] is not None and stored[r] >= 0)
 
+    # A class name longer than any the manifest takes from a list fails its file, saying so,
+    # rather than being dropped (labels then unnamed) without a word.
+    folder = tmp_path / "long-name"
+    folder.mkdir()
+    meta["info"]["features"]["label"]["names"] = ["c" * 256] + names[1:]
+    long_named = table.replace_schema_metadata({b"huggingface": json.dumps(meta).encode()})
+    pq.write_table(long_named, folder / "l.parquet")
+    with pytest.raises(shardtool.DatasetError, match="names class 0 with 256 bytes, over 255"):
+        shardtool.pack(folder, tmp_path / "ds-long-name", resize="shorter:16")
+
     # Two ClassLabel columns and no `label` (CIFAR-100's fine and coarse labels): asked which,
     # not packed unlabelled; named, the other is carried.
     folder = tmp_path / "two-labels"

@@ -372,7 +372,11 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
             "--shard-samples is required: a plan fixes what each shard holds by position"
         )));
     }
-    let file = shardtool_pack::make_plan(&plan).map_err(|e| match e {
+    // SIGINT and SIGTERM end it once the inputs are listed, before an earlier dataset is
+    // cleared, removing what it staged.
+    crate::progress::stop_on_signals();
+    let stop = crate::progress::PackProgress::new(true);
+    let file = shardtool_pack::make_plan(&plan, &stop).map_err(|e| match e {
         // `plan` has no --resume: an interrupted plan is simply made again.
         PackError::OutputNotEmpty { path } => Failure::usage(anyhow!(
             "output {} is not empty; pass --overwrite to replace the dataset or plan in it",

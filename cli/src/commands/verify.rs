@@ -167,7 +167,7 @@ fn print_human(r: &Report) {
     if let Some(n @ 1..) = r.cache_repaired {
         outln!(
             "  {n} cached cop{} of the shards held other bytes than the manifest names (damaged \
-             in the cache) and {} fetched again",
+             in the cache, or an earlier version of the shard) and {} fetched again",
             if n == 1 { "y" } else { "ies" },
             if n == 1 { "was" } else { "were" }
         );

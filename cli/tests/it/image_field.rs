@@ -80,6 +80,11 @@ fn image_column_names_a_webdataset_samples_image_field() {
     };
     let before = files(&ds);
     std::fs::create_dir_all(t.path().join("empty")).unwrap();
+    // A list whose paths are all wrong, and a folder of files that are no images, too.
+    let list = t.path().join("miss.csv");
+    write_file(&list, "path,label\nnope1.jpg,a\nnope2.jpg,b\n");
+    let texts = t.path().join("texts");
+    write_file(texts.join("c/1.jpg"), "hello");
     for (input, extra) in [
         (&input, &["--image-column", "lfet.jpg"][..]),
         (
@@ -87,6 +92,12 @@ fn image_column_names_a_webdataset_samples_image_field() {
             &["--image-column", "lfet.jpg", "--shard-samples", "1"][..],
         ),
         (&t.path().join("empty"), &[][..]),
+        (&list, &["--input-format", "list"][..]),
+        (
+            &list,
+            &["--input-format", "list", "--shard-samples", "1"][..],
+        ),
+        (&texts, &[][..]),
     ] {
         let r = pack(input, &ds).args(["--overwrite"]).args(extra).run();
         r.assert_code(1);
@@ -98,6 +109,10 @@ fn image_column_names_a_webdataset_samples_image_field() {
         assert_eq!(files(&ds), before, "{extra:?}");
         assert!(!ds.join("_plan").exists());
     }
+    // Without --overwrite the output is simply not empty.
+    let r = pack(t.path().join("empty"), &ds).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("is not empty"), "{}", r.stderr);
 }
 
 /// An input's json carried in place of shardtool's records no sizes: a resize says so.

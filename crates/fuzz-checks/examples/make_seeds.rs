@@ -182,7 +182,7 @@ fn planned(dir: &Path, states: &Path) -> Result<()> {
         t.join("out"),
     );
     plan.shard_samples = Some(2);
-    let hash = shardtool_pack::make_plan(&plan)?.hash;
+    let hash = shardtool_pack::make_plan(&plan, &shardtool_pack::NoProgress)?.hash;
     let all = shardtool_pack::Assignment::Part { index: 0, count: 1 };
     shardtool_pack::pack_part(
         &t.join("out"),

@@ -24,7 +24,7 @@ pub use crop::{
 };
 pub use geometry::{plan_size, SizePlan};
 pub use orient::{apply_orientation, Orientation};
-pub use services::{encode_png_rgb8, probe_size, resize_rgb8};
+pub use services::{encode_png_rgb8, has_image_signature, probe_size, resize_rgb8};
 pub use spec::{DecodeScale, Encode, Filter, ParseError, ReducingGap, Resize, TransformSpec};
 
 /// What kind of failure an input had; the `kind` column of `errors.jsonl`.

@@ -23,6 +23,12 @@ pub fn probe_size(bytes: &[u8]) -> Option<(u32, u32)> {
         .ok()
 }
 
+/// Whether `bytes` (a file's first few) begin as an image of a format the `image` crate knows
+/// by its signature.
+pub fn has_image_signature(bytes: &[u8]) -> bool {
+    image::guess_format(bytes).is_ok()
+}
+
 /// Resizes `width`×`height` RGB8 `pixels` as `plan` says (see [`crate::plan_size`]) with
 /// `filter`.
 pub fn resize_rgb8(

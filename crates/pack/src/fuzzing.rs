@@ -213,7 +213,7 @@ fn base_plan() -> &'static PlanFile {
         }
         let mut plan = PackPlan::new(InputSource::Folder(root.join("in")), root.join("out"));
         plan.shard_samples = Some(2);
-        make_plan(&plan).expect("a plan of three files")
+        make_plan(&plan, &crate::NoProgress).expect("a plan of three files")
     })
 }
 

@@ -149,7 +149,8 @@ pub enum PackError {
         /// The error report, when inputs failed.
         report: PathBuf,
         /// Whether the output, holding an earlier dataset, was left as it was (and so the report
-        /// was not written): `--overwrite` clears it only for a pack with an image to write.
+        /// was not written): `--overwrite` clears it only once an input is found that may be
+        /// packed.
         kept: bool,
     },
     /// OUTPUT holds no plan.
@@ -377,8 +378,8 @@ fn no_images(
     let dir = report.parent().unwrap_or(report);
     match (kept, failed) {
         (true, _) => format!(
-            "{found}; {} is left as it was (--overwrite clears an earlier dataset only for a pack \
-             with an image to write)",
+            "{found}; {} is left as it was (--overwrite clears an earlier dataset only once an \
+             input is found that may be packed)",
             dir.display()
         ),
         (false, 0) => found,

@@ -83,19 +83,57 @@ pub(crate) fn list_for(
     Ok(listing)
 }
 
-/// Refuses to clear an earlier dataset in the output for inputs of which none can be packed
-/// (nothing found, or every one failed while listed: a misspelt `--image-column`, say).
+/// Refuses to clear an earlier dataset in the output (`--overwrite`) for inputs of which none
+/// can be packed: nothing found, every one failed while listed (a misspelt `--image-column`),
+/// or no listed file opens as an image (a list whose paths are all wrong).
 fn keeps_an_earlier_dataset(plan: &PackPlan, listing: &crate::Listing) -> Result<(), PackError> {
-    if !listing.inputs.is_empty() || !holds_a_pack(&plan.output) {
+    if !plan.overwrite || !holds_a_pack(&plan.output) {
         return Ok(());
+    }
+    let mut summary = crate::failure_summary(&listing.errors);
+    if !listing.inputs.is_empty() {
+        let Some((path, why)) = no_file_is_an_image(listing) else {
+            return Ok(());
+        };
+        let listed = format!("no listed file opens as an image; the first, {path}: {why}");
+        summary = match summary.is_empty() {
+            true => listed,
+            false => format!("{listed}; and while listing, {summary}"),
+        };
     }
     Err(PackError::NoImages {
         looked_for: listing.looked_for.clone(),
-        failed: listing.errors.len() as u64,
-        summary: crate::failure_summary(&listing.errors),
+        failed: (listing.inputs.len() + listing.errors.len()) as u64,
+        summary,
         report: plan.output.join(ERRORS_FILE),
         kept: true,
     })
+}
+
+/// When no input of `listing` may be an image, the first one's name and failure: each is a file
+/// that cannot be opened or does not begin as a supported image does. Stops at the first that
+/// may be (a tar sample or Parquet row, read later, always may), so a good listing costs a read.
+fn no_file_is_an_image(listing: &crate::Listing) -> Option<(String, String)> {
+    use std::io::Read;
+    let mut first = None;
+    for i in 0..listing.inputs.len() {
+        let item = listing.inputs.get(i);
+        let contained = (item.container.zip(item.span))
+            .and_then(|(c, _)| listing.containers.get(c as usize))
+            .is_some_and(|c| !c.kind.is_list());
+        if contained {
+            return None;
+        }
+        let path = listing.origin.resolve(&item);
+        let mut head = [0u8; 64];
+        let why = match std::fs::File::open(&path).and_then(|mut f| f.read(&mut head)) {
+            Ok(n) if shardtool_image::has_image_signature(&head[..n]) => return None,
+            Ok(_) => "not a supported image (no image signature)".to_string(),
+            Err(e) => format!("cannot read: {e}"),
+        };
+        first.get_or_insert_with(|| (listing.origin.source(&item), why));
+    }
+    first
 }
 
 /// Moves the files `staged` in the output into `stage_dir` (the output itself, or a folder in

@@ -697,7 +697,7 @@ pub(crate) fn pack_planned(
         let mut fresh = plan.clone();
         // A resume that finds no plan starts over, clearing what an interrupted plan left.
         fresh.overwrite |= plan.resume;
-        make_plan_in(&fresh, &store, lock.as_ref()).map_err(|e| match e {
+        make_plan_in(&fresh, &store, lock.as_ref(), progress).map_err(|e| match e {
             // An interrupted pack left its plan: to `pack`, the output is simply not empty.
             PackError::PlanExists { .. } => PackError::OutputNotEmpty {
                 path: output.clone(),

@@ -4,7 +4,7 @@
 
 use crate::listing::{ContainerKind, Inputs, Origin};
 use crate::output::list_for;
-use crate::pipeline::{StagedFiles, UNKNOWN_SIZE};
+use crate::pipeline::{Progress, StagedFiles, UNKNOWN_SIZE};
 use crate::plan::{FrozenOptions, PackPlan};
 use crate::store::Store;
 use crate::{ErrorRecord, PackError};
@@ -190,10 +190,11 @@ pub(crate) fn plan_hash(file: &PlanFile) -> String {
 
 /// Lists the inputs of `plan` once and writes `OUTPUT/_plan/` (the input list, then `plan.json`
 /// last, so a plan exists only whole). Needs `shard_samples`. Remote and Parquet inputs are
-/// staged under `_plan/staged/`, where every part reads them, until the merge.
-pub fn make_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
+/// staged under `_plan/staged/`, where every part reads them, until the merge. A stop asked for
+/// (`progress`) once they are listed ends it before an earlier dataset is cleared.
+pub fn make_plan(plan: &PackPlan, progress: &dyn Progress) -> Result<PlanFile, PackError> {
     let store = Store::open(&plan.output)?;
-    make_plan_in(plan, &store, None)
+    make_plan_in(plan, &store, None, progress)
 }
 
 /// A lock on a local output folder: exclusive for the process that plans or packs there, shared
@@ -347,14 +348,14 @@ impl Drop for Planning {
 /// [`make_plan`], unless OUTPUT already holds a whole plan and `overwrite` is off: then that plan, when it was made from
 /// the same inputs and options ([`PackError::ResumeMismatch`] naming the differences otherwise).
 /// For drivers that run again after a crash.
-pub fn make_or_keep_plan(plan: &PackPlan) -> Result<PlanFile, PackError> {
+pub fn make_or_keep_plan(plan: &PackPlan, progress: &dyn Progress) -> Result<PlanFile, PackError> {
     let store = Store::open(&plan.output)?;
     if !plan.overwrite && store.size(&format!("{PLAN_DIR}/{PLAN_FILE}"))?.is_some() {
         let file = read_plan_in(&store, &plan.output)?;
         check_same_options(&file, plan)?;
         return Ok(file);
     }
-    make_plan_in(plan, &store, None)
+    make_plan_in(plan, &store, None, progress)
 }
 
 /// Refuses to go on with the plan `file` for `plan` unless both were made from the same inputs
@@ -405,6 +406,7 @@ pub(crate) fn make_plan_in(
     plan: &PackPlan,
     store: &Store,
     held: Option<&OutputLock>,
+    progress: &dyn Progress,
 ) -> Result<PlanFile, PackError> {
     plan.validate()?;
     let k = plan
@@ -429,7 +431,7 @@ pub(crate) fn make_plan_in(
     let output = &plan.output;
     let dir = plan_dir(output);
     let staged_dir = dir.join(STAGED_DIR);
-    let mut listing = list_for(plan, &staged_dir, || Ok(()), &|| false)?;
+    let mut listing = list_for(plan, &staged_dir, || Ok(()), &|| progress.cancelled())?;
     // Staged files stay for the parts, unless planning fails.
     let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() {
@@ -765,7 +767,7 @@ mod tests {
         let out = dir.path().join("out");
         let mut plan = PackPlan::new(InputSource::Folder(root.clone()), out.clone());
         plan.shard_samples = Some(2);
-        let file = make_plan(&plan).unwrap();
+        let file = make_plan(&plan, &crate::NoProgress).unwrap();
         assert_eq!((file.inputs, file.shards), (3, 2));
         assert_eq!(read_plan(&out).unwrap(), file);
         let listed = list_inputs(&InputSource::Folder(root), &ListOptions::default()).unwrap();
@@ -775,7 +777,7 @@ mod tests {
         assert_eq!(sizes, vec![5, 5, 5]);
         // A plan already there is not replaced without `overwrite`.
         assert!(matches!(
-            make_plan(&plan),
+            make_plan(&plan, &crate::NoProgress),
             Err(PackError::PlanExists { .. })
         ));
         // Any change to the input list is noticed.
@@ -811,7 +813,7 @@ mod tests {
         let held = std::fs::File::open(&out).unwrap();
         held.lock().unwrap();
         assert!(matches!(
-            make_plan(&plan),
+            make_plan(&plan, &crate::NoProgress),
             Err(PackError::PlanRunning { .. })
         ));
         // Nor may a pack beside it clear it, planned (a second `--resume`) or not.
@@ -831,13 +833,13 @@ mod tests {
         if !locks_bind_all(&out) {
             // A file system whose locks may bind one host only: leftovers need --overwrite.
             assert!(matches!(
-                make_plan(&plan),
+                make_plan(&plan, &crate::NoProgress),
                 Err(PackError::OutputNotEmpty { .. })
             ));
             assert!(debris.exists());
             plan.overwrite = true;
         }
-        let file = make_plan(&plan).unwrap();
+        let file = make_plan(&plan, &crate::NoProgress).unwrap();
         assert_eq!(file.inputs, 1);
         assert!(!debris.exists());
         assert_eq!(read_plan(&out).unwrap(), file);
@@ -848,7 +850,10 @@ mod tests {
         let plan = PackPlan::new(InputSource::Folder(empty), never.clone());
         let mut plan = plan;
         plan.shard_samples = Some(2);
-        assert!(matches!(make_plan(&plan), Err(PackError::NoImages { .. })));
+        assert!(matches!(
+            make_plan(&plan, &crate::NoProgress),
+            Err(PackError::NoImages { .. })
+        ));
         assert!(!never.exists());
         // A file as the output is no folder (a usage error, not an I/O one).
         let file = dir.path().join("file");
@@ -856,7 +861,7 @@ mod tests {
         let mut plan = PackPlan::new(InputSource::Folder(root.clone()), file);
         plan.shard_samples = Some(2);
         assert!(matches!(
-            make_plan(&plan),
+            make_plan(&plan, &crate::NoProgress),
             Err(PackError::OutputNotAFolder { .. })
         ));
         // Leftovers are cleared only where locks bind every host: never on /proc's kind.

@@ -24,7 +24,7 @@ fn planned() -> &'static Path {
             t.path().join("out"),
         );
         plan.shard_samples = Some(2);
-        make_plan(&plan).unwrap();
+        make_plan(&plan, &crate::NoProgress).unwrap();
         t
     })
     .path()

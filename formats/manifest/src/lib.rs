@@ -487,8 +487,9 @@ pub fn is_safe_file_name(name: &str) -> bool {
 /// Longest field name: a tar member name holds at most 100 bytes, key and `.` included.
 pub const MAX_FIELD_NAME: usize = 64;
 
-/// The longest class name a manifest may hold, in bytes (pack writes at most 255, a folder
-/// name's limit): each is repeated in messages about the samples of its class.
+/// The longest class name a manifest may hold, in bytes (pack takes at most 255, a folder
+/// name's limit, from lists, Parquet and ClassLabel features; a WebDataset input's manifest
+/// brings its own): each is repeated in messages about the samples of its class.
 pub const MAX_CLASS_NAME: usize = 1024;
 
 /// A field name as WebDataset spells it (the member name after the key's first `.`): 1 to

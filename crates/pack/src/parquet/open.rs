@@ -108,7 +108,9 @@ pub(super) fn open_file(name: &str, index: usize, options: &ListOptions) -> Open
         }
         let names = (features.as_ref())
             .zip(chosen.label.as_ref())
-            .and_then(|(f, l)| hf_class_names(f, l));
+            .map(|(f, l)| hf_class_names(f, l))
+            .transpose()?
+            .flatten();
         let mut groups = Vec::with_capacity(meta.num_row_groups());
         let mut first = 0u64;
         for g in meta.row_groups() {

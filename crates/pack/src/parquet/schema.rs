@@ -276,16 +276,34 @@ pub(super) fn hf_class_label_columns(features: &serde_json::Value) -> Vec<&str> 
 }
 
 /// Class names of `label` from the `huggingface` metadata's features (a `ClassLabel` feature);
-/// none when they are too many or one is longer than a class name may be.
-pub(super) fn hf_class_names(features: &serde_json::Value, label: &str) -> Option<Vec<String>> {
-    let feature = features.get(label)?;
-    let names = feature.get("names")?.as_array()?;
-    let names: Vec<String> = names
+/// none when they are too many or not strings, an error when one is longer than a class name may
+/// be (the manifest would carry it into every message about its samples).
+pub(super) fn hf_class_names(
+    features: &serde_json::Value,
+    label: &str,
+) -> Result<Option<Vec<String>>, String> {
+    let Some(names) = (features.get(label))
+        .and_then(|f| f.get("names")?.as_array())
+        .and_then(|n| {
+            n.iter()
+                .map(|n| n.as_str().map(str::to_string))
+                .collect::<Option<Vec<_>>>()
+        })
+    else {
+        return Ok(None);
+    };
+    if let Some((i, n)) = names
         .iter()
-        .map(|n| n.as_str().map(str::to_string))
-        .collect::<Option<_>>()?;
-    let fits = names.iter().all(|n| n.len() <= MAX_CLASS_NAME_BYTES);
-    (names.len() <= MAX_INT_LABEL as usize + 1 && fits).then_some(names)
+        .enumerate()
+        .find(|(_, n)| n.len() > MAX_CLASS_NAME_BYTES)
+    {
+        return Err(format!(
+            "the ClassLabel feature of column {label:?} names class {i} with {} bytes, over \
+             {MAX_CLASS_NAME_BYTES}",
+            n.len()
+        ));
+    }
+    Ok((names.len() <= MAX_INT_LABEL as usize + 1).then_some(names))
 }
 
 /// Row group `group`'s metadata with its top-level string columns described as plain bytes: the
