@@ -29,6 +29,18 @@ _OPTIONS = frozenset(
 )
 
 
+def _check_bool(name: str, value: Any) -> Any:
+    """``value`` as a ``bool`` (numpy's too; ``None`` stays ``None``), else a ``TypeError``
+    naming ``name``."""
+    if value is None or isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
+        return bool(value)
+    kind = type(value)
+    shown = f"{kind.__module__}.{kind.__name__}" if kind.__module__ != "builtins" else kind.__name__
+    raise TypeError(f"{name} must be True or False, not {shown}")
+
+
 def checked_options(options: Dict[str, Any], caller: str = "pack") -> Dict[str, Any]:
     """``options`` of :func:`pack` checked, each error naming the option: an unknown one (a
     ``TypeError`` naming ``caller``, with the option meant), a wrong type (a ``TypeError``),
@@ -37,9 +49,16 @@ def checked_options(options: Dict[str, Any], caller: str = "pack") -> Dict[str, 
     takes its default."""
     unknown = sorted(set(options) - _OPTIONS)
     if unknown:
-        meant = difflib.get_close_matches(unknown[0], sorted(_OPTIONS), n=1)
-        hint = f" (did you mean {meant[0]!r}?)" if meant else ""
-        raise TypeError(f"{caller}() got an unexpected keyword argument {unknown[0]!r}{hint}")
+        name = unknown[0]
+        # `no_shuffle=True` is the CLI's `--no-shuffle`; a close spelling is offered otherwise.
+        negated = name[3:] if name.startswith("no_") and name[3:] in _BOOL_OPTIONS else None
+        meant = difflib.get_close_matches(name, sorted(_OPTIONS), n=1, cutoff=0.75)
+        hint = (
+            f" (did you mean {negated}=False?)" if negated
+            else f" (did you mean {meant[0]!r}?)" if meant
+            else ""
+        )
+        raise TypeError(f"{caller}() got an unexpected keyword argument {name!r}{hint}")
     options = {k: v for k, v in options.items() if v is not None}
 
     def integer(name: str, value: Any, least: int, most: int) -> None:
@@ -53,9 +72,8 @@ def checked_options(options: Dict[str, Any], caller: str = "pack") -> Dict[str, 
     integer("quality", options.get("quality"), 1, 100)
     # Flags and texts checked here too, so a wrong type names the argument.
     for name in _BOOL_OPTIONS:
-        value = options.get(name)
-        if value is not None and not isinstance(value, bool):
-            raise TypeError(f"{name} must be True or False, not {type(value).__name__}")
+        if name in options:
+            options[name] = _check_bool(name, options[name])
     for name in _STR_OPTIONS:
         value = options.get(name)
         if value is not None and not isinstance(value, str):
@@ -205,8 +223,7 @@ def verify(
     """
     _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
-    if not isinstance(decode, bool):
-        raise TypeError(f"decode must be True or False, not {type(decode).__name__}")
+    decode = _check_bool("decode", decode)
     return json.loads(
         _shardtool.verify(
             _check_path("path", path),

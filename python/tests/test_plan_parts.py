@@ -131,10 +131,19 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
     for decode in ("yes", 1):
         with pytest.raises(TypeError, match="decode must be True or False"):
             shardtool.verify(SAMPLE, decode=decode)  # type: ignore[arg-type]
+    # The CLI's --no-shuffle is pointed at; a far-off name gets no guess.
+    with pytest.raises(TypeError, match=r"'no_shuffle' \(did you mean shuffle=False\?\)"):
+        shardtool.pack(SAMPLE, tmp_path / "q", no_shuffle=True)
+    with pytest.raises(TypeError, match=r"'quiet'$"):
+        shardtool.pack(SAMPLE, tmp_path / "q", quiet=True)
     assert not (tmp_path / "q").exists()
-    # Planning into a finished dataset says what is there and how to replace it.
+    # Planning into a finished dataset says what is there and how to replace it (numpy's bools
+    # are bools).
+    import numpy as np
+
     done = tmp_path / "done"
-    shardtool.pack(SAMPLE, done, resize="crop:16x16")
+    shardtool.pack(SAMPLE, done, resize="crop:16x16", shuffle=np.True_)
+    assert shardtool.verify(done, decode=np.bool_(False))["ok"]
     with pytest.raises(ValueError, match=r"holds a dataset\).*overwrite=True"):
         shardtool.plan(SAMPLE, done, shard_samples=10)
     with pytest.raises(ValueError, match="pass one"):
