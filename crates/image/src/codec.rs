@@ -398,7 +398,13 @@ fn decode_generic(
     // Check the header's size before allocating any pixels. What the header's chunks may take
     // (a PNG's compressed ICC profile or text) is bounded on its own, not by the largest image
     // allowed.
-    let (w, h) = reader(HEADER_ALLOC).into_dimensions().map_err(decode_err)?;
+    let (w, h) = (reader(HEADER_ALLOC).into_dimensions()).map_err(|e| match e {
+        image::ImageError::Limits(l) => ImageError::new(
+            ErrorKind::Decode,
+            format!("its header declares more than {HEADER_ALLOC} bytes of tables to read ({l})"),
+        ),
+        e => decode_err(e),
+    })?;
     if w == 0 || h == 0 {
         return Err(ImageError::new(
             ErrorKind::Decode,
@@ -412,7 +418,18 @@ fn decode_generic(
     let max_alloc = (u64::from(w) * u64::from(h))
         .saturating_mul(16)
         .saturating_add(HEADER_ALLOC);
-    let dynimg = reader(max_alloc).decode().map_err(decode_err)?;
+    let dynimg = reader(max_alloc).decode().map_err(|e| match e {
+        // The pixels fit the limit (checked above): a frame, strip or table the file declares
+        // larger than its image asked for the rest. A damaged or hostile file.
+        image::ImageError::Limits(l) => ImageError::new(
+            ErrorKind::Decode,
+            format!(
+                "decoding its {w}x{h} pixels asks for more than {max_alloc} bytes: a frame, \
+                 strip or table declared larger than the image ({l})"
+            ),
+        ),
+        e => decode_err(e),
+    })?;
     let img = to_rgb8(dynimg);
     let img = apply_orientation(img, orientation);
     let (w, h) = (img.width, img.height);
@@ -529,7 +546,7 @@ pub(crate) fn encode_png_with(
 
 #[cfg(test)]
 mod tests {
-    use super::jpeg_frame_size;
+    use super::{jpeg_frame_size, transform, ErrorKind, TransformSpec};
 
     #[test]
     fn frame_size_needs_a_frame_header() {
@@ -542,5 +559,23 @@ mod tests {
             0x02, 0x00, 0x03, 0x01, 0x01, 0x11, 0x00,
         ];
         assert_eq!(jpeg_frame_size(&jpeg), Some((3, 2)));
+    }
+
+    #[test]
+    fn a_frame_larger_than_its_image_is_a_damaged_file_named_as_such() {
+        // A 1x1 GIF (a two-colour table) whose one frame declares 65535x65535.
+        let mut gif = b"GIF89a\x01\x00\x01\x00\x80\x00\x00\x00\x00\x00\xff\xff\xff".to_vec();
+        gif.extend_from_slice(b"\x2c\x00\x00\x00\x00\xff\xff\xff\xff\x00");
+        gif.extend_from_slice(b"\x02\x02\x4c\x01\x00\x3b");
+        let e = transform(&gif, &TransformSpec::default()).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Decode, "{e}");
+        assert!(
+            e.to_string().contains("1x1 pixels asks for more than"),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("declared larger than the image"),
+            "{e}"
+        );
     }
 }
