@@ -102,13 +102,22 @@ def _crop_arrays(crops: List[Tuple[float, float, float, float, bool]], output: s
     return boxes, flips
 
 
+class _Twice(dict):  # type: ignore[type-arg]
+    """A JSON object that named a member twice (verify refuses such a sample json)."""
+
+
+def _object(pairs: List[Tuple[str, Any]]) -> Dict[str, Any]:
+    members = dict(pairs)
+    return _Twice(members) if len(members) < len(pairs) else members
+
+
 def _field_values(
     name: str, values: List[Optional[bytes]], keys: List[str], bad: Optional[List[int]] = None
 ) -> List[Any]:
     """One carried field's values as Python objects: ``txt`` as ``str``, ``json`` parsed (an
     object, as verify requires), ``cls`` as ``int``, anything else as ``bytes``; ``None`` stays
-    ``None``. A value that does not parse (a ``txt`` not UTF-8, a ``json`` that is no object)
-    raises, or, with ``bad`` given, is ``None`` and its place added."""
+    ``None``. A value that does not parse (a ``txt`` not UTF-8, a ``json`` that is no object or
+    names a member twice) raises, or, with ``bad`` given, is ``None`` and its place added."""
 
     def parse(v: bytes) -> Any:
         if name == "txt":
@@ -116,9 +125,11 @@ def _field_values(
         if name == "cls":
             return int(v.strip())
         # Decoded first: json.loads would take UTF-16 or UTF-32 bytes, which verify refuses.
-        parsed = json.loads(v.decode("utf-8"))
+        parsed = json.loads(v.decode("utf-8"), object_pairs_hook=_object)
         if not isinstance(parsed, dict):
             raise ValueError(f"it is a JSON {type(parsed).__name__}, not an object")
+        if type(parsed) is _Twice:
+            raise ValueError("it names a member twice")
         return parsed
 
     if name in ("txt", "json", "cls"):

@@ -193,8 +193,10 @@ def test_a_json_field_that_does_not_parse_is_skipped_with_skip_corrupt(
     # that is not UTF-8.
     bad = []
     utf16 = '{"a": 1}'.encode("utf-16")
-    got = _field_values("json", [b"[1]", b"null", utf16, b'{"a": 1}'], list("abcd"), bad)
-    assert got == [None, None, None, {"a": 1}] and bad == [0, 1, 2]
+    twice, nested = b'{"a": 1, "a": 2}', b'{"a": {"b": 1, "b": 2}}'
+    got = _field_values("json", [b"[1]", b"null", utf16, twice, nested], list("abcde"), bad)
+    # A member named twice inside a nested object is the sample's own data, as verify holds.
+    assert got == [None, None, None, None, {"a": {"b": 2}}] and bad == [0, 1, 2, 3]
     bad = []
     assert _field_values("txt", [b"ok", b"\xff\xfe\x00abc", None], list("abc"), bad) == ["ok", None, None]
     assert bad == [1]

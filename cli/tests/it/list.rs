@@ -706,17 +706,27 @@ fn a_list_of_shards_given_as_webdataset_is_named_as_text() {
         .map(|e| e.unwrap().path().display().to_string())
         .filter(|p| p.ends_with(".tar"))
         .collect();
-    write_file(&list, names.join("\n"));
-    let r = pack(&list, t.path().join("out"))
-        .args(["--input-format", "wds"])
-        .run();
-    r.assert_code(1);
-    assert!(
-        r.stderr.contains("not a tar archive: the file holds text")
-            && !r.stderr.contains("truncated"),
-        "{}",
-        r.stderr
-    );
+    // UTF-8, Latin-1 (a folder named café) and UTF-16 with its byte order mark.
+    let utf8 = names.join("\n");
+    let latin1: Vec<u8> = format!("/data/caf\u{e9}/{utf8}")
+        .chars()
+        .map(|c| c as u8)
+        .collect();
+    let mut utf16 = vec![0xFF, 0xFE];
+    utf16.extend(utf8.encode_utf16().flat_map(u16::to_le_bytes));
+    for (i, text) in [utf8.into_bytes(), latin1, utf16].into_iter().enumerate() {
+        write_file(&list, text);
+        let r = pack(&list, t.path().join(format!("out{i}")))
+            .args(["--input-format", "wds"])
+            .run();
+        r.assert_code(1);
+        assert!(
+            r.stderr.contains("not a tar archive: the file holds text")
+                && !r.stderr.contains("truncated"),
+            "{i}: {}",
+            r.stderr
+        );
+    }
 }
 
 /// A Hugging Face imagefolder's metadata names images in its own folder: a row naming a file

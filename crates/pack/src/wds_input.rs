@@ -121,18 +121,19 @@ fn index_shard(name: &str, index: usize, options: &ListOptions) -> ShardSamples 
 }
 
 /// Why a shard that holds text is not read.
-const NOT_A_TAR: &str = "not a tar archive: the file holds text (a list of shards is not an \
-     input: give the shards themselves, as a folder, a brace pattern, a glob or their URLs)";
+const NOT_A_TAR: &str = "not a tar archive: the file holds text (an error page, or a list of \
+     shards, which is not an input: give the shards themselves, as a folder, a brace pattern, a \
+     glob or their URLs)";
 
-/// Whether `file` begins with text, where a tar's first header holds NUL bytes.
+/// Whether `file` begins with text, where a tar's first header holds NUL bytes: no NUL in its
+/// first 512 bytes (UTF-8, Latin-1), or a UTF-16 byte order mark.
 fn starts_with_text(file: &std::fs::File) -> bool {
     use std::os::unix::fs::FileExt;
     let mut head = [0u8; 512];
     let n = file.read_at(&mut head, 0).unwrap_or(0);
     let head = &head[..n];
-    // UTF-8 throughout, but for a character cut where the read ends.
-    let utf8 = std::str::from_utf8(head).map_or_else(|e| e.error_len().is_none(), |_| true);
-    n > 0 && !head.contains(&0) && utf8
+    let utf16 = head.starts_with(&[0xFF, 0xFE]) || head.starts_with(&[0xFE, 0xFF]);
+    n > 0 && (!head.contains(&0) || utf16)
 }
 
 /// Remote input shards fetched (into staged files) at once, whatever `--jobs` says.
