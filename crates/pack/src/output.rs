@@ -78,6 +78,12 @@ pub(crate) fn list_for(
         return Err(PackError::Interrupted);
     }
     keeps_an_earlier_dataset(plan, &listing)?;
+    if let Some(input) = fetched_from_the_output(plan, &listing, &staged.0) {
+        return Err(PackError::Plan(PlanError::OutputHoldsInputs {
+            output: plan.output.clone(),
+            input: PathBuf::from(shardtool_core::redact_urls(&input).into_owned()),
+        }));
+    }
     clear_output(plan, Some(&staged.0))?;
     listing.staged = move_staged(staged, &mut listing.containers, stage_dir)?;
     Ok(listing)
@@ -134,6 +140,28 @@ fn no_file_is_an_image(listing: &crate::Listing) -> Option<(String, String)> {
         first.get_or_insert_with(|| (listing.origin.source(&item), why));
     }
     first
+}
+
+/// The URL of an input fetched (into `staged`) from the output folder itself, if one was: a file
+/// there of its name holds the fetched bytes, and clearing the output would delete it (a folder
+/// of shards with no manifest served by URL and packed into itself).
+fn fetched_from_the_output(
+    plan: &PackPlan,
+    listing: &crate::Listing,
+    staged: &[PathBuf],
+) -> Option<String> {
+    let same = |a: &Path, b: &Path| -> bool {
+        let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) else {
+            return false;
+        };
+        let hash = |p: &Path| crate::plan_file::file_checksum(p).ok();
+        ma.is_file() && ma.len() == mb.len() && hash(a).is_some_and(|x| Some(x) == hash(b))
+    };
+    listing.containers.iter().find_map(|c| {
+        let remote = crate::containers::is_remote(&c.source) && staged.contains(&c.path);
+        let name = c.source.rsplit('/').next().filter(|n| !n.is_empty())?;
+        (remote && same(&plan.output.join(name), &c.path)).then(|| c.source.clone())
+    })
 }
 
 /// Moves the files `staged` in the output into `stage_dir` (the output itself, or a folder in
