@@ -818,8 +818,13 @@ fn parse_samples(
         };
         if let Some(l) = obj.get(SAMPLE_LABEL) {
             if l.as_i64() != Some(e.label) {
+                // An integer past 64 bits parses as a float: shown whole, not as 1.2e21.
+                let shown = match l.as_f64().filter(|f| f.fract() == 0.0 && !l.is_i64()) {
+                    Some(f) if !l.is_u64() => format!("{f:.0}"),
+                    _ => l.to_string(),
+                };
                 return Err(Error::BadMetadata(format!(
-                    "sample {i} has `{SAMPLE_LABEL}` {l}, but the labels tensor says {}",
+                    "sample {i} has `{SAMPLE_LABEL}` {shown}, but the labels tensor says {}",
                     e.label
                 )));
             }

@@ -274,6 +274,24 @@ fn bad_samples() {
     assert_open_err!(p.join(), Error::BadMetadata(_));
 }
 
+/// A label past 64 bits (which JSON readers take as a float) is shown as the integer it is.
+#[test]
+fn a_label_past_64_bits_is_shown_whole() {
+    let (bytes, _) = variable_shard();
+    let mut p = Parts::split(&bytes);
+    let samples = p.meta()["samples"].as_str().unwrap().to_owned();
+    let mut arr: Vec<Value> = serde_json::from_str(&samples).unwrap();
+    arr[2]["label"] = json!(987654321);
+    let text = serde_json::to_string(&arr).unwrap();
+    let text = text.replace("987654321", "1180591620717411303424");
+    p.meta().insert("samples".into(), json!(text));
+    let e = assert_open_err!(p.join(), Error::BadMetadata(_));
+    assert!(
+        e.to_string().contains("`label` 1180591620717411303424,"),
+        "{e}"
+    );
+}
+
 #[test]
 fn bad_carried_fields_name_the_record() {
     let (bytes, _) = variable_shard();
