@@ -18,13 +18,12 @@ pub(crate) fn line(args: std::fmt::Arguments<'_>) {
 }
 
 /// `text` from a dataset (a class name, a tool's name) as it may reach a terminal: control
-/// characters (escape sequences, newlines) and the bidirectional overrides that reorder what
-/// follows them written as escapes, never acted on.
+/// characters (escape sequences, newlines) and the bidirectional embeddings, overrides and
+/// isolates that reorder what follows them written as escapes, never acted on (the plain
+/// direction marks of Arabic and Hebrew text stay).
 pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
-    let acts = |c: char| {
-        c.is_control()
-            || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-    };
+    let acts =
+        |c: char| c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
     if !text.chars().any(acts) {
         return text.into();
     }

@@ -539,7 +539,12 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
                 (false, _) => 10,
             };
             for e in report.errors.iter().take(shown) {
-                eprintln!("failed: {} ({}): {}", e.path, e.kind, e.message);
+                eprintln!(
+                    "failed: {} ({}): {}",
+                    crate::stdout::printable(&e.path),
+                    e.kind,
+                    crate::stdout::printable(&e.message)
+                );
             }
             if json {
                 outln!("{}", summary_json(&report));

@@ -85,6 +85,17 @@ fn image_column_names_a_webdataset_samples_image_field() {
     write_file(&list, "path,label\nnope1.jpg,a\nnope2.jpg,b\n");
     let texts = t.path().join("texts");
     write_file(texts.join("c/1.jpg"), "hello");
+    // An ICO (a format the image crate knows but shardtool does not decode), and a list naming
+    // a FIFO, which is never opened (it would wait for a writer).
+    write_file(texts.join("c/2.png"), b"\x00\x00\x01\x00\x01\x00\x10\x10");
+    let fifo = t.path().join("ff.jpg");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let fifo_list = t.path().join("fifo.csv");
+    write_file(&fifo_list, "path,label\nff.jpg,0\n");
     for (input, extra) in [
         (&input, &["--image-column", "lfet.jpg"][..]),
         (
@@ -98,6 +109,7 @@ fn image_column_names_a_webdataset_samples_image_field() {
             &["--input-format", "list", "--shard-samples", "1"][..],
         ),
         (&texts, &[][..]),
+        (&fifo_list, &["--input-format", "list"][..]),
     ] {
         let r = pack(input, &ds).args(["--overwrite"]).args(extra).run();
         r.assert_code(1);
@@ -167,4 +179,20 @@ fn several_images_in_a_sample_are_pointed_out() {
         .args(["--resize", "shorter:24", "--image-column", "jpg"])
         .ok();
     assert!(!r.stderr.contains("several images"), "{}", r.stderr);
+}
+
+/// A file name's control characters and bidi overrides reach the terminal escaped in pack's
+/// `failed:` lines, as class names do elsewhere.
+#[test]
+fn failed_lines_escape_what_a_terminal_would_act_on() {
+    let t = tempdir();
+    let input = t.path().join("in");
+    save_rgb(input.join("c/ok.png"), &pattern(8, 8, 1));
+    write_file(input.join("c/y\u{1b}[31mred.jpg"), "not an image");
+    write_file(input.join("c/x\u{202e}gpj.jpg"), "not an image");
+    let r = pack(&input, t.path().join("out")).run();
+    r.assert_code(0);
+    assert!(!r.stderr.contains(['\u{1b}', '\u{202e}']), "{:?}", r.stderr);
+    assert!(r.stderr.contains("y\\u{1b}[31mred.jpg"), "{}", r.stderr);
+    assert!(r.stderr.contains("x\\u{202e}gpj.jpg"), "{}", r.stderr);
 }

@@ -23,10 +23,14 @@ pub fn probe_size(bytes: &[u8]) -> Option<(u32, u32)> {
         .ok()
 }
 
-/// Whether `bytes` (a file's first few) begin as an image of a format the `image` crate knows
-/// by its signature.
+/// Whether `bytes` (a file's first few) begin, by their signature, as an image of a format
+/// shardtool decodes (JPEG, PNG, WebP, GIF, BMP, TIFF; not the ICO or AVIF the crate knows too).
 pub fn has_image_signature(bytes: &[u8]) -> bool {
-    image::guess_format(bytes).is_ok()
+    use image::ImageFormat as F;
+    matches!(
+        image::guess_format(bytes),
+        Ok(F::Jpeg | F::Png | F::WebP | F::Gif | F::Bmp | F::Tiff)
+    )
 }
 
 /// Resizes `width`×`height` RGB8 `pixels` as `plan` says (see [`crate::plan_size`]) with

@@ -132,7 +132,8 @@ fn no_file_is_an_image(listing: &crate::Listing) -> Option<(String, String)> {
         }
         let path = listing.origin.resolve(&item);
         let mut head = [0u8; 64];
-        let why = match std::fs::File::open(&path).and_then(|mut f| f.read(&mut head)) {
+        // A FIFO named by a list would block the open: only regular files are read.
+        let why = match shardtool_core::open_regular(&path).and_then(|mut f| f.read(&mut head)) {
             Ok(n) if shardtool_image::has_image_signature(&head[..n]) => return None,
             Ok(_) => "not a supported image (no image signature)".to_string(),
             Err(e) => format!("cannot read: {e}"),
