@@ -179,3 +179,38 @@ fn reservations_are_alive_while_locked_whatever_their_pid() {
     assert_eq!(cache.reserved_bytes().unwrap(), (0, 0));
     assert!(!theirs.exists(), "gone once its process let it go");
 }
+
+#[test]
+fn a_fifo_or_device_in_place_of_a_stamp_is_no_stamp_and_never_waited_on() {
+    let t = tempfile::tempdir().unwrap();
+    let p = CacheDir::shard_paths(t.path(), "a.tar");
+    for d in [&p.data, &p.meta] {
+        fs::create_dir_all(d.parent().unwrap()).unwrap();
+    }
+    fs::write(&p.data, b"shard bytes").unwrap();
+    let sum = hash_file(&p.data).unwrap();
+    for planted in ["fifo", "zero"] {
+        let _ = fs::remove_file(&p.meta);
+        match planted {
+            "fifo" => assert!(std::process::Command::new("mkfifo")
+                .arg(&p.meta)
+                .status()
+                .unwrap()
+                .success()),
+            _ => std::os::unix::fs::symlink("/dev/zero", &p.meta).unwrap(),
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let paths = CacheDir::shard_paths(t.path(), "a.tar");
+        std::thread::spawn(move || tx.send(CacheDir::is_whole(&paths, 11, sum).unwrap()));
+        let whole = rx.recv_timeout(std::time::Duration::from_secs(20));
+        assert_eq!(
+            whole,
+            Ok(true),
+            "{planted}: hashed instead, and stamped afresh"
+        );
+        assert!(
+            fs::symlink_metadata(&p.meta).unwrap().is_file(),
+            "{planted}"
+        );
+    }
+}
