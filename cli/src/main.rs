@@ -72,6 +72,7 @@ fn main() -> ExitCode {
 
 /// Runs the command line and returns the exit status.
 fn run() -> u8 {
+    progress::fail_writes_past_the_file_size_limit();
     let cli = args::Cli::parse();
     let result = match cli.command {
         args::Command::Pack(a) => commands::pack::run(a),

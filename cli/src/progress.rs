@@ -30,15 +30,9 @@ extern "C" fn on_stop(signal: libc::c_int) {
 
 /// Makes SIGTERM (`scancel`, a pod's deletion) and SIGINT (Ctrl-C) ask a running pack to stop
 /// cleanly: it stops at its next input, removes its temporary files and exits 128 + the
-/// signal's number. A second signal of the same kind ends the process at once. SIGXFSZ is
-/// ignored: a write past a file size limit (`ulimit -f`) then fails as an error that names the
-/// file and leaves no temporary file, rather than killing the process silently.
+/// signal's number. A second signal of the same kind ends the process at once.
 #[allow(unsafe_code)]
 pub fn stop_on_signals() {
-    // SAFETY: setting a signal's disposition to SIG_IGN has no memory-safety preconditions.
-    unsafe {
-        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
-    }
     for signal in [libc::SIGTERM, libc::SIGINT] {
         // SAFETY: the handler only stores to an atomic; SA_RESETHAND restores the default
         // disposition once it has run, so a second signal takes the default action.
@@ -49,6 +43,17 @@ pub fn stop_on_signals() {
             libc::sigemptyset(&mut action.sa_mask);
             libc::sigaction(signal, &action, std::ptr::null_mut());
         }
+    }
+}
+
+/// Ignores SIGXFSZ, for every command: a write past a file size limit (`ulimit -f`) then fails as
+/// an error that names the file, and temporary files are removed, rather than the process being
+/// killed silently.
+#[allow(unsafe_code)]
+pub fn fail_writes_past_the_file_size_limit() {
+    // SAFETY: setting a signal's disposition to SIG_IGN has no memory-safety preconditions.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
 }
 

@@ -254,6 +254,33 @@ fn a_file_size_limit_is_a_clear_error() {
     assert!(err.contains("File too large"), "{err}");
     assert!(temporaries(&out).is_empty(), "{:?}", temporaries(&out));
     assert!(!out.join("manifest.json").exists());
+    // Every command: a merge writing its manifest past the limit too.
+    let planned = t.path().join("planned");
+    Cmd::new(["plan"])
+        .arg(&input)
+        .arg(&planned)
+        .args(["--shard-samples", "3", "-q"])
+        .ok();
+    Cmd::new(["pack", "--plan"])
+        .arg(&planned)
+        .args(["--part", "0/1", "-q"])
+        .ok();
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -f 0 && exec {BIN} merge {} -q",
+            planned.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("File too large"), "{err}");
+    assert!(
+        temporaries(&planned).is_empty(),
+        "{:?}",
+        temporaries(&planned)
+    );
 }
 
 #[test]
