@@ -127,7 +127,8 @@ def _field_values(
         # Decoded first: json.loads would take UTF-16 or UTF-32 bytes, which verify refuses.
         parsed = json.loads(v.decode("utf-8"), object_pairs_hook=_object)
         if not isinstance(parsed, dict):
-            raise ValueError(f"it is a JSON {type(parsed).__name__}, not an object")
+            kinds = {list: "array", str: "string", bool: "true or false", type(None): "null"}
+            raise ValueError(f"it is a JSON {kinds.get(type(parsed), 'number')}, not an object")
         if type(parsed) is _Twice:
             raise ValueError("it names a member twice")
         return parsed
@@ -172,6 +173,18 @@ def _without(batch: Batch, bad: List[int]) -> Batch:
             array = value if isinstance(value, numpy.ndarray) else numpy.from_dlpack(value)
             out[name] = array[numpy.asarray(keep, dtype=numpy.int64)]
     return out
+
+
+def _check_bool(name: str, value: Any) -> Any:
+    """``value`` as a ``bool`` (numpy's too; ``None`` stays ``None``), else a ``TypeError``
+    naming ``name``."""
+    if value is None or isinstance(value, bool):
+        return value
+    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
+        return bool(value)
+    kind = type(value)
+    shown = f"{kind.__module__}.{kind.__name__}" if kind.__module__ != "builtins" else kind.__name__
+    raise TypeError(f"{name} must be True or False, not {shown}")
 
 
 def _check_int(
@@ -417,8 +430,11 @@ class Loader:
         limit = cache_limit_bytes(cache_limit)
         for name, flag in (("shuffle", shuffle), ("decode", decode), ("in_order", in_order),
                            ("skip_corrupt", skip_corrupt), ("flip", flip), ("drop_last", drop_last)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be a bool, not {type(flag).__name__}")
+            if _check_bool(name, flag) is None:
+                raise TypeError(f"{name} must be True or False, not None")
+        # numpy's bools as bools.
+        shuffle, decode, in_order = bool(shuffle), bool(decode), bool(in_order)
+        skip_corrupt, flip, drop_last = bool(skip_corrupt), bool(flip), bool(drop_last)
         if transform is None:
             transform = "decode" if decode else "none"
         elif not isinstance(transform, str):

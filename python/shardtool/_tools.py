@@ -8,7 +8,7 @@ import os
 from typing import Any, Dict, Optional, Sequence, Union
 
 from . import _shardtool
-from ._loader import _check_fetch, _check_int, _check_path, cache_limit_bytes
+from ._loader import _check_bool, _check_fetch, _check_int, _check_path, cache_limit_bytes
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -27,18 +27,6 @@ _STR_OPTIONS = (
 _OPTIONS = frozenset(
     [*_INT_OPTIONS, *_BOOL_OPTIONS, *_STR_OPTIONS, "quality", "drop_columns", "shard_size"]
 )
-
-
-def _check_bool(name: str, value: Any) -> Any:
-    """``value`` as a ``bool`` (numpy's too; ``None`` stays ``None``), else a ``TypeError``
-    naming ``name``."""
-    if value is None or isinstance(value, bool):
-        return value
-    if type(value).__module__ == "numpy" and type(value).__name__ in ("bool_", "bool"):
-        return bool(value)
-    kind = type(value)
-    shown = f"{kind.__module__}.{kind.__name__}" if kind.__module__ != "builtins" else kind.__name__
-    raise TypeError(f"{name} must be True or False, not {shown}")
 
 
 def checked_options(options: Dict[str, Any], caller: str = "pack") -> Dict[str, Any]:

@@ -200,7 +200,7 @@ def test_a_json_field_that_does_not_parse_is_skipped_with_skip_corrupt(
     bad = []
     assert _field_values("txt", [b"ok", b"\xff\xfe\x00abc", None], list("abc"), bad) == ["ok", None, None]
     assert bad == [1]
-    with pytest.raises(shardtool.CorruptRecordError, match="record a: its json field does not parse: it is a JSON list"):
+    with pytest.raises(shardtool.CorruptRecordError, match="record a: its json field does not parse: it is a JSON array, not an object"):
         _field_values("json", [b"[1]"], ["a"])
     with pytest.raises(shardtool.CorruptRecordError, match="record b: its txt field"):
         _field_values("txt", [b"ok", b"\xff\xfe"], ["a", "b"])

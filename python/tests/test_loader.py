@@ -138,7 +138,7 @@ def test_drop_last_gives_only_full_batches_and_says_so_in_len(datasets: Dict[str
     assert kept == [b["key"] for b in full][: len(dropped)]
     with pytest.raises(ValueError, match="drop-last leaves no batch"):
         list(shardtool.Loader(path, batch_size=total + 1, output="numpy", drop_last=True))
-    with pytest.raises(TypeError, match="drop_last must be a bool"):
+    with pytest.raises(TypeError, match="drop_last must be True or False"):
         shardtool.Loader(path, batch_size=8, drop_last=1)  # type: ignore[arg-type]
 
 

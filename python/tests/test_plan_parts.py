@@ -144,6 +144,8 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
     done = tmp_path / "done"
     shardtool.pack(SAMPLE, done, resize="crop:16x16", shuffle=np.True_)
     assert shardtool.verify(done, decode=np.bool_(False))["ok"]
+    keys = [k for b in shardtool.Loader(done, batch_size=8, shuffle=np.False_, output="numpy") for k in b["key"]]
+    assert keys == sorted(keys)
     with pytest.raises(ValueError, match=r"holds a dataset\).*overwrite=True"):
         shardtool.plan(SAMPLE, done, shard_samples=10)
     with pytest.raises(ValueError, match="pass one"):
