@@ -518,6 +518,16 @@ pub struct Listing {
     pub errors: Vec<ErrorRecord>,
 }
 
+impl Listing {
+    /// Whether `item` is read by span from a container (a tar sample, a Parquet row), not being
+    /// a file of its own (a plain input, or the file a list row names).
+    pub(crate) fn in_container(&self, item: &InputItem<'_>) -> bool {
+        (item.container.zip(item.span))
+            .and_then(|(c, _)| self.containers.get(c as usize))
+            .is_some_and(|c| !c.kind.is_list())
+    }
+}
+
 /// Why the inputs could not be listed at all. Problems with single inputs are not errors: they
 /// are collected in [`Listing::errors`].
 #[derive(Debug, thiserror::Error)]

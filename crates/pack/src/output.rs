@@ -50,13 +50,13 @@ pub(crate) fn holds_a_pack(dir: &Path) -> bool {
 /// earlier dataset there is cleared only once the inputs are listed, so a bad input or option
 /// leaves it whole (and a bad input leaves no output folder behind). Inputs staged while listed
 /// (fetched, decompressed, Parquet rows) go into the output beside it, as hidden temporary
-/// files, then move into `stage_dir`. A stop asked for (`cancelled`) once they are listed ends
+/// files, then move into `stage_dir`. A stop asked for (`progress`) once they are listed ends
 /// the run before the clear.
 pub(crate) fn list_for(
     plan: &PackPlan,
     stage_dir: &Path,
     lock: impl FnOnce() -> Result<(), PackError>,
-    cancelled: &dyn Fn() -> bool,
+    progress: &dyn crate::Progress,
 ) -> Result<crate::Listing, PackError> {
     if !stages(plan) {
         let options = list_options(plan, stage_dir);
@@ -74,7 +74,7 @@ pub(crate) fn list_for(
     let listed = list_inputs(&plan.source, &options).map_err(PackError::Inputs);
     let mut listing = listed.inspect_err(|_| remove_staged(plan))?;
     let staged = crate::pipeline::StagedFiles(std::mem::take(&mut listing.staged));
-    if cancelled() {
+    if progress.cancelled() {
         return Err(PackError::Interrupted);
     }
     keeps_an_earlier_dataset(plan, &listing)?;
@@ -124,10 +124,7 @@ fn no_file_is_an_image(listing: &crate::Listing) -> Option<(String, String)> {
     let mut first = None;
     for i in 0..listing.inputs.len() {
         let item = listing.inputs.get(i);
-        let contained = (item.container.zip(item.span))
-            .and_then(|(c, _)| listing.containers.get(c as usize))
-            .is_some_and(|c| !c.kind.is_list());
-        if contained {
+        if listing.in_container(&item) {
             return None;
         }
         let path = listing.origin.resolve(&item);
@@ -431,7 +428,7 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
             });
         }
     }
-    let Some(keep) = keep else {
+    if keep.is_none() {
         // Only the temporary files a killed run left go now: inputs are staged next, under
         // such names.
         let left = |p: &&PathBuf| temporary(&p.file_name().unwrap_or_default().to_string_lossy());
@@ -439,8 +436,7 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
             std::fs::remove_file(p).map_err(io)?;
         }
         return Ok(());
-    };
-    ours.retain(|p| !keep.contains(p));
+    }
     // The manifest goes first, so an interrupted overwrite leaves a visibly incomplete dataset.
     ours.sort_by_key(|p| p.file_name() != Some(manifest::FILE_NAME.as_ref()));
     for path in ours {

@@ -437,7 +437,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             _lock = Some(crate::plan_file::OutputLock::take(&plan.output)?);
             Ok(())
         },
-        &|| progress.cancelled(),
+        progress,
     )?;
     let _staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() && listing.errors.is_empty() {

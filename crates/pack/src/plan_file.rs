@@ -431,7 +431,7 @@ pub(crate) fn make_plan_in(
     let output = &plan.output;
     let dir = plan_dir(output);
     let staged_dir = dir.join(STAGED_DIR);
-    let mut listing = list_for(plan, &staged_dir, || Ok(()), &|| progress.cancelled())?;
+    let mut listing = list_for(plan, &staged_dir, || Ok(()), progress)?;
     // Staged files stay for the parts, unless planning fails.
     let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() {
@@ -491,10 +491,7 @@ pub(crate) fn make_plan_in(
             let item = inputs.get(i);
             // A tar sample or Parquet row is checked by its container; a list row names a file
             // of its own, whose size is kept as a plain input's is.
-            let within = (item.container.zip(item.span))
-                .and_then(|(c, _)| listing.containers.get(c as usize))
-                .is_some_and(|c| !c.kind.is_list());
-            if within {
+            if listing.in_container(&item) {
                 return UNKNOWN_SIZE;
             }
             std::fs::metadata(origin.resolve(&item)).map_or(UNKNOWN_SIZE, |m| m.len())
