@@ -76,11 +76,7 @@ pub(crate) fn classify(e: object_store::Error) -> AttemptError {
     use object_store::Error as E;
     if let E::NotFound { .. } = e {
         // The store's text names the object three times over; the caller names it once.
-        let message = "no such object on the server (404 Not Found)".into();
-        return AttemptError {
-            message,
-            permanent: true,
-        };
+        return AttemptError::fatal("no such object on the server (404 Not Found)");
     }
     let mut message = without_elapsed(without_html(&e.to_string()));
     // Refused credentials, a missing object or a method the server does not implement will not
@@ -91,8 +87,7 @@ pub(crate) fn classify(e: object_store::Error) -> AttemptError {
     let permanent = permanent_status
         || matches!(
             e,
-            E::NotFound { .. }
-                | E::PermissionDenied { .. }
+            E::PermissionDenied { .. }
                 | E::Unauthenticated { .. }
                 | E::InvalidPath { .. }
                 | E::NotSupported { .. }
