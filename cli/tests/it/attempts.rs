@@ -483,3 +483,80 @@ fn an_attempt_of_a_plan_replaced_in_s3_publishes_nothing_into_the_new_one() {
     plan.cmd(Cmd::new(["merge", S3Plan::URL])).ok();
     plan.cmd(Cmd::new(["verify", S3Plan::URL])).ok();
 }
+
+/// A server on loopback that answers a GET of a `.tar` with its headers and then holds the body,
+/// a HEAD of one with its headers, and anything else with 404. Returns its address.
+fn stalling_server() -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && conn.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let line = String::from_utf8_lossy(&head)
+                    .lines()
+                    .next()
+                    .map(str::to_owned);
+                let line = line.unwrap_or_default();
+                let (tar, get) = (line.contains(".tar "), line.starts_with("GET "));
+                let answer = match tar {
+                    true => {
+                        "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close\r\n\r\n"
+                    }
+                    false => {
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    }
+                };
+                let _ = conn.write_all(answer.as_bytes());
+                std::thread::sleep(Duration::from_secs(if tar && get { 120 } else { 0 }));
+            });
+        }
+    });
+    addr.to_string()
+}
+
+/// Ctrl-C or SIGTERM while a remote input's server holds its answer: the pack (or plan) stops
+/// within moments, not when the fetch's attempts run out minutes later, and an earlier dataset
+/// in the output stays whole.
+#[test]
+fn a_pack_stopped_while_a_server_stalls_ends_at_once_and_keeps_the_earlier_dataset() {
+    let dir = tempdir();
+    let images = inputs(dir.path(), 3);
+    let out = dir.path().join("out");
+    pack(&images, &out).args(["-q"]).ok();
+    let before = tree(&out);
+    let url = format!("http://{}/data/shard-000000.tar", stalling_server());
+    let stops = [
+        ("pack", "-INT", 130, None),
+        ("plan", "-TERM", 143, Some("8")),
+    ];
+    for (command, signal, code, shard_samples) in stops {
+        let mut cmd = Cmd::new([command])
+            .arg(&url)
+            .arg(&out)
+            .args(["--overwrite"]);
+        if let Some(n) = shard_samples {
+            cmd = cmd.args(["--shard-samples", n]);
+        }
+        let mut attempt = Attempt(Some(cmd.spawn_piped()));
+        std::thread::sleep(Duration::from_millis(1500));
+        let t = std::time::Instant::now();
+        attempt.signal(signal);
+        let done = attempt.0.take().unwrap().wait_with_output().unwrap();
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{command}: {:?}",
+            t.elapsed()
+        );
+        assert_eq!(done.status.code(), Some(code), "{command}: {done:?}");
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert!(err.contains("stopped by signal"), "{command}: {err}");
+        assert_eq!(tree(&out), before, "{command} changed the earlier dataset");
+    }
+    Cmd::new(["verify"]).arg(&out).ok();
+}

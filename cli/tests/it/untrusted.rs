@@ -280,4 +280,20 @@ fn special_files_in_a_dataset_are_refused_not_waited_on() {
     let o = run(&["verify", "-q"], &ds);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stdout).contains("not a regular file"));
+    // A folder in place of a shard: every command names it alike.
+    let ds = dataset(t.path(), "folder", &[]);
+    let shard = std::fs::read_dir(&ds)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "tar"))
+        .unwrap();
+    std::fs::remove_file(&shard).unwrap();
+    std::fs::create_dir(&shard).unwrap();
+    for args in [&["read", "-q"][..], &["inspect"][..], &["verify", "-q"][..]] {
+        let o = run(args, &ds);
+        let text =
+            String::from_utf8_lossy(&o.stderr).into_owned() + &String::from_utf8_lossy(&o.stdout);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {text}");
+        assert!(text.contains("is a directory"), "{args:?}: {text}");
+    }
 }

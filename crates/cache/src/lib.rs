@@ -35,7 +35,7 @@ pub use inputs::{Published, RemoteFolder};
 pub use location::{Location, RemoteUrl};
 pub use metrics::{as_seconds, CacheMetrics};
 #[cfg(feature = "remote")]
-pub use remote::{cache_key, FetchPolicy};
+pub use remote::{cache_key, FetchPolicy, STOP_POLL};
 #[cfg(feature = "remote")]
 pub use source::{CacheOptions, FetchFailure, Lease, RemoteDataset, ShardSpec};
 

@@ -27,7 +27,20 @@ pub struct FetchPolicy {
     pub stall_timeout: Duration,
     /// Connection timeout (default 10 s).
     pub connect_timeout: Duration,
+    /// Once set, every fetch of a client built with this policy ends, saying it was stopped,
+    /// within [`STOP_POLL`]: for a caller stopped by a signal while a server stalls.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
+
+impl FetchPolicy {
+    /// This policy with [`FetchPolicy::stop`] set to `stop`.
+    pub fn with_stop(self, stop: Option<Arc<std::sync::atomic::AtomicBool>>) -> Self {
+        Self { stop, ..self }
+    }
+}
+
+/// How often a fetch looks at [`FetchPolicy::stop`].
+pub const STOP_POLL: Duration = Duration::from_millis(50);
 
 impl Default for FetchPolicy {
     fn default() -> Self {
@@ -37,6 +50,7 @@ impl Default for FetchPolicy {
             max_backoff: Duration::from_secs(10),
             stall_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
+            stop: None,
         }
     }
 }
@@ -164,6 +178,22 @@ impl Remote {
         self.cancelled
             .store(true, std::sync::atomic::Ordering::SeqCst);
         self.cancel.notify_waiters();
+    }
+
+    /// Whether [`Remote::cancel`] or the policy's stop flag ended this client's fetches.
+    fn stopped(&self) -> bool {
+        let flag = |f: &std::sync::atomic::AtomicBool| f.load(std::sync::atomic::Ordering::SeqCst);
+        flag(&self.cancelled) || self.policy.stop.as_deref().is_some_and(flag)
+    }
+
+    /// Returns once the policy's stop flag is set (never without one).
+    async fn stop_flag_set(&self) {
+        let Some(stop) = self.policy.stop.as_deref() else {
+            return std::future::pending().await;
+        };
+        while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+            tokio::time::sleep(STOP_POLL).await;
+        }
     }
 
     fn path(&self, name: &str) -> StorePath {
@@ -721,19 +751,22 @@ impl Remote {
             let stopped = || CacheError::Fetch {
                 url: self.url.file_url(name),
                 attempts: n,
-                message: "stopped: the reader was closed".into(),
+                message: "stopped before it ended (the reader was closed, or the run was \
+                          interrupted)"
+                    .into(),
             };
             let run = self.rt.block_on(async {
                 // Registered before the flag is read, so a cancel in between is not missed.
                 let cancelled = self.cancel.notified();
                 tokio::pin!(cancelled);
                 cancelled.as_mut().enable();
-                if self.cancelled.load(std::sync::atomic::Ordering::SeqCst) {
+                if self.stopped() {
                     return None;
                 }
                 tokio::select! {
                     r = attempt(state) => Some(r),
                     () = &mut cancelled => None,
+                    () = self.stop_flag_set() => None,
                 }
             });
             let Some((next, result)) = run else {
@@ -760,7 +793,14 @@ impl Remote {
                     // Equal jitter: at least half the backoff, so retries do spread out but
                     // never hammer a struggling server.
                     let half = backoff / 2;
-                    std::thread::sleep(half + half.mul_f64(jitter.next_unit()));
+                    let wait = half + half.mul_f64(jitter.next_unit());
+                    let until = Instant::now() + wait;
+                    while !self.stopped() {
+                        match until.checked_duration_since(Instant::now()) {
+                            Some(left) => std::thread::sleep(left.min(STOP_POLL)),
+                            None => break,
+                        }
+                    }
                     backoff = (backoff * 2).min(self.policy.max_backoff);
                 }
             }

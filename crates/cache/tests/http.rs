@@ -29,6 +29,7 @@ fn options(dir: &std::path::Path) -> CacheOptions {
             max_backoff: Duration::from_millis(100),
             stall_timeout: Duration::from_millis(700),
             connect_timeout: Duration::from_secs(2),
+            stop: None,
         },
         concurrency: 0,
         ahead: 2,
@@ -325,6 +326,42 @@ fn a_fetch_that_failed_otherwise_after_a_stall_names_the_stall_too() {
     let text = ds.acquire(0).unwrap_err().to_string();
     assert!(text.contains("500") && text.contains("(first: "), "{text}");
     assert!(text.contains("stalled"), "{text}");
+}
+
+/// A fetch stopped by the policy's flag while the server holds its answer, or while it waits
+/// out a backoff: it ends within moments, not when the attempts run out.
+#[test]
+fn a_stop_flag_ends_a_stalled_fetch_and_a_backoff_at_once() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for fault in [Fault::Stall(Duration::from_secs(20)), Fault::Error500] {
+        let tmp = tempfile::tempdir().unwrap();
+        make_dataset(tmp.path(), &[200_000], &[]);
+        let server = FaultServer::start(tmp.path(), move |path, _| match path.ends_with(".tar") {
+            true => fault,
+            false => Fault::Ok,
+        });
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let mut options = options(&tmp.path().join("cache"));
+        options.policy.stall_timeout = Duration::from_secs(30);
+        options.policy.backoff = Duration::from_secs(20);
+        options.policy.max_backoff = Duration::from_secs(20);
+        options.policy.stop = Some(stop.clone());
+        let ds = open(&server.url(""), options).unwrap();
+        let setter = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(400));
+            setter.store(true, Ordering::SeqCst);
+        });
+        let t = std::time::Instant::now();
+        let e = ds.acquire(0).unwrap_err().to_string();
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "{fault:?}: {:?}",
+            t.elapsed()
+        );
+        assert!(e.contains("stopped before it ended"), "{fault:?}: {e}");
+        assert_eq!(du(&ds.cache_dir().join("tmp")), 0, "{fault:?}");
+    }
 }
 
 #[test]

@@ -33,16 +33,20 @@ impl Limits {
     }
 }
 
+/// What a file that is no regular file is instead, in the words [`open_regular`] refuses it with.
+pub fn not_regular_file(meta: &std::fs::Metadata) -> &'static str {
+    match meta.is_dir() {
+        true => "is a directory",
+        false => "not a regular file (a FIFO, device or socket)",
+    }
+}
+
 /// Opens `path` for reading when it is a regular file (or a link to one): a FIFO would block
 /// the open until a writer comes, and a device such as `/dev/zero` never ends. The kind is
 /// checked before opening (so a FIFO is never opened) and of the file opened.
 pub fn open_regular(path: &std::path::Path) -> std::io::Result<std::fs::File> {
     let not_regular = |m: std::fs::Metadata| {
-        let what = match m.is_dir() {
-            true => "is a directory",
-            false => "not a regular file (a FIFO, device or socket)",
-        };
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, what)
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, not_regular_file(&m))
     };
     let before = std::fs::metadata(path)?;
     if !before.is_file() {

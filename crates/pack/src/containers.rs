@@ -654,8 +654,9 @@ pub(crate) fn fetch_input(
             etag: None,
         });
     }
-    let (folder, file) = shardtool_cache::RemoteFolder::connect(name, Default::default())
-        .map_err(|e| e.to_string())?;
+    let policy = shardtool_cache::FetchPolicy::default().with_stop(options.stop.clone());
+    let (folder, file) =
+        shardtool_cache::RemoteFolder::connect(name, policy).map_err(|e| e.to_string())?;
     let file = file.ok_or("the URL names a folder, not a file")?;
     let base: String = file
         .chars()

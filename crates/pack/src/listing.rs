@@ -134,8 +134,7 @@ impl Columns {
 pub struct ListOptions {
     /// Column choices.
     pub columns: Columns,
-    /// Where Parquet files and remote inputs are staged as local files (the output folder);
-    /// staged files are named `.stage-*.tmp` and removed when the pack ends.
+    /// Where Parquet files and remote inputs are staged, as `.stage-*.tmp` files (the output).
     pub stage_dir: PathBuf,
     /// Inputs larger than this are refused (a remote shard or Parquet file included).
     pub max_input_bytes: u64,
@@ -143,9 +142,10 @@ pub struct ListOptions {
     pub jobs: usize,
     /// The most bytes a compressed input shard may decompress to (`None`: 64 GiB).
     pub max_shard_bytes: Option<u64>,
-    /// A folder never listed as input: the output, which may lie inside an ImageFolder input
-    /// (then it is no class of a later pack).
+    /// A folder never listed as input: the output (it may lie inside an ImageFolder input).
     pub exclude: Option<PathBuf>,
+    /// Once set, remote inputs' fetches stop ([`shardtool_cache::FetchPolicy::stop`]).
+    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// One input image, borrowed from [`Inputs`].

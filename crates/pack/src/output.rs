@@ -71,7 +71,7 @@ pub(crate) fn list_for(
     crate::listing::check_columns(&plan.source, &options, true).map_err(PackError::Inputs)?;
     lock()?;
     clear_output(plan, None)?;
-    let listed = list_inputs(&plan.source, &options).map_err(PackError::Inputs);
+    let listed = listed_unless_stopped(plan, options, progress).map_err(PackError::Inputs);
     let mut listing = listed.inspect_err(|_| remove_staged(plan))?;
     let staged = crate::pipeline::StagedFiles(std::mem::take(&mut listing.staged));
     if progress.cancelled() {
@@ -87,6 +87,31 @@ pub(crate) fn list_for(
     clear_output(plan, Some(&staged.0))?;
     listing.staged = move_staged(staged, &mut listing.containers, stage_dir)?;
     Ok(listing)
+}
+
+/// Lists the inputs of `plan` on a thread of its own while this one asks `progress` whether to
+/// stop: fetches of remote inputs then end within a poll, not when a stalled server's attempts
+/// run out.
+fn listed_unless_stopped(
+    plan: &PackPlan,
+    mut options: ListOptions,
+    progress: &dyn crate::Progress,
+) -> Result<crate::Listing, crate::ListError> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    options.stop = Some(stop.clone());
+    std::thread::scope(|s| {
+        let listing = s.spawn(|| list_inputs(&plan.source, &options));
+        while !listing.is_finished() {
+            if progress.cancelled() {
+                stop.store(true, Ordering::SeqCst);
+            }
+            std::thread::sleep(shardtool_cache::STOP_POLL);
+        }
+        listing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
 }
 
 /// Refuses to clear an earlier dataset in the output (`--overwrite`) for inputs of which none
@@ -200,6 +225,7 @@ pub(crate) fn list_options(plan: &PackPlan, stage_dir: &Path) -> ListOptions {
         jobs: plan.jobs,
         max_shard_bytes: None,
         exclude: Some(plan.output.clone()),
+        stop: None,
     }
 }
 

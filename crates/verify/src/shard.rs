@@ -94,7 +94,7 @@ pub(crate) fn verify_shard(entry: &ShardEntry, sh: &Shared<'_>) -> ShardOutcome 
         Ok(meta) if !meta.is_file() => {
             out.problems.push(problem(
                 ProblemKind::Unreadable,
-                "is not a regular file".into(),
+                shardtool_core::not_regular_file(&meta).into(),
             ));
             return out;
         }
