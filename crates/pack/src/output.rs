@@ -428,9 +428,20 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
             input: PathBuf::from(shardtool_core::redact_urls(&url).into_owned()),
         }));
     }
-    let listed: HashSet<String> = manifest_in(out)
-        .map(|m| m.shards.into_iter().map(|s| s.file).collect())
-        .unwrap_or_default();
+    let listed: Option<HashSet<String>> =
+        manifest_in(out).map(|m| m.shards.into_iter().map(|s| s.file).collect());
+    // Shards named as this plan names them are an interrupted pack's only where no manifest
+    // lists what was made and a pack left its mark (the error report it writes before its first
+    // shard, its plan folder, a temporary file, a manifest cut short): a folder of downloaded
+    // `shard-NNNNNN.tar` files is the user's.
+    let marks = |e: &std::fs::DirEntry| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        [ERRORS_FILE, crate::PLAN_DIR, manifest::FILE_NAME].contains(&name.as_ref())
+            || temporary(&name)
+    };
+    let interrupted = listed.is_none() && entries.iter().any(marks);
+    let listed = listed.unwrap_or_default();
     let mut ours = Vec::new();
     for e in &entries {
         let name = e.file_name();
@@ -444,7 +455,7 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
             || name == ERRORS_FILE
             || temporary(&name)
             || listed.contains(name.as_ref())
-            || named_as_ours(&name, &plan.prefix)
+            || (interrupted && named_as_ours(&name, &plan.prefix))
         {
             ours.push(e.path());
         } else if manifest::ShardKind::from_name(&name).is_some() {
@@ -463,8 +474,13 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
         }
         return Ok(());
     }
-    // The manifest goes first, so an interrupted overwrite leaves a visibly incomplete dataset.
-    ours.sort_by_key(|p| p.file_name() != Some(manifest::FILE_NAME.as_ref()));
+    // The manifest goes first, so an interrupted overwrite leaves a visibly incomplete dataset,
+    // and the marks of a pack last, so that what it leaves is still known as a pack's.
+    ours.sort_by_key(|p| match p.file_name().and_then(|n| n.to_str()) {
+        Some(manifest::FILE_NAME) => 0,
+        Some(ERRORS_FILE | crate::PLAN_DIR) => 2,
+        _ => 1,
+    });
     for path in ours {
         if path.is_dir() {
             std::fs::remove_dir_all(&path).map_err(io)?;
@@ -692,5 +708,36 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(left, ["notes.md"]);
+    }
+
+    /// Files named as this plan names shards are an interrupted pack's only where a pack left
+    /// its mark and no manifest lists the dataset's shards: downloaded WebDataset shards named
+    /// `shard-NNNNNN.tar`, alone or beside a dataset, are the user's.
+    #[test]
+    fn shards_named_as_ours_go_only_where_a_pack_left_its_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let mut plan = PackPlan::new(InputSource::Folder("in".into()), out.clone());
+        plan.overwrite = true;
+        let refused = |plan: &PackPlan, file: &str| {
+            let err = prepare_output(plan).unwrap_err();
+            assert!(
+                matches!(&err, PackError::OutputHoldsOtherShards { file: f, .. } if f == file),
+                "{err}"
+            );
+        };
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(out.join("shard-000007.tar"), b"x").unwrap();
+        refused(&plan, "shard-000007.tar");
+        // Beside a manifest that does not list it.
+        let m = Manifest::new("t", Vec::new(), Vec::new(), Vec::new());
+        std::fs::write(out.join(manifest::FILE_NAME), m.to_json()).unwrap();
+        refused(&plan, "shard-000007.tar");
+        assert!(out.join(manifest::FILE_NAME).exists());
+        // A pack's error report and no manifest: a pack stopped before publishing.
+        std::fs::remove_file(out.join(manifest::FILE_NAME)).unwrap();
+        std::fs::write(out.join(ERRORS_FILE), b"").unwrap();
+        prepare_output(&plan).unwrap();
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     }
 }

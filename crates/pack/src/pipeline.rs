@@ -482,6 +482,9 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             _ => Ok(()),
         }
     };
+    // Written before the first shard: the mark by which a later `--overwrite` knows this pack's
+    // shards if it is stopped before its manifest.
+    write_errors(&errors_path, &[])?;
     let mut sink = ShardSink::new(plan);
     let shared = std::sync::Arc::new(Shared {
         containers: std::mem::take(&mut listing.containers),
