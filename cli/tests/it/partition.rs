@@ -822,3 +822,26 @@ fn twenty_kills_of_merge_leave_no_manifest_or_the_final_one() {
     Cmd::new(["merge", "-q"]).arg(&out).ok();
     finished_whole(&out, &single);
 }
+
+/// A resume of a partitioned pack that is merged changes nothing there: the plan stays, and
+/// `status` and a second `merge` still answer as before.
+#[test]
+fn a_resume_after_a_merge_keeps_the_plan() {
+    let dir = tempdir();
+    let images = inputs(dir.path(), 12);
+    let out = dir.path().join("out");
+    let k = ["--shard-samples", "5"];
+    Cmd::new(["plan", "-q"]).arg(&images).arg(&out).args(k).ok();
+    part(&out, "0/1").ok();
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    let manifest = std::fs::read(out.join("manifest.json")).unwrap();
+    pack(&images, &out).args(k).args(["--resume", "-q"]).ok();
+    assert!(
+        out.join("_plan/plan.json").is_file(),
+        "the plan was removed"
+    );
+    assert_eq!(std::fs::read(out.join("manifest.json")).unwrap(), manifest);
+    Cmd::new(["status"]).arg(&out).ok();
+    Cmd::new(["merge", "-q"]).arg(&out).ok();
+    Cmd::new(["verify", "-q"]).arg(&out).ok();
+}

@@ -688,6 +688,9 @@ pub(crate) fn pack_planned(
     let store = Store::open(output)?;
     let plan_name = format!("{PLAN_DIR}/{PLAN_FILE}");
     let resuming = plan.resume && store.size(&plan_name)?.is_some();
+    // A partitioned pack keeps its plan once merged (late attempts and merges read it): a
+    // resume of it changes nothing there.
+    let merged_before = resuming && store.size(shardtool_manifest::FILE_NAME)?.is_some();
     if resuming {
         check_same_options(&read_plan_in(&store, output)?, plan)?;
     } else {
@@ -724,7 +727,7 @@ pub(crate) fn pack_planned(
     )?;
     drop(loaded);
     let merged = crate::merge::merge_held(output, max_errors, false)?;
-    if !is_remote(output) {
+    if !is_remote(output) && !merged_before {
         let dir = plan_dir(output);
         std::fs::remove_dir_all(&dir).map_err(|e| PackError::io(dir, e))?;
     }
