@@ -138,10 +138,12 @@ pub(crate) fn local_path(s: &str) -> Result<String, ListError> {
     Ok(s.to_string())
 }
 
+/// The error for input `what`; a cause that names it first (a fetch's) names it once.
 fn bad_input(what: &str, why: &str) -> ListError {
+    let once = why.strip_prefix(what).and_then(|w| w.strip_prefix(": "));
     ListError::BadList {
         path: PathBuf::from(what),
-        message: why.to_string(),
+        message: once.unwrap_or(why).to_string(),
     }
 }
 

@@ -140,13 +140,23 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
         .map(|(s, (n, _))| format!("{s} ({})", file_count(*n)))
         .collect();
     let named = named.join(", ");
-    // Remote inputs take brace patterns, not globs.
+    // Remote inputs take a folder or a brace pattern, not globs.
     if arg.contains("://") {
+        let example = match glob.ends_with('/') {
+            true => glob.clone(),
+            false => {
+                let mut of_split: Vec<&str> = (files.iter().copied())
+                    .filter(|f| split_of(f).is_some_and(|(s, _)| s == *first))
+                    .collect();
+                of_split.sort_unstable();
+                brace_of(&of_split)
+            }
+        };
         return Err(format!(
             "the folder holds the splits {named}: packed together, held-out samples would mix \
-             with training ones; pack one split by naming its files, e.g. with a brace pattern \
-             such as '{base}/train-{{00000..00009}}.{ext}' (a pattern naming several splits' \
-             files packs them together, as asked)"
+             with training ones; pack one split by naming its files, e.g. the {first} split as \
+             '{base}/{example}' (a pattern naming several splits' files packs them together, \
+             as asked)"
         ));
     }
     Err(format!(
@@ -155,6 +165,51 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
          naming several splits' files, such as '{base}/{{a,b}}/*.{ext}', packs them together, \
          as asked)"
     ))
+}
+
+/// A brace pattern naming exactly `files` (sorted, at least one): a range where they differ by
+/// one zero-padded number counting up by one (`a-{00000..00009}.tar`), else a list of them.
+fn brace_of(files: &[&str]) -> String {
+    let (Some(first), Some(last)) = (files.first(), files.last()) else {
+        return String::new();
+    };
+    let digit = |b: Option<&u8>| b.is_some_and(u8::is_ascii_digit);
+    let mut head = (first.bytes().zip(last.bytes()))
+        .take_while(|(a, b)| a == b)
+        .count();
+    while head > 0 && (digit(first.as_bytes().get(head - 1)) || !first.is_char_boundary(head)) {
+        head -= 1;
+    }
+    let (a, b) = (&first.as_bytes()[head..], &last.as_bytes()[head..]);
+    let mut tail = (a.iter().rev().zip(b.iter().rev()))
+        .take_while(|(x, y)| x == y)
+        .count();
+    tail = tail.min(a.len().min(b.len()));
+    while tail > 0 && (digit(a.get(a.len() - tail)) || !first.is_char_boundary(first.len() - tail))
+    {
+        tail -= 1;
+    }
+    let number = |f: &str| -> Option<(usize, u64)> {
+        let mid = f.get(head..f.len().checked_sub(tail)?)?;
+        let same = f.starts_with(&first[..head]) && f.ends_with(&first[first.len() - tail..]);
+        (same && !mid.is_empty() && mid.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| Some((mid.len(), mid.parse().ok()?)))?
+    };
+    let numbers: Option<Vec<(usize, u64)>> = files.iter().map(|f| number(f)).collect();
+    let counts_up = numbers.as_deref().is_some_and(|n| {
+        n.iter().all(|&(w, _)| w == n[0].0) && n.windows(2).all(|p| p[1].1 == p[0].1 + 1)
+    });
+    match files.len() {
+        1 => first.to_string(),
+        _ if counts_up => format!(
+            "{}{{{}..{}}}{}",
+            &first[..head],
+            &first[head..first.len() - tail],
+            &last[head..last.len() - tail],
+            &first[first.len() - tail..]
+        ),
+        _ => format!("{{{}}}", files.join(",")),
+    }
 }
 
 /// `n file(s)`, in words.
@@ -257,6 +312,35 @@ pub(crate) fn imagefolder_metadata(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn brace_patterns_name_exactly_the_files() {
+        let cases: [(&[&str], &str); 5] = [
+            (
+                &[
+                    "d/train-00000-of-00002.parquet",
+                    "d/train-00001-of-00002.parquet",
+                ],
+                "d/train-{00000..00001}-of-00002.parquet",
+            ),
+            (
+                &["a-8.tar", "a-9.tar", "a-10.tar"],
+                "{a-8.tar,a-9.tar,a-10.tar}",
+            ),
+            (&["a-1.tar", "a-3.tar"], "{a-1.tar,a-3.tar}"),
+            (&["only.tar"], "only.tar"),
+            (&["é-07é.tar", "é-08é.tar"], "é-{07..08}é.tar"),
+        ];
+        for (files, want) in cases {
+            let got = super::brace_of(files);
+            assert_eq!(got, want);
+            let mut expanded = crate::containers::expand_braces(&got).unwrap();
+            expanded.sort_unstable();
+            let mut files = files.to_vec();
+            files.sort_unstable();
+            assert_eq!(expanded, files);
+        }
+    }
+
     use super::*;
 
     #[test]
@@ -323,7 +407,16 @@ mod tests {
         let e = one_split("coco", &coco, "tar").unwrap_err();
         assert!(e.contains("'coco/train2017/'"), "{e}");
         let e = one_split("http://h/coco/", &coco, "tar").unwrap_err();
-        assert!(e.contains("brace pattern"), "{e}");
+        assert!(e.contains("'http://h/coco/train2017/'"), "{e}");
+        // Remote files are named by a brace pattern of their own names (no globs there).
+        let hub = [
+            "data/test-00000-of-00001.parquet",
+            "data/train-00000-of-00002.parquet",
+            "data/train-00001-of-00002.parquet",
+        ];
+        let e = one_split("http://h/hf/", &hub, "parquet").unwrap_err();
+        let want = "'http://h/hf/data/train-{00000..00001}-of-00002.parquet'";
+        assert!(e.contains(want), "{e}");
         // Configurations, each with its splits (or one split alone), are asked about first.
         let configs = [
             "full/train/0000.parquet",
