@@ -30,10 +30,11 @@ pub struct LoaderArgs {
     pub world: Option<u32>,
     /// Reader threads (default: all cores, divided by $LOCAL_WORLD_SIZE, the ranks torchrun
     /// starts on this node; at most 4096). Never changes the order.
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(0..=4096))]
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub workers: Option<u16>,
     /// Samples per batch.
-    #[arg(long, default_value_t = 64, value_name = "B")]
+    #[arg(long, default_value_t = 64, value_name = "B",
+          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batch: usize,
     /// Shuffle buffer size in samples (1 keeps the interleaved order).
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]

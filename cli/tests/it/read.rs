@@ -130,6 +130,10 @@ fn rank_and_world_size_come_from_the_environment_and_a_bad_one_is_an_error() {
             "WORLD_SIZE is set but RANK is not",
         ),
         (&[("RANK", "1")][..], "RANK is set but WORLD_SIZE is not"),
+        (
+            &[("RANK", "5"), ("WORLD_SIZE", "4")][..],
+            "RANK=5 must be below WORLD_SIZE=4",
+        ),
     ] {
         let out = read(env, &[]);
         assert_eq!(out.status.code(), Some(2), "{env:?}");
@@ -142,6 +146,13 @@ fn rank_and_world_size_come_from_the_environment_and_a_bad_one_is_an_error() {
         &["--rank", "1", "--world", "3"],
     ));
     assert_eq!(explicit, given);
+    // Counts that cannot work are refused as flags are parsed, naming the range.
+    for (flag, range) in [("--workers", "1..=4096"), ("--batch", "1..")] {
+        let out = read(&[], &[flag, "0"]);
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(range), "{flag}: {err}");
+    }
 }
 
 /// More ranks than samples with the remainder dropped leave every rank nothing: an error, not an

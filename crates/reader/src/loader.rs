@@ -137,10 +137,12 @@ pub const MAX_BATCH_BYTES: u64 = 8 << 30;
 
 impl LoaderBuilder {
     fn new(location: Location) -> Self {
-        // torchrun sets RANK and WORLD_SIZE for every process.
         let (rank, world) = (env_u32("RANK"), env_u32("WORLD_SIZE"));
         let env_partition_error = match (&rank, &world) {
             (Err(e), _) | (_, Err(e)) => Some(e.clone()),
+            (Ok(Some(r)), Ok(Some(w))) if r >= w => {
+                Some(format!("RANK={r} must be below WORLD_SIZE={w}"))
+            }
             // One without the other would make every process rank 0 (or all of world 1).
             (Ok(Some(_)), Ok(None)) => Some("RANK is set but WORLD_SIZE is not".to_string()),
             (Ok(None), Ok(Some(_))) => Some("WORLD_SIZE is set but RANK is not".to_string()),
@@ -229,8 +231,7 @@ impl LoaderBuilder {
         self.workers = Some(k);
         self
     }
-    /// Batches each worker may have ready ahead of the consumer (default 2, at most
-    /// [`MAX_PREFETCH`]).
+    /// Batches each worker may have ready ahead of the consumer (default 2, ≤ [`MAX_PREFETCH`]).
     pub fn prefetch(mut self, n: usize) -> Self {
         self.prefetch = n;
         self
@@ -776,8 +777,7 @@ impl Loader {
         self.live.clone()
     }
 
-    /// The next message; `Err(())` when `timeout` passed first. `None` waits as long as it
-    /// takes.
+    /// The next message; `Err(())` when `timeout` passed first (`None`: no timeout).
     fn receive(&mut self, timeout: Option<Duration>) -> Result<Option<Msg>, ()> {
         let rx = match &self.shared_rx {
             Some(rx) => rx,
