@@ -31,6 +31,9 @@ cargo test --workspace --locked
 step "python package: build into target/python-venv, pytest"
 scripts/python-test.sh
 
+step "python package: mypy --strict (the typed package and its stubs)"
+(cd python && python3 -m mypy --strict --cache-dir=/dev/null -p shardtool)
+
 # The GPU-capable build (CUDA loaded at run time) must build, lint clean and pass its CPU path
 # where no GPU exists; on a GPU machine scripts/gpu-check.sh runs the GPU-gated tests.
 step "cuda feature: clippy, gpu conformance tests and the CLI's device tests (CPU path)"

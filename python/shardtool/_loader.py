@@ -255,9 +255,9 @@ def _parse_device(device: Any) -> Optional[Tuple[str, Optional[int]]]:
 
 def _converter(output: str) -> Callable[[Any], Any]:
     if output == "torch":
-        import torch
+        from torch.utils.dlpack import from_dlpack
 
-        return torch.from_dlpack
+        return from_dlpack
     if output == "numpy":
         import numpy
 

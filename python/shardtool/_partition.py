@@ -3,13 +3,12 @@ job, a notebook), any number of times, then ``merge``. See ``shardtool.ray`` for
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, Optional, Union
 
 from . import _shardtool
 from ._loader import _check_int, _check_path
-from ._tools import MAX_JOBS, checked_options
+from ._tools import MAX_JOBS, _report, checked_options
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -36,7 +35,7 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
         raise ValueError(
             "resume=True keeps a plan made from the same inputs, overwrite=True plans again: pass one"
         )
-    return json.loads(_shardtool.pack(_check_path("input", input), out, plan_only=True, **options))
+    return _report(_shardtool.pack(_check_path("input", input), out, plan_only=True, **options))
 
 
 def pack_part(
@@ -58,7 +57,7 @@ def pack_part(
     count = _check_int("count", count, 1, maximum=2**63 - 1)
     jobs = _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     max_errors = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
-    return json.loads(
+    return _report(
         _shardtool.pack_part(_check_path("output", output), index, count, jobs=jobs, max_errors=max_errors)
     )
 
@@ -71,7 +70,7 @@ def merge(output: PathLike, *, max_errors: Optional[int] = None) -> Dict[str, An
     allows (``DatasetError``, nothing committed). Returns the ``manifest`` and the failed inputs
     (``errors``). Running it again is harmless."""
     max_errors = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
-    return json.loads(_shardtool.merge(_check_path("output", output), max_errors=max_errors))
+    return _report(_shardtool.merge(_check_path("output", output), max_errors=max_errors))
 
 
 def status(output: PathLike) -> Dict[str, Any]:
@@ -80,4 +79,4 @@ def status(output: PathLike) -> Dict[str, Any]:
     ``max_errors`` (``None`` without one; merge commits nothing past it), and ``stopped``: the
     failure lists of runs that stopped past ``max_errors`` (a rerun stops again unless those
     inputs are mended or it is given a larger ``max_errors``)."""
-    return json.loads(_shardtool.status(_check_path("output", output)))
+    return _report(_shardtool.status(_check_path("output", output)))

@@ -10,6 +10,13 @@ from typing import Any, Dict, Optional, Sequence, Union
 from . import _shardtool
 from ._loader import _check_bool, _check_fetch, _check_int, _check_path, cache_limit_bytes
 
+
+def _report(text: str) -> Dict[str, Any]:
+    """A report the native module returns as a JSON object, parsed."""
+    report: Dict[str, Any] = json.loads(text)
+    return report
+
+
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -175,7 +182,7 @@ def pack(
                 else 'encode="png" is lossless'
             )
         )
-    return json.loads(
+    return _report(
         _shardtool.pack(
             _check_path("input", input),
             _check_path("output", output),
@@ -212,7 +219,7 @@ def verify(
     _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
     decode = _check_bool("decode", decode)
-    return json.loads(
+    return _report(
         _shardtool.verify(
             _check_path("path", path),
             decode=decode,
@@ -248,7 +255,7 @@ def inspect(
     """
     _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
-    return json.loads(
+    return _report(
         _shardtool.inspect(
             _check_path("path", path),
             jobs=jobs,

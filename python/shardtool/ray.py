@@ -68,7 +68,10 @@ def pack(
     # Retried: a worker that died, and a part that failed on I/O or a store error (a part is
     # idempotent); not a usage error (ValueError), a part past max_errors or a plan that cannot
     # be run (an input changed since it), which would fail again the same way.
-    @ray.remote(num_cpus=cpus_per_part, max_retries=max_retries, retry_exceptions=[OSError, DatasetError])
+    # Ray's stubs type retry_exceptions as a bool; its docs and runtime take a list of classes.
+    @ray.remote(  # type: ignore[call-overload, untyped-decorator]
+        num_cpus=cpus_per_part, max_retries=max_retries, retry_exceptions=[OSError, DatasetError]
+    )
     def part(index: int) -> Dict[str, Any]:
         try:
             return _partition.pack_part(output, index, parts, jobs=cpus_per_part, max_errors=max_errors)

@@ -106,7 +106,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             # Shared memory travels only to a process being started (a DataLoader worker);
             # another copy (deepcopy, a pickle to disk) takes the epoch's value.
             d["_epoch"] = int(self._epoch.value)
-            d["_workers"] = list(self._workers)
+            d["_workers"] = self._workers[:]
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
