@@ -18,6 +18,13 @@ impl RemoteFolder {
     /// Connects to the folder of `url`. A URL ending in `/` names the folder itself; otherwise
     /// its last segment names a file, returned beside the folder.
     pub fn connect(url: &str, policy: FetchPolicy) -> Result<(Self, Option<String>), CacheError> {
+        let (folder, file) = Self::split(url)?;
+        let remote = Remote::connect(folder, policy, Arc::new(Recorder::default()))?;
+        Ok((Self { remote }, file))
+    }
+
+    /// The folder of `url` and the file it names, if any (see [`RemoteFolder::connect`]).
+    fn split(url: &str) -> Result<(RemoteUrl, Option<String>), CacheError> {
         let bad = |why: &str| CacheError::BadLocation {
             location: url.to_string(),
             message: why.to_string(),
@@ -48,8 +55,7 @@ impl RemoteFolder {
             folder,
             manifest: String::new(),
         };
-        let remote = Remote::connect(remote, policy, Arc::new(Recorder::default()))?;
-        Ok((Self { remote }, file))
+        Ok((remote, file))
     }
 
     /// The URL of `name` in the folder.
@@ -85,6 +91,53 @@ impl RemoteFolder {
         }
         self.remote.download_unchecked(name, size, file)?;
         Ok((size, etag))
+    }
+}
+
+/// Connected remote folders, one client each, shared by the threads that fetch many files from
+/// them (a pack's URL inputs): a client per file would set up a runtime and TLS roots each time.
+#[derive(Default)]
+pub struct RemoteFolders {
+    policy: FetchPolicy,
+    open: std::sync::Mutex<std::collections::HashMap<String, Arc<RemoteFolder>>>,
+}
+
+impl std::fmt::Debug for RemoteFolders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteFolders")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteFolders {
+    /// No folder connected yet; each will be with `policy`.
+    pub fn new(policy: FetchPolicy) -> Self {
+        Self {
+            policy,
+            open: Default::default(),
+        }
+    }
+
+    /// Whether the policy's stop flag is set: nothing more should be fetched.
+    pub fn stopped(&self) -> bool {
+        let stop = self.policy.stop.as_deref();
+        stop.is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    /// [`RemoteFolder::connect`], sharing one client per folder.
+    pub fn connect(&self, url: &str) -> Result<(Arc<RemoteFolder>, Option<String>), CacheError> {
+        let (folder, file) = RemoteFolder::split(url)?;
+        let key = folder.folder.as_str().to_string();
+        // A poisoned lock only means another fetch panicked; the map is still whole.
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = open.get(&key) {
+            return Ok((f.clone(), file));
+        }
+        let remote = Remote::connect(folder, self.policy.clone(), Arc::new(Recorder::default()))?;
+        let f = Arc::new(RemoteFolder { remote });
+        open.insert(key, f.clone());
+        Ok((f, file))
     }
 }
 
@@ -198,4 +251,21 @@ impl RemoteFolder {
 
 fn file_checksum(path: &std::path::Path) -> std::io::Result<shardtool_core::Checksum> {
     Ok(shardtool_core::Checksum::of_reader(std::fs::File::open(path)?)?.1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    #[test]
+    fn one_client_serves_every_file_of_a_folder() {
+        let pool = super::RemoteFolders::default();
+        let (a, fa) = pool.connect("http://127.0.0.1:9/d/x.tar").unwrap();
+        let (b, fb) = pool.connect("http://127.0.0.1:9/d/y%20z.tar").unwrap();
+        let (c, _) = pool.connect("http://127.0.0.1:9/e/x.tar").unwrap();
+        assert!(Arc::ptr_eq(&a, &b) && !Arc::ptr_eq(&a, &c));
+        assert_eq!(fa.as_deref(), Some("x.tar"));
+        assert_eq!(fb.as_deref(), Some("y z.tar"));
+        assert!(!pool.stopped());
+    }
 }

@@ -31,7 +31,7 @@ mod writeback;
 
 pub use dir::{default_cache_dir, stopping, CacheDir, CachedDataset, ClearReport, Stopping};
 #[cfg(feature = "remote")]
-pub use inputs::{Published, RemoteFolder};
+pub use inputs::{Published, RemoteFolder, RemoteFolders};
 pub use location::{Location, RemoteUrl};
 pub use metrics::{as_seconds, CacheMetrics};
 #[cfg(feature = "remote")]

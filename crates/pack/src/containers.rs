@@ -643,12 +643,8 @@ pub(crate) struct Fetched {
 }
 
 /// Makes `name` (a local path or a URL) a local file: URLs are fetched into the staging folder
-/// as `.stage-<index>-<name>.tmp`.
-pub(crate) fn fetch_input(
-    name: &str,
-    index: usize,
-    options: &ListOptions,
-) -> Result<Fetched, String> {
+/// as `.stage-<i>-<name>.tmp`.
+pub(crate) fn fetch_input(name: &str, i: usize, options: &ListOptions) -> Result<Fetched, String> {
     if !is_remote(name) {
         return Ok(Fetched {
             path: PathBuf::from(name),
@@ -656,9 +652,10 @@ pub(crate) fn fetch_input(
             etag: None,
         });
     }
-    let policy = shardtool_cache::FetchPolicy::default().with_stop(options.stop.clone());
-    let (folder, file) =
-        shardtool_cache::RemoteFolder::connect(name, policy).map_err(|e| e.to_string())?;
+    if options.remote.stopped() {
+        return Err("not fetched: the run was interrupted".into());
+    }
+    let (folder, file) = options.remote.connect(name).map_err(|e| e.to_string())?;
     let file = file.ok_or("the URL names a folder, not a file")?;
     let base: String = file
         .chars()
@@ -671,9 +668,7 @@ pub(crate) fn fetch_input(
         })
         .take(60)
         .collect();
-    let path = options
-        .stage_dir
-        .join(format!(".stage-{index:06}-{base}.tmp"));
+    let path = options.stage_dir.join(format!(".stage-{i:06}-{base}.tmp"));
     let mut out = std::fs::File::options()
         .read(true)
         .write(true)

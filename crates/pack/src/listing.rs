@@ -144,8 +144,8 @@ pub struct ListOptions {
     pub max_shard_bytes: Option<u64>,
     /// A folder never listed as input: the output (it may lie inside an ImageFolder input).
     pub exclude: Option<PathBuf>,
-    /// Once set, remote inputs' fetches stop ([`shardtool_cache::FetchPolicy::stop`]).
-    pub stop: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The clients of remote inputs' folders (with the policy that may stop their fetches).
+    pub remote: std::sync::Arc<shardtool_cache::RemoteFolders>,
 }
 
 /// One input image, borrowed from [`Inputs`].

@@ -99,7 +99,8 @@ fn listed_unless_stopped(
 ) -> Result<crate::Listing, crate::ListError> {
     use std::sync::atomic::{AtomicBool, Ordering};
     let stop = std::sync::Arc::new(AtomicBool::new(false));
-    options.stop = Some(stop.clone());
+    let policy = shardtool_cache::FetchPolicy::default().with_stop(Some(stop.clone()));
+    options.remote = std::sync::Arc::new(shardtool_cache::RemoteFolders::new(policy));
     std::thread::scope(|s| {
         let listing = s.spawn(|| list_inputs(&plan.source, &options));
         while !listing.is_finished() {
@@ -225,7 +226,7 @@ pub(crate) fn list_options(plan: &PackPlan, stage_dir: &Path) -> ListOptions {
         jobs: plan.jobs,
         max_shard_bytes: None,
         exclude: Some(plan.output.clone()),
-        stop: None,
+        remote: Default::default(),
     }
 }
 
