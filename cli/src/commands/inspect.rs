@@ -110,10 +110,11 @@ fn print_human(r: &InspectReport) {
     // ImageNet's thousand fit; past that the text shows the first and `--json` lists them all.
     const MAX_SHOWN: usize = 1000;
     for c in r.classes.iter().take(MAX_SHOWN) {
-        let name: String = printable(c.name.as_deref().unwrap_or("?"))
-            .chars()
-            .take(32)
-            .collect();
+        let full = printable(c.name.as_deref().unwrap_or("?"));
+        let name: String = match full.chars().count() > 32 {
+            true => full.chars().take(31).chain(['…']).collect(),
+            false => full.into_owned(),
+        };
         let bar = "#".repeat(((c.count * 30).div_ceil(max)) as usize);
         outln!(
             "    {:>4} {name:<width$} {:>8} {:>5.1}%  {bar}",

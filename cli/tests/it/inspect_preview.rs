@@ -443,3 +443,45 @@ fn inspect_text_shows_the_first_thousand_classes_and_says_how_many_more() {
     let v: Value = serde_json::from_slice(&r.stdout).unwrap();
     assert_eq!(v["classes"].as_array().unwrap().len(), 1003);
 }
+
+/// A class whose images all failed (or that has none) is still a class of the dataset: inspect
+/// counts it and lists it at 0, as labels index the manifest's classes; a long name is cut with
+/// an ellipsis.
+#[test]
+fn inspect_lists_a_class_no_sample_has_at_zero() {
+    let dir = crate::common::tempdir();
+    let input = dir.path().join("in");
+    let jpeg = crate::common::jpeg(&crate::common::pattern(8, 8, 1));
+    let long = "l".repeat(40);
+    for c in ["a", "c", long.as_str()] {
+        crate::common::write_file(input.join(format!("{c}/a.jpg")), &jpeg);
+    }
+    crate::common::write_file(input.join("b/broken.jpg"), b"\xff\xd8\xff not a jpeg");
+    let out = dir.path().join("ds");
+    crate::common::pack(&input, &out).arg("-q").ok();
+    let r = Command::new(bin())
+        .arg("inspect")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(r.status.success());
+    let text = String::from_utf8(r.stdout).unwrap();
+    assert!(text.contains("  classes   4"), "{text}");
+    let b = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("1 b "))
+        .unwrap_or_default();
+    assert!(b.contains(" 0 ") && b.contains("0.0%"), "{text}");
+    let cut = format!("{}…", "l".repeat(31));
+    assert!(text.contains(&cut), "{text}");
+    let r = Command::new(bin())
+        .args(["inspect", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let counts: Vec<u64> = (json["classes"].as_array().unwrap().iter())
+        .map(|c| c["count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, [1, 0, 1, 1]);
+}

@@ -107,7 +107,8 @@ pub struct InspectReport {
     pub declared_fields: Option<Vec<String>>,
     /// The fields only some samples carry, as the manifest declares them (for a dataset).
     pub optional_fields: Option<Vec<String>>,
-    /// Samples per label, in label order (unlabelled samples left out).
+    /// Samples per label, in label order (unlabelled samples left out); for a dataset, every
+    /// class of its manifest, those no sample has at 0.
     pub classes: Vec<ClassCount>,
     /// Samples without a label (no `.cls` and no json `label`, or label -1).
     pub unlabelled: u64,
@@ -224,6 +225,9 @@ pub(crate) fn inspect_as(
             }
             for (i, c) in m.classes.iter().enumerate() {
                 all.names.insert(i as i64, c.clone());
+                // A class no sample has (its images all failed, or none) is shown at 0: the
+                // class count is the manifest's, which labels index into.
+                all.labels.entry(i as i64).or_insert(0);
             }
             let mut r = finish(target, "dataset", all);
             r.manifest = Some(ds.manifest_path.display().to_string());
