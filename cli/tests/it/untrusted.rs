@@ -297,3 +297,33 @@ fn special_files_in_a_dataset_are_refused_not_waited_on() {
         assert!(text.contains("is a directory"), "{args:?}: {text}");
     }
 }
+
+/// An image below folders whose path passes PATH_MAX cannot be looked at: that is said in the
+/// error report, not counted among the files ignored.
+#[test]
+fn a_folder_past_path_max_is_a_failed_input_not_ignored() {
+    let t = tempdir();
+    let input = t.path().join("in");
+    let jpeg = crate::common::jpeg(&crate::common::pattern(8, 8, 1));
+    write_file(input.join("ok/a.jpg"), &jpeg);
+    write_file(t.path().join("a.jpg"), &jpeg);
+    std::fs::create_dir_all(input.join("deep")).unwrap();
+    // 17 folders of 250 bytes: made one `chdir` at a time, as no single path may name them.
+    let script = "import os, shutil, sys\nos.chdir('deep')\nfor _ in range(17):\n    \
+                  os.mkdir('d' * 250)\n    os.chdir('d' * 250)\nshutil.copy(sys.argv[1], '.')";
+    let made = std::process::Command::new("python3")
+        .args(["-c", script])
+        .arg(t.path().join("a.jpg"))
+        .current_dir(&input)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let out = t.path().join("out");
+    let r = pack(&input, &out).ok();
+    assert!(r.stdout.contains("packed 1 of 2 inputs"), "{}", r.stdout);
+    assert!(!r.stdout.contains("ignored"), "{}", r.stdout);
+    let failed = errors(&out);
+    assert_eq!(failed.len(), 1, "{failed:?}");
+    assert_eq!(failed[0].kind, "unreadable", "{failed:?}");
+    assert!(failed[0].message.contains("too long"), "{failed:?}");
+}

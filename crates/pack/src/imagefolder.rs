@@ -205,7 +205,9 @@ fn walk(
                 out.ignored += 1;
                 Ok(())
             }
-            Err(e) if has_image_extension(dir) => {
+            // A folder or image that cannot be looked at (a path past PATH_MAX, no permission, a
+            // loop of links) is said; only a link to nothing is passed over as no input.
+            Err(e) if has_image_extension(dir) || e.kind() != std::io::ErrorKind::NotFound => {
                 let path = [&prefix[..], &os_bytes(name)].concat();
                 out.errors.push(failure(
                     String::from_utf8_lossy(&path).into_owned(),
