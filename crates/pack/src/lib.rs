@@ -334,10 +334,22 @@ pub fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -
     } else {
         format!("'{}'", path.replace('\'', "'\\''"))
     };
-    format!(
-        "run them again: shardtool pack --plan {path} --shards {}",
-        shard_ranges(missing)
-    )
+    let ranges = shard_ranges(missing);
+    // Past a screenful, every part again: a part skips the shards already done.
+    const MAX_RANGES: usize = 32;
+    match ranges.split(',').nth(MAX_RANGES) {
+        None => format!("run them again: shardtool pack --plan {path} --shards {ranges}"),
+        Some(_) => {
+            let first: Vec<&str> = ranges.split(',').take(8).collect();
+            format!(
+                "run them again: shardtool pack --plan {path} --part 0/1 (it skips the shards \
+                 done; spread it with --part I/N), or name them with --shards: {} shards, from \
+                 {},…",
+                missing.len(),
+                first.join(",")
+            )
+        }
+    }
 }
 
 /// Ascending shard indices as `0-9,12,15-20`, the form `--shards` takes.

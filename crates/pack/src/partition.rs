@@ -854,6 +854,11 @@ mod tests {
             hint("/my data/it's"),
             "run them again: shardtool pack --plan '/my data/it'\\''s' --shards 1-2"
         );
+        // Thousands of odd shards: a command that fits, not one of every shard.
+        let odd: Vec<u64> = (0..10_000).filter(|i| i % 2 == 1).collect();
+        let long = crate::redo_hint(Path::new("/o"), &odd, false);
+        assert!(long.len() < 300, "{long}");
+        assert!(long.contains("--plan /o --part 0/1") && long.contains("5000 shards, from 1,3,"));
     }
 
     #[test]
