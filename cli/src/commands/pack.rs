@@ -639,12 +639,11 @@ fn print_summary(out: &Path, r: &PackReport) {
         m.totals.shards,
         out.display()
     );
-    outln!(
-        "  failed {} (see errors.jsonl), ignored {} files (hidden, not images, or beside the \
-         class folders)",
-        i.failed,
-        i.ignored
-    );
+    let ignored = match i.ignored {
+        0 => String::new(),
+        n => format!(", ignored {n} files (hidden, not images, or beside the class folders)"),
+    };
+    outln!("  failed {} (see errors.jsonl){ignored}", i.failed);
     if m.classes.is_empty() {
         // Unlabelled may be a surprise: a float `label` column is carried, not read, unless named.
         outln!(

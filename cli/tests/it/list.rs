@@ -409,6 +409,15 @@ fn unusable_lists_are_usage_errors() {
         r.assert_code(2);
         assert!(!ds.join("manifest.json").exists(), "{l}");
     }
+    // A header without the path column names its columns and the option that chooses one.
+    let r = pack_list(data.join("wrongcols.csv"), t.path().join("ds-named")).run();
+    let says = "its header names file, class: --image-column names the path column";
+    assert!(r.stderr.contains(says), "{}", r.stderr);
+    let r = pack_list(data.join("wrongcols.csv"), t.path().join("ds-named"))
+        .args(["--image-column", "file", "--label-column", "class"])
+        .ok();
+    assert!(r.stdout.contains("packed 1 of 1"), "{}", r.stdout);
+    assert!(!r.stdout.contains("ignored"), "{}", r.stdout);
     // One column named for two roles: the text was silently none.
     write_file(
         data.join("both.csv"),

@@ -379,7 +379,10 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
             listing.errors.push(failure(
                 where_(),
                 "bad_list_row",
-                format!("row needs a non-empty {}", cols.path),
+                format!(
+                    "row needs a non-empty {} (--image-column names another)",
+                    cols.path
+                ),
             ));
             return Ok(());
         };
@@ -531,9 +534,14 @@ fn csv_rows(
     }
     let col = |name: &str| names.iter().position(|h| h.eq_ignore_ascii_case(name));
     let Some(p) = col(cols.path) else {
+        let cut = |n: &String| n.chars().take(40).collect::<String>();
+        let named: Vec<String> = names.iter().take(10).map(cut).collect();
         return Err(format!(
-            "the CSV list needs a header row with a `{}` column (and optionally `{}`, `key`)",
-            cols.path, cols.label
+            "the CSV list needs a header row with a `{}` column (and optionally `{}`, `key`); its \
+             header names {}: --image-column names the path column",
+            cols.path,
+            cols.label,
+            named.join(", ")
         ));
     };
     let l = col(cols.label).filter(|_| cols.label_on);
