@@ -333,16 +333,21 @@ def test_verify_fetches_again_a_cached_shard_damaged_in_place(served: Path, tmp_
 
 
 def test_shards_served_from_the_output_itself_are_not_cleared_by_overwrite(served: Path, tmp_path: Path) -> None:
-    # Shards with no manifest beside them, served by URL and packed into their own folder: the
-    # fetched copies match the files there, which --overwrite would delete (a folder holding a
-    # manifest was refused already, by comparing the manifests).
+    # Shards of a pack stopped before its manifest (its errors.jsonl beside them), served by
+    # URL and packed into their own folder: the fetched copies match the files there, which
+    # --overwrite would delete (a folder holding a manifest was refused already, by comparing
+    # the manifests).
     ds = served / "wds"
     shardtool.pack(SAMPLE, ds, resize="crop:8x8", shard_samples=20)
     (ds / "manifest.json").unlink()
-    (ds / "errors.jsonl").unlink()
     before = {p.name: p.read_bytes() for p in ds.iterdir()}
     pattern = _url(served, "wds/shard-{000000..000002}.tar")
     for shard_samples in (None, 10):
         with pytest.raises(ValueError, match="would take in the input"):
             shardtool.pack(pattern, ds, overwrite=True, shard_samples=shard_samples)
         assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
+    # With no mark of a pack beside them they are no pack's: refused before any fetch.
+    (ds / "errors.jsonl").unlink()
+    with pytest.raises(ValueError, match="which is not a shard of the dataset there"):
+        shardtool.pack(pattern, ds, overwrite=True)
+    assert len(list(ds.iterdir())) == len(before) - 1
