@@ -96,6 +96,14 @@ def _flags(e: BaseException) -> str:
     return str(e).replace("overwrite=True", "--overwrite").replace("max_errors", "--max-errors")
 
 
+# The options main() passes to pack as given (None: pack's default).
+_PACK_FLAGS = (
+    "input_format", "image_column", "label_column", "text_column", "resize", "upscale", "filter",
+    "decode_scale", "format", "encode", "quality", "compress", "keys", "prefix", "max_pixels",
+    "seed", "shuffle",
+)
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m shardtool.ray",
@@ -108,9 +116,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--cpus-per-part", type=int, default=1, help="CPUs (and pack threads) of each task (default 1)")
     p.add_argument("--address", default=None, help="Ray cluster address (default: local)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of a local Ray instance")
-    p.add_argument("--resize", default="none", help="as shardtool pack's --resize (default none)")
-    p.add_argument("--format", default="wds", choices=["wds", "packed"], help="shard format (default wds)")
-    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    # The pack options, as `shardtool pack`'s flags of the same names (its --help says more);
+    # one not given takes pack's default.
+    p.add_argument("--input-format", choices=["imagefolder", "list", "wds", "parquet"])
+    p.add_argument("--image-column", help="the list's or Parquet file's image column")
+    p.add_argument("--label-column", help="the label column")
+    p.add_argument("--text-column", help="the caption column (the .txt field)")
+    p.add_argument(
+        "--drop-column", action="append", default=None, metavar="NAME",
+        help="leave a list's or Parquet file's column out (repeat, or separate with commas)",
+    )
+    p.add_argument("--resize", help="as shardtool pack's --resize (default none)")
+    p.add_argument("--upscale", action="store_true", default=None, help="let --resize enlarge")
+    p.add_argument("--filter", help="resize filter (default catmull-rom)")
+    p.add_argument("--decode-scale", help="JPEG DCT scaling (default gap:2)")
+    p.add_argument("--format", choices=["wds", "packed"], help="shard format (default wds)")
+    p.add_argument("--encode", choices=["jpeg", "png", "keep"], help="image encoding (default jpeg)")
+    p.add_argument("--quality", type=int, help="JPEG quality (default 90)")
+    p.add_argument("--compress", help="shard compression: none or zstd[:LEVEL] (default none)")
+    p.add_argument("--keys", help="sample keys: input or index (default input)")
+    p.add_argument("--prefix", help="shard file name prefix (default shard)")
+    p.add_argument("--max-pixels", type=int, help="largest image accepted, in pixels")
+    p.add_argument("--seed", type=int, help="shuffle seed (default 0)")
+    p.add_argument("--no-shuffle", action="store_false", dest="shuffle", default=None,
+                   help="keep the inputs' order")
     p.add_argument(
         "--max-errors",
         type=int,
@@ -136,11 +165,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             parts=a.parts,
             shard_samples=a.shard_samples,
             cpus_per_part=a.cpus_per_part,
-            resize=a.resize,
-            format=a.format,
-            seed=a.seed,
             max_errors=a.max_errors,
             overwrite=a.overwrite,
+            drop_columns=[n for v in a.drop_column or [] for n in v.split(",") if n] or None,
+            **{name: getattr(a, name) for name in _PACK_FLAGS},
         )
     except ray.exceptions.RayTaskError as e:
         # A part that failed for good (its retries spent): its own error, not Ray's traceback

@@ -181,6 +181,15 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
         "7",
         "--resize",
         "crop:24x24",
+        # Pack's other flags reach the parts: the same bytes as a single pack given them.
+        "--encode",
+        "png",
+        "--keys",
+        "index",
+        "--prefix",
+        "part",
+        "--input-format",
+        "imagefolder",
         "--seed",
         "3",
         "--num-cpus",
@@ -189,11 +198,14 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     assert "packed 45 samples" in r.stdout
-    assert published(out) == published(single)
-    # A rerun keeps the plan only when it asks for the same one: other options are refused
-    # (before any Ray task starts), naming what differs.
     import shardtool.ray
 
+    flagged = tmp_path / "single-flagged"
+    shardtool.pack(SAMPLE, flagged, jobs=2, encode="png", keys="index", prefix="part", **OPTIONS)
+    assert published(out) == published(flagged)
+    assert published(out) != published(single)
+    # A rerun keeps the plan only when it asks for the same one: other options are refused
+    # (before any Ray task starts), naming what differs.
     with pytest.raises(ValueError, match="resize"):
         shardtool.ray.pack(str(SAMPLE), str(out), parts=3, shard_samples=7, resize="crop:20x20", seed=3)
     with pytest.raises(ValueError, match="cpus_per_part"):
@@ -202,7 +214,7 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
         with pytest.raises(ValueError, match="at least 1"):
             shardtool.ray.pack(str(SAMPLE), str(tmp_path / "ray-zero"), **{**OPTIONS, **bad})
     assert not (tmp_path / "ray-zero").exists()
-    assert published(out) == published(single)
+    assert published(out) == published(flagged)
     # From the command line: the reason and exit 2, not a traceback; the flag it names exists.
     r = subprocess.run(cmd[:-3] + ["4"] + cmd[-2:], capture_output=True, text=True, timeout=600)
     assert r.returncode == 2, r.stderr[-4000:]
@@ -232,8 +244,8 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
     with pytest.raises(shardtool.PlanError, match="changed since the plan"):
         shardtool.pack_part(changed, 0, 1)
     help = subprocess.run(cmd[:3] + ["--help"], capture_output=True, text=True, timeout=60)
-    assert "--overwrite" in help.stdout
-    assert published(out) == published(single)
+    assert "--overwrite" in help.stdout and "--text-column" in help.stdout
+    assert published(out) == published(flagged)
 
 
 def test_ray_parts_find_a_relative_output_whatever_folder_the_workers_run_in(
