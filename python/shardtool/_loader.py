@@ -5,6 +5,7 @@ iterates."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import operator
 import os
 import sys
@@ -490,6 +491,8 @@ class Loader:
         self._partition: Optional[Tuple[int, int]] = None
         self._resume: Optional[Dict[str, Any]] = None
         self._samples = 0
+        # Records of this pass left out here, in Python, because their fields did not parse.
+        self._fields_skipped = 0
         self._info: Dict[Tuple[int, Optional[Tuple[int, int, int]]], Tuple[str, int, int]] = {}
         self._new_locks()
         # The shared-memory epoch of a shardtool.torch.IterableDataset wrapping this loader:
@@ -506,6 +509,10 @@ class Loader:
         dist = sys.modules.get("torch.distributed")
         if dist is not None and dist.is_available() and dist.is_initialized():
             return int(dist.get_rank()), int(dist.get_world_size())
+        # A DataLoader worker spawned by a rank: its process group is the rank's, not its own.
+        inherited: Optional[Tuple[int, int]] = self.__dict__.get("_rank_process_group")
+        if inherited is not None:
+            return inherited
         env = _env_partition()
         if env is not None:
             rank, world = env
@@ -654,11 +661,15 @@ class Loader:
             pool=self._buffer_pool(),
         )
         with self._state_lock:
-            self._resume = None
-            self._fields_skipped = 0
-            self._samples = 0 if resume is None else int(resume["samples"])
-            self._reader = reader
-            self._partition = (rank, world)
+            # One call, which a signal's exception (Ctrl-C) cannot split: the loaded position
+            # is either still loaded or the new reader's.
+            self.__dict__.update(
+                _resume=None,
+                _fields_skipped=0,
+                _samples=0 if resume is None else int(resume["samples"]),
+                _reader=reader,
+                _partition=(rank, world),
+            )
             # A remote manifest planned before is planned again when this pass found another
             # (packed again on the server): len() and states follow the dataset being read.
             if _manifest_stamp(self._dataset) is None:
@@ -737,26 +748,27 @@ class Loader:
 
     def _close(self) -> None:
         reader = self._reader
-        self._reader = None
-        if reader is not None:
+        if reader is None:
+            return
+        try:
+            reader.close()
+        except RuntimeError:
+            # A reader inherited through fork: nothing of it runs in this process.
+            pass
+        # The position as it stopped (no batch is handed out after close() began), recorded by
+        # close() or by a thread waiting in the reader; else the one recorded as the last batch
+        # was handed out. None from a forked copy.
+        stopped = reader.stopped_at(1.0)
+        if stopped is None:
             try:
-                reader.close()
+                stopped = (reader.state(), reader.metrics())
             except RuntimeError:
-                # A reader inherited through fork: nothing of it runs in this process.
                 pass
-            # The position as it stopped (no batch is handed out after close() began), recorded
-            # by close() or by a thread waiting in the reader; else the one recorded as the last
-            # batch was handed out. None from a forked copy.
-            stopped = reader.stopped_at(1.0)
-            self._closed_state = None
-            if stopped is None:
-                try:
-                    stopped = (reader.state(), reader.metrics())
-                except RuntimeError:
-                    pass
-            if stopped is not None:
-                self._closed_state = self._state_of(json.loads(stopped[0]))
-                self._closed_metrics = json.loads(stopped[1])
+        closed = None if stopped is None else self._state_of(json.loads(stopped[0]))
+        metrics = self._closed_metrics if stopped is None else json.loads(stopped[1])
+        # The reader is let go only with its position recorded, in one call that a second
+        # Ctrl-C cannot split: until then state_dict() asks the (closed) reader.
+        self.__dict__.update(_reader=None, _closed_state=closed, _closed_metrics=metrics)
 
     def metrics(self) -> Dict[str, Any]:
         """What the current (or last closed) pass has done so far, as a dict: ``samples``,
@@ -901,6 +913,12 @@ class Loader:
         d = dict(self.__dict__)
         d["_reader"] = None
         d["_partition"] = None
+        dist = sys.modules.get("torch.distributed")
+        spawning = multiprocessing.context.get_spawning_popen() is not None
+        if spawning and dist is not None and dist.is_available() and dist.is_initialized():
+            # A process being started (spawn, forkserver) has no process group: it reads the
+            # rank's share as this process would.
+            d["_rank_process_group"] = (int(dist.get_rank()), int(dist.get_world_size()))
         d.pop("_pool", None)
         d.pop("_iter_lock", None)
         d.pop("_state_lock", None)

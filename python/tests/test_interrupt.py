@@ -270,3 +270,76 @@ def test_ctrl_c_interrupts_the_manifest_fetch_of_a_remote_dataset(step: str) -> 
         assert time.monotonic() - start < 5.0
         timer.join()
         loader.close()
+
+
+def test_ctrl_c_at_any_line_of_iter_keeps_a_loaded_position(datasets: Dict[str, Path]) -> None:
+    # KeyboardInterrupt raised at each line of the start of a resumed pass in turn (as a signal
+    # handler would raise it there): the position saved before is never lost.
+    import sys
+    import types
+
+    path = datasets["tar"]
+    first = shardtool.Loader(path, batch_size=2, seed=4, output="numpy")
+    it = iter(first)
+    next(it)
+    next(it)
+    saved = first.state_dict()
+    first.close()
+    start = shardtool.Loader._start.__code__
+    for k in range(1, 200):
+        loader = shardtool.Loader(path, batch_size=2, seed=4, output="numpy")
+        loader.load_state_dict(saved)
+        seen = [0]
+
+        def trace(frame: types.FrameType, event: str, arg: object) -> object:
+            if frame.f_code is not start:
+                return None
+            if event == "line":
+                seen[0] += 1
+                if seen[0] == k:
+                    raise KeyboardInterrupt
+            return trace
+
+        sys.settrace(trace)
+        try:
+            batches = iter(loader)
+        except KeyboardInterrupt:
+            batches = None
+        finally:
+            sys.settrace(None)
+        assert loader.state_dict()["samples"] == saved["samples"], k
+        if batches is not None:
+            # Every line was reached: the pass resumes where the saved one stopped.
+            assert next(batches)["key"] and loader.state_dict()["samples"] == saved["samples"] + 2
+            loader.close()
+            break
+        loader.close()
+        assert loader.state_dict()["samples"] == saved["samples"], k
+    else:
+        raise AssertionError("iter() never got through")
+
+
+def test_ctrl_c_while_a_loader_closes_keeps_its_position(datasets: Dict[str, Path]) -> None:
+    # A second Ctrl-C while the first one's cleanup waits for the reader to stop.
+    loader = shardtool.Loader(datasets["tar"], batch_size=2, seed=4, output="numpy")
+    it = iter(loader)
+    next(it)
+    next(it)
+
+    class Interrupted:
+        def __init__(self, reader: object) -> None:
+            self.reader = reader
+
+        def stopped_at(self, timeout: float) -> object:
+            raise KeyboardInterrupt
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.reader, name)
+
+    loader._reader = Interrupted(loader._reader)  # type: ignore[assignment]
+    with pytest.raises(KeyboardInterrupt):
+        loader.close()
+    assert loader.state_dict()["samples"] == 4
+    loader._reader = loader._reader.reader  # type: ignore[union-attr]
+    loader.close()
+    assert loader.state_dict()["samples"] == 4
