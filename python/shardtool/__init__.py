@@ -25,6 +25,17 @@ from ._loader import Loader
 from ._partition import merge, pack_part, plan, status
 from ._tools import inspect, pack, verify
 
+
+def __getattr__(name: str) -> object:
+    # `shardtool.torch` and `shardtool.ray` after a plain `import shardtool`, imported on first
+    # use: torch and Ray are not needed to read with NumPy.
+    if name in ("torch", "ray"):
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "CacheError",
     "CorruptRecordError",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -217,3 +219,14 @@ def test_len_follows_a_dataset_packed_again_between_epochs(tmp_path: Path) -> No
     shardtool.pack(half, out, resize="crop:8x8", overwrite=True)
     for loader in loaders:
         assert len(loader) == -(-samples(out) // 4) == len(list(loader))
+
+
+def test_the_torch_and_ray_modules_are_reached_from_the_package() -> None:
+    # As the README writes it: `import shardtool`, then `shardtool.torch.IterableDataset`.
+    code = (
+        "import shardtool; print(shardtool.torch.IterableDataset.__name__); "
+        "print(hasattr(shardtool, 'nope'))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["IterableDataset", "False"]
