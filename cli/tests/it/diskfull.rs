@@ -239,21 +239,23 @@ fn a_file_size_limit_is_a_clear_error() {
     let t = tempdir();
     let input = t.path().join("in");
     big_inputs(&input, 6);
-    let out = t.path().join("out");
-    let o = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -f 100 && exec {BIN} pack {} {} --encode png -q",
-            input.display(),
-            out.display()
-        ))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("File too large"), "{err}");
-    assert!(temporaries(&out).is_empty(), "{:?}", temporaries(&out));
-    assert!(!out.join("manifest.json").exists());
+    for (name, format) in [("out", "--encode png"), ("packed", "--format packed")] {
+        let out = t.path().join(name);
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -f 100 && exec {BIN} pack {} {} {format} -q",
+                input.display(),
+                out.display()
+            ))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "{format}: {err}");
+        assert!(err.contains("File too large"), "{format}: {err}");
+        assert!(temporaries(&out).is_empty(), "{:?}", temporaries(&out));
+        assert!(!out.join("manifest.json").exists());
+    }
     // Every command: a merge writing its manifest past the limit too.
     let planned = t.path().join("planned");
     Cmd::new(["plan"])

@@ -382,9 +382,13 @@ impl<'p> ShardSink<'p> {
             Open::Packed { writer } => {
                 let samples = writer.len() as u64;
                 let mut file = ShardFile::create(&path, self.plan.compression).map_err(io_err)?;
-                writer.finish(&mut file).map_err(|e| PackError::Shard {
-                    path: path.clone(),
-                    message: e.to_string(),
+                writer.finish(&mut file).map_err(|e| match e {
+                    // A full disk or a file size limit: the cause, as for a tar shard.
+                    shardtool_packed::Error::Io(cause) => io_err(cause),
+                    e => PackError::Shard {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    },
                 })?;
                 (file.finish().map_err(io_err)?, samples, ShardFormat::Packed)
             }
