@@ -136,6 +136,13 @@ impl<'a> SampleMeta<'a> {
                  limit (readers that build its values recurse that deep)"
             ));
         }
+        let digits = longest_integer(bytes);
+        if digits > MAX_INTEGER_DIGITS {
+            return Err(format!(
+                "holds an integer of {digits} digits, over the {MAX_INTEGER_DIGITS} that \
+                 Python's json reads"
+            ));
+        }
         let object = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
         if !object {
             return match serde_json::from_slice::<de::IgnoredAny>(bytes) {
@@ -204,6 +211,44 @@ fn depth(text: &[u8]) -> usize {
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
+        }
+    }
+    most
+}
+
+/// The most digits an integer in a sample json may have: Python's `json` refuses more
+/// (`sys.get_int_max_str_digits()`, 4300 by default).
+pub const MAX_INTEGER_DIGITS: usize = 4300;
+
+/// The most digits of an integer (a number without `.` or exponent) in JSON `text`, strings
+/// skipped.
+fn longest_integer(text: &[u8]) -> usize {
+    let (mut most, mut i) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    while i < text.len() {
+        let b = text[i];
+        i += 1;
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+        } else if b == b'-' || b.is_ascii_digit() {
+            let start = i - 1;
+            let part = |c: &u8| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-');
+            while text.get(i).is_some_and(part) {
+                i += 1;
+            }
+            let number = &text[start..i];
+            if !number.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+                most = most.max(number.iter().filter(|c| c.is_ascii_digit()).count());
+            }
         }
     }
     most
@@ -330,6 +375,15 @@ mod tests {
         };
         assert!(SampleMeta::parse(nest(128).len() as u64, nest(128).as_bytes()).is_ok());
         assert!(why(nest(129).as_bytes()).contains("129 levels deep, over the 128-level limit"));
+        // Integers Python's json reads, and one past them; floats, and digits in strings, are
+        // no integers.
+        let number = |n: &str| format!("{{\"a\": [1, {n}], \"s\": \"{}\"}}", "9".repeat(5000));
+        let parse = |t: String| SampleMeta::parse(t.len() as u64, t.as_bytes()).map(|_| ());
+        assert!(parse(number(&format!("-{}", "7".repeat(4300)))).is_ok());
+        assert!(parse(number(&format!("{}.5", "7".repeat(5000)))).is_ok());
+        assert!(parse(number(&format!("{}e3", "7".repeat(5000)))).is_ok());
+        let long = number(&format!("-{}", "7".repeat(4301)));
+        assert!(why(long.as_bytes()).contains("an integer of 4301 digits, over the 4300"));
         let over = SampleMeta::parse(MAX_TEXT_BYTES as u64 + 1, b"")
             .err()
             .unwrap();
