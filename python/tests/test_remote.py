@@ -348,6 +348,6 @@ def test_shards_served_from_the_output_itself_are_not_cleared_by_overwrite(serve
         assert {p.name: p.read_bytes() for p in ds.iterdir()} == before
     # With no mark of a pack beside them they are no pack's: refused before any fetch.
     (ds / "errors.jsonl").unlink()
-    with pytest.raises(ValueError, match="which is not a shard of the dataset there"):
+    with pytest.raises(ValueError, match="which no earlier pack there accounts for"):
         shardtool.pack(pattern, ds, overwrite=True)
     assert len(list(ds.iterdir())) == len(before) - 1

@@ -501,8 +501,9 @@ fn an_attempt_of_a_plan_replaced_in_s3_publishes_nothing_into_the_new_one() {
 }
 
 /// A server on loopback that answers a GET of a `.tar` with its headers and then holds the body,
-/// a HEAD of one with its headers, and anything else with 404. Returns its address.
-fn stalling_server() -> String {
+/// a HEAD of one with its headers, and anything else with 404 (or, with `manifest`, never a
+/// request for `manifest.json`). Returns its address.
+fn stalling_server(manifest: bool) -> String {
     use std::io::{Read, Write};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
@@ -520,6 +521,9 @@ fn stalling_server() -> String {
                     .map(str::to_owned);
                 let line = line.unwrap_or_default();
                 let (tar, get) = (line.contains(".tar "), line.starts_with("GET "));
+                if manifest && line.contains("manifest.json") {
+                    std::thread::sleep(Duration::from_secs(120));
+                }
                 let answer = match tar {
                     true => {
                         "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\nConnection: close\r\n\r\n"
@@ -546,12 +550,14 @@ fn a_pack_stopped_while_a_server_stalls_ends_at_once_and_keeps_the_earlier_datas
     let out = dir.path().join("out");
     pack(&images, &out).args(["-q"]).ok();
     let before = tree(&out);
-    let url = format!("http://{}/data/shard-000000.tar", stalling_server());
+    // The second stalls the check of a manifest beside the shard as well.
     let stops = [
-        ("pack", "-INT", 130, None),
-        ("plan", "-TERM", 143, Some("8")),
+        ("pack", "-INT", 130, None, false),
+        ("plan", "-TERM", 143, Some("8"), true),
+        ("pack", "-TERM", 143, None, true),
     ];
-    for (command, signal, code, shard_samples) in stops {
+    for (command, signal, code, shard_samples, manifest) in stops {
+        let url = format!("http://{}/data/shard-000000.tar", stalling_server(manifest));
         let mut cmd = Cmd::new([command])
             .arg(&url)
             .arg(&out)

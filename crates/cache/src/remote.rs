@@ -39,6 +39,9 @@ impl FetchPolicy {
     }
 }
 
+/// Why a fetch ended early.
+const STOPPED: &str = "stopped before it ended (the reader was closed, or the run was interrupted)";
+
 /// How often a fetch looks at [`FetchPolicy::stop`].
 pub const STOP_POLL: Duration = Duration::from_millis(50);
 
@@ -241,10 +244,7 @@ impl Remote {
     pub fn get_small_opt(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, CacheError> {
         let path = self.path(name);
         // One HEAD tells a missing object from a failing one without retrying a 404.
-        let head = self.rt.block_on(async {
-            tokio::time::timeout(self.policy.stall_timeout, self.store.head(&path)).await
-        });
-        match head {
+        match self.first_head(name, &path)? {
             Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
             _ => self.get_small(name, limit).map(Some),
         }
@@ -720,15 +720,36 @@ impl Remote {
     /// The size and entity tag of object `name`, or `None` when there is none.
     pub fn head_opt(&self, name: &str) -> Result<Option<(u64, Option<String>)>, CacheError> {
         let path = self.path(name);
-        let head = self.rt.block_on(async {
-            tokio::time::timeout(self.policy.stall_timeout, self.store.head(&path)).await
-        });
-        match head {
+        match self.first_head(name, &path)? {
             Ok(Ok(m)) => Ok(Some((m.size, m.e_tag))),
             Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
             // Anything else is asked again, with retries.
             _ => self.head(name).map(Some),
         }
+    }
+
+    /// One HEAD of `path` (object `name`) within the stall timeout, ended early by the
+    /// policy's stop flag (an error then).
+    #[allow(clippy::type_complexity)] // The timeout's result around the store's, as matched.
+    fn first_head(
+        &self,
+        name: &str,
+        path: &StorePath,
+    ) -> Result<
+        Result<object_store::Result<object_store::ObjectMeta>, tokio::time::error::Elapsed>,
+        CacheError,
+    > {
+        let head = self.rt.block_on(async {
+            tokio::select! {
+                r = tokio::time::timeout(self.policy.stall_timeout, self.store.head(path)) => Some(r),
+                () = self.stop_flag_set() => None,
+            }
+        });
+        head.ok_or_else(|| CacheError::Fetch {
+            url: self.url.file_url(name),
+            attempts: 1,
+            message: STOPPED.into(),
+        })
     }
 
     fn with_retries<S, T, F, Fut>(
@@ -751,9 +772,7 @@ impl Remote {
             let stopped = || CacheError::Fetch {
                 url: self.url.file_url(name),
                 attempts: n,
-                message: "stopped before it ended (the reader was closed, or the run was \
-                          interrupted)"
-                    .into(),
+                message: STOPPED.into(),
             };
             let run = self.rt.block_on(async {
                 // Registered before the flag is read, so a cancel in between is not missed.

@@ -111,8 +111,8 @@ pub enum PackError {
         path: PathBuf,
     },
     /// `--overwrite` found a shard-like file that no pack wrote there (not listed by the old
-    /// manifest, not named as this plan names shards): it is not removed, nor anything else.
-    #[error("output {path} holds {file}, which is not a shard of the dataset there; --overwrite removes only an earlier pack's files: move it away or choose another output")]
+    /// manifest, nor named as shards beside a stopped pack's mark): nothing is removed.
+    #[error("output {path} holds {file}, which no earlier pack there accounts for (no manifest lists it, and no stopped pack left its errors.jsonl or plan beside it); --overwrite removes only an earlier pack's files: move it away or choose another output")]
     OutputHoldsOtherShards {
         /// The output folder.
         path: PathBuf,
@@ -343,8 +343,7 @@ pub fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -
             let first: Vec<&str> = ranges.split(',').take(8).collect();
             format!(
                 "run them again: shardtool pack --plan {path} --part 0/1 (it skips the shards \
-                 done; spread it with --part I/N), or name them with --shards: {} shards, from \
-                 {},…",
+                 done; spread it with --part I/N); {} shards are missing, the first {}",
                 missing.len(),
                 first.join(",")
             )

@@ -72,6 +72,11 @@ pub(crate) fn list_for(
     lock()?;
     clear_output(plan, None)?;
     let listed = listed_unless_stopped(plan, options, progress).map_err(PackError::Inputs);
+    // A listing the stop broke off fails as stopped, not as what the stop made of it.
+    let listed = match listed {
+        Err(_) if progress.cancelled() => Err(PackError::Interrupted),
+        listed => listed,
+    };
     let mut listing = listed.inspect_err(|_| remove_staged(plan))?;
     let staged = crate::pipeline::StagedFiles(std::mem::take(&mut listing.staged));
     if progress.cancelled() {
@@ -391,10 +396,24 @@ pub(crate) fn remove_staged(plan: &PackPlan) {
     }
 }
 
-/// Whether `name` is that of a temporary file a pack writes (a shard being written, a staged
-/// input): hidden, ending in `.tmp`.
+/// Whether `name` is that of a temporary file a pack writes: a staged input
+/// (`.stage-….tmp`), or a shard, manifest or report being written (`.<name>.<pid>.<n>.tmp`).
+/// Another tool's hidden `.tmp` files (a sync client's) are not.
 fn temporary(name: &str) -> bool {
-    name.starts_with('.') && name.ends_with(".tmp")
+    if name.starts_with(".stage-") && name.ends_with(".tmp") {
+        return true;
+    }
+    let number = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let Some(rest) = name.strip_prefix('.').and_then(|r| r.strip_suffix(".tmp")) else {
+        return false;
+    };
+    let mut parts = rest.rsplitn(3, '.');
+    let (Some(n), Some(pid), Some(target)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    number(n)
+        && number(pid)
+        && (target == manifest::FILE_NAME || target == ERRORS_FILE || named_as_a_shard(target))
 }
 
 /// [`prepare_output`] with `keep`: `None` checks the output as it would (and makes it), removing
@@ -431,14 +450,15 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
     }
     let listed: Option<HashSet<String>> =
         manifest_in(out).map(|m| m.shards.into_iter().map(|s| s.file).collect());
-    // Shards named as this plan names them are an interrupted pack's only where no manifest
-    // lists what was made and a pack left its mark (the error report it writes before its first
-    // shard, its plan folder, a temporary file, a manifest cut short): a folder of downloaded
-    // `shard-NNNNNN.tar` files is the user's.
+    // Files named as a pack names shards (any prefix: an earlier pack's may differ) are an
+    // interrupted pack's only where no manifest lists what was made and a pack left its mark
+    // (the error report it writes before its first shard, its plan, one of its temporary
+    // files): a folder of downloaded `shard-NNNNNN.tar` files is the user's.
     let marks = |e: &std::fs::DirEntry| {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        [ERRORS_FILE, crate::PLAN_DIR, manifest::FILE_NAME].contains(&name.as_ref())
+        name == ERRORS_FILE
+            || (name == crate::PLAN_DIR && e.path().join(crate::plan_file::PLAN_FILE).is_file())
             || temporary(&name)
     };
     let interrupted = listed.is_none() && entries.iter().any(marks);
@@ -456,7 +476,7 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
             || name == ERRORS_FILE
             || temporary(&name)
             || listed.contains(name.as_ref())
-            || (interrupted && named_as_ours(&name, &plan.prefix))
+            || (interrupted && named_as_a_shard(&name))
         {
             ours.push(e.path());
         } else if manifest::ShardKind::from_name(&name).is_some() {
@@ -501,8 +521,11 @@ fn served_from(plan: &PackPlan, out: &Path) -> Option<String> {
     };
     let here = std::fs::read(out.join(manifest::FILE_NAME)).ok()?;
     let first = names.iter().find(|n| crate::containers::is_remote(n))?;
+    // One short try: it runs before Ctrl-C is watched for, and no answer is no match.
     let policy = shardtool_cache::FetchPolicy {
         attempts: 1,
+        stall_timeout: std::time::Duration::from_secs(5),
+        connect_timeout: std::time::Duration::from_secs(5),
         ..Default::default()
     };
     let there = manifest_bytes_beside(first, policy, here.len() as u64).ok()??;
@@ -562,17 +585,23 @@ impl Beside {
     }
 
     /// The manifest in the folder of the file at URL `url`.
-    pub(crate) fn remote(url: &str) -> Self {
+    /// The manifest beside remote shard `url`, read through `remote`'s client of its folder
+    /// (so a stop asked for ends a stalled read).
+    pub(crate) fn remote(url: &str, remote: &shardtool_cache::RemoteFolders) -> Self {
         let limit = shardtool_core::Limits::DEFAULT_MAX_HEADER_BYTES;
-        Self::judge(manifest_bytes_beside(url, Default::default(), limit), limit)
+        let read = (remote.connect(url))
+            .and_then(|(folder, _)| folder.read(manifest::FILE_NAME, limit))
+            .map_err(|e| e.to_string());
+        Self::judge(read, limit)
     }
 }
 
-/// True for a shard name this plan's prefix gives: `<prefix>-` six or more digits, a shard suffix.
-fn named_as_ours(name: &str, prefix: &str) -> bool {
-    let Some(rest) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('-')) else {
+/// True for a shard name a pack gives: `<prefix>-`, six or more digits, a shard suffix.
+fn named_as_a_shard(name: &str) -> bool {
+    let Some(at) = name.rfind('-').filter(|&at| at > 0) else {
         return false;
     };
+    let rest = &name[at + 1..];
     let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
     digits >= 6 && manifest::ShardKind::from_name(name).is_some() && {
         let suffix = &rest[digits..];
@@ -585,23 +614,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_this_prefixs_shard_names_are_ours() {
+    fn shard_names_are_a_prefix_six_digits_and_a_shard_suffix() {
         for name in [
             "shard-000000.tar",
             "shard-000012.safetensors",
             "shard-1234567.tar.zst",
+            "data-000000.tar",
+            "my-data-000003.tar",
         ] {
-            assert!(named_as_ours(name, "shard"), "{name}");
+            assert!(named_as_a_shard(name), "{name}");
         }
         for name in [
             "shard-00001.tar",
-            "data-000000.tar",
+            "-000000.tar",
             "shard-000000.tar.gz",
             "shard-000000-x.tar",
             "keep.tar",
             "shard-000000.txt",
         ] {
-            assert!(!named_as_ours(name, "shard"), "{name}");
+            assert!(!named_as_a_shard(name), "{name}");
         }
     }
 
@@ -689,7 +720,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         std::fs::create_dir_all(out.join(crate::PLAN_DIR)).unwrap();
-        for f in ["shard-000000.tar", "errors.jsonl", ".x.tmp", "notes.md"] {
+        for f in [
+            "shard-000000.tar",
+            "errors.jsonl",
+            ".shard-000001.tar.7.1.tmp",
+            "notes.md",
+        ] {
             std::fs::write(out.join(f), b"x").unwrap();
         }
         let mut plan = PackPlan::new(InputSource::Folder("in".into()), out.clone());
@@ -735,9 +771,26 @@ mod tests {
         std::fs::write(out.join(manifest::FILE_NAME), m.to_json()).unwrap();
         refused(&plan, "shard-000007.tar");
         assert!(out.join(manifest::FILE_NAME).exists());
-        // A pack's error report and no manifest: a pack stopped before publishing.
+        // Another tool's manifest, and a sync client's hidden temporary file, are no marks.
+        std::fs::write(
+            out.join(manifest::FILE_NAME),
+            br#"{"format":"webdataset-index"}"#,
+        )
+        .unwrap();
+        std::fs::write(out.join(".syncthing.shard-000004.tar.tmp"), b"x").unwrap();
+        refused(&plan, "shard-000007.tar");
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 3);
+        // A pack's error report and no manifest: a pack stopped before publishing, whatever
+        // prefix it gave its shards.
         std::fs::remove_file(out.join(manifest::FILE_NAME)).unwrap();
+        std::fs::remove_file(out.join(".syncthing.shard-000004.tar.tmp")).unwrap();
+        std::fs::write(out.join("old-000121.tar"), b"x").unwrap();
         std::fs::write(out.join(ERRORS_FILE), b"").unwrap();
+        prepare_output(&plan).unwrap();
+        assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+        // One of a pack's temporary files is a mark too.
+        std::fs::write(out.join("shard-000007.tar"), b"x").unwrap();
+        std::fs::write(out.join(".shard-000008.tar.41.2.tmp"), b"x").unwrap();
         prepare_output(&plan).unwrap();
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
     }

@@ -158,7 +158,8 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
         ..Listing::default()
     };
     let mut max_label: Option<u32> = None;
-    let classes = DatasetClasses::of(shards).map_err(|message| ListError::BadInput { message })?;
+    let classes = DatasetClasses::of(shards, &options.remote)
+        .map_err(|message| ListError::BadInput { message })?;
     // A few shards are indexed at a time, so only their sample indexes are held at once (the
     // compact input store keeps what lasts), however many shards there are.
     // Remote shards are mostly waited for: fetched more at once than there are cores.
@@ -283,7 +284,10 @@ struct DatasetClasses {
 impl DatasetClasses {
     /// `None` when no shard comes from a shardtool dataset with classes; an error when a
     /// folder's manifest cannot be read.
-    fn of(shards: &[String]) -> Result<Option<Self>, String> {
+    fn of(
+        shards: &[String],
+        remote: &shardtool_cache::RemoteFolders,
+    ) -> Result<Option<Self>, String> {
         // One shard of each folder (a URL's folder is read through it).
         let mut dirs: Vec<(&Path, &str)> =
             shards.iter().map(|s| (shard_dir(s), s.as_str())).collect();
@@ -293,7 +297,7 @@ impl DatasetClasses {
         for (dir, shard) in dirs {
             use crate::output::Beside;
             let beside = match crate::containers::is_remote(shard) {
-                true => Beside::remote(shard),
+                true => Beside::remote(shard, remote),
                 false => Beside::local(dir),
             };
             let m = match beside {
@@ -303,8 +307,8 @@ impl DatasetClasses {
                     let path = dir.join(shardtool_manifest::FILE_NAME);
                     return Err(format!(
                         "{} cannot be read ({why}), so the class names of the shards beside it \
-                         are unknown: repair it, or move it away to pack them as plain \
-                         WebDataset shards",
+                         are unknown: repair it (or try again, if a server failed), or move it \
+                         away to pack them as plain WebDataset shards",
                         shardtool_core::redact_urls(&path.to_string_lossy())
                     ));
                 }
