@@ -142,21 +142,33 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
     let named = named.join(", ");
     // Remote inputs take a folder or a brace pattern, not globs.
     if arg.contains("://") {
-        let example = match glob.ends_with('/') {
-            true => glob.clone(),
+        let (example, partly) = match glob.ends_with('/') {
+            true => (glob.clone(), String::new()),
             false => {
-                let mut of_split: Vec<&str> = (files.iter().copied())
+                // As a URL spells them: `%`, `,`, braces, `#` and `?` would be read otherwise.
+                let mut of_split: Vec<String> = (files.iter())
                     .filter(|f| split_of(f).is_some_and(|(s, _)| s == *first))
+                    .map(|f| url_escaped(f))
                     .collect();
                 of_split.sort_unstable();
-                brace_of(&of_split)
+                let names: Vec<&str> = of_split.iter().map(String::as_str).collect();
+                let (pattern, covered) = brace_of(&names);
+                let partly = match covered < names.len() {
+                    true => format!(
+                        ", naming {covered} of its {} files: they do not count up in one run, so \
+                         name the rest the same way",
+                        names.len()
+                    ),
+                    false => String::new(),
+                };
+                (pattern, partly)
             }
         };
         return Err(format!(
             "the folder holds the splits {named}: packed together, held-out samples would mix \
              with training ones; pack one split by naming its files, e.g. the {first} split as \
-             '{base}/{example}' (a pattern naming several splits' files packs them together, \
-             as asked)"
+             '{base}/{example}'{partly} (a pattern naming several splits' files packs them \
+             together, as asked)"
         ));
     }
     Err(format!(
@@ -167,11 +179,24 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
     ))
 }
 
-/// A brace pattern naming exactly `files` (sorted, at least one): a range where they differ by
-/// one zero-padded number counting up by one (`a-{00000..00009}.tar`), else a list of them.
-fn brace_of(files: &[&str]) -> String {
+/// `name` with the characters a URL or a brace pattern would read otherwise escaped.
+fn url_escaped(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' | ',' | '{' | '}' | '#' | '?' => out.push_str(&format!("%{:02X}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A brace pattern naming `files` (sorted, at least one) and how many of them it names: a range
+/// where they differ by one zero-padded number counting up by one (`a-{00000..00009}.tar`), a
+/// list of a few, or, for many with gaps in their numbering, the range of the first run.
+fn brace_of(files: &[&str]) -> (String, usize) {
     let (Some(first), Some(last)) = (files.first(), files.last()) else {
-        return String::new();
+        return (String::new(), 0);
     };
     let digit = |b: Option<&u8>| b.is_some_and(u8::is_ascii_digit);
     let mut head = (first.bytes().zip(last.bytes()))
@@ -196,19 +221,22 @@ fn brace_of(files: &[&str]) -> String {
             .then(|| Some((mid.len(), mid.parse().ok()?)))?
     };
     let numbers: Option<Vec<(usize, u64)>> = files.iter().map(|f| number(f)).collect();
-    let counts_up = numbers.as_deref().is_some_and(|n| {
-        n.iter().all(|&(w, _)| w == n[0].0) && n.windows(2).all(|p| p[1].1 == p[0].1 + 1)
+    let numbers = numbers.filter(|n| n.iter().all(|&(w, _)| w == n[0].0));
+    // The files numbered one after another from the first.
+    let run = numbers.as_deref().map_or(1, |n| {
+        1 + n.windows(2).take_while(|p| p[1].1 == p[0].1 + 1).count()
     });
+    let mid = |f: &str| f[head..f.len() - tail].to_string();
+    let range = |to: &str| {
+        let end = &first[first.len() - tail..];
+        format!("{}{{{}..{}}}{end}", &first[..head], mid(first), mid(to))
+    };
     match files.len() {
-        1 => first.to_string(),
-        _ if counts_up => format!(
-            "{}{{{}..{}}}{}",
-            &first[..head],
-            &first[head..first.len() - tail],
-            &last[head..last.len() - tail],
-            &first[first.len() - tail..]
-        ),
-        _ => format!("{{{}}}", files.join(",")),
+        1 => (first.to_string(), 1),
+        n if run == n => (range(last), n),
+        n if n <= 16 => (format!("{{{}}}", files.join(",")), n),
+        _ if run > 1 => (range(files[run - 1]), run),
+        _ => (first.to_string(), 1),
     }
 }
 
@@ -331,8 +359,8 @@ mod tests {
             (&["é-07é.tar", "é-08é.tar"], "é-{07..08}é.tar"),
         ];
         for (files, want) in cases {
-            let got = super::brace_of(files);
-            assert_eq!(got, want);
+            let (got, named) = super::brace_of(files);
+            assert_eq!((got.as_str(), named), (want, files.len()));
             let mut expanded = crate::containers::expand_braces(&got).unwrap();
             expanded.sort_unstable();
             let mut files = files.to_vec();
@@ -417,6 +445,23 @@ mod tests {
         let e = one_split("http://h/hf/", &hub, "parquet").unwrap_err();
         let want = "'http://h/hf/data/train-{00000..00001}-of-00002.parquet'";
         assert!(e.contains(want), "{e}");
+        // Names a URL or a pattern would read otherwise are escaped; a long split with a gap
+        // is named by its first run, and said to be.
+        let odd = ["d/train,{1}#.tar", "d/test.tar"];
+        let e = one_split("http://h/", &odd, "tar").unwrap_err();
+        assert!(e.contains("'http://h/d/train%2C%7B1%7D%23.tar'"), "{e}");
+        let mut gap: Vec<String> = (0..40)
+            .filter(|i| *i != 30)
+            .map(|i| format!("train-{i:04}.tar"))
+            .collect();
+        gap.push("test-0000.tar".into());
+        let gap: Vec<&str> = gap.iter().map(String::as_str).collect();
+        let e = one_split("http://h/", &gap, "tar").unwrap_err();
+        assert!(
+            e.contains("'http://h/train-{0000..0029}.tar', naming 30 of its 39 files"),
+            "{e}"
+        );
+        assert!(e.len() < 600, "{e}");
         // Configurations, each with its splits (or one split alone), are asked about first.
         let configs = [
             "full/train/0000.parquet",
