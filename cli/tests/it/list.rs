@@ -418,6 +418,15 @@ fn unusable_lists_are_usage_errors() {
         .ok();
     assert!(r.stdout.contains("packed 1 of 1"), "{}", r.stdout);
     assert!(!r.stdout.contains("ignored"), "{}", r.stdout);
+    // A JSONL list whose rows name the path otherwise: refused up front, naming their members.
+    write_file(
+        data.join("filepath.jsonl"),
+        "{\"filepath\": \"imgs/0.png\", \"label\": 0}\n",
+    );
+    let r = pack_list(data.join("filepath.jsonl"), t.path().join("ds-jsonl")).run();
+    r.assert_code(2);
+    let says = "no row has a `path` member; the first row's are filepath, label";
+    assert!(r.stderr.contains(says), "{}", r.stderr);
     // One column named for two roles: the text was silently none.
     write_file(
         data.join("both.csv"),

@@ -262,7 +262,9 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     // A Hugging Face imagefolder's metadata names files in its folder, as `datasets` reads it:
     // a downloaded dataset packs no file elsewhere on the machine.
     let confined = is_imagefolder_metadata(file) && cols.path.eq_ignore_ascii_case(HF_IMAGE_COLUMN);
+    let mut any_path = false;
     let headers = for_each_row(text, kind, &cols, &mut |row| {
+        any_path |= row.path.is_some();
         any_extra |= row.extra;
         any_text |= row.text;
         dropped_seen |= row.dropped;
@@ -297,6 +299,16 @@ pub(crate) fn list_text(file: &Path, text: &[u8], columns: &Columns) -> Result<L
     };
     if let Some(d) = cols.columns.unseen_drop(dropped_seen) {
         return Err(bad(format!("no row has a `{}` column (--drop-column)", d)));
+    }
+    if let Some(members) = (!any_path)
+        .then(|| first_members(text, cols.path))
+        .flatten()
+    {
+        return Err(bad(format!(
+            "no row has a `{}` member; the first row's are {members}: --image-column names the \
+             image path's",
+            cols.path
+        )));
     }
     if cols.label_required && !labelled {
         return Err(bad(format!("no `{}` column (--label-column)", cols.label)));
@@ -513,6 +525,20 @@ fn for_each_row(
         ListKind::Csv => csv_rows(text, cols, f).map(Some),
         ListKind::Jsonl => jsonl_rows(text, cols, f).map(|()| None),
     }
+}
+
+/// The member names of a JSONL list's first row (at most 10, each cut to 40 characters) when
+/// none is `path` (ignoring case): `None` for CSV text, or a first row that names it.
+fn first_members(text: &[u8], path: &str) -> Option<String> {
+    let line = text
+        .split(|&b| b == b'\n')
+        .find(|l| !l.trim_ascii().is_empty())?;
+    let row: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(line).ok()?;
+    if row.keys().any(|k| k.eq_ignore_ascii_case(path)) {
+        return None;
+    }
+    let cut = |k: &String| k.chars().take(40).collect::<String>();
+    Some(row.keys().take(10).map(cut).collect::<Vec<_>>().join(", "))
 }
 
 fn csv_rows(
