@@ -33,8 +33,7 @@ pub struct LoaderArgs {
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u16).range(1..=4096))]
     pub workers: Option<u16>,
     /// Samples per batch.
-    #[arg(long, default_value_t = 64, value_name = "B",
-          value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
+    #[arg(long, default_value_t = 64, value_name = "B", value_parser = at_least_one)]
     pub batch: usize,
     /// Shuffle buffer size in samples (1 keeps the interleaved order).
     #[arg(long, default_value_t = 8192, value_parser = clap::value_parser!(u64).range(1..))]
@@ -457,6 +456,15 @@ pub fn build_failure(e: shardtool_reader::ReadError) -> Failure {
             Failure::run(e)
         }
         e => Failure::usage(e),
+    }
+}
+
+/// A count of at least 1 (clap's range would print `1..18446744073709551615`).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -147,7 +147,7 @@ fn rank_and_world_size_come_from_the_environment_and_a_bad_one_is_an_error() {
     ));
     assert_eq!(explicit, given);
     // Counts that cannot work are refused as flags are parsed, naming the range.
-    for (flag, range) in [("--workers", "1..=4096"), ("--batch", "1..")] {
+    for (flag, range) in [("--workers", "1..=4096"), ("--batch", "must be at least 1")] {
         let out = read(&[], &[flag, "0"]);
         assert_eq!(out.status.code(), Some(2), "{flag}");
         let err = String::from_utf8_lossy(&out.stderr);

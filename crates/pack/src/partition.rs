@@ -858,7 +858,10 @@ mod tests {
         let odd: Vec<u64> = (0..10_000).filter(|i| i % 2 == 1).collect();
         let long = crate::redo_hint(Path::new("/o"), &odd, false);
         assert!(long.len() < 300, "{long}");
-        assert!(long.contains("--plan /o --part 0/1") && long.contains("5000 shards, from 1,3,"));
+        assert!(
+            long.contains("--plan /o --part 0/1")
+                && long.contains("5000 shards are missing, the first 1,3,")
+        );
     }
 
     #[test]
