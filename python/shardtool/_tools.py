@@ -89,6 +89,23 @@ def checked_options(options: Dict[str, Any], caller: str = "pack") -> Dict[str, 
     elif size is not None and not isinstance(size, str):
         kind = type(size).__name__
         raise TypeError(f"shard_size must be bytes (int) or a size (str), not {kind}")
+    encode = options.get("encode")
+    if options.get("format") == "packed" and encode not in (None, "jpeg"):
+        # As the CLI refuses them (pack and plan alike): the option would be ignored.
+        raise ValueError(
+            f"encode={encode!r}: packed shards hold raw pixels; encode chooses how wds shards "
+            "store images"
+        )
+    quality = options.get("quality")
+    if quality is not None and (options.get("format") == "packed" or encode == "png"):
+        raise ValueError(
+            f"quality={quality!r}: only JPEG-encoded wds shards use it, and "
+            + (
+                "packed shards hold raw pixels"
+                if options.get("format") == "packed"
+                else 'encode="png" is lossless'
+            )
+        )
     return options
 
 
@@ -164,23 +181,6 @@ def pack(
     if options.get("resume") and options.get("overwrite"):
         raise ValueError(
             "resume=True continues an interrupted pack, overwrite=True starts over: pass one"
-        )
-    encode = options.get("encode")
-    if options.get("format") == "packed" and encode not in (None, "jpeg"):
-        # As the CLI refuses it: the option would be ignored.
-        raise ValueError(
-            f"encode={encode!r}: packed shards hold raw pixels; encode chooses how wds shards "
-            "store images"
-        )
-    quality = options.get("quality")
-    if quality is not None and (options.get("format") == "packed" or encode == "png"):
-        raise ValueError(
-            f"quality={quality!r}: only JPEG-encoded wds shards use it, and "
-            + (
-                "packed shards hold raw pixels"
-                if options.get("format") == "packed"
-                else 'encode="png" is lossless'
-            )
         )
     return _report(
         _shardtool.pack(

@@ -20,6 +20,7 @@ or from Python::
 from __future__ import annotations
 
 import argparse
+import re
 import os
 import sys
 from typing import Any, Dict, List, Optional
@@ -92,8 +93,20 @@ def pack(
 
 
 def _flags(e: BaseException) -> str:
-    """``e``'s message naming this command's flags rather than the keyword arguments."""
-    return str(e).replace("overwrite=True", "--overwrite").replace("max_errors", "--max-errors")
+    """``e``'s message naming this command's flags rather than the keyword arguments: a name
+    with an underscore wherever it stands, a one-word one where it is used as an option
+    (``quality=95``, ``keys "x"``, ``(seed)``, ``compress:``, ``quality must``)."""
+    text = str(e).replace("overwrite=True", "--overwrite")
+    names = sorted({*_PACK_FLAGS, "drop_columns", "max_errors", "shard_samples", "cpus_per_part"})
+    for name in names:
+        flag = "--" + ("drop-column" if name == "drop_columns" else name.replace("_", "-"))
+        if name == "shuffle":
+            flag = "--no-shuffle"
+        if "_" in name:
+            text = re.sub(rf"(?<![\w-]){name}\b", flag, text)
+        else:
+            text = re.sub(rf"(?<![\w-]){name}(?=[=:)]| \"| must)", flag, text)
+    return text
 
 
 # The options main() passes to pack as given (None: pack's default).

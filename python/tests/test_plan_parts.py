@@ -160,6 +160,9 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
         shardtool.pack(SAMPLE, tmp_path / "t", format="packed", quality=95)
     with pytest.raises(ValueError, match='quality=95: .*encode="png" is lossless'):
         shardtool.pack(SAMPLE, tmp_path / "t", encode="png", quality=95)
+    # A plan refuses them as pack does (`python -m shardtool.ray` plans with them).
+    with pytest.raises(ValueError, match='quality=95: .*encode="png" is lossless'):
+        shardtool.plan(SAMPLE, tmp_path / "t", shard_samples=5, encode="png", quality=95)
     assert not (tmp_path / "t").exists()
     # Messages name keyword arguments, not the CLI's flags.
     with pytest.raises(ValueError, match="need shard_samples"):
@@ -357,3 +360,15 @@ def test_pack_resumes_what_a_plan_and_one_part_left(single: Path, tmp_path: Path
     shardtool.pack(SAMPLE, out, resume=True, **OPTIONS)
     assert published(out) == published(single)
     assert not (out / "_plan").exists()
+
+
+def test_the_ray_commands_errors_name_its_flags() -> None:
+    # pack's messages name keyword arguments; the command's own say its flags instead, leaving
+    # the same words in prose alone.
+    from shardtool.ray import _flags
+
+    assert _flags(ValueError("no row has it (drop_columns)")) == "no row has it (--drop-column)"
+    assert _flags(ValueError("image_column names the path")) == "--image-column names the path"
+    assert _flags(ValueError('keys "bogus": expected input or index')).startswith('--keys "bogus"')
+    assert _flags(ValueError("quality must be >= 1")) == "--quality must be >= 1"
+    assert _flags(ValueError("the keys of rows, in the seed order")) == "the keys of rows, in the seed order"
