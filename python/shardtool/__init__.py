@@ -9,6 +9,8 @@ arrive as views of the reader's buffers through DLPack.
 ...     images, labels = batch["image"], batch["label"]
 """
 
+from typing import TYPE_CHECKING, List
+
 from ._shardtool import (
     CacheError,
     CorruptRecordError,
@@ -26,14 +28,25 @@ from ._partition import merge, pack_part, plan, status
 from ._tools import inspect, pack, verify
 
 
-def __getattr__(name: str) -> object:
-    # `shardtool.torch` and `shardtool.ray` after a plain `import shardtool`, imported on first
-    # use: torch and Ray are not needed to read with NumPy.
-    if name in ("torch", "ray"):
-        import importlib
+if TYPE_CHECKING:
+    from . import ray as ray, torch as torch
+else:
 
-        return importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> object:
+        # `shardtool.torch` and `shardtool.ray` after a plain `import shardtool`, imported on
+        # first use: torch and Ray are not needed to read with NumPy. Without them the attribute
+        # is missing (hasattr is False), saying why.
+        if name in ("torch", "ray"):
+            import importlib
+
+            try:
+                return importlib.import_module(f"{__name__}.{name}")
+            except ImportError as e:
+                raise AttributeError(f"shardtool.{name} cannot be imported: {e}") from e
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+    def __dir__() -> List[str]:
+        return sorted([*globals(), "torch", "ray"])
 
 
 __all__ = [

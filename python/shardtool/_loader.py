@@ -897,8 +897,8 @@ class Loader:
                 raise ValueError("the state belongs to another dataset")
         with self._state_lock:
             self.close()
-            self._epoch = int(state["epoch"])
-            self._resume = dict(state)
+            # One call: a Ctrl-C cannot leave the epoch set without the position.
+            self.__dict__.update(_epoch=int(state["epoch"]), _resume=dict(state))
 
     # -- pickling (DataLoader workers started with spawn) ------------------------------------
 
@@ -913,6 +913,9 @@ class Loader:
         d = dict(self.__dict__)
         d["_reader"] = None
         d["_partition"] = None
+        # For the process being started only: a copy pickled on (to disk, to another process)
+        # looks its rank up afresh.
+        d.pop("_rank_process_group", None)
         dist = sys.modules.get("torch.distributed")
         spawning = multiprocessing.context.get_spawning_popen() is not None
         if spawning and dist is not None and dist.is_available() and dist.is_initialized():
