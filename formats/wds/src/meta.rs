@@ -129,14 +129,13 @@ impl<'a> SampleMeta<'a> {
         }
         // serde_json skips a member's value without a depth limit; readers that build values
         // recurse (Python's `json` fails near 1000 levels).
-        let deep = depth(bytes);
+        let (deep, digits) = shape(bytes);
         if deep > MAX_JSON_DEPTH {
             return Err(format!(
                 "nests arrays and objects {deep} levels deep, over the {MAX_JSON_DEPTH}-level \
                  limit (readers that build its values recurse that deep)"
             ));
         }
-        let digits = longest_integer(bytes);
         if digits > MAX_INTEGER_DIGITS {
             return Err(format!(
                 "holds an integer of {digits} digits, over the {MAX_INTEGER_DIGITS} that \
@@ -189,41 +188,15 @@ impl<'a> SampleMeta<'a> {
 /// it builds).
 pub const MAX_JSON_DEPTH: usize = 128;
 
-/// The deepest nesting of arrays and objects in JSON `text` (strings skipped).
-fn depth(text: &[u8]) -> usize {
-    let (mut depth, mut most) = (0usize, 0usize);
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in text {
-        if in_string {
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-            continue;
-        }
-        match b {
-            b'"' => in_string = true,
-            b'[' | b'{' => {
-                depth += 1;
-                most = most.max(depth);
-            }
-            b']' | b'}' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
-    }
-    most
-}
-
 /// The most digits an integer in a sample json may have: Python's `json` refuses more
 /// (`sys.get_int_max_str_digits()`, 4300 by default).
 pub const MAX_INTEGER_DIGITS: usize = 4300;
 
-/// The most digits of an integer (a number without `.` or exponent) in JSON `text`, strings
-/// skipped.
-fn longest_integer(text: &[u8]) -> usize {
-    let (mut most, mut i) = (0usize, 0usize);
+/// What readers that build JSON values are bounded by, in JSON `text` (strings skipped): the
+/// deepest nesting of arrays and objects, and the most digits of an integer (a number without
+/// `.` or exponent).
+fn shape(text: &[u8]) -> (usize, usize) {
+    let (mut depth, mut deepest, mut digits, mut i) = (0usize, 0usize, 0usize, 0usize);
     let (mut in_string, mut escaped) = (false, false);
     while i < text.len() {
         let b = text[i];
@@ -237,21 +210,29 @@ fn longest_integer(text: &[u8]) -> usize {
             }
             continue;
         }
-        if b == b'"' {
-            in_string = true;
-        } else if b == b'-' || b.is_ascii_digit() {
-            let start = i - 1;
-            let part = |c: &u8| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-');
-            while text.get(i).is_some_and(part) {
-                i += 1;
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
             }
-            let number = &text[start..i];
-            if !number.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
-                most = most.max(number.iter().filter(|c| c.is_ascii_digit()).count());
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'-' | b'0'..=b'9' => {
+                let start = i - 1;
+                let part =
+                    |c: &u8| c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-');
+                while text.get(i).is_some_and(part) {
+                    i += 1;
+                }
+                let number = &text[start..i];
+                if !number.iter().any(|c| matches!(c, b'.' | b'e' | b'E')) {
+                    digits = digits.max(number.iter().filter(|c| c.is_ascii_digit()).count());
+                }
             }
+            _ => {}
         }
     }
-    most
+    (deepest, digits)
 }
 
 /// `text` with each NaN, Infinity and -Infinity outside strings written as a number of the same
