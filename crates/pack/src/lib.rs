@@ -112,7 +112,7 @@ pub enum PackError {
     },
     /// `--overwrite` found a shard-like file that no pack wrote there (not listed by the old
     /// manifest, nor named as shards beside a stopped pack's mark): nothing is removed.
-    #[error("output {path} holds {file}, which no earlier pack there accounts for (no manifest lists it, and no stopped pack left its errors.jsonl or plan beside it); --overwrite removes only an earlier pack's files: move it away or choose another output")]
+    #[error("output {path} holds {file}, which no earlier pack there accounts for (no manifest there lists it, and it is not named as the shards a stopped pack leaves beside its errors.jsonl or plan); --overwrite removes only an earlier pack's files: move it away or choose another output")]
     OutputHoldsOtherShards {
         /// The output folder.
         path: PathBuf,

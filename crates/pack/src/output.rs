@@ -457,7 +457,7 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
     let marks = |e: &std::fs::DirEntry| {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        name == ERRORS_FILE
+        (name == ERRORS_FILE && our_error_report(&e.path()))
             || (name == crate::PLAN_DIR && e.path().join(crate::plan_file::PLAN_FILE).is_file())
             || temporary(&name)
     };
@@ -469,14 +469,30 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
         let name = name.to_string_lossy();
         let is_file = e.file_type().map_err(io)?.is_file();
         if name == crate::PLAN_DIR && !is_file {
-            ours.push(e.path());
+            // A `_plan` folder holding nothing a plan writes is the user's: left alone.
+            let plan_files = [
+                crate::plan_file::PLAN_FILE,
+                "inputs.jsonl",
+                "done",
+                "staged",
+            ];
+            if plan_files.iter().any(|f| e.path().join(f).exists()) {
+                ours.push(e.path());
+            }
         } else if !is_file {
             continue;
         } else if name == manifest::FILE_NAME
             || name == ERRORS_FILE
             || temporary(&name)
             || listed.contains(name.as_ref())
-            || (interrupted && named_as_a_shard(&name))
+            || (interrupted && named_as_a_shard(&name) && {
+                // Another prefix's numbers have the six digits a pack gives (not a date's eight).
+                let own = name
+                    .strip_prefix(plan.prefix.as_str())
+                    .is_some_and(|r| r.starts_with('-'));
+                let number = name.rsplit('-').next().unwrap_or_default();
+                own || number.bytes().take_while(u8::is_ascii_digit).count() == 6
+            })
         {
             ours.push(e.path());
         } else if manifest::ShardKind::from_name(&name).is_some() {
@@ -521,11 +537,12 @@ fn served_from(plan: &PackPlan, out: &Path) -> Option<String> {
     };
     let here = std::fs::read(out.join(manifest::FILE_NAME)).ok()?;
     let first = names.iter().find(|n| crate::containers::is_remote(n))?;
-    // One short try: it runs before Ctrl-C is watched for, and no answer is no match.
+    // One short try (a HEAD, then a GET): it runs before Ctrl-C is watched for, and no answer
+    // is no match (the fetched copies are compared with the output's files after listing).
     let policy = shardtool_cache::FetchPolicy {
         attempts: 1,
-        stall_timeout: std::time::Duration::from_secs(5),
-        connect_timeout: std::time::Duration::from_secs(5),
+        stall_timeout: std::time::Duration::from_secs(2),
+        connect_timeout: std::time::Duration::from_secs(2),
         ..Default::default()
     };
     let there = manifest_bytes_beside(first, policy, here.len() as u64).ok()??;
@@ -594,6 +611,31 @@ impl Beside {
             .map_err(|e| e.to_string());
         Self::judge(read, limit)
     }
+}
+
+/// Whether the `errors.jsonl` at `path` is a pack's: empty, or its first line one of a pack's
+/// (`path`, `kind` and `message`, and nothing else). Another tool's report is no mark.
+fn our_error_report(path: &Path) -> bool {
+    use std::io::Read;
+    let mut head = Vec::new();
+    let file = shardtool_core::open_regular(path);
+    if file
+        .and_then(|f| f.take(64 << 10).read_to_end(&mut head))
+        .is_err()
+    {
+        return false;
+    }
+    let Some(line) = head.split(|&b| b == b'\n').next().filter(|l| !l.is_empty()) else {
+        return true;
+    };
+    let row: Result<serde_json::Map<String, serde_json::Value>, _> = serde_json::from_slice(line);
+    let ours = |r: &serde_json::Map<String, serde_json::Value>| {
+        r.len() == 3
+            && ["path", "kind", "message"]
+                .iter()
+                .all(|k| r.get(*k).is_some_and(|v| v.is_string()))
+    };
+    row.is_ok_and(|r| ours(&r))
 }
 
 /// True for a shard name a pack gives: `<prefix>-`, six or more digits, a shard suffix.
@@ -720,6 +762,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("out");
         std::fs::create_dir_all(out.join(crate::PLAN_DIR)).unwrap();
+        std::fs::write(out.join(crate::PLAN_DIR).join("plan.json"), b"{}").unwrap();
         for f in [
             "shard-000000.tar",
             "errors.jsonl",
@@ -788,6 +831,21 @@ mod tests {
         std::fs::write(out.join(ERRORS_FILE), b"").unwrap();
         prepare_output(&plan).unwrap();
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
+        // Another tool's error report is no mark; nor is a `_plan` folder of the user's, which
+        // is left alone.
+        std::fs::write(out.join("shard-000007.tar"), b"x").unwrap();
+        std::fs::write(
+            out.join(ERRORS_FILE),
+            b"{\"url\": \"http://x/a.jpg\", \"error\": \"404\"}\n",
+        )
+        .unwrap();
+        refused(&plan, "shard-000007.tar");
+        std::fs::remove_file(out.join("shard-000007.tar")).unwrap();
+        std::fs::create_dir_all(out.join("_plan")).unwrap();
+        std::fs::write(out.join("_plan/notes.txt"), b"x").unwrap();
+        prepare_output(&plan).unwrap();
+        assert!(out.join("_plan/notes.txt").exists());
+        std::fs::remove_dir_all(out.join("_plan")).unwrap();
         // One of a pack's temporary files is a mark too.
         std::fs::write(out.join("shard-000007.tar"), b"x").unwrap();
         std::fs::write(out.join(".shard-000008.tar.41.2.tmp"), b"x").unwrap();
