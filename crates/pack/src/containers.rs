@@ -38,8 +38,8 @@ impl FromStr for InputFormat {
 /// The most names one brace pattern may expand to.
 const MAX_EXPANSION: usize = 10_000_000;
 
-/// Expands `{a..b}` ranges (zero-padded to the width of `a` when it has a leading zero) and
-/// `{x,y,z}` alternatives, left to right, as shells and WebDataset do.
+/// Expands `{a..b}` ranges (zero-padded to `a`'s width when it has a leading zero) and `{x,y}`
+/// alternatives, which may be ranges (`{0..3,5..9}`), left to right, as shells and WebDataset do.
 pub fn expand_braces(pattern: &str) -> Result<Vec<String>, String> {
     let Some(open) = pattern.find('{') else {
         if pattern.contains('}') {
@@ -51,22 +51,27 @@ pub fn expand_braces(pattern: &str) -> Result<Vec<String>, String> {
         .find('}')
         .map(|i| open + i)
         .ok_or_else(|| format!("unmatched '{{' in {pattern:?}"))?;
-    let (head, body, tail) = (
-        &pattern[..open],
-        &pattern[open + 1..close],
-        &pattern[close + 1..],
-    );
-    let items: Vec<String> = if let Some((a, b)) = body.split_once("..") {
-        let (lo, hi) = (
-            a.parse::<u64>()
-                .map_err(|_| format!("bad range start {a:?} in {pattern:?}"))?,
-            b.parse::<u64>()
-                .map_err(|_| format!("bad range end {b:?} in {pattern:?}"))?,
-        );
+    let (head, tail) = (&pattern[..open], &pattern[close + 1..]);
+    let body = &pattern[open + 1..close];
+    if !body.contains("..") && !body.contains(',') {
+        return Err(format!(
+            "{{{body}}} in {pattern:?} is no range (a..b) or list (x,y)"
+        ));
+    }
+    // Each item of a list is a name or a range: `{0000..0003,0005..0020}` names two runs.
+    let mut items: Vec<String> = Vec::new();
+    for item in body.split(',') {
+        let Some((a, b)) = item.split_once("..") else {
+            items.push(item.to_string());
+            continue;
+        };
+        let bad = |what: &str, v: &str| format!("bad range {what} {v:?} in {pattern:?}");
+        let lo = a.parse::<u64>().map_err(|_| bad("start", a))?;
+        let hi = b.parse::<u64>().map_err(|_| bad("end", b))?;
         if hi < lo {
-            return Err(format!("empty range {{{body}}} in {pattern:?}"));
+            return Err(format!("empty range {{{item}}} in {pattern:?}"));
         }
-        if hi - lo >= MAX_EXPANSION as u64 {
+        if (hi - lo).saturating_add(items.len() as u64) >= MAX_EXPANSION as u64 {
             return Err(format!("{{{body}}} names too many files"));
         }
         let width = if a.len() > 1 && a.starts_with('0') {
@@ -74,14 +79,8 @@ pub fn expand_braces(pattern: &str) -> Result<Vec<String>, String> {
         } else {
             0
         };
-        (lo..=hi).map(|i| format!("{i:0width$}")).collect()
-    } else if body.contains(',') {
-        body.split(',').map(str::to_string).collect()
-    } else {
-        return Err(format!(
-            "{{{body}}} in {pattern:?} is neither a range (a..b) nor a list (x,y)"
-        ));
-    };
+        items.extend((lo..=hi).map(|i| format!("{i:0width$}")));
+    }
     let rest = expand_braces(tail)?;
     if items.len().saturating_mul(rest.len()) > MAX_EXPANSION {
         return Err(format!("{pattern:?} names too many files"));
@@ -747,6 +746,10 @@ mod tests {
             ["a/8", "a/9", "a/10", "b/8", "b/9", "b/10"]
         );
         assert_eq!(expand_braces("plain").unwrap(), ["plain"]);
+        assert_eq!(
+            expand_braces("{0..1,5..6,x}").unwrap(),
+            ["0", "1", "5", "6", "x"]
+        );
         for bad in ["x{1..", "x}", "{3..1}", "{a}", "{0..99999999999}"] {
             assert!(expand_braces(bad).is_err(), "{bad}");
         }

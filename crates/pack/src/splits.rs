@@ -155,8 +155,8 @@ pub(crate) fn one_split(arg: &str, files: &[&str], ext: &str) -> Result<(), Stri
                 let (pattern, covered) = brace_of(&names);
                 let partly = match covered < names.len() {
                     true => format!(
-                        ", naming {covered} of its {} files: they do not count up in one run, so \
-                         name the rest the same way",
+                        ", naming {covered} of its {} files (the first runs of their numbers; \
+                         add the other runs' ranges to the braces)",
                         names.len()
                     ),
                     false => String::new(),
@@ -184,7 +184,9 @@ fn url_escaped(name: &str) -> String {
     let mut out = String::with_capacity(name.len());
     for c in name.chars() {
         match c {
-            '%' | ',' | '{' | '}' | '#' | '?' => out.push_str(&format!("%{:02X}", c as u32)),
+            '%' | ',' | '{' | '}' | '#' | '?' | '*' | '\'' => {
+                out.push_str(&format!("%{:02X}", c as u32))
+            }
             c => out.push(c),
         }
     }
@@ -222,20 +224,30 @@ fn brace_of(files: &[&str]) -> (String, usize) {
     };
     let numbers: Option<Vec<(usize, u64)>> = files.iter().map(|f| number(f)).collect();
     let numbers = numbers.filter(|n| n.iter().all(|&(w, _)| w == n[0].0));
-    // The files numbered one after another from the first.
-    let run = numbers.as_deref().map_or(1, |n| {
-        1 + n.windows(2).take_while(|p| p[1].1 == p[0].1 + 1).count()
-    });
     let mid = |f: &str| f[head..f.len() - tail].to_string();
-    let range = |to: &str| {
-        let end = &first[first.len() - tail..];
-        format!("{}{{{}..{}}}{end}", &first[..head], mid(first), mid(to))
+    // Runs of files numbered one after another, each as `a..b` (or a lone number).
+    let mut runs: Vec<(usize, usize)> = Vec::new();
+    for (i, &(_, v)) in numbers.as_deref().unwrap_or_default().iter().enumerate() {
+        match runs.last_mut() {
+            Some(r) if numbers.as_deref().is_some_and(|n| n[r.1].1 + 1 == v) => r.1 = i,
+            _ => runs.push((i, i)),
+        }
+    }
+    let item = |&(a, b): &(usize, usize)| match a == b {
+        true => mid(files[a]),
+        false => format!("{}..{}", mid(files[a]), mid(files[b])),
     };
+    let braced = |runs: &[(usize, usize)]| {
+        let (start, end) = (&first[..head], &first[first.len() - tail..]);
+        let items: Vec<String> = runs.iter().map(item).collect();
+        format!("{start}{{{}}}{end}", items.join(","))
+    };
+    const MOST: usize = 16;
     match files.len() {
         1 => (first.to_string(), 1),
-        n if run == n => (range(last), n),
-        n if n <= 16 => (format!("{{{}}}", files.join(",")), n),
-        _ if run > 1 => (range(files[run - 1]), run),
+        n if !runs.is_empty() && runs.len() <= MOST => (braced(&runs), n),
+        n if n <= MOST => (format!("{{{}}}", files.join(",")), n),
+        _ if !runs.is_empty() => (braced(&runs[..MOST]), runs[MOST - 1].1 + 1),
         _ => (first.to_string(), 1),
     }
 }
@@ -354,7 +366,7 @@ mod tests {
                 &["a-8.tar", "a-9.tar", "a-10.tar"],
                 "{a-8.tar,a-9.tar,a-10.tar}",
             ),
-            (&["a-1.tar", "a-3.tar"], "{a-1.tar,a-3.tar}"),
+            (&["a-1.tar", "a-3.tar"], "a-{1,3}.tar"),
             (&["only.tar"], "only.tar"),
             (&["é-07é.tar", "é-08é.tar"], "é-{07..08}é.tar"),
         ];
@@ -447,9 +459,12 @@ mod tests {
         assert!(e.contains(want), "{e}");
         // Names a URL or a pattern would read otherwise are escaped; a long split with a gap
         // is named by its first run, and said to be.
-        let odd = ["d/train,{1}#.tar", "d/test.tar"];
+        let odd = ["d/train,{1}#*'.tar", "d/test.tar"];
         let e = one_split("http://h/", &odd, "tar").unwrap_err();
-        assert!(e.contains("'http://h/d/train%2C%7B1%7D%23.tar'"), "{e}");
+        assert!(
+            e.contains("'http://h/d/train%2C%7B1%7D%23%2A%27.tar'"),
+            "{e}"
+        );
         let mut gap: Vec<String> = (0..40)
             .filter(|i| *i != 30)
             .map(|i| format!("train-{i:04}.tar"))
@@ -458,10 +473,22 @@ mod tests {
         let gap: Vec<&str> = gap.iter().map(String::as_str).collect();
         let e = one_split("http://h/", &gap, "tar").unwrap_err();
         assert!(
-            e.contains("'http://h/train-{0000..0029}.tar', naming 30 of its 39 files"),
+            e.contains("'http://h/train-{0000..0029,0031..0039}.tar' ("),
             "{e}"
         );
-        assert!(e.len() < 600, "{e}");
+        let mut odd: Vec<String> = (0..100)
+            .step_by(2)
+            .map(|i| format!("train-{i:04}.tar"))
+            .collect();
+        odd.push("test-0000.tar".into());
+        let odd: Vec<&str> = odd.iter().map(String::as_str).collect();
+        let e = one_split("http://h/", &odd, "tar").unwrap_err();
+        let first = "'http://h/train-{0000,0002,0004,0006,0008,0010,0012,0014,0016,0018,0020,0022,";
+        assert!(
+            e.contains(first) && e.contains("0030}.tar', naming 16 of its 50 files"),
+            "{e}"
+        );
+        assert!(e.len() < 700, "{e}");
         // Configurations, each with its splits (or one split alone), are asked about first.
         let configs = [
             "full/train/0000.parquet",
