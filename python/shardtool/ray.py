@@ -97,15 +97,18 @@ def _flags(e: BaseException) -> str:
     with an underscore wherever it stands, a one-word one where it is used as an option
     (``quality=95``, ``keys "x"``, ``(seed)``, ``compress:``, ``quality must``)."""
     text = str(e).replace("overwrite=True", "--overwrite")
-    names = sorted({*_PACK_FLAGS, "drop_columns", "max_errors", "shard_samples", "cpus_per_part"})
-    for name in names:
+    names = {*_PACK_FLAGS, "drop_columns", "max_errors", "shard_samples", "cpus_per_part", "parts"}
+    for name in sorted(names):
         flag = "--" + ("drop-column" if name == "drop_columns" else name.replace("_", "-"))
         if name == "shuffle":
             flag = "--no-shuffle"
+        if flag in text:
+            continue
+        # Not inside a path or a word (`/tmp/max_errors/`, `the keys of`).
         if "_" in name:
-            text = re.sub(rf"(?<![\w-]){name}\b", flag, text)
+            text = re.sub(rf"(?<![\w/.-]){name}(?![\w/.-])", flag, text)
         else:
-            text = re.sub(rf"(?<![\w-]){name}(?=[=:)]| \"| must)", flag, text)
+            text = re.sub(rf"(?<![\w/.-]){name}(?=[=:)]| \"| must)", flag, text)
     return text
 
 

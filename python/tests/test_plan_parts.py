@@ -372,3 +372,6 @@ def test_the_ray_commands_errors_name_its_flags() -> None:
     assert _flags(ValueError('keys "bogus": expected input or index')).startswith('--keys "bogus"')
     assert _flags(ValueError("quality must be >= 1")) == "--quality must be >= 1"
     assert _flags(ValueError("the keys of rows, in the seed order")) == "the keys of rows, in the seed order"
+    assert _flags(ValueError("output /tmp/max_errors is not empty")) == "output /tmp/max_errors is not empty"
+    assert _flags(ValueError("parts must be at least 1")) == "--parts must be at least 1"
+    assert _flags(ValueError('resize: invalid --resize "x"')) == 'resize: invalid --resize "x"'
