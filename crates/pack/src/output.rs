@@ -469,16 +469,15 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
         let name = name.to_string_lossy();
         let is_file = e.file_type().map_err(io)?.is_file();
         if name == crate::PLAN_DIR && !is_file {
-            // A `_plan` folder holding nothing a plan writes is the user's: left alone.
-            let plan_files = [
-                crate::plan_file::PLAN_FILE,
-                "inputs.jsonl",
-                "done",
-                "staged",
-            ];
-            if plan_files.iter().any(|f| e.path().join(f).exists()) {
-                ours.push(e.path());
+            // A `_plan` folder holding nothing a plan writes is the user's: refused, as a plan
+            // would write into it and then remove it.
+            if !plan_folder(&e.path()) {
+                return Err(PackError::OutputHoldsOtherShards {
+                    path: out.clone(),
+                    file: name.into_owned(),
+                });
             }
+            ours.push(e.path());
         } else if !is_file {
             continue;
         } else if name == manifest::FILE_NAME
@@ -487,11 +486,8 @@ pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<
             || listed.contains(name.as_ref())
             || (interrupted && named_as_a_shard(&name) && {
                 // Another prefix's numbers have the six digits a pack gives (not a date's eight).
-                let own = name
-                    .strip_prefix(plan.prefix.as_str())
-                    .is_some_and(|r| r.starts_with('-'));
-                let number = name.rsplit('-').next().unwrap_or_default();
-                own || number.bytes().take_while(u8::is_ascii_digit).count() == 6
+                let (prefix, number) = name.rsplit_once('-').unwrap_or_default();
+                prefix == plan.prefix || number.bytes().take_while(u8::is_ascii_digit).count() == 6
             })
         {
             ours.push(e.path());
@@ -611,6 +607,21 @@ impl Beside {
             .map_err(|e| e.to_string());
         Self::judge(read, limit)
     }
+}
+
+/// Whether the folder `dir` (named `_plan`) is a plan's: it holds a plan file, the input list,
+/// the staged inputs' folder, or done records only.
+fn plan_folder(dir: &Path) -> bool {
+    let files = [crate::plan_file::PLAN_FILE, "inputs.jsonl"];
+    let record = |e: std::fs::DirEntry| {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let number = |n: &str| n.len() == 6 && n.bytes().all(|b| b.is_ascii_digit());
+        name.strip_suffix(".json").is_some_and(number)
+    };
+    let done = std::fs::read_dir(dir.join("done"))
+        .map(|rd| rd.flatten().map(record).collect::<Vec<_>>())
+        .is_ok_and(|r| !r.is_empty() && r.iter().all(|ours| *ours));
+    files.iter().any(|f| dir.join(f).is_file()) || dir.join("staged").is_dir() || done
 }
 
 /// Whether the `errors.jsonl` at `path` is a pack's: empty, or its first line one of a pack's
@@ -831,8 +842,7 @@ mod tests {
         std::fs::write(out.join(ERRORS_FILE), b"").unwrap();
         prepare_output(&plan).unwrap();
         assert_eq!(std::fs::read_dir(&out).unwrap().count(), 0);
-        // Another tool's error report is no mark; nor is a `_plan` folder of the user's, which
-        // is left alone.
+        // Another tool's error report is no mark; a `_plan` folder of the user's is refused.
         std::fs::write(out.join("shard-000007.tar"), b"x").unwrap();
         std::fs::write(
             out.join(ERRORS_FILE),
@@ -841,11 +851,16 @@ mod tests {
         .unwrap();
         refused(&plan, "shard-000007.tar");
         std::fs::remove_file(out.join("shard-000007.tar")).unwrap();
-        std::fs::create_dir_all(out.join("_plan")).unwrap();
-        std::fs::write(out.join("_plan/notes.txt"), b"x").unwrap();
-        prepare_output(&plan).unwrap();
-        assert!(out.join("_plan/notes.txt").exists());
+        std::fs::create_dir_all(out.join("_plan/done")).unwrap();
+        std::fs::write(out.join("_plan/done/notes.txt"), b"x").unwrap();
+        refused(&plan, "_plan");
+        assert!(out.join("_plan/done/notes.txt").exists());
         std::fs::remove_dir_all(out.join("_plan")).unwrap();
+        // Another prefix is read whole: `shard-backup-20240101.tar` is not this plan's.
+        std::fs::write(out.join(ERRORS_FILE), b"").unwrap();
+        std::fs::write(out.join("shard-backup-20240101.tar"), b"x").unwrap();
+        refused(&plan, "shard-backup-20240101.tar");
+        std::fs::remove_file(out.join("shard-backup-20240101.tar")).unwrap();
         // One of a pack's temporary files is a mark too.
         std::fs::write(out.join("shard-000007.tar"), b"x").unwrap();
         std::fs::write(out.join(".shard-000008.tar.41.2.tmp"), b"x").unwrap();
