@@ -20,10 +20,10 @@ or from Python::
 from __future__ import annotations
 
 import argparse
-import re
 import os
+import re
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import _partition
 
@@ -92,11 +92,16 @@ def pack(
     return merged
 
 
-def _flags(e: BaseException) -> str:
+def _flags(e: BaseException, paths: Sequence[str] = ()) -> str:
     """``e``'s message naming this command's flags rather than the keyword arguments: a name
     with an underscore wherever it stands, a one-word one where it is used as an option
-    (``quality=95``, ``keys "x"``, ``(seed)``, ``compress:``, ``quality must``)."""
-    text = str(e).replace("overwrite=True", "--overwrite")
+    (``quality=95``, ``keys "x"``, ``(seed)``, ``compress:``, ``quality must``). ``paths`` (the
+    command's own, as given and made absolute) are left as they are."""
+    text = str(e)
+    kept = sorted({q for p in paths for q in (p, os.path.abspath(p))}, key=len, reverse=True)
+    for i, p in enumerate(kept):
+        text = text.replace(p, f"\0{i}\0")
+    text = text.replace("overwrite=True", "--overwrite")
     names = {*_PACK_FLAGS, "drop_columns", "max_errors", "shard_samples", "cpus_per_part", "parts"}
     for name in sorted(names):
         flag = "--" + ("drop-column" if name == "drop_columns" else name.replace("_", "-"))
@@ -109,6 +114,8 @@ def _flags(e: BaseException) -> str:
             text = re.sub(rf"(?<![\w/.-]){name}(?![\w/.-])", flag, text)
         else:
             text = re.sub(rf"(?<![\w/.-]){name}(?=[=:)]| \"| must)", flag, text)
+    for i, p in enumerate(kept):
+        text = text.replace(f"\0{i}\0", p)
     return text
 
 
@@ -173,6 +180,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     from . import DatasetError
 
+    paths = (a.input, a.output)
     ray.init(address=a.address, num_cpus=a.num_cpus)
     try:
         r = pack(
@@ -189,15 +197,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ray.exceptions.RayTaskError as e:
         # A part that failed for good (its retries spent): its own error, not Ray's traceback
         # (such an error is also an instance of its cause's type, so it is caught first).
-        print(f"error: a part failed: {_flags(e.cause if e.cause is not None else e)}", file=sys.stderr)
+        print(f"error: a part failed: {_flags(e.cause if e.cause is not None else e, paths)}", file=sys.stderr)
         return 1
     except (ValueError, FileNotFoundError) as e:
         # A usage error (another plan in OUTPUT, a bad option): the message, not a traceback,
         # naming this command's flag rather than the keyword argument.
-        print(f"error: {_flags(e)}", file=sys.stderr)
+        print(f"error: {_flags(e, paths)}", file=sys.stderr)
         return 2
     except (DatasetError, OSError) as e:
-        print(f"error: {_flags(e)}", file=sys.stderr)
+        print(f"error: {_flags(e, paths)}", file=sys.stderr)
         return 1
     finally:
         ray.shutdown()

@@ -375,3 +375,7 @@ def test_the_ray_commands_errors_name_its_flags() -> None:
     assert _flags(ValueError("output /tmp/max_errors is not empty")) == "output /tmp/max_errors is not empty"
     assert _flags(ValueError("parts must be at least 1")) == "--parts must be at least 1"
     assert _flags(ValueError('resize: invalid --resize "x"')) == 'resize: invalid --resize "x"'
+    # The command's own paths, as given, whatever words they hold.
+    given = "/tmp/old max_errors"
+    assert _flags(ValueError(f"{given}: no such file"), [given]) == f"{given}: no such file"
+    assert _flags(ValueError("output run seed=1 is not empty"), ["run seed=1"]).endswith("run seed=1 is not empty")
