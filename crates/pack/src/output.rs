@@ -270,15 +270,9 @@ fn unfinished_pack(dir: &Path) -> Option<&'static str> {
     if locked {
         return Some("another process is packing into it");
     }
-    let temporary = |name: &str| {
-        let parts: Vec<&str> = name.rsplitn(4, '.').collect();
-        name.starts_with('.')
-            && matches!(parts.as_slice(), ["tmp", n, pid, _]
-                if [n, pid].iter().all(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())))
-    };
     let writing = std::fs::read_dir(dir).is_ok_and(|rd| {
         rd.flatten()
-            .any(|e| temporary(&e.file_name().to_string_lossy()))
+            .any(|e| being_written(&e.file_name().to_string_lossy()).is_some())
     });
     writing.then_some("it holds a shard being written, a hidden `.tmp` file")
 }
@@ -403,17 +397,19 @@ fn temporary(name: &str) -> bool {
     if name.starts_with(".stage-") && name.ends_with(".tmp") {
         return true;
     }
+    being_written(name).is_some_and(|target| {
+        target == manifest::FILE_NAME || target == ERRORS_FILE || named_as_a_shard(target)
+    })
+}
+
+/// The file being written under `name` when it is an atomic write's temporary file
+/// (`.<target>.<pid>.<n>.tmp`, as `shardtool_core::AtomicFile` names them).
+fn being_written(name: &str) -> Option<&str> {
     let number = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
-    let Some(rest) = name.strip_prefix('.').and_then(|r| r.strip_suffix(".tmp")) else {
-        return false;
-    };
+    let rest = name.strip_prefix('.')?.strip_suffix(".tmp")?;
     let mut parts = rest.rsplitn(3, '.');
-    let (Some(n), Some(pid), Some(target)) = (parts.next(), parts.next(), parts.next()) else {
-        return false;
-    };
-    number(n)
-        && number(pid)
-        && (target == manifest::FILE_NAME || target == ERRORS_FILE || named_as_a_shard(target))
+    let (n, pid) = (parts.next()?, parts.next()?);
+    (number(n) && number(pid)).then(|| parts.next().unwrap_or_default())
 }
 
 /// [`prepare_output`] with `keep`: `None` checks the output as it would (and makes it), removing
