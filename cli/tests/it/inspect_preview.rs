@@ -459,11 +459,7 @@ fn inspect_lists_a_class_no_sample_has_at_zero() {
     crate::common::write_file(input.join("b/broken.jpg"), b"\xff\xd8\xff not a jpeg");
     let out = dir.path().join("ds");
     crate::common::pack(&input, &out).arg("-q").ok();
-    let r = Command::new(bin())
-        .arg("inspect")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let r = run(&["inspect"], &out);
     assert!(r.status.success());
     let text = String::from_utf8(r.stdout).unwrap();
     assert!(text.contains("  classes   4"), "{text}");
@@ -474,12 +470,7 @@ fn inspect_lists_a_class_no_sample_has_at_zero() {
     assert!(b.contains(" 0 ") && b.contains("0.0%"), "{text}");
     let cut = format!("{}…", "l".repeat(31));
     assert!(text.contains(&cut), "{text}");
-    let r = Command::new(bin())
-        .args(["inspect", "--json"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let json: serde_json::Value = serde_json::from_slice(&r.stdout).unwrap();
+    let json = json_of(&run(&["inspect", "--json"], &out));
     let counts: Vec<u64> = (json["classes"].as_array().unwrap().iter())
         .map(|c| c["count"].as_u64().unwrap())
         .collect();

@@ -230,6 +230,15 @@ fn a_negative_cls_other_than_minus_one_fails_its_sample() {
     assert_eq!(cls.iter().filter(|&&c| c == -1).count(), 1, "{cls:?}");
 }
 
+/// A `.tar` shard of the dataset in `ds`.
+fn tar_shard(ds: &Path) -> PathBuf {
+    std::fs::read_dir(ds)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "tar"))
+        .unwrap()
+}
+
 /// A FIFO in place of a shard or the manifest (or an error report linked to `/dev/zero`) is
 /// named as no regular file: never opened, so nothing waits for a writer or reads forever.
 #[test]
@@ -252,11 +261,7 @@ fn special_files_in_a_dataset_are_refused_not_waited_on() {
         assert!(st.success());
     };
     let ds = dataset(t.path(), "shard", &[]);
-    let shard = std::fs::read_dir(&ds)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "tar"))
-        .unwrap();
+    let shard = tar_shard(&ds);
     fifo(&shard);
     for args in [&["read", "-q"][..], &["inspect"][..], &["verify", "-q"][..]] {
         let o = run(args, &ds);
@@ -282,11 +287,7 @@ fn special_files_in_a_dataset_are_refused_not_waited_on() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("not a regular file"));
     // A folder in place of a shard: every command names it alike.
     let ds = dataset(t.path(), "folder", &[]);
-    let shard = std::fs::read_dir(&ds)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| p.extension().is_some_and(|x| x == "tar"))
-        .unwrap();
+    let shard = tar_shard(&ds);
     std::fs::remove_file(&shard).unwrap();
     std::fs::create_dir(&shard).unwrap();
     for args in [&["read", "-q"][..], &["inspect"][..], &["verify", "-q"][..]] {
