@@ -176,6 +176,15 @@ def _without(batch: Batch, bad: List[int]) -> Batch:
     return out
 
 
+def _process_group() -> Optional[Tuple[int, int]]:
+    """This process's rank and world size in torch.distributed, when it is initialised (torch is
+    not imported for it)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size())
+    return None
+
+
 def _check_bool(name: str, value: Any) -> Any:
     """``value`` as a ``bool`` (numpy's too; ``None`` stays ``None``), else a ``TypeError``
     naming ``name``."""
@@ -506,9 +515,9 @@ class Loader:
         ``init_process_group``)."""
         if self._rank is not None and self._world_size is not None:
             return self._rank, self._world_size
-        dist = sys.modules.get("torch.distributed")
-        if dist is not None and dist.is_available() and dist.is_initialized():
-            return int(dist.get_rank()), int(dist.get_world_size())
+        group = _process_group()
+        if group is not None:
+            return group
         # A DataLoader worker spawned by a rank: its process group is the rank's, not its own.
         inherited: Optional[Tuple[int, int]] = self.__dict__.get("_rank_process_group")
         if inherited is not None:
@@ -916,12 +925,10 @@ class Loader:
         # For the process being started only: a copy pickled on (to disk, to another process)
         # looks its rank up afresh.
         d.pop("_rank_process_group", None)
-        dist = sys.modules.get("torch.distributed")
-        spawning = multiprocessing.context.get_spawning_popen() is not None
-        if spawning and dist is not None and dist.is_available() and dist.is_initialized():
+        if multiprocessing.context.get_spawning_popen() is not None:
             # A process being started (spawn, forkserver) has no process group: it reads the
             # rank's share as this process would.
-            d["_rank_process_group"] = (int(dist.get_rank()), int(dist.get_world_size()))
+            d["_rank_process_group"] = _process_group()
         d.pop("_pool", None)
         d.pop("_iter_lock", None)
         d.pop("_state_lock", None)
