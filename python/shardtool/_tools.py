@@ -156,8 +156,10 @@ def pack(
     key kept in its ``source``), ``seed``, ``shuffle``,
     ``shard_size`` (bytes, or a size like ``"64MiB"``), ``shard_samples``, ``prefix``, ``jobs``,
     ``max_pixels``, ``max_errors``,
-    ``overwrite``, ``resume`` (with ``shard_samples``: continue a pack that was interrupted in
-    ``output``, keeping the shards it published).
+    ``overwrite`` (replace an earlier dataset in ``output``; it is deleted only once the new
+    one's first shard is ready, so inputs that all fail leave it whole), ``resume`` (with
+    ``shard_samples``: continue a pack that was interrupted in ``output``, keeping the shards it
+    published).
 
     Returns a dict with the published ``manifest``, the failed inputs (``errors``), ``bytes_in``,
     ``bytes_out``, ``packed_now`` (images this call packed: fewer than the manifest's on a

@@ -196,3 +196,67 @@ fn failed_lines_escape_what_a_terminal_would_act_on() {
     assert!(r.stderr.contains("y\\u{1b}[31mred.jpg"), "{}", r.stderr);
     assert!(r.stderr.contains("x\\u{202e}gpj.jpg"), "{}", r.stderr);
 }
+
+/// Under `--overwrite`, inputs that look like images but none of which decodes (or that pass
+/// `--max-errors` before a shard is written) leave the earlier dataset whole, report and all; the
+/// first new shard ready replaces it.
+#[test]
+fn an_overwrite_whose_inputs_all_fail_to_decode_keeps_the_earlier_dataset() {
+    let t = tempdir();
+    let ds = t.path().join("ds");
+    let good = t.path().join("good");
+    jpeg_folder(&good, 4, 32, 24);
+    pack(&good, &ds).ok();
+    // Every entry of the folder, hidden ones too, with its bytes.
+    let files = |dir: &std::path::Path| {
+        let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| {
+                let name = p.file_name().unwrap().to_string_lossy().into();
+                (name, std::fs::read(&p).unwrap())
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files(&ds);
+    // JPEG signatures with nothing after them: found as images, failed when decoded.
+    let bad = t.path().join("bad");
+    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    for i in 0..3 {
+        let mut bytes = b"\xff\xd8\xff\xe0".to_vec();
+        bytes.extend(format!("broken {i}").bytes());
+        write_file(bad.join(format!("c/{i}.jpg")), &bytes);
+        w.append(&format!("s{i}.jpg"), &bytes).unwrap();
+    }
+    let tar = t.path().join("bad-000000.tar");
+    write_file(&tar, w.finish().unwrap());
+    for (input, extra) in [
+        (&bad, &[][..]),
+        (&bad, &["--max-errors", "0"][..]),
+        (&tar, &["--input-format", "wds"][..]),
+    ] {
+        let r = pack(input, &ds).arg("--overwrite").args(extra).run();
+        r.assert_code(1);
+        assert!(r.stderr.contains("is left as it was"), "{}", r.stderr);
+        assert!(
+            r.stderr.contains("pack into an empty folder"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(files(&ds), before, "{extra:?}");
+    }
+    // With one good image among them, its shard replaces the earlier dataset.
+    std::fs::copy(good.join("c/0.jpg"), bad.join("c/ok.jpg")).unwrap();
+    pack(&bad, &ds).args(["--overwrite", "--seed", "7"]).ok();
+    let m = manifest(&ds);
+    assert_eq!((m.totals.samples, m.inputs.failed), (1, 3));
+    assert_eq!(errors(&ds).len(), 3);
+    let mut names: Vec<String> = files(&ds).into_iter().map(|(n, _)| n).collect();
+    let mut expected: Vec<String> = m.shards.iter().map(|s| s.file.clone()).collect();
+    expected.extend(["errors.jsonl".into(), "manifest.json".into()]);
+    names.sort();
+    expected.sort();
+    assert_eq!(names, expected);
+}

@@ -128,7 +128,7 @@ pub enum PackError {
         cause: String,
     },
     /// More inputs failed than `--max-errors` allows (the CLI exits 1).
-    #[error("{failed} inputs failed, more than --max-errors {max}; see {report}")]
+    #[error("{failed} inputs failed, more than --max-errors {max}; {}", see(report, *.kept))]
     TooManyErrors {
         /// Failures so far.
         failed: u64,
@@ -136,6 +136,9 @@ pub enum PackError {
         max: u64,
         /// The error report path.
         report: PathBuf,
+        /// Whether the earlier dataset `--overwrite` would replace is left whole (with its own
+        /// report): the run stopped before its first shard.
+        kept: bool,
     },
     /// The input holds no usable image at all (nothing was found, or every input failed).
     #[error("no usable image: {}", no_images(looked_for, *.failed, summary, report, *.kept))]
@@ -386,15 +389,28 @@ fn no_images(
         0 => format!("looked for {looked_for}"),
         _ => format!("every one of the {failed} inputs found ({looked_for}) failed: {summary}"),
     };
-    let dir = report.parent().unwrap_or(report);
     match (kept, failed) {
-        (true, _) => format!(
-            "{found}; {} is left as it was (--overwrite clears an earlier dataset only once an \
-             input is found that may be packed)",
-            dir.display()
-        ),
         (false, 0) => found,
-        (false, _) => format!("{found}; see {}", report.display()),
+        (true, 0) => format!(
+            "{found}; {} is left as it was",
+            report.parent().unwrap_or(report).display()
+        ),
+        _ => format!("{found}; {}", see(report, kept)),
+    }
+}
+
+/// Where a failed run's report is; or, when `kept`, that the earlier dataset in its folder is
+/// left as it was, with its own report, and how to see this run's every failure.
+fn see(report: &std::path::Path, kept: bool) -> String {
+    match kept {
+        false => format!("see {}", report.display()),
+        true => format!(
+            "{} is left as it was, with its own {} (--overwrite replaces an earlier dataset only \
+             once the new one's first shard is ready; pack into an empty folder to list every \
+             failure)",
+            report.parent().unwrap_or(report).display(),
+            report.file_name().unwrap_or_default().to_string_lossy()
+        ),
     }
 }
 

@@ -196,6 +196,7 @@ pub(crate) fn merge_held(
             failed: errors.len() as u64,
             max,
             report: errors_path,
+            kept: false,
         });
     }
     if samples == 0 {

@@ -51,19 +51,25 @@ pub(crate) fn holds_a_pack(dir: &Path) -> bool {
 /// leaves it whole (and a bad input leaves no output folder behind). Inputs staged while listed
 /// (fetched, decompressed, Parquet rows) go into the output beside it, as hidden temporary
 /// files, then move into `stage_dir`. A stop asked for (`progress`) once they are listed ends
-/// the run before the clear.
+/// the run before the clear. With `defer`, an earlier dataset (a manifest, a plan) is only
+/// checked, and left for the caller to clear with [`clear_output`] before its first shard.
 pub(crate) fn list_for(
     plan: &PackPlan,
     stage_dir: &Path,
     lock: impl FnOnce() -> Result<(), PackError>,
     progress: &dyn crate::Progress,
+    defer: bool,
 ) -> Result<crate::Listing, PackError> {
+    let clear = |keep: &[PathBuf]| match defer && holds_a_pack(&plan.output) {
+        true => clear_output(plan, None),
+        false => clear_output(plan, Some(keep)),
+    };
     if !stages(plan) {
         let options = list_options(plan, stage_dir);
         let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
         lock()?;
         keeps_an_earlier_dataset(plan, &listing)?;
-        prepare_output(plan)?;
+        clear(&[])?;
         return Ok(listing);
     }
     let options = list_options(plan, &plan.output);
@@ -89,7 +95,7 @@ pub(crate) fn list_for(
             input: PathBuf::from(shardtool_core::redact_urls(&input).into_owned()),
         }));
     }
-    clear_output(plan, Some(&staged.0))?;
+    clear(&staged.0)?;
     listing.staged = move_staged(staged, &mut listing.containers, stage_dir)?;
     Ok(listing)
 }
@@ -361,16 +367,6 @@ pub(crate) fn check_apart(plan: &PackPlan) -> Result<(), PlanError> {
     Ok(())
 }
 
-/// Makes sure `output` exists and holds no dataset, clearing an old one with `--overwrite`.
-///
-/// Only files a pack writes are removed: the manifest, the shards it lists, shards named as this
-/// plan names them (`<prefix>-NNNNNN`, left by an interrupted pack), `errors.jsonl`, temporary
-/// files and the plan folder. Another file that looks like a shard is refused before anything is
-/// removed: it may be the user's own data.
-pub(crate) fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
-    clear_output(plan, Some(&[]))
-}
-
 /// Removes the copies of inputs staged in the output (hidden `.stage-…` files) after a listing
 /// that failed: it returns no list of them. The output is held: they are this run's.
 pub(crate) fn remove_staged(plan: &PackPlan) {
@@ -412,8 +408,14 @@ fn being_written(name: &str) -> Option<&str> {
     (number(n) && number(pid)).then(|| parts.next().unwrap_or_default())
 }
 
-/// [`prepare_output`] with `keep`: `None` checks the output as it would (and makes it), removing
-/// nothing; `Some(files)` clears it but for `files` (inputs staged there since the check).
+/// Makes sure `output` exists and holds no dataset, clearing an old one with `--overwrite` but
+/// for `keep` (inputs staged there since the check, the first new shard being written); `None`
+/// only checks it (and makes it), removing nothing but a killed run's temporary files.
+///
+/// Only files a pack writes are removed: the manifest, the shards it lists, shards named as this
+/// plan names them (`<prefix>-NNNNNN`, left by an interrupted pack), `errors.jsonl`, temporary
+/// files and the plan folder. Another file that looks like a shard is refused before anything is
+/// removed: it may be the user's own data.
 pub(crate) fn clear_output(plan: &PackPlan, keep: Option<&[PathBuf]>) -> Result<(), PackError> {
     let out = &plan.output;
     let io = |e| PackError::io(out, e);
@@ -661,6 +663,11 @@ fn named_as_a_shard(name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The whole clear, as a pack without staged inputs does it.
+    fn prepare_output(plan: &PackPlan) -> Result<(), PackError> {
+        clear_output(plan, Some(&[]))
+    }
 
     #[test]
     fn shard_names_are_a_prefix_six_digits_and_a_shard_suffix() {

@@ -533,6 +533,7 @@ fn run_part(
                 failed: failed_before + failed,
                 max,
                 report: failures.shown.clone(),
+                kept: false,
             }),
             _ => Ok(()),
         }

@@ -14,7 +14,7 @@ use shardtool_core::{index_key, shuffle, validate_key};
 use shardtool_image::{transform, Encode, Output, Timings, TransformSpec};
 use shardtool_manifest::{self as manifest, errors, InputCounts, Manifest, ERRORS_FILE};
 use std::collections::{HashMap, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -438,7 +438,11 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             Ok(())
         },
         progress,
+        true,
     )?;
+    // An earlier dataset `--overwrite` replaces stays whole until the first new shard is ready:
+    // inputs that all fail, or a stop, leave it as it was.
+    let replaces = crate::output::holds_a_pack(&plan.output);
     let _staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() && listing.errors.is_empty() {
         return Err(PackError::NoImages {
@@ -478,14 +482,28 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
                 failed,
                 max,
                 report: errors_path.clone(),
+                kept: false,
             }),
             _ => Ok(()),
         }
     };
     // Written before the first shard: the mark by which a later `--overwrite` knows this pack's
     // shards if it is stopped before its manifest.
-    write_errors(&errors_path, &[])?;
+    let mark = {
+        let errors_path = errors_path.clone();
+        move || write_errors(&errors_path, &[])
+    };
     let mut sink = ShardSink::new(plan);
+    if replaces {
+        let staged = _staged.0.clone();
+        sink.before_first = Some(Box::new(move |shard: &Path| {
+            let keep: Vec<PathBuf> = staged.into_iter().chain([shard.to_path_buf()]).collect();
+            crate::output::clear_output(plan, Some(&keep))?;
+            mark()
+        }));
+    } else {
+        mark()?;
+    }
     let shared = std::sync::Arc::new(Shared {
         containers: std::mem::take(&mut listing.containers),
         columns: plan.columns.clone(),
@@ -535,11 +553,18 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
         progress.update(&tally.snapshot);
     }
 
-    // The report is written even when the run aborts, so no failure is ever silent.
+    // The report is written even when the run aborts, so no failure is ever silent; only an
+    // earlier dataset still whole keeps its own (the error then says how to see every failure).
     errors.sort_by_key(|(i, _)| *i);
     failed_early.extend(errors.into_iter().map(|(_, e)| e));
     let errors = failed_early;
-    write_errors(&errors_path, &errors)?;
+    let kept = sink.before_first.is_some();
+    if !kept {
+        write_errors(&errors_path, &errors)?;
+    }
+    if let Err(PackError::TooManyErrors { kept: k, .. }) = &mut outcome {
+        *k = kept;
+    }
     outcome?;
     if sink.samples == 0 {
         return Err(PackError::NoImages {
@@ -547,7 +572,7 @@ pub fn pack(plan: &PackPlan, progress: &dyn Progress) -> Result<PackReport, Pack
             failed: errors.len() as u64,
             summary: crate::failure_summary(&errors),
             report: errors_path,
-            kept: false,
+            kept,
         });
     }
 

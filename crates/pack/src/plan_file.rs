@@ -80,6 +80,7 @@ impl PlanFile {
                 failed: self.errors.len() as u64,
                 max,
                 report: plan_dir(output).join(PLAN_FILE),
+                kept: false,
             }),
             None => Ok(()),
         }
@@ -431,7 +432,7 @@ pub(crate) fn make_plan_in(
     let output = &plan.output;
     let dir = plan_dir(output);
     let staged_dir = dir.join(STAGED_DIR);
-    let mut listing = list_for(plan, &staged_dir, || Ok(()), progress)?;
+    let mut listing = list_for(plan, &staged_dir, || Ok(()), progress, false)?;
     // Staged files stay for the parts, unless planning fails.
     let mut staged = StagedFiles(std::mem::take(&mut listing.staged));
     if listing.inputs.is_empty() {

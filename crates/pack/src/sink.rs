@@ -127,7 +127,13 @@ pub(crate) struct ShardSink<'p> {
     /// Whether a full shard is published by `add` (the shard size or count reached); off, only
     /// `roll` publishes (a part, which checks each shard first).
     pub(crate) rolls_itself: bool,
+    /// Called once, just before the first shard takes its name, with that shard's temporary
+    /// file: `--overwrite` clears the earlier dataset only then.
+    pub(crate) before_first: Option<BeforeFirst<'p>>,
 }
+
+/// What a sink does before its first shard is published (given that shard's temporary file).
+pub(crate) type BeforeFirst<'p> = Box<dyn FnOnce(&std::path::Path) -> Result<(), PackError> + 'p>;
 
 impl<'p> ShardSink<'p> {
     pub(crate) fn new(plan: &'p PackPlan) -> Self {
@@ -141,6 +147,7 @@ impl<'p> ShardSink<'p> {
             field_counts: BTreeMap::new(),
             input_json: false,
             rolls_itself: true,
+            before_first: None,
         }
     }
 
@@ -396,6 +403,9 @@ impl<'p> ShardSink<'p> {
         if !check()? {
             self.input_json = false;
             return Ok(false);
+        }
+        if let Some(before) = self.before_first.take() {
+            before(atomic.temp_path())?;
         }
         atomic.commit().map_err(io_err)?;
         self.bytes_out += finished.bytes;
