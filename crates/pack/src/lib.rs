@@ -4,6 +4,7 @@
 //! [`pack`] takes a validated [`PackPlan`] and returns a [`PackReport`]; the CLI only parses
 //! flags into a plan and prints the report. Nothing here prints.
 
+mod braces;
 mod containers;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
@@ -26,7 +27,8 @@ mod splits;
 mod store;
 mod wds_input;
 
-pub use containers::{expand_braces, is_remote, resolve_input, InputFormat};
+pub use braces::expand_braces;
+pub use containers::{is_remote, resolve_input, InputFormat};
 pub use listing::{
     list_inputs, Columns, Container, ContainerKind, InputItem, InputSource, Inputs, ListError,
     ListOptions, Listing, Origin, IMAGE_EXTENSIONS, MAX_LABEL,

@@ -373,7 +373,7 @@ mod tests {
         for (files, want) in cases {
             let (got, named) = super::brace_of(files);
             assert_eq!((got.as_str(), named), (want, files.len()));
-            let mut expanded = crate::containers::expand_braces(&got).unwrap();
+            let mut expanded = crate::braces::expand_braces(&got).unwrap();
             expanded.sort_unstable();
             let mut files = files.to_vec();
             files.sort_unstable();
