@@ -34,6 +34,22 @@ pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
     text.chars().map(escape).collect::<String>().into()
 }
 
+/// A name from a dataset (an input's path, a class) as it may reach a terminal, told apart from
+/// every other name: as it is when plain; otherwise quoted, with Rust's escapes, when it holds
+/// what a terminal would act on or hide (controls, bidirectional overrides, a combining mark, a
+/// byte-order mark) or a backslash, has spaces at an end or begins with a quote: `"trail "`,
+/// `"cafe\u{301}"` beside `café`, `"new\nline"` beside `"new\\nline"`.
+pub(crate) fn name(text: &str) -> std::borrow::Cow<'_, str> {
+    let quoted = format!("{text:?}");
+    // Escapes only lengthen: a name is plain when only its quotes were escaped.
+    let plain = quoted.len() == text.len() + 2 + text.matches('"').count();
+    let ends = |c: Option<char>| c.is_some_and(char::is_whitespace);
+    match plain && !text.is_empty() && !text.starts_with('"') {
+        true if !ends(text.chars().next()) && !ends(text.chars().last()) => text.into(),
+        _ => quoted.into(),
+    }
+}
+
 /// Ends the process after a failed write to stdout: a closed pipe by SIGPIPE's default action
 /// (quietly; a shell reports status 141), any other error with its message and exit 1.
 pub(crate) fn failed(e: &io::Error) -> ! {

@@ -46,7 +46,7 @@ fn human_bytes(b: f64) -> String {
 }
 
 fn print_human(r: &InspectReport) {
-    use crate::stdout::printable;
+    use crate::stdout::name;
     outln!(
         "{} {}{}",
         r.kind,
@@ -103,21 +103,21 @@ fn print_human(r: &InspectReport) {
     let width = r
         .classes
         .iter()
-        .map(|c| printable(c.name.as_deref().unwrap_or("?")).chars().count())
+        .map(|c| name(c.name.as_deref().unwrap_or("?")).chars().count())
         .max()
         .unwrap_or(1)
         .min(32);
     // ImageNet's thousand fit; past that the text shows the first and `--json` lists them all.
     const MAX_SHOWN: usize = 1000;
     for c in r.classes.iter().take(MAX_SHOWN) {
-        let full = printable(c.name.as_deref().unwrap_or("?"));
-        let name: String = match full.chars().count() > 32 {
+        let full = name(c.name.as_deref().unwrap_or("?"));
+        let shown: String = match full.chars().count() > 32 {
             true => full.chars().take(31).chain(['…']).collect(),
             false => full.into_owned(),
         };
         let bar = "#".repeat(((c.count * 30).div_ceil(max)) as usize);
         outln!(
-            "    {:>4} {name:<width$} {:>8} {:>5.1}%  {bar}",
+            "    {:>4} {shown:<width$} {:>8} {:>5.1}%  {bar}",
             c.label,
             c.count,
             c.count as f64 * 100.0 / total as f64

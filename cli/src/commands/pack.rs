@@ -541,7 +541,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             for e in report.errors.iter().take(shown) {
                 eprintln!(
                     "failed: {} ({}): {}",
-                    crate::stdout::printable(&e.path),
+                    crate::stdout::name(&e.path),
                     e.kind,
                     crate::stdout::printable(&e.message)
                 );
@@ -658,7 +658,7 @@ fn print_summary(out: &Path, r: &PackReport) {
             m.classes
                 .iter()
                 .take(8)
-                .map(|c| crate::stdout::printable(c))
+                .map(|c| crate::stdout::name(c))
                 .collect::<Vec<_>>()
                 .join(", ")
                 + if m.classes.len() > 8 { ", …" } else { "" }

@@ -190,11 +190,23 @@ fn failed_lines_escape_what_a_terminal_would_act_on() {
     save_rgb(input.join("c/ok.png"), &pattern(8, 8, 1));
     write_file(input.join("c/y\u{1b}[31mred.jpg"), "not an image");
     write_file(input.join("c/x\u{202e}gpj.jpg"), "not an image");
+    // Names an escape would make look alike are quoted, so each reads back as itself: a newline
+    // and a backslash before an n, a trailing space, a combining accent and a composed one.
+    write_file(input.join("c/new\nline.jpg"), "not an image");
+    write_file(input.join("c/new\\nline.jpg"), "not an image");
+    for class in ["trail", "trail ", "caf\u{e9}", "cafe\u{301}"] {
+        save_rgb(input.join(class).join("ok.png"), &pattern(8, 8, 1));
+    }
     let r = pack(&input, t.path().join("out")).run();
     r.assert_code(0);
     assert!(!r.stderr.contains(['\u{1b}', '\u{202e}']), "{:?}", r.stderr);
     assert!(r.stderr.contains("y\\u{1b}[31mred.jpg"), "{}", r.stderr);
     assert!(r.stderr.contains("x\\u{202e}gpj.jpg"), "{}", r.stderr);
+    for quoted in [r#""c/new\nline.jpg""#, r#""c/new\\nline.jpg""#] {
+        assert!(r.stderr.contains(quoted), "{quoted} in {}", r.stderr);
+    }
+    let classes = "classes 5: c, \"cafe\\u{301}\", caf\u{e9}, trail, \"trail \"";
+    assert!(r.stdout.contains(classes), "{}", r.stdout);
 }
 
 /// Under `--overwrite`, inputs that look like images but none of which decodes (or that pass

@@ -775,3 +775,53 @@ fn an_imagefolders_metadata_names_no_file_outside_its_folder() {
     assert_eq!(sources.len(), 2, "{sources:?}");
     assert!(sources.iter().all(|s| !s.contains("secret")), "{sources:?}");
 }
+
+/// A list's path is taken as written, spaces at its ends and all (as pandas and `datasets` read
+/// it): ` 1.png` is that file, never `1.png`; a missing one whose trimmed name exists says so.
+#[test]
+fn paths_keep_spaces_at_their_ends() {
+    let t = tempdir();
+    let data = t.path().join("data");
+    make_images(&data, 3);
+    std::fs::rename(data.join("imgs/0.png"), data.join("imgs/ 1.png")).unwrap();
+    std::fs::rename(data.join("imgs/2.png"), data.join("imgs/2.png ")).unwrap();
+    for (name, rows) in [
+        (
+            "l.csv",
+            "path,label\n\"imgs/ 1.png\",a\nimgs/1.png,b\n\"imgs/2.png \",c\n\"imgs/1.png \",d\n",
+        ),
+        (
+            "l.jsonl",
+            concat!(
+                r#"{"path": "imgs/ 1.png", "label": "a"}"#,
+                "\n",
+                r#"{"path": "imgs/1.png", "label": "b"}"#,
+                "\n",
+                r#"{"path": "imgs/2.png ", "label": "c"}"#,
+                "\n",
+                r#"{"path": "imgs/1.png ", "label": "d"}"#,
+                "\n",
+            ),
+        ),
+    ] {
+        write_file(data.join(name), rows);
+        let ds = t.path().join(format!("ds-{name}"));
+        let r = pack_list(data.join(name), &ds)
+            .args(["--encode", "png"])
+            .ok();
+        let s = by_source_map(&ds);
+        assert_eq!(s.len(), 3, "{name}");
+        for (src, i) in [("imgs/ 1.png", 0), ("imgs/1.png", 1), ("imgs/2.png ", 2)] {
+            assert_eq!(s[src].decode(), pattern(12 + i, 10, i), "{name}: {src:?}");
+        }
+        let e = errors(&ds);
+        assert_eq!(e.len(), 1, "{name}");
+        assert!(
+            e[0].message.contains("\"1.png\" exists"),
+            "{}",
+            e[0].message
+        );
+        // The failed line quotes the name, so its trailing space shows.
+        assert!(r.stderr.contains("failed: \"imgs/1.png \""), "{}", r.stderr);
+    }
+}

@@ -509,9 +509,9 @@ fn too_long(l: Option<&str>) -> bool {
     l.is_some_and(|l| l.len() > MAX_CLASS_NAME_BYTES && !whole_number(l))
 }
 
-fn non_empty(s: &str) -> Option<Cow<'_, str>> {
-    let s = s.trim();
-    (!s.is_empty()).then_some(Cow::Borrowed(s))
+/// `s` as written unless blank: a path keeps spaces at its ends, as pandas and `datasets` do.
+fn as_written(s: &str) -> Option<Cow<'_, str>> {
+    (!s.trim().is_empty()).then_some(Cow::Borrowed(s))
 }
 
 /// Calls `f` with every row of a list file, in order; returns a CSV file's header.
@@ -608,12 +608,14 @@ fn csv_rows(
             Ok(false) => return Ok(names),
             Ok(true) => f(Row {
                 line,
-                path: rec.get(p).and_then(non_empty),
+                path: rec.get(p).and_then(as_written),
                 label: l
                     .and_then(|l| rec.get(l))
-                    .and_then(non_empty)
+                    .and_then(|s| as_written(s.trim()))
                     .filter(is_label),
-                key: k.and_then(|k| rec.get(k)).and_then(non_empty),
+                key: k
+                    .and_then(|k| rec.get(k))
+                    .and_then(|s| as_written(s.trim())),
                 span,
                 extra,
                 dropped,
@@ -703,7 +705,8 @@ fn jsonl_rows(
         let object = parsed.ok();
         let field = |name: &str| -> Option<Cow<'_, str>> {
             match object.as_ref()?.get(name)? {
-                serde_json::Value::String(s) => non_empty(s),
+                serde_json::Value::String(s) if name == cols.path => as_written(s),
+                serde_json::Value::String(s) => as_written(s.trim()),
                 serde_json::Value::Number(n) => Some(Cow::Owned(n.to_string())),
                 _ => None,
             }

@@ -152,6 +152,16 @@ pub(crate) fn read_span(
     Ok(bytes)
 }
 
+/// For a missing file whose name has spaces at its ends (a list's path is taken as written),
+/// a hint naming the file without them, when that one exists.
+fn trimmed_exists(path: &Path, e: &std::io::Error) -> Option<String> {
+    let name = path.file_name()?.to_str()?;
+    let trimmed = name.trim();
+    let exists = trimmed != name && !trimmed.is_empty() && path.with_file_name(trimmed).exists();
+    (e.kind() == std::io::ErrorKind::NotFound && exists)
+        .then(|| format!(" (the name is taken as written, spaces and all: {trimmed:?} exists)"))
+}
+
 /// Why a file that is not a regular one (a pipe, socket or device) is not read.
 pub(crate) const NOT_REGULAR: &str = "not a regular file (a pipe, socket or device): not read";
 
@@ -167,7 +177,10 @@ pub(crate) fn read_bounded(
     limit: u64,
     planned: Option<u64>,
 ) -> Result<Vec<u8>, (&'static str, String)> {
-    let unreadable = |e: std::io::Error| ("unreadable", format!("cannot read: {e}"));
+    let unreadable = |e: std::io::Error| {
+        let hint = trimmed_exists(path, &e).unwrap_or_default();
+        ("unreadable", format!("cannot read: {e}{hint}"))
+    };
     if not_regular(path) {
         return Err(("unreadable", NOT_REGULAR.into()));
     }
