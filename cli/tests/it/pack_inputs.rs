@@ -605,6 +605,8 @@ fn remote_inputs_over_http_and_s3_pack_like_local_ones() {
         let from = t.path().join(format!("wds/shard-{i:06}.tar"));
         std::fs::copy(from, spaced.join(format!("s {i}.tar"))).unwrap();
     }
+    // A hidden file is left out of a listed folder, as of a local one.
+    std::fs::copy(spaced.join("s 0.tar"), spaced.join(".s 0 copy.tar")).unwrap();
     let ds = t.path().join("http-spaced");
     pack(server.url("wds%20sp/"), &ds).args(args).ok();
     assert_eq!(manifest(&ds).shards, manifest(&local).shards);

@@ -794,6 +794,12 @@ fn verify_inspect_and_preview_take_a_file_url_as_the_reader_does() {
         .arg(t.path().join("p.png"))
         .ok();
     assert!(t.path().join("p.png").exists());
+    // With `?` or `#`, whose path would end before them: refused.
+    let r = crate::common::Cmd::new(["verify"])
+        .arg(format!("{url}?v=2"))
+        .run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("spell them %3F and %23"), "{}", r.stderr);
 }
 
 /// The library's caller may cap the pixels `verify` decodes below the dataset's limit (a

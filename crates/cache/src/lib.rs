@@ -32,7 +32,7 @@ mod writeback;
 pub use dir::{default_cache_dir, stopping, CacheDir, CachedDataset, ClearReport, Stopping};
 #[cfg(feature = "remote")]
 pub use inputs::{Published, RemoteFolder, RemoteFolders};
-pub use location::{Location, RemoteUrl};
+pub use location::{Location, RemoteUrl, FILE_URL_QUERY};
 pub use metrics::{as_seconds, CacheMetrics};
 #[cfg(feature = "remote")]
 pub use remote::{cache_key, FetchPolicy, STOP_POLL};

@@ -103,6 +103,11 @@ impl RemoteUrl {
     }
 }
 
+/// Why a `file://` URL with `?` or `#` is refused: a URL ends its path there, so the file read
+/// would not be the one named.
+pub const FILE_URL_QUERY: &str = "a file:// URL ends its path at `?` or `#`, so another file \
+    would be read: spell them %3F and %23, or give the plain path";
+
 impl Location {
     /// Parses a dataset argument: a path, `file://…`, `http(s)://…` or `s3://bucket/…`, naming
     /// the dataset folder or its manifest.
@@ -118,6 +123,9 @@ impl Location {
         match scheme.as_str() {
             "file" => {
                 let url = url::Url::parse(s).map_err(|e| bad(&e.to_string()))?;
+                if url.query().is_some() || url.fragment().is_some() {
+                    return Err(bad(FILE_URL_QUERY));
+                }
                 let path = url
                     .to_file_path()
                     .map_err(|()| bad("not a local file path"))?;

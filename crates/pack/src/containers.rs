@@ -70,6 +70,9 @@ pub(crate) fn local_path(s: &str) -> Result<String, ListError> {
         .is_some_and(|p| p.eq_ignore_ascii_case("file://"))
     {
         let url = url::Url::parse(s).map_err(|e| bad_input(s, &e.to_string()))?;
+        if url.query().is_some() || url.fragment().is_some() {
+            return Err(bad_input(s, shardtool_cache::FILE_URL_QUERY));
+        }
         let path = url
             .to_file_path()
             .map_err(|()| bad_input(s, "not a local file path"))?;
@@ -361,7 +364,9 @@ pub fn resolve_input(
         // A remote folder: its files decide.
         let (folder, _) = shardtool_cache::RemoteFolder::connect(&names[0], policy.clone())
             .map_err(|e| bad_input(arg, &e.to_string()))?;
-        let listed = folder.list().map_err(|e| bad_input(arg, &e.to_string()))?;
+        let mut listed = folder.list().map_err(|e| bad_input(arg, &e.to_string()))?;
+        // Hidden files and folders are left out, as in a local folder.
+        listed.retain(|(n, _)| !n.split('/').any(|part| part.starts_with('.')));
         let pick = |ext: &str| -> Vec<String> {
             listed
                 .iter()
