@@ -77,19 +77,18 @@ fn odd_file_names_are_packed() {
         (9, 9, 0)
     );
     // A class is named by its folder: a name that is not UTF-8 cannot be one unchanged (two
-    // such names could become one class name), so the pack is refused, naming the folder.
+    // such names could become one class name), so the pack is refused, naming the folder; a
+    // shard's name alike, found in a folder or by a glob (changed, it would name no file).
     for name in [&b"cl\xe9ss"[..], b"cl\xe8ss"] {
-        let p = t.path().join("classes").join(os(name)).join("a.jpg");
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, jpeg(&small(1))).unwrap();
+        let class = t.path().join("classes").join(os(name));
+        write_file(class.join("a.jpg"), jpeg(&small(1)));
     }
-    let r = pack(t.path().join("classes"), t.path().join("ds2")).run();
-    r.assert_code(2);
-    assert!(
-        r.stderr.contains("is not UTF-8 text: rename it"),
-        "{}",
-        r.stderr
-    );
+    write_file(t.path().join("shards").join(os(b"s\xff.tar")), b"");
+    for input in ["classes", "shards", "shards/*.tar"] {
+        let r = pack(t.path().join(input), t.path().join("ds2")).run();
+        let err = &r.assert_code(2).stderr;
+        assert!(err.contains("not UTF-8 text: rename it"), "{input}: {err}");
+    }
 }
 
 #[test]

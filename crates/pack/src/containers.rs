@@ -250,10 +250,22 @@ fn files_with_extension(dir: &Path, exts: &[&str], out: &mut Vec<String>) -> Res
                 files_with_extension(&p, exts, out)?;
             }
         } else if exts.contains(&extension(&p.to_string_lossy()).as_str()) {
-            out.push(p.to_string_lossy().into_owned());
+            out.push(utf8_name(&p)?);
         }
     }
     Ok(())
+}
+
+/// `p` as text; a name that is not UTF-8 is refused, as it would name another file once changed.
+fn utf8_name(p: &Path) -> Result<String, ListError> {
+    p.to_str()
+        .map(str::to_string)
+        .ok_or_else(|| ListError::BadInput {
+            message: format!(
+                "{} has a name that is not UTF-8 text: rename it",
+                p.display()
+            ),
+        })
 }
 
 /// The files matching `pattern`, a path whose last component holds `*` or `?` (sorted); `arg`,
@@ -279,8 +291,8 @@ fn glob_files(arg: &str, pattern: &str) -> Result<Vec<String>, ListError> {
         })?
         .filter_map(|e| e.ok())
         .filter(|e| glob_match(last.as_bytes(), e.file_name().as_encoded_bytes()))
-        .map(|e| e.path().to_string_lossy().into_owned())
-        .collect();
+        .map(|e| utf8_name(&e.path()))
+        .collect::<Result<_, _>>()?;
     found.sort();
     if found.is_empty() {
         return Err(bad_input(arg, &format!("no file matches {pattern}")));
