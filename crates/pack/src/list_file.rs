@@ -823,73 +823,8 @@ pub(crate) fn csv_crate_first_record(bytes: &[u8]) -> Result<Option<Vec<String>>
     }
 }
 
-/// The extra columns of one list row (read back by span): the text column's value, if any, and
-/// the other columns as a JSON object. CSV values are strings; JSONL values keep their JSON type.
-pub(crate) fn row_columns(
-    row: &[u8],
-    kind: &ContainerKind,
-    columns: &Columns,
-) -> Result<(Option<String>, serde_json::Map<String, serde_json::Value>), String> {
-    let cols = ListColumns::new(columns);
-    let mut map = serde_json::Map::new();
-    match kind {
-        ContainerKind::Csv { headers } => {
-            let mut unquoted = Vec::new();
-            let Some(fields) = csv_fields(row, &mut unquoted)? else {
-                return Err("the row is empty".into());
-            };
-            for (name, value) in headers.iter().zip(fields) {
-                if !cols.is_own(name) {
-                    map.insert(name.clone(), serde_json::Value::String(value.to_string()));
-                }
-            }
-        }
-        ContainerKind::Jsonl => {
-            let row = &python_json(row)[..];
-            let v: serde_json::Value = serde_json::from_slice(row).map_err(|e| e.to_string())?;
-            let serde_json::Value::Object(o) = v else {
-                return Err("the row is not a JSON object".into());
-            };
-            for (name, value) in o {
-                if !cols.is_own(&name) {
-                    map.insert(name, value);
-                }
-            }
-            // A caption that is a number or `true` is its text as written: `2024.10` stays
-            // `2024.10`, not the number printed again. A list (several captions) or an object
-            // is no one text: it stays in the `.json`, as a Parquet column of lists does.
-            let scalar = |v: &serde_json::Value| v.is_number() || v.is_boolean();
-            if let Some((k, _)) = map
-                .iter()
-                .find(|(k, v)| k.eq_ignore_ascii_case(cols.text) && scalar(v))
-            {
-                let raw: std::collections::BTreeMap<String, &serde_json::value::RawValue> =
-                    serde_json::from_slice(row).map_err(|e| e.to_string())?;
-                if let Some(text) = raw.get(k.as_str()) {
-                    let text = text.get().to_string();
-                    map.remove(&k.clone());
-                    return Ok((Some(text), map));
-                }
-            }
-        }
-        ContainerKind::Tar | ContainerKind::Parquet => return Err("not a list".into()),
-    }
-    let text_key = map
-        .keys()
-        .find(|k| k.eq_ignore_ascii_case(cols.text))
-        .cloned();
-    let text = match text_key {
-        Some(k) if map[&k].is_array() || map[&k].is_object() => None,
-        Some(k) => match map.remove(&k) {
-            Some(serde_json::Value::String(t)) => Some(t),
-            Some(serde_json::Value::Null) | None => None,
-            Some(other) => Some(other.to_string()),
-        },
-        None => None,
-    };
-    Ok((text, map))
-}
-
+mod columns;
+pub(crate) use columns::row_columns;
 mod hf;
 pub(crate) use hf::{
     is_imagefolder_metadata, metadata_in, names_file_not_path, unlisted_images, HF_IMAGE_COLUMN,
