@@ -89,9 +89,11 @@ fn run() -> u8 {
     match result {
         Ok(()) => 0,
         Err(f) => {
-            // Credentials in URLs never reach the terminal or a log.
+            // Credentials in URLs never reach the terminal or a log, nor do the control
+            // characters of a name the message quotes (an escape sequence, a line of its own).
             let message = format!("{:#}", f.error);
-            eprintln!("error: {}", shardtool_core::redact_urls(&message));
+            let message = shardtool_core::redact_urls(&message);
+            eprintln!("error: {}", stdout::printable(&message));
             f.code
         }
     }

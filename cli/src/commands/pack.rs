@@ -410,6 +410,7 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
                 file.errors.len()
             );
         }
+        let out = shardtool_pack::shell_word(&plan.output);
         outln!("  next: shardtool pack --plan {out} --part I/N   (for each I < N), then shardtool merge {out}");
     }
     file.check_listing_failures(&plan.output).map_err(failure)

@@ -207,6 +207,14 @@ fn failed_lines_escape_what_a_terminal_would_act_on() {
     }
     let classes = "classes 5: c, \"cafe\\u{301}\", caf\u{e9}, trail, \"trail \"";
     assert!(r.stdout.contains(classes), "{}", r.stdout);
+    // The error of a pack that packs nothing quotes the first name escaped too.
+    write_file(t.path().join("only/c\u{1b}[2J/x\ry.jpg"), "not an image");
+    let r = pack(t.path().join("only"), t.path().join("none")).run();
+    let err = &r.assert_code(1).stderr;
+    assert!(
+        !err.contains(['\u{1b}', '\r']) && err.contains("c\\u{1b}[2J/x\\ry.jpg"),
+        "{err}"
+    );
 }
 
 /// Under `--overwrite`, inputs that look like images but none of which decodes (or that pass

@@ -633,13 +633,19 @@ fn columns_named_as_our_metadata_are_renamed_and_none_is_lost() {
     assert_eq!(json2["input_input_width"], "640", "{json2}");
     // Unnamed columns: left out where empty (a trailing comma), else named as pandas names
     // them, so two of them lose no value.
-    write_file(data.join("u.csv"), "path,,label,,\nimgs/0.png,,a,first,second\n");
+    write_file(
+        data.join("u.csv"),
+        "path,,label,,\nimgs/0.png,,a,first,second\n",
+    );
     let unnamed = t.path().join("unnamed");
     pack_list(data.join("u.csv"), &unnamed).ok();
     let json = &wds_samples(&unnamed)[0].json;
     assert_eq!(json["Unnamed: 3"], "first", "{json}");
     assert_eq!(json["Unnamed: 4"], "second", "{json}");
-    assert!(json.get("Unnamed: 1").is_none() && json.get("").is_none(), "{json}");
+    assert!(
+        json.get("Unnamed: 1").is_none() && json.get("").is_none(),
+        "{json}"
+    );
 }
 
 /// Extra columns of a CSV or JSONL list travel in the `.json` (a caption as `.txt`), for tar

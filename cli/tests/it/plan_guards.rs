@@ -500,3 +500,23 @@ fn an_s3_plan_killed_while_staging_is_planned_again_with_overwrite() {
     assert!(r.stderr.contains("not empty"), "{}", r.stderr);
     assert!(bucket.join("m/notes.txt").exists());
 }
+
+/// The next steps `plan` prints are commands a shell reads back: an odd folder name is quoted.
+#[test]
+fn plan_prints_its_next_steps_quoted_for_a_shell() {
+    let t = tempdir();
+    jpeg_folder(&t.path().join("in"), 2, 16, 16);
+    let out = t.path().join("p #1 it's");
+    let r = Cmd::new(["plan"])
+        .arg(t.path().join("in"))
+        .arg(&out)
+        .args(["--shard-samples", "1"])
+        .ok();
+    let quoted = format!("'{}'", out.display().to_string().replace('\'', "'\\''"));
+    let (part, merge) = (format!("--plan {quoted} --part"), format!("merge {quoted}"));
+    assert!(
+        r.stdout.contains(&part) && r.stdout.contains(&merge),
+        "{}",
+        r.stdout
+    );
+}

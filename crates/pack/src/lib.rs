@@ -324,6 +324,17 @@ fn damaged_note(damaged: &[String]) -> String {
     }
 }
 
+/// `path` as one word of a command line a shell reads back unchanged: quoted when it holds
+/// anything but the plainest characters.
+pub fn shell_word(path: &std::path::Path) -> String {
+    let path = path.display().to_string();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_./-+=:,@".contains(c);
+    match !path.is_empty() && path.chars().all(plain) {
+        true => path,
+        false => format!("'{}'", path.replace('\'', "'\\''")),
+    }
+}
+
 /// How to redo the `missing` shards of the plan in `output`, as a command line.
 pub fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -> String {
     if staged_gone {
@@ -331,14 +342,7 @@ pub fn redo_hint(output: &std::path::Path, missing: &[u64], staged_gone: bool) -
                 --overwrite to redo them"
             .into();
     }
-    // Quoted for a shell when the path holds anything but the plainest characters.
-    let path = output.display().to_string();
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_./-+=:,@".contains(c);
-    let path = if path.chars().all(plain) {
-        path
-    } else {
-        format!("'{}'", path.replace('\'', "'\\''"))
-    };
+    let path = shell_word(output);
     let ranges = shard_ranges(missing);
     // Past a screenful, every part again: a part skips the shards already done.
     const MAX_RANGES: usize = 32;
