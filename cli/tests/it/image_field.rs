@@ -241,42 +241,63 @@ fn an_overwrite_whose_inputs_all_fail_to_decode_keeps_the_earlier_dataset() {
         v
     };
     let before = files(&ds);
-    // JPEG signatures with nothing after them: found as images, failed when decoded.
+    // JPEG signatures with nothing after them: found as images, failed when decoded; in a
+    // folder, a tar shard and a gzipped one (staged, decompressed into the output, first).
     let bad = t.path().join("bad");
-    let mut w = shardtool_wds::TarWriter::new(Vec::new());
+    let good_jpg = || good.join("c/0.jpg");
+    let broken = |i: u32| [&b"\xff\xd8\xff\xe0"[..], format!("broken {i}").as_bytes()].concat();
+    let shard = |name: &str, good: bool| {
+        let mut w = shardtool_wds::TarWriter::new(Vec::new());
+        for i in 0..3 {
+            w.append(&format!("s{i}.jpg"), &broken(i)).unwrap();
+        }
+        if good {
+            w.append("ok.jpg", &std::fs::read(good_jpg()).unwrap())
+                .unwrap();
+        }
+        let tar = t.path().join(name);
+        write_file(&tar, w.finish().unwrap());
+        let gzip = std::process::Command::new("gzip")
+            .arg("-kf")
+            .arg(&tar)
+            .status();
+        assert!(gzip.unwrap().success());
+        (tar.clone(), tar.with_extension("tar.gz"))
+    };
     for i in 0..3 {
-        let mut bytes = b"\xff\xd8\xff\xe0".to_vec();
-        bytes.extend(format!("broken {i}").bytes());
-        write_file(bad.join(format!("c/{i}.jpg")), &bytes);
-        w.append(&format!("s{i}.jpg"), &bytes).unwrap();
+        write_file(bad.join(format!("c/{i}.jpg")), broken(i));
     }
-    let tar = t.path().join("bad-000000.tar");
-    write_file(&tar, w.finish().unwrap());
+    let (tar, gz) = shard("bad-000000.tar", false);
     for (input, extra) in [
         (&bad, &[][..]),
         (&bad, &["--max-errors", "0"][..]),
         (&tar, &["--input-format", "wds"][..]),
+        (&gz, &["--input-format", "wds"][..]),
     ] {
         let r = pack(input, &ds).arg("--overwrite").args(extra).run();
-        r.assert_code(1);
-        assert!(r.stderr.contains("is left as it was"), "{}", r.stderr);
-        assert!(
-            r.stderr.contains("pack into an empty folder"),
-            "{}",
-            r.stderr
-        );
-        assert_eq!(files(&ds), before, "{extra:?}");
+        let err = &r.assert_code(1).stderr;
+        assert!(err.contains("is left as it was") && err.contains("pack into an empty folder"));
+        assert_eq!(files(&ds), before, "{input:?} {extra:?}");
     }
     // With one good image among them, its shard replaces the earlier dataset.
-    std::fs::copy(good.join("c/0.jpg"), bad.join("c/ok.jpg")).unwrap();
-    pack(&bad, &ds).args(["--overwrite", "--seed", "7"]).ok();
-    let m = manifest(&ds);
-    assert_eq!((m.totals.samples, m.inputs.failed), (1, 3));
-    assert_eq!(errors(&ds).len(), 3);
-    let mut names: Vec<String> = files(&ds).into_iter().map(|(n, _)| n).collect();
-    let mut expected: Vec<String> = m.shards.iter().map(|s| s.file.clone()).collect();
-    expected.extend(["errors.jsonl".into(), "manifest.json".into()]);
-    names.sort();
-    expected.sort();
-    assert_eq!(names, expected);
+    std::fs::copy(good_jpg(), bad.join("c/ok.jpg")).unwrap();
+    let (_, gz) = shard("some-000000.tar", true);
+    for input in [&bad, &gz] {
+        pack(input, &ds)
+            .args(["--overwrite", "--input-format"])
+            .arg(match input == &bad {
+                true => "imagefolder",
+                false => "wds",
+            })
+            .ok();
+        let m = manifest(&ds);
+        assert_eq!((m.totals.samples, m.inputs.failed), (1, 3));
+        assert_eq!(errors(&ds).len(), 3);
+        let mut names: Vec<String> = files(&ds).into_iter().map(|(n, _)| n).collect();
+        let mut expected: Vec<String> = m.shards.iter().map(|s| s.file.clone()).collect();
+        expected.extend(["errors.jsonl".into(), "manifest.json".into()]);
+        names.sort();
+        expected.sort();
+        assert_eq!(names, expected, "{input:?}");
+    }
 }

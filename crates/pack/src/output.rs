@@ -95,7 +95,11 @@ pub(crate) fn list_for(
             input: PathBuf::from(shardtool_core::redact_urls(&input).into_owned()),
         }));
     }
-    clear(&staged.0)?;
+    // Deferred, the output was checked before the listing: checked again, it would take the
+    // inputs just staged for a killed run's leftovers.
+    if !(defer && holds_a_pack(&plan.output)) {
+        clear_output(plan, Some(&staged.0))?;
+    }
     listing.staged = move_staged(staged, &mut listing.containers, stage_dir)?;
     Ok(listing)
 }
