@@ -504,9 +504,9 @@ class Loader:
         self._fields_skipped = 0
         self._info: Dict[Tuple[int, Optional[Tuple[int, int, int]]], Tuple[str, int, int]] = {}
         self._new_locks()
-        # The shared-memory epoch of a shardtool.torch.IterableDataset wrapping this loader:
-        # set_epoch() writes it, so DataLoader workers (persistent ones too) read the new epoch.
-        self._shared_epoch: Any = None
+        # Told of every set_epoch() by a shardtool.torch.IterableDataset wrapping this loader,
+        # which shares the epoch with its DataLoader workers (persistent ones too).
+        self._epoch_hook: Optional[Callable[[int], None]] = None
 
     # -- rank, plan ---------------------------------------------------------------------------
 
@@ -592,14 +592,21 @@ class Loader:
         """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``.
 
         A state loaded with :meth:`load_state_dict` for another epoch is dropped: that ``iter()``
-        reads epoch ``epoch`` from its start (the same epoch keeps it)."""
+        reads epoch ``epoch`` from its start (the same epoch keeps it). Setting the epoch just
+        read reads it again, as asked, without the warning a pass repeating it unasked gives."""
         epoch = _check_int("epoch", epoch, 0, maximum=2**64 - 1)
+        self._set_epoch(epoch)
+        hook = self.__dict__.get("_epoch_hook")
+        if hook is not None:
+            hook(epoch)
+
+    def _set_epoch(self, epoch: int) -> None:
+        """:meth:`set_epoch` in this copy of the loader alone."""
         with self._state_lock:
             if self._resume is not None and self._resume["epoch"] != epoch:
                 self._resume = None
             self._epoch = epoch
-        if self.__dict__.get("_shared_epoch") is not None:
-            self._shared_epoch.value = epoch
+            self._finished_epoch = None
         # A new epoch may read a remote dataset packed again since: len() plans it afresh (one
         # request for its manifest), also where the passes run in DataLoader workers.
         self._forget_remote_plans()
@@ -932,8 +939,8 @@ class Loader:
         d.pop("_pool", None)
         d.pop("_iter_lock", None)
         d.pop("_state_lock", None)
-        # Written by the main process only; the wrapper takes its own copy to its workers.
-        d.pop("_shared_epoch", None)
+        # The wrapper's: it hands its own copy to its workers.
+        d.pop("_epoch_hook", None)
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:

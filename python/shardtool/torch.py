@@ -42,15 +42,18 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         # The epoch in shared memory: DataLoader workers (persistent ones included) hold their
         # own copy of this object, and read the epoch set_epoch() wrote here at each iter().
         self._epoch = multiprocessing.Value("Q", loader.epoch, lock=False)
+        # And how many times set_epoch() was called: a worker told to read the epoch it has just
+        # read reads it again as asked, without the warning of a pass repeating it unasked.
+        self._sets = multiprocessing.Value("Q", 0, lock=False)
         # Also shared, of passes in DataLoader worker processes (whose position is theirs
         # alone): [epoch mark of the last begun (_mark), workers in a pass of it, epoch mark of
         # the last finished, workers that finished a pass of that].
         # Its lock is made in the spawn context: one made in the fork context (the default)
         # refuses to travel to spawned workers; a forked one inherits either.
         self._workers = multiprocessing.get_context("spawn").Array("Q", 4)
-        self._seen_epoch = loader.epoch
+        self._seen_epoch, self._seen_sets = loader.epoch, 0
         # loader.set_epoch() (as a loop over the loader itself calls it) reaches the workers too.
-        loader._shared_epoch = self._epoch
+        loader._epoch_hook = self._epoch_set
 
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
@@ -61,17 +64,17 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
                 "process (they do not pickle): use output='torch' or 'numpy', or num_workers=0"
             )
         self.loader._split = None if info is None or info.num_workers == 1 else (info.id, info.num_workers)
-        epoch = int(self._epoch.value)
+        epoch, sets = int(self._epoch.value), int(self._sets.value)
         pending = self.loader._resume
-        if epoch != self._seen_epoch:
+        if (epoch, sets) != (self._seen_epoch, self._seen_sets):
             # set_epoch() was called (in the main process) since this copy last looked.
-            self._seen_epoch = epoch
-            self.loader.set_epoch(epoch)
+            self._seen_epoch, self._seen_sets = epoch, sets
+            self.loader._set_epoch(epoch)
         elif pending is not None and pending["epoch"] < epoch:
             # A state of an earlier epoch than the one set: torchdata loads states at iter(),
             # after the set_epoch() a training loop calls once it has loaded its checkpoint.
             # Decided by epochs alone, so every DataLoader worker decides alike.
-            self.loader.set_epoch(epoch)
+            self.loader._set_epoch(epoch)
         if info is None:
             return iter(self.loader)
         m, w = _mark(epoch), self._workers
@@ -106,27 +109,38 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             # Shared memory travels only to a process being started (a DataLoader worker);
             # another copy (deepcopy, a pickle to disk) takes the epoch's value.
             d["_epoch"] = int(self._epoch.value)
+            d["_sets"] = int(self._sets.value)
             d["_workers"] = self._workers[:]
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
         if isinstance(d["_epoch"], int):
             d["_epoch"] = multiprocessing.Value("Q", d["_epoch"], lock=False)
+        if isinstance(d.get("_sets", 0), int):
+            d["_sets"] = multiprocessing.Value("Q", d.get("_sets", 0), lock=False)
         if isinstance(d.get("_workers", []), list):
             d["_workers"] = multiprocessing.get_context("spawn").Array("Q", d.get("_workers") or 4)
         self.__dict__.update(d)
-        self.loader._shared_epoch = self._epoch
+        self.loader._epoch_hook = self._epoch_set
 
     def set_epoch(self, epoch: int) -> None:
         """Reads ``epoch`` from the next ``iter()``: call it on the dataset (or on its loader)
         before each epoch. DataLoader workers see it too, persistent ones included (the epoch is
         shared memory)."""
         self.loader.set_epoch(epoch)
-        self._seen_epoch = epoch
-        if torch.utils.data.get_worker_info() is None:
-            # A pass broken off in the workers leaves its count: the new epoch starts afresh.
-            with self._workers.get_lock():
-                self._workers[1] = 0
+
+    def _epoch_set(self, epoch: int) -> None:
+        """Shares an epoch set on the loader (or here) with the DataLoader workers."""
+        if torch.utils.data.get_worker_info() is not None:
+            return
+        self._epoch.value = epoch
+        self._sets.value = (self._sets.value + 1) % 2**64
+        self._seen_epoch, self._seen_sets = epoch, int(self._sets.value)
+        with self._workers.get_lock():
+            # A pass broken off in the workers leaves its count, a pass read to its end its
+            # mark: the epoch set starts afresh.
+            self._workers[1] = 0
+            self._workers[2] = 0
 
     def state_dict(self) -> Dict[str, Any]:
         """The loader's position (of this worker's share inside a DataLoader worker).

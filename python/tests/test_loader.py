@@ -125,6 +125,11 @@ def test_a_second_pass_at_the_same_epoch_warns_once_to_call_set_epoch(datasets: 
         unshuffled = shardtool.Loader(path, batch_size=8, shuffle=False, output="numpy")
         list(unshuffled)
         list(unshuffled)
+        # Setting the epoch just read reads it again, as asked: no warning.
+        asked = shardtool.Loader(path, batch_size=8, seed=5, output="numpy")
+        for _ in range(2):
+            asked.set_epoch(0)
+            assert [k for b in asked for k in b["key"]] == first
 
 
 def test_drop_last_gives_only_full_batches_and_says_so_in_len(datasets: Dict[str, Path]) -> None:

@@ -183,6 +183,19 @@ def test_a_plain_dataloaders_workers_hold_the_position_and_know_a_read_epoch(
     ds.set_epoch(2)
     [k for b in dl for k in b["key"]]
     assert "again" not in capfd.readouterr().err
+    # Set again, the epoch just read is read again as asked, by fresh and persistent workers
+    # alike; read again unasked, it is warned of.
+    kept = torch.utils.data.DataLoader(
+        ds, batch_size=None, num_workers=2, persistent_workers=True, worker_init_fn=_warnings_to_stderr
+    )
+    for loader in (dl, kept):
+        ds.set_epoch(3)
+        third = [k for b in loader for k in b["key"]]
+        ds.loader.set_epoch(3)
+        assert [k for b in loader for k in b["key"]] == third
+        assert "again" not in capfd.readouterr().err
+        assert [k for b in loader for k in b["key"]] == third
+        assert "reads epoch 3 again" in capfd.readouterr().err
     # More workers than batches: one done before another starts is no epoch read before.
     few = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=16, seed=3, output="numpy"))
     few.set_epoch(5)
