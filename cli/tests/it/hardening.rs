@@ -157,3 +157,29 @@ fn a_folder_too_deep_to_search_is_a_failed_input() {
     let errs = crate::common::errors(&out);
     assert!(errs[0].message.contains("levels below"), "{errs:?}");
 }
+
+/// An S3 endpoint that is no URL (a scheme forgotten) is named as such, where the S3 client
+/// would panic at its first request; a pack of such an input leaves no output folder behind.
+#[test]
+fn an_s3_endpoint_that_is_no_url_is_named() {
+    let t = tempdir();
+    let out = t.path().join("out");
+    for endpoint in ["127.0.0.1:9000", "", "notaurl"] {
+        let env = [
+            ("AWS_ENDPOINT", endpoint),
+            ("AWS_ACCESS_KEY_ID", "a"),
+            ("AWS_SECRET_ACCESS_KEY", "b"),
+        ];
+        for r in [
+            Cmd::new(["inspect", "s3://bucket/ds/"]).envs(env).run(),
+            pack("s3://bucket/ds/x.tar", &out).envs(env).run(),
+        ] {
+            let err = &r.assert_code(2).stderr;
+            assert!(
+                err.contains("is no http(s):// URL") && !err.contains("panicked"),
+                "{err}"
+            );
+            assert!(!out.exists());
+        }
+    }
+}

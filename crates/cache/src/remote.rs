@@ -88,6 +88,20 @@ pub fn cache_key(url: &RemoteUrl) -> String {
     url.cache_key(endpoint.as_deref())
 }
 
+/// Why an S3 endpoint (`AWS_ENDPOINT`, `AWS_ENDPOINT_URL`) is none, if it is not an
+/// `http(s)://` URL with a host: the client would take it and fail at its first request.
+fn bad_endpoint(endpoint: &str) -> Option<String> {
+    let parsed = url::Url::parse(endpoint).ok();
+    let web = parsed.filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+    web.is_none().then(|| {
+        format!(
+            "the S3 endpoint {:?} (AWS_ENDPOINT or AWS_ENDPOINT_URL) is no http(s):// URL with a \
+             host, such as http://127.0.0.1:9000",
+            shardtool_core::redact_urls(endpoint)
+        )
+    })
+}
+
 /// A remote dataset folder and the client that reads it.
 pub(crate) struct Remote {
     pub url: RemoteUrl,
@@ -131,7 +145,15 @@ impl Remote {
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match url.scheme.as_str() {
             "s3" => {
                 let bucket = url.folder.host_str().unwrap_or_default();
-                let s3 = object_store::aws::AmazonS3Builder::from_env()
+                let s3 = object_store::aws::AmazonS3Builder::from_env();
+                let endpoint = s3.get_config_value(&object_store::aws::AmazonS3ConfigKey::Endpoint);
+                if let Some(message) = endpoint.as_deref().and_then(bad_endpoint) {
+                    return Err(CacheError::BadLocation {
+                        location: url.folder.to_string(),
+                        message,
+                    });
+                }
+                let s3 = s3
                     .with_bucket_name(bucket)
                     .with_client_options(options)
                     .with_retry(retry)

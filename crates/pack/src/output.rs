@@ -75,6 +75,7 @@ pub(crate) fn list_for(
     let options = list_options(plan, &plan.output);
     // Local files' columns are checked before the output is made.
     crate::listing::check_columns(&plan.source, &options, true).map_err(PackError::Inputs)?;
+    let made = !plan.output.exists();
     lock()?;
     clear_output(plan, None)?;
     let listed = listed_unless_stopped(plan, options, progress).map_err(PackError::Inputs);
@@ -83,7 +84,13 @@ pub(crate) fn list_for(
         Err(_) if progress.cancelled() => Err(PackError::Interrupted),
         listed => listed,
     };
-    let mut listing = listed.inspect_err(|_| remove_staged(plan))?;
+    let mut listing = listed.inspect_err(|_| {
+        remove_staged(plan);
+        // A folder made for inputs that could not be listed goes again (if still empty).
+        if made {
+            let _ = std::fs::remove_dir(&plan.output);
+        }
+    })?;
     let staged = crate::pipeline::StagedFiles(std::mem::take(&mut listing.staged));
     if progress.cancelled() {
         return Err(PackError::Interrupted);
