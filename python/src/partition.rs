@@ -34,7 +34,9 @@ pub(crate) fn pack_error(e: PackError) -> PyErr {
         PackError::TooManyErrors { .. } => crate::errors::TooManyErrorsError::new_err(text),
         PackError::BadPlan { .. } => crate::errors::PlanError::new_err(text),
         e if e.is_usage() => PyValueError::new_err(text),
-        PackError::Io { .. } => PyOSError::new_err(text),
+        PackError::Io { .. }
+        | PackError::MachineFault(_)
+        | PackError::Inputs(shardtool_pack::ListError::Io { .. }) => PyOSError::new_err(text),
         _ => DatasetError::new_err(text),
     }
 }

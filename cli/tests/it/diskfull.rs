@@ -350,3 +350,33 @@ fn a_read_only_output_and_unreadable_inputs_are_clear_errors() {
     );
     std::fs::set_permissions(input.join("c"), std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+/// Too few file descriptors (`ulimit -n`) stop a pack with the cause named, at whatever step
+/// they run out; an input that could not be opened for lack of one is never counted as failed.
+#[test]
+fn too_few_file_descriptors_stop_the_pack_and_fail_no_input() {
+    let t = tempdir();
+    let input = t.path().join("in");
+    jpeg_folder(&input, 60, 16, 16);
+    for (i, limit) in [6, 6, 7, 7, 8].into_iter().enumerate() {
+        let out = t.path().join(format!("out{i}"));
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "ulimit -n {limit} && exec {BIN} pack {} {} --jobs 8 --shard-samples 5 -q",
+                input.display(),
+                out.display()
+            ))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("failed: "), "{limit}: {err}");
+        match o.status.code() {
+            Some(0) => assert_eq!(manifest(&out).inputs.failed, 0, "{limit}: {err}"),
+            code => {
+                assert_eq!(code, Some(1), "{limit}: {err}");
+                assert!(err.contains("Too many open files"), "{limit}: {err}");
+            }
+        }
+    }
+}

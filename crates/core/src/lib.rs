@@ -20,7 +20,9 @@ pub use block_writer::{BlockWriter, WRITE_BLOCK};
 pub use checksum::{Checksum, ChecksumHasher, HashingReader, HashingWriter};
 pub use date::civil_from_days;
 pub use key::{index_key, validate_key, KeyError};
-pub use limits::{not_regular_file, open_regular, read_regular_within, read_within, Limits};
+pub use limits::{
+    machine_fault, not_regular_file, open_regular, read_regular_within, read_within, Limits,
+};
 pub use redact::redact_urls;
 pub use rng::{shuffle, SplitMix64};
 pub use shard_file::{

@@ -97,6 +97,14 @@ impl Default for Limits {
     }
 }
 
+/// Whether `e` is this machine's fault rather than the file's: too many open files (the
+/// process's or the system's) or no memory. A run meeting one stops, as a retry may read the file,
+/// where a file's own fault (missing, unreadable) is that input's failure.
+pub fn machine_fault(e: &std::io::Error) -> bool {
+    // EMFILE and ENFILE: 24 and 23 on Linux, macOS and the BSDs.
+    e.kind() == std::io::ErrorKind::OutOfMemory || matches!(e.raw_os_error(), Some(23 | 24))
+}
+
 #[cfg(test)]
 mod tests {
     use super::Limits;

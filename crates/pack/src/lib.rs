@@ -121,6 +121,14 @@ pub enum PackError {
         /// The file.
         file: String,
     },
+    /// Reading an input failed for a fault of this machine, not of the input.
+    #[error(
+        "reading {}: {} (this machine's fault, not the input's: raise the open-file limit \
+         (ulimit -n) or free memory, and run again)",
+        .0.path,
+        .0.message
+    )]
+    MachineFault(ErrorRecord),
     /// The worker threads could not be started.
     #[error("cannot start {threads} worker threads: {cause}")]
     ThreadSpawn {
@@ -449,6 +457,12 @@ impl PackError {
     /// Whether the pack could not start because of what it was given (options, inputs, output
     /// folder), rather than failing while it ran: the CLI's exit 2, Python's `ValueError`.
     pub fn is_usage(&self) -> bool {
+        // Inputs that could not be listed for want of file descriptors or memory: a failed run.
+        if let PackError::Inputs(ListError::Io { cause, .. }) = self {
+            if shardtool_core::machine_fault(cause) {
+                return false;
+            }
+        }
         matches!(
             self,
             PackError::Plan(_)

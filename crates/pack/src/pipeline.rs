@@ -5,7 +5,7 @@ use crate::listing::{Columns, Container, ContainerKind};
 use crate::plan::{KeyChoice, PackPlan, ShardFormatChoice};
 use crate::sample_read::{
     carried_problem, packed_record_problem, read_bounded, read_span, tar_member_problem,
-    MAX_CARRIED_BYTES,
+    MACHINE_FAULT, MAX_CARRIED_BYTES,
 };
 use crate::sink::{Payload, ShardSink};
 use crate::{failure, ErrorRecord, PackError};
@@ -406,7 +406,10 @@ pub(crate) fn transform_in_order(
         }
         while let Some(r) = queue.front().and_then(|p| arrived.remove(p)) {
             let position = queue.pop_front().unwrap_or_default();
-            each(position, r)?;
+            match r {
+                Err(e) if e.kind == MACHINE_FAULT => return Err(PackError::MachineFault(e)),
+                r => each(position, r)?,
+            }
         }
     }
 }

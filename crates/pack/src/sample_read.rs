@@ -144,13 +144,25 @@ pub(crate) fn read_span(
             format!("the sample is {len} bytes, over the {limit}-byte limit"),
         ));
     }
-    let file = std::fs::File::open(path)
-        .map_err(|e| ("unreadable", format!("{}: {e}", path.display())))?;
+    let unreadable = |e: std::io::Error| (read_failure(&e), format!("{}: {e}", path.display()));
+    let file = std::fs::File::open(path).map_err(unreadable)?;
     let mut bytes = vec![0u8; len as usize];
-    file.read_exact_at(&mut bytes, start)
-        .map_err(|e| ("unreadable", format!("{}: {e}", path.display())))?;
+    file.read_exact_at(&mut bytes, start).map_err(unreadable)?;
     Ok(bytes)
 }
+
+/// The kind of failure of a read that failed with `e`: [`MACHINE_FAULT`] where the machine is
+/// at fault (which stops the run), else the input is `unreadable`.
+fn read_failure(e: &std::io::Error) -> &'static str {
+    match shardtool_core::machine_fault(e) {
+        true => MACHINE_FAULT,
+        false => "unreadable",
+    }
+}
+
+/// The kind of a read that failed for a fault of this machine (too many open files, no memory):
+/// the run stops instead of counting the input as failed.
+pub(crate) const MACHINE_FAULT: &str = "machine_fault";
 
 /// For a missing file whose name has spaces at its ends (a list's path is taken as written),
 /// a hint naming the file without them, when that one exists.
@@ -179,7 +191,7 @@ pub(crate) fn read_bounded(
 ) -> Result<Vec<u8>, (&'static str, String)> {
     let unreadable = |e: std::io::Error| {
         let hint = trimmed_exists(path, &e).unwrap_or_default();
-        ("unreadable", format!("cannot read: {e}{hint}"))
+        (read_failure(&e), format!("cannot read: {e}{hint}"))
     };
     if not_regular(path) {
         return Err(("unreadable", NOT_REGULAR.into()));
