@@ -5,6 +5,14 @@
 #![warn(clippy::print_stdout)]
 
 /// `println!` for the command's output: a closed pipe ends the process quietly (see `stdout`).
+/// Writes one line to stderr, as `eprintln!` does, but a stderr that cannot be written (a full
+/// disk, a closed descriptor) loses the line instead of panicking: the run's outcome stands.
+macro_rules! errln {
+    ($($arg:tt)*) => {
+        $crate::stdout::err_line(format_args!($($arg)*))
+    };
+}
+
 macro_rules! outln {
     () => {
         $crate::stdout::line(format_args!(""))
@@ -93,7 +101,7 @@ fn run() -> u8 {
             // characters of a name the message quotes (an escape sequence, a line of its own).
             let message = format!("{:#}", f.error);
             let message = shardtool_core::redact_urls(&message);
-            eprintln!("error: {}", stdout::printable(&message));
+            errln!("error: {}", stdout::printable(&message));
             f.code
         }
     }

@@ -142,7 +142,7 @@ impl Progress for PackProgress {
 
 fn print_line(start: Instant, s: &ProgressSnapshot) {
     let secs = start.elapsed().as_secs_f64().max(1e-9);
-    eprintln!(
+    errln!(
         "progress: {}/{} images, {:.0} images/s, {:.1} MB/s in, {} failed, {} shards",
         s.done,
         s.total,

@@ -17,6 +17,12 @@ pub(crate) fn line(args: std::fmt::Arguments<'_>) {
     }
 }
 
+/// Writes one line to stderr; what `errln!` expands to. A failed write is ignored.
+pub(crate) fn err_line(args: std::fmt::Arguments<'_>) {
+    let mut err = io::stderr().lock();
+    let _ = err.write_fmt(args).and_then(|()| err.write_all(b"\n"));
+}
+
 /// `text` from a dataset (a class name, a tool's name) as it may reach a terminal: control
 /// characters (escape sequences, newlines) and the bidirectional embeddings, overrides and
 /// isolates that reorder what follows them written as escapes, never acted on (the plain
@@ -56,7 +62,7 @@ pub(crate) fn failed(e: &io::Error) -> ! {
     if e.kind() == io::ErrorKind::BrokenPipe {
         die_of_sigpipe();
     }
-    eprintln!("error: writing to standard output: {e}");
+    errln!("error: writing to standard output: {e}");
     std::process::exit(1)
 }
 

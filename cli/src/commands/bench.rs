@@ -223,7 +223,7 @@ fn device_bench(a: &BenchArgs, device: shardtool_gpu::Device) -> Result<(), Fail
         .map_err(fail)?;
         if reports.is_empty() {
             if let Some(f) = &r.fallback {
-                eprintln!("{f}");
+                errln!("{f}");
             }
         }
         reports.push(r);

@@ -188,7 +188,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             let whole: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
             if let Some(limit) = limit.filter(|&l| whole > l) {
                 // Older shards made room for newer ones: a reader fetches those again.
-                eprintln!(
+                errln!(
                     "warning: the dataset takes {whole} bytes in the cache, more than the \
                      --cache-limit {limit}: only part of it stays cached"
                 );
@@ -197,7 +197,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
                 Ok(())
             } else {
                 for (_, f) in &failures {
-                    eprintln!("failed: {f}");
+                    errln!("failed: {f}");
                 }
                 Err(Failure::run(anyhow!(
                     "{} shard(s) could not be fetched",

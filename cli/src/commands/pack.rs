@@ -525,7 +525,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
     if !quiet {
         if let Some(what) = slow_listing(&plan.source) {
             // Progress counts inputs once they are listed; until then it would say nothing.
-            eprintln!("listing: {what} before packing…");
+            errln!("listing: {what} before packing…");
         }
     }
     let progress = PackProgress::new(quiet);
@@ -540,7 +540,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
                 (false, _) => 10,
             };
             for e in report.errors.iter().take(shown) {
-                eprintln!(
+                errln!(
                     "failed: {} ({}): {}",
                     crate::stdout::name(&e.path),
                     e.kind,
@@ -554,7 +554,7 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             }
             let said = |k: &str| report.manifest.pack.get(k).and_then(|v| v.as_str());
             if said("json") == Some("input") && said("resize") != Some("none") && !quiet {
-                eprintln!(
+                errln!(
                     "note: the inputs' own .json is carried in place of shardtool's, which \
                      records each image's size before and after --resize: sizes or boxes in the \
                      inputs' json stay in the input's pixels"
@@ -562,13 +562,13 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             }
             let several = shardtool_pack::several_images_note(&report.manifest);
             if let Some(note) = several.filter(|_| plan.columns.image.is_none() && !quiet) {
-                eprintln!("note: {note}");
+                errln!("note: {note}");
             }
             if let (InputSource::Folder(root), [class]) =
                 (&plan.source, &report.manifest.classes[..])
             {
                 if let Some(hint) = one_class_of_folders(root, class).filter(|_| !quiet) {
-                    eprintln!("note: {hint}");
+                    errln!("note: {hint}");
                 }
             }
             Ok(())

@@ -35,7 +35,7 @@ pub fn run(a: PreviewArgs) -> Result<(), Failure> {
         None => opened(preview(&local_target(&a.target), &opts), a.json)?,
     };
     for s in &sheet.skipped {
-        eprintln!("warning: skipped {s}");
+        errln!("warning: skipped {s}");
     }
     if sheet.items.is_empty() {
         return Err(Failure::run(anyhow!(

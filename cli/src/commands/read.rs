@@ -338,7 +338,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         report_slow(&m);
     }
     if m.corrupt_skipped > 0 {
-        eprintln!("skipped {} corrupt records", m.corrupt_skipped);
+        errln!("skipped {} corrupt records", m.corrupt_skipped);
     }
     report_lost_and_cache(&m);
     if !keys {
@@ -412,7 +412,7 @@ fn report_slow(m: &shardtool_reader::Metrics) {
             )
         })
         .collect();
-    eprintln!(
+    errln!(
         "{} slow record(s) (over {} ms and 10x the median); slowest: {}",
         m.slow_count,
         shardtool_reader::SLOW_FLOOR.as_millis(),
@@ -423,17 +423,17 @@ fn report_slow(m: &shardtool_reader::Metrics) {
 /// Lost shards, loudly, and the cache's counters for a remote dataset (stderr).
 pub fn report_lost_and_cache(m: &shardtool_reader::Metrics) {
     if m.lost_samples > 0 {
-        eprintln!(
+        errln!(
             "WARNING: {} samples LOST this epoch: {} shard(s) could not be read and were skipped",
             m.lost_samples,
             m.lost_shards.len()
         );
         for (shard, why) in &m.lost_shards {
-            eprintln!("  lost shard {shard}: {why}");
+            errln!("  lost shard {shard}: {why}");
         }
     }
     if let Some(c) = &m.cache {
-        eprintln!(
+        errln!(
             "cache: {} hits, {} misses, {} bytes fetched, fetch p50 {:.0} ms max {:.0} ms, {} retries, {} failures, {} evictions, {} repaired",
             c.hits,
             c.misses,

@@ -380,3 +380,27 @@ fn too_few_file_descriptors_stop_the_pack_and_fail_no_input() {
         }
     }
 }
+
+/// A stderr that cannot be written (`2>/dev/full`) loses the progress and messages, not the
+/// run's outcome: a pack that succeeds exits 0 and one refused exits 2, never a panic's 101.
+#[test]
+fn a_stderr_that_cannot_be_written_leaves_the_exit_status_alone() {
+    let t = tempdir();
+    let input = t.path().join("in");
+    jpeg_folder(&input, 3, 16, 16);
+    let a_file = t.path().join("a-file");
+    write_file(&a_file, "x");
+    for (out, code) in [(t.path().join("out"), 0), (a_file, 2)] {
+        let o = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "exec {BIN} pack {} {} 2>/dev/full",
+                input.display(),
+                out.display()
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(code), "{}", out.display());
+    }
+    assert_eq!(manifest(&t.path().join("out")).totals.samples, 3);
+}
