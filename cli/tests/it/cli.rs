@@ -630,3 +630,20 @@ fn a_plan_without_output_shows_plans_usage() {
         r.stderr
     );
 }
+
+/// With no `HOME` (a service, `env -i`), the default cache folder is one of this user's own in
+/// the temporary folder: a shared name would belong to its first user alone.
+#[test]
+fn without_home_the_cache_folder_is_the_users_own() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempdir();
+    let uid = std::fs::metadata("/proc/self").unwrap().uid();
+    let r = Cmd::new(["cache", "ls"])
+        .env("TMPDIR", t.path())
+        .env_remove("HOME")
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("SHARDTOOL_CACHE_DIR")
+        .ok();
+    let dir = t.path().join(format!("shardtool-cache-{uid}"));
+    assert!(r.stdout.contains(&*dir.to_string_lossy()), "{}", r.stdout);
+}

@@ -126,6 +126,12 @@ impl Cmd {
         self
     }
 
+    /// Removes an environment variable.
+    pub fn env_remove(mut self, key: impl AsRef<OsStr>) -> Self {
+        self.cmd.env_remove(key);
+        self
+    }
+
     /// Sets each of `vars` (a test server's `env()`, say).
     pub fn envs<K: AsRef<OsStr>, V: AsRef<OsStr>>(
         mut self,

@@ -36,7 +36,8 @@ const TAG_TEXT: &str = "Signature: 8a477f597d28d172789f06886806bc55\n\
 # `shardtool cache clear` deletes what is under this folder.\n";
 
 /// The default cache folder: `$SHARDTOOL_CACHE_DIR`, else `$XDG_CACHE_HOME/shardtool`, else
-/// `~/.cache/shardtool`, else `/tmp/shardtool-cache`.
+/// `~/.cache/shardtool`, else `$TMPDIR/shardtool-cache-<uid>` (one per user: a shared name
+/// would be its first user's alone).
 pub fn default_cache_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("SHARDTOOL_CACHE_DIR").filter(|d| !d.is_empty()) {
         return d.into();
@@ -47,7 +48,10 @@ pub fn default_cache_dir() -> PathBuf {
     if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
         return PathBuf::from(h).join(".cache").join("shardtool");
     }
-    std::env::temp_dir().join("shardtool-cache")
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    #[allow(unsafe_code)] // the user names the fallback folder; std has no safe geteuid
+    let uid = unsafe { libc::geteuid() };
+    std::env::temp_dir().join(format!("shardtool-cache-{uid}"))
 }
 
 /// A cache folder shared by every process on the node.
