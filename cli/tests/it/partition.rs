@@ -523,6 +523,15 @@ fn parts_publish_into_an_s3_folder_once_and_merge_there() {
     std::fs::create_dir_all(s3.root.path().join("bucket")).unwrap();
     let with_env = |c: Cmd| c.envs(s3.env());
     let url = "s3://bucket/out/";
+    // A temporary folder that cannot hold the scratch folder is named as the cause.
+    let r = with_env(Cmd::new(["plan"]).arg(&input).arg(url).args(OPTS))
+        .env("TMPDIR", dir.path().join("none"))
+        .run();
+    let err = &r.assert_code(1).stderr;
+    assert!(
+        err.contains("set TMPDIR to a writable local folder"),
+        "{err}"
+    );
     with_env(Cmd::new(["plan"]).arg(&input).arg(url).args(OPTS)).ok();
     let mut rng = KillRng::new();
     kill_after(

@@ -54,7 +54,14 @@ impl Store {
                 location: url.clone(),
                 message: e.to_string(),
             })?;
-        let (scratch, held) = make_scratch().map_err(|e| PackError::io(std::env::temp_dir(), e))?;
+        let (scratch, held) = make_scratch().map_err(|e| PackError::Store {
+            location: url.clone(),
+            message: format!(
+                "cannot make its scratch folder in {} (the temporary folder, $TMPDIR): {e}; set \
+                 TMPDIR to a writable local folder",
+                std::env::temp_dir().display()
+            ),
+        })?;
         Ok(Store::Remote {
             folder: Box::new(folder),
             url,
