@@ -257,6 +257,13 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
                 path.display()
             )));
         }
+        // A temporary file made and dropped: the folder takes the state's write.
+        if let Err(e) = shardtool_core::AtomicFile::create(path) {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--state-out {}: cannot write there: {e}",
+                path.display()
+            )));
+        }
     }
     let keys = a.keys || !a.fields.is_empty();
     if !a.fields.is_empty() {

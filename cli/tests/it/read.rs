@@ -202,21 +202,26 @@ fn limit_state_out_and_resume_continue_the_identical_sequence() {
     assert_eq!(head.len(), 12);
     let tail = keys(&[d, "--resume", s, "--workers", "1"]);
     assert_eq!([head, tail].concat(), full);
-    // A --state-out whose folder is missing is refused before anything is read.
-    let nowhere = dir.path().join("missing/state.json");
-    let out = bin()
-        .args(["read", d, "--keys", "--limit", "3", "--state-out"])
-        .arg(&nowhere)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        out.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("its folder does not exist"), "{err}");
+    // A --state-out whose folder is missing, or takes no file (even root's), is refused before
+    // anything is read.
+    for (nowhere, why) in [
+        (
+            dir.path().join("missing/state.json"),
+            "its folder does not exist",
+        ),
+        ("/proc/shardtool-state.json".into(), "cannot write there"),
+    ] {
+        let out = bin()
+            .args(["read", d, "--keys", "--limit", "3", "--state-out"])
+            .arg(&nowhere)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.is_empty(), "{stdout}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(why), "{err}");
+    }
     // A --resume given a file without end (or a checkpoint) stops at the state limit instead of
     // reading it whole.
     let out = bin()
