@@ -433,29 +433,26 @@ impl RemoteDataset {
         let n = indices.map_or(self.shared.specs.len(), <[usize]>::len);
         let next = AtomicU64::new(0);
         let out = Mutex::new((Vec::new(), Vec::new()));
-        std::thread::scope(|s| {
-            for _ in 0..workers.clamp(1, n.max(1)) {
-                s.spawn(|| loop {
-                    let k = next.fetch_add(1, Ordering::Relaxed) as usize;
-                    if k >= n {
-                        break;
-                    }
-                    let i = indices.map_or(k, |v| v[k]);
-                    // At source, a cached copy is hashed too: damaged in place (its size and
-                    // time kept), it is fetched again rather than verified as the server's.
-                    let r = self.shared.acquire_with(i, hold, true, at_source);
-                    let r = r.and_then(|lease| {
-                        if at_source && !lease.fetched {
-                            self.shared.check_at_source(i)?;
-                        }
-                        Ok(lease)
-                    });
-                    let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
-                    match r {
-                        Ok(l) => o.0.push(l),
-                        Err(e) => o.1.push((i, e)),
-                    }
-                });
+        // Fewer threads, or this one, where the system starts no more.
+        shardtool_core::on_threads(workers.clamp(1, n.max(1)), || loop {
+            let k = next.fetch_add(1, Ordering::Relaxed) as usize;
+            if k >= n {
+                break;
+            }
+            let i = indices.map_or(k, |v| v[k]);
+            // At source, a cached copy is hashed too: damaged in place (its size and
+            // time kept), it is fetched again rather than verified as the server's.
+            let r = self.shared.acquire_with(i, hold, true, at_source);
+            let r = r.and_then(|lease| {
+                if at_source && !lease.fetched {
+                    self.shared.check_at_source(i)?;
+                }
+                Ok(lease)
+            });
+            let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
+            match r {
+                Ok(l) => o.0.push(l),
+                Err(e) => o.1.push((i, e)),
             }
         });
         out.into_inner().unwrap_or_else(|p| p.into_inner())

@@ -14,6 +14,7 @@ pub mod redact;
 pub mod rng;
 pub mod shard_file;
 pub mod size;
+pub mod threads;
 
 pub use atomic::{process_alive, AtomicFile};
 pub use block_writer::{BlockWriter, WRITE_BLOCK};
@@ -29,6 +30,7 @@ pub use shard_file::{
     map_readonly, open_shard, read_to_end_bounded, OpenShard, OpenShardError, ShardBytes,
 };
 pub use size::{parse_byte_size, ByteSizeError};
+pub use threads::on_threads;
 
 /// A decoded image in 8-bit RGB, row-major, HWC, with no row padding.
 #[derive(Clone, PartialEq, Eq)]

@@ -273,24 +273,20 @@ fn damaged_shards(
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
     let next = std::sync::atomic::AtomicUsize::new(0);
     let found = std::sync::Mutex::new((Vec::new(), None));
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(r) = records.get(i) else { break };
-                let Some(e) = &r.entry else { continue };
-                let path = output.join(&e.file);
-                let matches = matches_checksum(&path, &e.checksum);
-                let Ok(mut found) = found.lock() else { break };
-                match matches {
-                    Ok(true) => {}
-                    Ok(false) => found.0.push(r.clone()),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => found.0.push(r.clone()),
-                    Err(e) => {
-                        found.1.get_or_insert(PackError::io(&path, e));
-                    }
-                }
-            });
+    shardtool_core::on_threads(threads, || loop {
+        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let Some(r) = records.get(i) else { break };
+        let Some(e) = &r.entry else { continue };
+        let path = output.join(&e.file);
+        let matches = matches_checksum(&path, &e.checksum);
+        let Ok(mut found) = found.lock() else { break };
+        match matches {
+            Ok(true) => {}
+            Ok(false) => found.0.push(r.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => found.0.push(r.clone()),
+            Err(e) => {
+                found.1.get_or_insert(PackError::io(&path, e));
+            }
         }
     });
     let (mut bad, error) = found.into_inner().unwrap_or_default();

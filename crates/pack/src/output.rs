@@ -124,7 +124,12 @@ fn listed_unless_stopped(
     let policy = shardtool_cache::FetchPolicy::default().with_stop(Some(stop.clone()));
     options.remote = std::sync::Arc::new(shardtool_cache::RemoteFolders::new(policy));
     std::thread::scope(|s| {
-        let listing = s.spawn(|| list_inputs(&plan.source, &options));
+        let lister =
+            std::thread::Builder::new().spawn_scoped(s, || list_inputs(&plan.source, &options));
+        // Where the system starts no thread (a thread limit), the listing runs here, unwatched.
+        let Ok(listing) = lister else {
+            return list_inputs(&plan.source, &options);
+        };
         while !listing.is_finished() {
             if progress.cancelled() {
                 stop.store(true, Ordering::SeqCst);

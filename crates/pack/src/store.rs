@@ -348,27 +348,17 @@ fn each_on<T: Send>(
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
     let mut out: Vec<Option<Result<T, PackError>>> = (0..items.len()).map(|_| None).collect();
-    let parts: Vec<Vec<(usize, Result<T, PackError>)>> = std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut mine = Vec::new();
-                    use std::sync::atomic::Ordering::Relaxed;
-                    while !failed.load(Relaxed) {
-                        let i = next.fetch_add(1, Relaxed);
-                        let Some(&j) = items.get(i) else { break };
-                        let r = f(j);
-                        failed.fetch_or(r.is_err(), Relaxed);
-                        mine.push((i, r));
-                    }
-                    mine
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
+    let parts = shardtool_core::on_threads(threads, || {
+        let mut mine = Vec::new();
+        use std::sync::atomic::Ordering::Relaxed;
+        while !failed.load(Relaxed) {
+            let i = next.fetch_add(1, Relaxed);
+            let Some(&j) = items.get(i) else { break };
+            let r = f(j);
+            failed.fetch_or(r.is_err(), Relaxed);
+            mine.push((i, r));
+        }
+        mine
     });
     for (i, r) in parts.into_iter().flatten() {
         out[i] = Some(r);
