@@ -842,7 +842,10 @@ class Loader:
         """Continues from ``state`` (from ``state_dict``) at the next ``iter()``: the identical
         remaining batches. Raises ``ValueError`` for a state of another dataset, seed, batch size,
         ``drop_last`` or format, and at that ``iter()`` for one saved by a loader of another rank,
-        world size, shuffle or remainder (save one state per rank; each rank loads its own). After
+        world size, shuffle, remainder, ``interleave`` or ``shuffle_buffer`` (save one state per
+        rank; each rank loads its own; keep those options to resume, even where a cache limit
+        asks for a smaller buffer: change them at an epoch's start). ``workers`` and ``prefetch``
+        may change. After
         a change of world size (a job restarted on fewer hosts), no state resumes the epoch: start
         the next one afresh with :meth:`set_epoch`, which also drops a loaded state of another
         epoch. The command line's ``read --resume`` takes these from the state instead."""

@@ -267,7 +267,8 @@ impl RemoteDataset {
                     "the reader keeps up to {open_bytes} bytes of shards open at once{}; raise \
                      --cache-limit to at least {need} (for each process reading through this \
                      cache folder: the ranks of a node sharing it need the sum), or open fewer \
-                     shards at once (a smaller shuffle buffer, interleave or batch, fewer workers)",
+                     shards at once (a smaller shuffle buffer, interleave or batch, fewer workers; \
+                     a saved position resumes only with its buffer, interleave and batch)",
                     match need - open_bytes {
                         0 => String::new(),
                         more => format!(" and a shard being fetched needs up to {more} more"),
