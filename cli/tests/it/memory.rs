@@ -207,3 +207,33 @@ fn an_inflating_png_header_costs_what_its_image_allows_not_the_pixel_bound() {
     // Its pixels are not lost: the profile is the header's problem, bounded on its own.
     assert_eq!(manifest(&ds).inputs.packed, 1);
 }
+
+/// A packed shard too large for the memory the process may take (`ulimit -v`) is an error that
+/// names `--shard-size`, not an abort: its pixels are held until it is written.
+#[test]
+fn a_packed_shard_past_the_memory_limit_is_an_error() {
+    let t = tempdir();
+    let input = t.path().join("in");
+    let picture = jpeg(&image::RgbImage::from_pixel(
+        1000,
+        1000,
+        image::Rgb([30, 60, 90]),
+    ));
+    for i in 0..400 {
+        write_file(input.join(format!("a/{i}.jpg")), &picture);
+    }
+    let out = t.path().join("out");
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 600000 && exec {BIN} pack {} {} --format packed --shard-size 4GiB -q",
+            input.display(),
+            out.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("lower --shard-size"), "{err}");
+    assert!(!out.join("manifest.json").exists());
+}

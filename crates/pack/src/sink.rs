@@ -287,10 +287,24 @@ impl<'p> ShardSink<'p> {
                         return self.header_full(held, key, label, payload, meta, carried);
                     }
                     Err(e) => {
+                        let memory = match &e {
+                            shardtool_packed::Error::Io(c)
+                                if c.kind() == std::io::ErrorKind::OutOfMemory =>
+                            {
+                                Some(c)
+                            }
+                            _ => None,
+                        };
                         return Err(PackError::Shard {
                             path,
-                            message: e.to_string(),
-                        })
+                            message: match memory {
+                                Some(c) => format!(
+                                    "{c} (a packed shard is held in memory until it is written: \
+                                     lower --shard-size)"
+                                ),
+                                None => e.to_string(),
+                            },
+                        });
                     }
                 }
                 let names = ["key", "label", "pixels"]

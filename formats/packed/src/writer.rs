@@ -258,6 +258,22 @@ impl PackedWriter {
         let padded = round_up(expected, RECORD_ALIGN)
             .ok_or_else(|| Error::BadInput(format!("record `{key}` is too large")))?;
 
+        // The pixels are held until the shard is written: no memory for them is an error, not an
+        // abort (doubling may ask for more than is free where the exact need still fits).
+        let more = pixels.len();
+        let held = &mut self.pixels;
+        held.try_reserve(more)
+            .or_else(|_| held.try_reserve_exact(more))
+            .map_err(|_| {
+                Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::OutOfMemory,
+                    format!(
+                        "no memory for {more} more bytes of pixels beside the {} held",
+                        held.len()
+                    ),
+                ))
+            })?;
+
         // Everything validated: commit.
         let start = self.pixels.len();
         self.pixels.extend_from_slice(pixels);
