@@ -101,7 +101,8 @@ fn run() -> u8 {
             // characters of a name the message quotes (an escape sequence, a line of its own).
             let message = format!("{:#}", f.error);
             let message = shardtool_core::redact_urls(&message);
-            errln!("error: {}", stdout::printable(&message));
+            let hint = shardtool_core::fault_hint(&message).unwrap_or_default();
+            errln!("error: {}{hint}", stdout::printable(&message));
             f.code
         }
     }

@@ -61,7 +61,8 @@ create_exception!(
 /// A message from the Rust crates, which name the CLI's flags, with the keyword arguments the
 /// Python API takes for them. Only whole flags are replaced (after a space, quote, backtick or
 /// parenthesis, and not followed by more of a word), never part of a path.
-pub(crate) fn pythonic(text: String) -> String {
+pub(crate) fn pythonic(mut text: String) -> String {
+    text.push_str(shardtool_core::fault_hint(&text).unwrap_or_default());
     const FLAGS: [(&str, &str); 35] = [
         // A flag with its value, before the flag alone.
         ("--input-format parquet", "input_format=\"parquet\""),

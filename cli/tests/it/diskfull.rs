@@ -376,6 +376,7 @@ fn too_few_file_descriptors_stop_the_pack_and_fail_no_input() {
             code => {
                 assert_eq!(code, Some(1), "{limit}: {err}");
                 assert!(err.contains("Too many open files"), "{limit}: {err}");
+                assert!(err.contains("ulimit -n"), "{limit}: {err}");
             }
         }
     }

@@ -97,6 +97,15 @@ impl Default for Limits {
     }
 }
 
+/// What to do about an error `message` that names a lack of file descriptors, unless it says
+/// already: a remote read holds a descriptor (a lock) for every shard it reads or prefetches.
+pub fn fault_hint(message: &str) -> Option<&'static str> {
+    (message.contains("Too many open files") && !message.contains("ulimit -n")).then_some(
+        " (raise the open-file limit, ulimit -n; a remote read holds one for each shard it reads \
+         or prefetches)",
+    )
+}
+
 /// Whether `e` is this machine's fault rather than the file's: too many open files (the
 /// process's or the system's) or no memory. A run meeting one stops, as a retry may read the file,
 /// where a file's own fault (missing, unreadable) is that input's failure.
