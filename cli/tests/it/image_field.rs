@@ -17,6 +17,7 @@ fn image_column_names_a_webdataset_samples_image_field() {
         w.append(&format!("{key}.right.jpg"), &right).unwrap();
     }
     w.append("c.right.jpg", &right).unwrap();
+    w.append("README", b"a member with no extension").unwrap();
     let input = t.path().join("in");
     write_file(input.join("stereo-000000.tar"), w.finish().unwrap());
     // No field of the default order: nothing to pack, saying what was looked for.
@@ -51,6 +52,10 @@ fn image_column_names_a_webdataset_samples_image_field() {
         c.message.contains("Left.JPG, named by --image-column"),
         "{c:?}"
     );
+    let readme = errs.values().find(|e| e.path.ends_with(":README")).unwrap();
+    assert!(readme
+        .message
+        .ends_with("it has no field (a name without an extension)"));
     // An ImageFolder's images are its files: the option is refused there.
     let r = pack(sample_data(), t.path().join("folder"))
         .args(["--image-column", "x.jpg"])

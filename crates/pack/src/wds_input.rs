@@ -201,7 +201,10 @@ pub(crate) fn list_wds(shards: &[String], options: &ListOptions) -> Result<Listi
                             .members
                             .iter()
                             .take(16)
-                            .map(|m| m.field.as_str())
+                            .map(|m| match m.field.as_str() {
+                                "" => "no field (a name without an extension)",
+                                f => f,
+                            })
                             .collect();
                         let more = match s.members.len() {
                             n @ 17.. => format!(" and {} more", n - 16),
