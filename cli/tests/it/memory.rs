@@ -236,4 +236,21 @@ fn a_packed_shard_past_the_memory_limit_is_an_error() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("lower --shard-size"), "{err}");
     assert!(!out.join("manifest.json").exists());
+    // A JPEG whose decoded pixels do not fit stops the pack (the machine's fault, not the
+    // image's), where the allocation aborted the process.
+    let colour = image::Rgb([30, 60, 90]);
+    let big = jpeg(&image::RgbImage::from_pixel(8000, 8000, colour));
+    write_file(t.path().join("big/a/big.jpg"), &big);
+    let o = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -v 120000 && exec {BIN} pack {} {} --jobs 2 -q",
+            t.path().join("big").display(),
+            t.path().join("tar").display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("no memory for the 192000000 bytes"), "{err}");
 }

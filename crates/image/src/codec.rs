@@ -274,7 +274,17 @@ fn decode_jpeg(
     dec.set_scaling_factor(factor)
         .map_err(|e| ImageError::new(ErrorKind::Decode, format!("JPEG scaling: {e}")))?;
     let (sw, sh) = (factor.scale(w as usize), factor.scale(h as usize));
-    let mut pixels = vec![0u8; sw * sh * 3];
+    // The largest allocation of a pack: past the memory the process may take (`ulimit -v`), an
+    // error that stops the run rather than an abort.
+    let len = sw * sh * 3;
+    let mut pixels = Vec::new();
+    pixels.try_reserve_exact(len).map_err(|_| {
+        ImageError::new(
+            ErrorKind::OutOfMemory,
+            format!("no memory for the {len} bytes of its decoded pixels"),
+        )
+    })?;
+    pixels.resize(len, 0);
     let image = turbojpeg::Image {
         pixels: pixels.as_mut_slice(),
         width: sw,

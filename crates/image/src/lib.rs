@@ -41,6 +41,8 @@ pub enum ErrorKind {
     Resize,
     /// Encoding the output failed.
     Encode,
+    /// No memory for the decoded pixels: the machine's fault, not the image's (a run stops).
+    OutOfMemory,
 }
 
 impl ErrorKind {
@@ -52,6 +54,7 @@ impl ErrorKind {
             ErrorKind::TooManyPixels => "too_many_pixels",
             ErrorKind::Resize => "resize",
             ErrorKind::Encode => "encode",
+            ErrorKind::OutOfMemory => "machine_fault",
         }
     }
 }
