@@ -505,8 +505,11 @@ class Loader:
         self._info: Dict[Tuple[int, Optional[Tuple[int, int, int]]], Tuple[str, int, int]] = {}
         self._new_locks()
         # Told of every set_epoch() by a shardtool.torch.IterableDataset wrapping this loader,
-        # which shares the epoch with its DataLoader workers (persistent ones too).
-        self._epoch_hook: Optional[Callable[[int], None]] = None
+        # which shares the epoch with its DataLoader workers (persistent ones too); weakly, so
+        # the two do not hold each other (and the batch buffers) past their last use.
+        self._epoch_hook: Optional["weakref.WeakMethod[Callable[[int], None]]"] = None
+        # How many times set_epoch() was called here.
+        self._epoch_sets = 0
 
     # -- rank, plan ---------------------------------------------------------------------------
 
@@ -597,8 +600,9 @@ class Loader:
         epoch = _check_int("epoch", epoch, 0, maximum=2**64 - 1)
         self._set_epoch(epoch)
         hook = self.__dict__.get("_epoch_hook")
-        if hook is not None:
-            hook(epoch)
+        share = hook() if hook is not None else None
+        if share is not None:
+            share(epoch)
 
     def _set_epoch(self, epoch: int) -> None:
         """:meth:`set_epoch` in this copy of the loader alone."""
@@ -607,6 +611,7 @@ class Loader:
                 self._resume = None
             self._epoch = epoch
             self._finished_epoch = None
+            self._epoch_sets = self.__dict__.get("_epoch_sets", 0) + 1
         # A new epoch may read a remote dataset packed again since: len() plans it afresh (one
         # request for its manifest), also where the passes run in DataLoader workers.
         self._forget_remote_plans()
@@ -691,7 +696,7 @@ class Loader:
             if _manifest_stamp(self._dataset) is None:
                 self._forget_remote_plans(but=json.loads(reader.state())["dataset"])
         started: List[bool] = []
-        batches = self._batches(reader, convert, self._epoch, started)
+        batches = self._batches(reader, convert, (self._epoch, self._epoch_sets), started)
         # Dropped before its first batch, the generator never runs its body (nor the cleanup
         # below): the reader it started stops when it goes.
         weakref.finalize(batches, _release_unstarted, weakref.ref(self), reader, started)
@@ -701,7 +706,7 @@ class Loader:
         self,
         reader: _shardtool.Reader,
         convert: Callable[[Any], Any],
-        pass_epoch: int,
+        pass_epoch: Tuple[int, int],
         started: List[bool],
     ) -> Iterator[Batch]:
         started.append(True)
@@ -737,7 +742,10 @@ class Loader:
                 # window of a few).
                 self._samples += n
                 yield batch
-            self._finished_epoch = pass_epoch
+            # An epoch set again during the pass (to be read again, as asked) is not one read
+            # unasked next time.
+            if self._epoch_sets == pass_epoch[1]:
+                self._finished_epoch = pass_epoch[0]
         except BaseException:
             # An error, or the pass left (`break`, the iterator dropped, a DataLoader worker
             # ending): the threads stop and the cache room and shard locks they hold go now,

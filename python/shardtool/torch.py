@@ -11,6 +11,7 @@ worker at its first ``iter()``, never before a fork.
 from __future__ import annotations
 
 import multiprocessing
+import weakref
 from typing import Any, Dict, Iterator
 
 import torch.utils.data
@@ -53,7 +54,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self._workers = multiprocessing.get_context("spawn").Array("Q", 4)
         self._seen_epoch, self._seen_sets = loader.epoch, 0
         # loader.set_epoch() (as a loop over the loader itself calls it) reaches the workers too.
-        loader._epoch_hook = self._epoch_set
+        loader._epoch_hook = weakref.WeakMethod(self._epoch_set)
 
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
@@ -121,7 +122,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if isinstance(d.get("_workers", []), list):
             d["_workers"] = multiprocessing.get_context("spawn").Array("Q", d.get("_workers") or 4)
         self.__dict__.update(d)
-        self.loader._epoch_hook = self._epoch_set
+        self.loader._epoch_hook = weakref.WeakMethod(self._epoch_set)
 
     def set_epoch(self, epoch: int) -> None:
         """Reads ``epoch`` from the next ``iter()``: call it on the dataset (or on its loader)
@@ -140,7 +141,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
             # A pass broken off in the workers leaves its count, a pass read to its end its
             # mark: the epoch set starts afresh.
             self._workers[1] = 0
-            self._workers[2] = 0
+            self._workers[2] = self._workers[3] = 0
 
     def state_dict(self) -> Dict[str, Any]:
         """The loader's position (of this worker's share inside a DataLoader worker).

@@ -130,6 +130,13 @@ def test_a_second_pass_at_the_same_epoch_warns_once_to_call_set_epoch(datasets: 
         for _ in range(2):
             asked.set_epoch(0)
             assert [k for b in asked for k in b["key"]] == first
+        # Set during a pass of that epoch, it is read again as asked too.
+        asked.set_epoch(0)
+        it = iter(asked)
+        next(it)
+        asked.set_epoch(0)
+        list(it)
+        list(asked)
 
 
 def test_drop_last_gives_only_full_batches_and_says_so_in_len(datasets: Dict[str, Path]) -> None:
