@@ -11,6 +11,7 @@ worker at its first ``iter()``, never before a fork.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import weakref
 from typing import Any, Dict, Iterator
 
@@ -53,11 +54,25 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         # refuses to travel to spawned workers; a forked one inherits either.
         self._workers = multiprocessing.get_context("spawn").Array("Q", 4)
         self._seen_epoch, self._seen_sets = loader.epoch, 0
+        # The process whose DataLoader workers share these values: another that was handed this
+        # object (a rank started by torch.multiprocessing.spawn) makes its own at first use.
+        self._owner = os.getpid()
         # loader.set_epoch() (as a loop over the loader itself calls it) reaches the workers too.
         loader._epoch_hook = weakref.WeakMethod(self._epoch_set)
 
+    def _own(self) -> None:
+        """Gives a process handed this object (not a DataLoader worker) shared values of its own,
+        so that ranks started with one copy each do not set one another's epoch."""
+        if self._owner == os.getpid() or torch.utils.data.get_worker_info() is not None:
+            return
+        self._epoch = multiprocessing.Value("Q", int(self._epoch.value), lock=False)
+        self._sets = multiprocessing.Value("Q", int(self._sets.value), lock=False)
+        self._workers = multiprocessing.get_context("spawn").Array("Q", 4)
+        self._owner = os.getpid()
+
     def __iter__(self) -> Iterator[Batch]:
         info = torch.utils.data.get_worker_info()
+        self._own()
         if info is not None and self.loader._output == "dlpack":
             # The worker would fail to pickle every batch and the DataLoader wait forever.
             raise TypeError(
@@ -105,6 +120,9 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         return len(self.loader)
 
     def __getstate__(self) -> Dict[str, Any]:
+        if multiprocessing.context.get_spawning_popen() is not None:
+            # A rank handing this to the DataLoader workers it starts hands its own values.
+            self._own()
         d = dict(self.__dict__)
         if multiprocessing.context.get_spawning_popen() is None:
             # Shared memory travels only to a process being started (a DataLoader worker);
@@ -115,6 +133,9 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
+        if isinstance(d["_epoch"], int) or "_owner" not in d:
+            # A copy with values of its own (deepcopy, a pickle to disk) is theirs.
+            d["_owner"] = os.getpid()
         if isinstance(d["_epoch"], int):
             d["_epoch"] = multiprocessing.Value("Q", d["_epoch"], lock=False)
         if isinstance(d.get("_sets", 0), int):
@@ -134,6 +155,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         """Shares an epoch set on the loader (or here) with the DataLoader workers."""
         if torch.utils.data.get_worker_info() is not None:
             return
+        self._own()
         self._epoch.value = epoch
         self._sets.value = (self._sets.value + 1) % 2**64
         self._seen_epoch, self._seen_sets = epoch, int(self._sets.value)

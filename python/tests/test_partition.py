@@ -232,3 +232,29 @@ def test_the_dataset_wrapper_and_its_loader_do_not_hold_each_other(datasets: Dic
         assert gone() is None
     finally:
         gc.enable()
+
+
+def _rank_sets_its_epoch(ds: Any, rank: int, barrier: Any, out: Any) -> None:
+    ds.set_epoch(rank + 1)
+    barrier.wait()  # both ranks have set theirs before either reads
+    out.put((rank, [k for b in torch.utils.data.DataLoader(ds, batch_size=None) for k in b["key"]]))
+
+
+def test_ranks_handed_one_dataset_object_each_keep_their_own_epoch(datasets: Dict[str, Path]) -> None:
+    import multiprocessing
+
+    # As torch.multiprocessing.spawn hands the launcher's dataset to every rank it starts.
+    path = datasets["tar"]
+    ds = shardtool.torch.IterableDataset(shardtool.Loader(path, batch_size=8, seed=3, output="numpy"))
+    ctx = multiprocessing.get_context("spawn")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    ranks = [ctx.Process(target=_rank_sets_its_epoch, args=(ds, r, barrier, out)) for r in range(2)]
+    for p in ranks:
+        p.start()
+    got = dict(out.get(timeout=120) for _ in ranks)
+    for p in ranks:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    for rank, keys in got.items():
+        want = shardtool.Loader(path, batch_size=8, seed=3, epoch=rank + 1, output="numpy")
+        assert keys == [k for b in want for k in b["key"]], rank

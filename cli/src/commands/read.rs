@@ -257,6 +257,12 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
                 path.display()
             )));
         }
+        if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--state-out {}: is a folder; name the state's file (such as state.json)",
+                path.display()
+            )));
+        }
         // A temporary file made and dropped: the folder takes the state's write.
         if let Err(e) = shardtool_core::AtomicFile::create(path) {
             return Err(Failure::usage(anyhow::anyhow!(

@@ -646,4 +646,14 @@ fn without_home_the_cache_folder_is_the_users_own() {
         .ok();
     let dir = t.path().join(format!("shardtool-cache-{uid}"));
     assert!(r.stdout.contains(&*dir.to_string_lossy()), "{}", r.stdout);
+    // An empty TMPDIR is /tmp, not the working folder.
+    let r = Cmd::new(["cache", "ls"])
+        .env("TMPDIR", "")
+        .env_remove("HOME")
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("SHARDTOOL_CACHE_DIR")
+        .current_dir(t.path())
+        .ok();
+    let dir = format!("/tmp/shardtool-cache-{uid}");
+    assert!(r.stdout.contains(&dir), "{}", r.stdout);
 }

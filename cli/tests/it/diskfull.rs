@@ -358,13 +358,35 @@ fn too_few_file_descriptors_stop_the_pack_and_fail_no_input() {
     let t = tempdir();
     let input = t.path().join("in");
     jpeg_folder(&input, 60, 16, 16);
-    for (i, limit) in [6, 6, 7, 7, 8].into_iter().enumerate() {
+    // Gzipped shards too, which are decompressed (staged) while listed.
+    let shards = t.path().join("shards");
+    pack(&input, &shards)
+        .args(["--shard-samples", "5", "-q"])
+        .ok();
+    let gz = Command::new("bash")
+        .arg("-c")
+        .arg(format!("gzip {}/*.tar", shards.display()))
+        .status();
+    assert!(gz.unwrap().success());
+    let gzipped = format!("'{}/*.tar.gz'", shards.display());
+    let folder = format!("{} --shard-samples 5", input.display());
+    let runs = [
+        (6, &folder),
+        (6, &folder),
+        (7, &folder),
+        (8, &folder),
+        (8, &gzipped),
+    ];
+    for (i, (limit, args)) in runs
+        .into_iter()
+        .chain([(10, &gzipped), (12, &gzipped)])
+        .enumerate()
+    {
         let out = t.path().join(format!("out{i}"));
         let o = Command::new("bash")
             .arg("-c")
             .arg(format!(
-                "ulimit -n {limit} && exec {BIN} pack {} {} --jobs 8 --shard-samples 5 -q",
-                input.display(),
+                "ulimit -n {limit} && exec {BIN} pack {args} {} --jobs 8 -q",
                 out.display()
             ))
             .output()

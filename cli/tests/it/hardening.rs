@@ -164,7 +164,13 @@ fn a_folder_too_deep_to_search_is_a_failed_input() {
 fn an_s3_endpoint_that_is_no_url_is_named() {
     let t = tempdir();
     let out = t.path().join("out");
-    for endpoint in ["127.0.0.1:9000", "", "notaurl"] {
+    for endpoint in [
+        "127.0.0.1:9000",
+        "",
+        "notaurl",
+        "http:///x",
+        " http://127.0.0.1:9",
+    ] {
         let env = [
             ("AWS_ENDPOINT", endpoint),
             ("AWS_ACCESS_KEY_ID", "a"),

@@ -646,6 +646,14 @@ fn columns_named_as_our_metadata_are_renamed_and_none_is_lost() {
         json.get("Unnamed: 1").is_none() && json.get("").is_none(),
         "{json}"
     );
+    // A column named as pandas would name an unnamed one beside it: refused, not merged.
+    write_file(data.join("u2.csv"), "path,,Unnamed: 1\nimgs/0.png,x,u\n");
+    let r = pack_list(data.join("u2.csv"), t.path().join("u2")).run();
+    assert!(
+        r.assert_code(2).stderr.contains("`Unnamed: 1`, the name"),
+        "{}",
+        r.stderr
+    );
 }
 
 /// Extra columns of a CSV or JSONL list travel in the `.json` (a caption as `.txt`), for tar
@@ -792,7 +800,7 @@ fn an_imagefolders_metadata_names_no_file_outside_its_folder() {
 }
 
 /// A list's path is taken as written, spaces at its ends and all (as pandas and `datasets` read
-/// it): ` 1.png` is that file, never `1.png`; a missing one whose trimmed name exists says so.
+/// it): ` 1.png` is that file, never `1.png`; a missing one whose trimmed path exists says so.
 #[test]
 fn paths_keep_spaces_at_their_ends() {
     let t = tempdir();
@@ -803,7 +811,7 @@ fn paths_keep_spaces_at_their_ends() {
     for (name, rows) in [
         (
             "l.csv",
-            "path,label\n\"imgs/ 1.png\",a\nimgs/1.png,b\n\"imgs/2.png \",c\n\"imgs/1.png \",d\n",
+            "path,label\n\"imgs/ 1.png\",a\nimgs/1.png,b\n\"imgs/2.png \",c\n\" imgs/1.png\",d\n",
         ),
         (
             "l.jsonl",
@@ -814,7 +822,7 @@ fn paths_keep_spaces_at_their_ends() {
                 "\n",
                 r#"{"path": "imgs/2.png ", "label": "c"}"#,
                 "\n",
-                r#"{"path": "imgs/1.png ", "label": "d"}"#,
+                r#"{"path": " imgs/1.png", "label": "d"}"#,
                 "\n",
             ),
         ),
@@ -831,12 +839,10 @@ fn paths_keep_spaces_at_their_ends() {
         }
         let e = errors(&ds);
         assert_eq!(e.len(), 1, "{name}");
-        assert!(
-            e[0].message.contains("\"1.png\" exists"),
-            "{}",
-            e[0].message
-        );
-        // The failed line quotes the name, so its trailing space shows.
-        assert!(r.stderr.contains("failed: \"imgs/1.png \""), "{}", r.stderr);
+        // Each component trimmed (a CSV written with `, ` puts the space before the folder).
+        let hint = format!("{:?} exists", data.join("imgs/1.png").display().to_string());
+        assert!(e[0].message.contains(&hint), "{}", e[0].message);
+        // The failed line quotes the name, so its leading space shows.
+        assert!(r.stderr.contains("failed: \" imgs/1.png\""), "{}", r.stderr);
     }
 }

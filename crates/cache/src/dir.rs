@@ -51,7 +51,10 @@ pub fn default_cache_dir() -> PathBuf {
     // SAFETY: geteuid has no preconditions and cannot fail.
     #[allow(unsafe_code)] // the user names the fallback folder; std has no safe geteuid
     let uid = unsafe { libc::geteuid() };
-    std::env::temp_dir().join(format!("shardtool-cache-{uid}"))
+    // An empty or relative TMPDIR would put it in the working folder.
+    let tmp = Some(std::env::temp_dir()).filter(|t| t.is_absolute());
+    tmp.unwrap_or_else(|| PathBuf::from("/tmp"))
+        .join(format!("shardtool-cache-{uid}"))
 }
 
 /// A cache folder shared by every process on the node.

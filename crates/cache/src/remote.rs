@@ -92,7 +92,15 @@ pub fn cache_key(url: &RemoteUrl) -> String {
 /// `http(s)://` URL with a host: the client would take it and fail at its first request.
 fn bad_endpoint(endpoint: &str) -> Option<String> {
     let parsed = url::Url::parse(endpoint).ok();
-    let web = parsed.filter(|u| matches!(u.scheme(), "http" | "https") && u.has_host());
+    // Judged as written, not as the URL parser mends it (spaces trimmed, `http:///x` taken for
+    // host `x`): the client is handed the text itself.
+    let plain = !endpoint
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control())
+        && endpoint
+            .split_once("://")
+            .is_some_and(|(_, rest)| !rest.starts_with('/'));
+    let web = parsed.filter(|u| plain && matches!(u.scheme(), "http" | "https") && u.has_host());
     web.is_none().then(|| {
         format!(
             "the S3 endpoint {:?} (AWS_ENDPOINT or AWS_ENDPOINT_URL) is no http(s):// URL with a \

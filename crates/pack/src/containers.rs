@@ -316,7 +316,8 @@ pub fn resolve_input(
         true => vec![arg.to_string()],
         false => crate::braces::expand_braces(arg).map_err(|m| bad_input(arg, &m))?,
     };
-    let names: Vec<String> = names
+    let spelled = names;
+    let names: Vec<String> = spelled
         .iter()
         .map(|n| local_path(n))
         .collect::<Result<_, _>>()?;
@@ -455,11 +456,14 @@ pub fn resolve_input(
     // Local names: a glob in the last component expands to the matching files (in each name a
     // brace pattern gave, too: `o_{a,b}/*.tar`); a path that exists as spelled is that path
     // (a folder or file named with `?`, a `file://` URL's escaped `%3F`).
-    let glob = |n: &String| n.contains(['*', '?']) && !Path::new(n).exists();
-    let names = if names.iter().any(glob) {
+    // (A `file://` URL's `%2A` and `%3F` are those characters, never a pattern.)
+    let glob = |n: &String, spelled: &String| {
+        spelled.contains(['*', '?']) && n.contains(['*', '?']) && !Path::new(n).exists()
+    };
+    let names = if names.iter().zip(&spelled).any(|(n, s)| glob(n, s)) {
         let mut all = Vec::new();
-        for n in &names {
-            match glob(n) {
+        for (n, s) in names.iter().zip(&spelled) {
+            match glob(n, s) {
                 true => all.extend(glob_files(arg, n)?),
                 false => all.push(n.clone()),
             }

@@ -335,7 +335,11 @@ fn damaged_note(damaged: &[String]) -> String {
 /// `path` as one word of a command line a shell reads back unchanged: quoted when it holds
 /// anything but the plainest characters.
 pub fn shell_word(path: &std::path::Path) -> String {
-    let path = path.display().to_string();
+    let mut path = path.display().to_string();
+    if path.starts_with('-') {
+        // Read as a flag otherwise.
+        path.insert_str(0, "./");
+    }
     let plain = |c: char| c.is_ascii_alphanumeric() || "_./-+=:,@".contains(c);
     match !path.is_empty() && path.chars().all(plain) {
         true => path,

@@ -558,6 +558,15 @@ fn csv_rows(
             return Err(format!("the CSV header names the column `{n}` twice"));
         }
     }
+    // An unnamed column's values go under pandas' name for it, which must be free.
+    for i in (0..names.len()).filter(|&i| names[i].is_empty()) {
+        if seen.contains(&format!("unnamed: {i}")) {
+            return Err(format!(
+                "the CSV header names a column `Unnamed: {i}`, the name its unnamed column {i} \
+                 takes: name that one"
+            ));
+        }
+    }
     let col = |name: &str| names.iter().position(|h| h.eq_ignore_ascii_case(name));
     let Some(p) = col(cols.path) else {
         let cut = |n: &String| n.chars().take(40).collect::<String>();

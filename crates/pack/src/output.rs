@@ -67,6 +67,7 @@ pub(crate) fn list_for(
     if !stages(plan) {
         let options = list_options(plan, stage_dir);
         let listing = list_inputs(&plan.source, &options).map_err(PackError::Inputs)?;
+        crate::sample_read::faultless(&listing)?;
         lock()?;
         keeps_an_earlier_dataset(plan, &listing)?;
         clear(&[])?;
@@ -95,6 +96,7 @@ pub(crate) fn list_for(
     if progress.cancelled() {
         return Err(PackError::Interrupted);
     }
+    crate::sample_read::faultless(&listing)?;
     keeps_an_earlier_dataset(plan, &listing)?;
     if let Some(input) = fetched_from_the_output(plan, &listing, &staged.0) {
         return Err(PackError::Plan(PlanError::OutputHoldsInputs {

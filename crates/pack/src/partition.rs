@@ -855,6 +855,10 @@ mod tests {
             hint("/my data/it's"),
             "run them again: shardtool pack --plan '/my data/it'\\''s' --shards 1-2"
         );
+        assert_eq!(
+            hint("-out"),
+            "run them again: shardtool pack --plan ./-out --shards 1-2"
+        );
         // Thousands of odd shards: a command that fits, not one of every shard.
         let odd: Vec<u64> = (0..10_000).filter(|i| i % 2 == 1).collect();
         let long = crate::redo_hint(Path::new("/o"), &odd, false);

@@ -4,8 +4,8 @@ use crate::list_file::row_columns;
 use crate::listing::{Columns, Container, ContainerKind};
 use crate::plan::{KeyChoice, PackPlan, ShardFormatChoice};
 use crate::sample_read::{
-    carried_problem, packed_record_problem, read_bounded, read_span, tar_member_problem,
-    MACHINE_FAULT, MAX_CARRIED_BYTES,
+    carried_problem, machine_fault, packed_record_problem, read_bounded, read_span,
+    tar_member_problem, MAX_CARRIED_BYTES,
 };
 use crate::sink::{Payload, ShardSink};
 use crate::{failure, ErrorRecord, PackError};
@@ -407,7 +407,7 @@ pub(crate) fn transform_in_order(
         while let Some(r) = queue.front().and_then(|p| arrived.remove(p)) {
             let position = queue.pop_front().unwrap_or_default();
             match r {
-                Err(e) if e.kind == MACHINE_FAULT => return Err(PackError::MachineFault(e)),
+                Err(e) if machine_fault(&e) => return Err(PackError::MachineFault(e)),
                 r => each(position, r)?,
             }
         }

@@ -160,6 +160,25 @@ fn read_failure(e: &std::io::Error) -> &'static str {
     }
 }
 
+/// Whether failure `e` was this machine's fault: so marked, or (a failure met while listing or
+/// staging, which keeps only the text) naming too many open files or no memory.
+pub(crate) fn machine_fault(e: &crate::ErrorRecord) -> bool {
+    e.kind == MACHINE_FAULT
+        || ["Too many open files", "(os error 12)"]
+            .iter()
+            .any(|t| e.message.contains(t))
+}
+
+/// Refuses a listing in which an input failed for this machine's fault (too many open files, no
+/// memory) while it was read or staged: the run stops, as a retry may list it, rather than count
+/// the input as failed.
+pub(crate) fn faultless(listing: &crate::Listing) -> Result<(), crate::PackError> {
+    match listing.errors.iter().find(|e| machine_fault(e)) {
+        Some(e) => Err(crate::PackError::MachineFault(e.clone())),
+        None => Ok(()),
+    }
+}
+
 /// The kind of a read that failed for a fault of this machine (too many open files, no memory):
 /// the run stops instead of counting the input as failed.
 pub(crate) const MACHINE_FAULT: &str = "machine_fault";
@@ -167,11 +186,21 @@ pub(crate) const MACHINE_FAULT: &str = "machine_fault";
 /// For a missing file whose name has spaces at its ends (a list's path is taken as written),
 /// a hint naming the file without them, when that one exists.
 fn trimmed_exists(path: &Path, e: &std::io::Error) -> Option<String> {
-    let name = path.file_name()?.to_str()?;
-    let trimmed = name.trim();
-    let exists = trimmed != name && !trimmed.is_empty() && path.with_file_name(trimmed).exists();
-    (e.kind() == std::io::ErrorKind::NotFound && exists)
-        .then(|| format!(" (the name is taken as written, spaces and all: {trimmed:?} exists)"))
+    if e.kind() != std::io::ErrorKind::NotFound {
+        return None;
+    }
+    // Each component trimmed: a CSV written with `, ` puts the space before the folder.
+    let mut trimmed = std::path::PathBuf::new();
+    for c in path.components() {
+        match (c, c.as_os_str().to_str().map(str::trim)) {
+            (std::path::Component::Normal(_), Some(t)) if !t.is_empty() => trimmed.push(t),
+            _ => trimmed.push(c),
+        }
+    }
+    (trimmed != path && trimmed.exists()).then(|| {
+        let shown = trimmed.display().to_string();
+        format!(" (a path is taken as written, spaces and all: {shown:?} exists)")
+    })
 }
 
 /// Why a file that is not a regular one (a pipe, socket or device) is not read.
