@@ -257,9 +257,19 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
                 path.display()
             )));
         }
-        if path.is_dir() || path.as_os_str().to_string_lossy().ends_with('/') {
+        let named_as_folder = path.as_os_str().to_string_lossy().ends_with('/');
+        if path.is_dir() || named_as_folder {
             return Err(Failure::usage(anyhow::anyhow!(
-                "--state-out {}: is a folder; name the state's file (such as state.json)",
+                "--state-out {}: names a folder; name the state's file (such as state.json)",
+                path.display()
+            )));
+        }
+        // The write replaces what is there: only a regular file (a device, such as /dev/null,
+        // or a FIFO would be replaced by one).
+        if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+            return Err(Failure::usage(anyhow::anyhow!(
+                "--state-out {}: is not a regular file; name the state's file (such as \
+                 state.json)",
                 path.display()
             )));
         }

@@ -170,6 +170,7 @@ fn an_s3_endpoint_that_is_no_url_is_named() {
         "notaurl",
         "http:///x",
         " http://127.0.0.1:9",
+        "http://127.0.0.1:9?x=1",
     ] {
         let env = [
             ("AWS_ENDPOINT", endpoint),

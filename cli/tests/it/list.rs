@@ -845,4 +845,11 @@ fn paths_keep_spaces_at_their_ends() {
         // The failed line quotes the name, so its leading space shows.
         assert!(r.stderr.contains("failed: \" imgs/1.png\""), "{}", r.stderr);
     }
+    // A name that reads like a fault of the machine's is still the input's own failure.
+    let odd = data.join("imgs/Too many open files.png");
+    std::fs::copy(data.join("imgs/1.png"), odd).unwrap();
+    let rows = "path,label\n\"imgs/Too many open files.png \",a\nimgs/1.png,b\n";
+    write_file(data.join("t.csv"), rows);
+    let r = pack_list(data.join("t.csv"), t.path().join("ds-t")).ok();
+    assert_eq!(errors(&t.path().join("ds-t")).len(), 1, "{}", r.stderr);
 }

@@ -210,7 +210,8 @@ fn limit_state_out_and_resume_continue_the_identical_sequence() {
             "its folder does not exist",
         ),
         ("/proc/shardtool-state.json".into(), "cannot write there"),
-        (dir.path().to_path_buf(), "is a folder"),
+        (dir.path().to_path_buf(), "names a folder"),
+        ("/dev/null".into(), "is not a regular file"),
     ] {
         let out = bin()
             .args(["read", d, "--keys", "--limit", "3", "--state-out"])

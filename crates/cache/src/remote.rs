@@ -100,7 +100,10 @@ fn bad_endpoint(endpoint: &str) -> Option<String> {
         && endpoint
             .split_once("://")
             .is_some_and(|(_, rest)| !rest.starts_with('/'));
-    let web = parsed.filter(|u| plain && matches!(u.scheme(), "http" | "https") && u.has_host());
+    let web = parsed.filter(|u| {
+        let bare = u.query().is_none() && u.fragment().is_none();
+        plain && bare && matches!(u.scheme(), "http" | "https") && u.has_host()
+    });
     web.is_none().then(|| {
         format!(
             "the S3 endpoint {:?} (AWS_ENDPOINT or AWS_ENDPOINT_URL) is no http(s):// URL with a \

@@ -22,8 +22,8 @@ pub use checksum::{Checksum, ChecksumHasher, HashingReader, HashingWriter};
 pub use date::civil_from_days;
 pub use key::{index_key, validate_key, KeyError};
 pub use limits::{
-    fault_hint, machine_fault, not_regular_file, open_regular, read_regular_within, read_within,
-    Limits,
+    fault_hint, machine_fault, names_a_machine_fault, not_regular_file, open_regular,
+    read_regular_within, read_within, Limits,
 };
 pub use redact::redact_urls;
 pub use rng::{shuffle, SplitMix64};

@@ -100,10 +100,25 @@ impl Default for Limits {
 /// What to do about an error `message` that names a lack of file descriptors, unless it says
 /// already: a remote read holds a descriptor (a lock) for every shard it reads or prefetches.
 pub fn fault_hint(message: &str) -> Option<&'static str> {
-    (message.contains("Too many open files") && !message.contains("ulimit -n")).then_some(
+    let descriptors = FAULTS[..2].iter().any(|f| message.contains(f));
+    (descriptors && !message.contains("ulimit -n")).then_some(
         " (raise the open-file limit, ulimit -n; a remote read holds one for each shard it reads \
          or prefetches)",
     )
+}
+
+/// How an I/O error of this machine's fault reads in a message (as `std::io::Error` prints
+/// EMFILE, ENFILE and ENOMEM): whole, with the code, so that a file named "Too many open files"
+/// is not taken for one.
+const FAULTS: [&str; 3] = [
+    "Too many open files (os error 24)",
+    "Too many open files in system (os error 23)",
+    "Cannot allocate memory (os error 12)",
+];
+
+/// Whether `message` (a failure kept as text) names one of this machine's faults.
+pub fn names_a_machine_fault(message: &str) -> bool {
+    FAULTS.iter().any(|f| message.contains(f))
 }
 
 /// Whether `e` is this machine's fault rather than the file's: too many open files (the

@@ -163,10 +163,7 @@ fn read_failure(e: &std::io::Error) -> &'static str {
 /// Whether failure `e` was this machine's fault: so marked, or (a failure met while listing or
 /// staging, which keeps only the text) naming too many open files or no memory.
 pub(crate) fn machine_fault(e: &crate::ErrorRecord) -> bool {
-    e.kind == MACHINE_FAULT
-        || ["Too many open files", "(os error 12)"]
-            .iter()
-            .any(|t| e.message.contains(t))
+    e.kind == MACHINE_FAULT || shardtool_core::names_a_machine_fault(&e.message)
 }
 
 /// Refuses a listing in which an input failed for this machine's fault (too many open files, no
