@@ -239,12 +239,12 @@ fn a_packed_shard_past_the_memory_limit_is_an_error() {
     // A JPEG whose decoded pixels do not fit stops the pack (the machine's fault, not the
     // image's), where the allocation aborted the process.
     let colour = image::Rgb([30, 60, 90]);
-    let big = jpeg(&image::RgbImage::from_pixel(8000, 8000, colour));
+    let big = jpeg(&image::RgbImage::from_pixel(9900, 9900, colour));
     write_file(t.path().join("big/a/big.jpg"), &big);
     let o = Command::new("bash")
         .arg("-c")
         .arg(format!(
-            "ulimit -v 120000 && exec {BIN} pack {} {} --jobs 2 -q",
+            "ulimit -v 200000 && exec {BIN} pack {} {} --jobs 2 -q",
             t.path().join("big").display(),
             t.path().join("tar").display()
         ))
@@ -252,5 +252,5 @@ fn a_packed_shard_past_the_memory_limit_is_an_error() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(1), "{err}");
-    assert!(err.contains("no memory for the 192000000 bytes"), "{err}");
+    assert!(err.contains("no memory for the 294030000 bytes"), "{err}");
 }
