@@ -49,6 +49,16 @@ impl Drop for Tmpfs {
     }
 }
 
+/// Runs `script` with bash (a `ulimit` or a redirection set before `exec {BIN} …`): its exit
+/// code and stderr.
+pub(crate) fn bash(script: &str) -> (Option<i32>, String) {
+    let o = Command::new("bash").arg("-c").arg(script).output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
 /// Images that encode to about 200 KB each as PNG (noise does not compress).
 fn big_inputs(root: &Path, n: u32) {
     for i in 0..n {
@@ -241,17 +251,12 @@ fn a_file_size_limit_is_a_clear_error() {
     big_inputs(&input, 6);
     for (name, format) in [("out", "--encode png"), ("packed", "--format packed")] {
         let out = t.path().join(name);
-        let o = Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "ulimit -f 100 && exec {BIN} pack {} {} {format} -q",
-                input.display(),
-                out.display()
-            ))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(1), "{format}: {err}");
+        let (code, err) = bash(&format!(
+            "ulimit -f 100 && exec {BIN} pack {} {} {format} -q",
+            input.display(),
+            out.display()
+        ));
+        assert_eq!(code, Some(1), "{format}: {err}");
         assert!(err.contains("File too large"), "{format}: {err}");
         assert!(temporaries(&out).is_empty(), "{:?}", temporaries(&out));
         assert!(!out.join("manifest.json").exists());
@@ -267,16 +272,11 @@ fn a_file_size_limit_is_a_clear_error() {
         .arg(&planned)
         .args(["--part", "0/1", "-q"])
         .ok();
-    let o = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -f 0 && exec {BIN} merge {} -q",
-            planned.display()
-        ))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let (code, err) = bash(&format!(
+        "ulimit -f 0 && exec {BIN} merge {} -q",
+        planned.display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("File too large"), "{err}");
     assert!(
         temporaries(&planned).is_empty(),
@@ -383,17 +383,12 @@ fn too_few_file_descriptors_stop_the_pack_and_fail_no_input() {
         .enumerate()
     {
         let out = t.path().join(format!("out{i}"));
-        let o = Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "ulimit -n {limit} && exec {BIN} pack {args} {} --jobs 8 -q",
-                out.display()
-            ))
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
+        let (code, err) = bash(&format!(
+            "ulimit -n {limit} && exec {BIN} pack {args} {} --jobs 8 -q",
+            out.display()
+        ));
         assert!(!err.contains("failed: "), "{limit}: {err}");
-        match o.status.code() {
+        match code {
             Some(0) => assert_eq!(manifest(&out).inputs.failed, 0, "{limit}: {err}"),
             code => {
                 assert_eq!(code, Some(1), "{limit}: {err}");
@@ -414,16 +409,12 @@ fn a_stderr_that_cannot_be_written_leaves_the_exit_status_alone() {
     let a_file = t.path().join("a-file");
     write_file(&a_file, "x");
     for (out, code) in [(t.path().join("out"), 0), (a_file, 2)] {
-        let o = Command::new("bash")
-            .arg("-c")
-            .arg(format!(
-                "exec {BIN} pack {} {} 2>/dev/full",
-                input.display(),
-                out.display()
-            ))
-            .output()
-            .unwrap();
-        assert_eq!(o.status.code(), Some(code), "{}", out.display());
+        let (code_seen, _) = bash(&format!(
+            "exec {BIN} pack {} {} 2>/dev/full",
+            input.display(),
+            out.display()
+        ));
+        assert_eq!(code_seen, Some(code), "{}", out.display());
     }
     assert_eq!(manifest(&t.path().join("out")).totals.samples, 3);
 }

@@ -7,6 +7,7 @@
 //! them too, so that the comparison measures growth with the dataset rather than that plateau.
 
 use crate::common::*;
+use crate::diskfull::bash;
 use std::path::Path;
 use std::process::Command;
 
@@ -223,17 +224,12 @@ fn a_packed_shard_past_the_memory_limit_is_an_error() {
         write_file(input.join(format!("a/{i}.jpg")), &picture);
     }
     let out = t.path().join("out");
-    let o = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v 600000 && exec {BIN} pack {} {} --format packed --shard-size 4GiB -q",
-            input.display(),
-            out.display()
-        ))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let (code, err) = bash(&format!(
+        "ulimit -v 600000 && exec {BIN} pack {} {} --format packed --shard-size 4GiB -q",
+        input.display(),
+        out.display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("lower --shard-size"), "{err}");
     assert!(!out.join("manifest.json").exists());
     // A JPEG whose decoded pixels do not fit stops the pack (the machine's fault, not the
@@ -241,16 +237,11 @@ fn a_packed_shard_past_the_memory_limit_is_an_error() {
     let colour = image::Rgb([30, 60, 90]);
     let big = jpeg(&image::RgbImage::from_pixel(9900, 9900, colour));
     write_file(t.path().join("big/a/big.jpg"), &big);
-    let o = Command::new("bash")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v 200000 && exec {BIN} pack {} {} --jobs 2 -q",
-            t.path().join("big").display(),
-            t.path().join("tar").display()
-        ))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let (code, err) = bash(&format!(
+        "ulimit -v 200000 && exec {BIN} pack {} {} --jobs 2 -q",
+        t.path().join("big").display(),
+        t.path().join("tar").display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("no memory for the 294030000 bytes"), "{err}");
 }
