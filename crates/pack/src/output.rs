@@ -60,7 +60,10 @@ pub(crate) fn list_for(
     progress: &dyn crate::Progress,
     defer: bool,
 ) -> Result<crate::Listing, PackError> {
-    let clear = |keep: &[PathBuf]| match defer && holds_a_pack(&plan.output) {
+    // Only checks and a killed run's temporary files change the output before the clear, so
+    // whether it holds an earlier dataset is known from the start.
+    let deferred = defer && holds_a_pack(&plan.output);
+    let clear = |keep: &[PathBuf]| match deferred {
         true => clear_output(plan, None),
         false => clear_output(plan, Some(keep)),
     };
@@ -106,7 +109,7 @@ pub(crate) fn list_for(
     }
     // Deferred, the output was checked before the listing: checked again, it would take the
     // inputs just staged for a killed run's leftovers.
-    if !(defer && holds_a_pack(&plan.output)) {
+    if !deferred {
         clear_output(plan, Some(&staged.0))?;
     }
     listing.staged = move_staged(staged, &mut listing.containers, stage_dir)?;
