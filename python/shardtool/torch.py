@@ -121,15 +121,15 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
 
     def __getstate__(self) -> Dict[str, Any]:
         if multiprocessing.context.get_spawning_popen() is not None:
-            # A rank handing this to the DataLoader workers it starts hands its own values.
+            # Shared memory travels only to a process being started (a DataLoader worker): a
+            # rank handing this to the workers it starts hands its own values.
             self._own()
+            return dict(self.__dict__)
+        # Another copy (deepcopy, a pickle to disk) takes the values themselves.
         d = dict(self.__dict__)
-        if multiprocessing.context.get_spawning_popen() is None:
-            # Shared memory travels only to a process being started (a DataLoader worker);
-            # another copy (deepcopy, a pickle to disk) takes the epoch's value.
-            d["_epoch"] = int(self._epoch.value)
-            d["_sets"] = int(self._sets.value)
-            d["_workers"] = self._workers[:]
+        d["_epoch"] = int(self._epoch.value)
+        d["_sets"] = int(self._sets.value)
+        d["_workers"] = self._workers[:]
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:
