@@ -183,7 +183,14 @@ impl Remote {
                 (Arc::new(http), String::new())
             }
         };
-        let rt = tokio::runtime::Builder::new_multi_thread()
+        // Two workers and a thread for name lookups; where a thread limit (`ulimit -u`) leaves
+        // fewer, the threads that wait on a fetch drive it (tokio panics when its first worker
+        // cannot start, and hangs when a later one cannot).
+        let mut rt = match shardtool_core::can_start_threads(3) {
+            true => tokio::runtime::Builder::new_multi_thread(),
+            false => tokio::runtime::Builder::new_current_thread(),
+        };
+        let rt = rt
             .worker_threads(2)
             .thread_name("shardtool-fetch")
             .enable_all()

@@ -31,7 +31,7 @@ pub use shard_file::{
     map_readonly, open_shard, read_to_end_bounded, OpenShard, OpenShardError, ShardBytes,
 };
 pub use size::{parse_byte_size, ByteSizeError};
-pub use threads::on_threads;
+pub use threads::{can_start_threads, on_threads};
 
 /// A decoded image in 8-bit RGB, row-major, HWC, with no row padding.
 #[derive(Clone, PartialEq, Eq)]

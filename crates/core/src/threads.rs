@@ -20,6 +20,27 @@ pub fn on_threads<R: Send>(n: usize, work: impl Fn() -> R + Sync) -> Vec<R> {
     })
 }
 
+/// Whether the system starts `n` more threads now, all alive at once: a thread limit
+/// (`ulimit -u`) may leave fewer. Each is ended before this returns.
+pub fn can_start_threads(n: usize) -> bool {
+    let go = std::sync::atomic::AtomicBool::new(false);
+    let wait = || {
+        while !go.load(std::sync::atomic::Ordering::Acquire) {
+            std::thread::park();
+        }
+    };
+    std::thread::scope(|s| {
+        let started: Vec<_> = (0..n)
+            .map_while(|_| std::thread::Builder::new().spawn_scoped(s, wait).ok())
+            .collect();
+        go.store(true, std::sync::atomic::Ordering::Release);
+        for h in &started {
+            h.thread().unpark();
+        }
+        started.len() == n
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -44,5 +65,11 @@ mod tests {
             all.sort_unstable();
             assert_eq!(all, (0..100).collect::<Vec<_>>(), "{n} threads");
         }
+    }
+
+    #[test]
+    fn a_few_threads_start_where_no_limit_stops_them() {
+        assert!(can_start_threads(0));
+        assert!(can_start_threads(3));
     }
 }

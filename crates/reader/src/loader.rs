@@ -554,7 +554,11 @@ impl LoaderBuilder {
         // The batches still to read, dealt round-robin to the threads, so a resumed or split
         // loader keeps every thread busy.
         let todo: Vec<u64> = (0..batches).filter(|b| !skip.contains(b)).collect();
-        let k = threads.min(todo.len().max(1));
+        // As many as the system starts: a thread limit (`ulimit -u`) may leave fewer.
+        let k = (1..=threads.min(todo.len().max(1)))
+            .rev()
+            .find(|&n| shardtool_core::can_start_threads(n))
+            .unwrap_or(1);
         // Samples still to read per shard: a shard is closed (and evictable) after its last.
         let mut left = vec![0u64; counts.len()];
         for (pos, r) in order.iter().enumerate() {
@@ -634,7 +638,11 @@ impl LoaderBuilder {
                 std::thread::Builder::new()
                     .name(format!("reader-{w}"))
                     .spawn(move || worker(&shared, &mine, &tx))
-                    .map_err(|e| ReadError::BadOptions(format!("cannot start a worker: {e}")))?,
+                    .map_err(|e| {
+                        ReadError::BadOptions(format!(
+                            "cannot start a reader thread: {e} (a thread limit: ulimit -u)"
+                        ))
+                    })?,
             );
         }
         drop(shared_tx);
