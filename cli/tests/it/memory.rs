@@ -244,4 +244,17 @@ fn a_packed_shard_past_the_memory_limit_is_an_error() {
     ));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("no memory for the 294030000 bytes"), "{err}");
+    // A PNG's likewise: its decoder's allocation aborted.
+    let mut png = Vec::new();
+    image::RgbImage::from_pixel(9000, 9000, colour)
+        .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+        .unwrap();
+    write_file(t.path().join("png/a/big.png"), &png);
+    let (code, err) = bash(&format!(
+        "ulimit -v 200000 && exec {BIN} pack {} {} --jobs 2 -q",
+        t.path().join("png").display(),
+        t.path().join("png-out").display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("no memory for the 243000000 bytes"), "{err}");
 }

@@ -4,7 +4,7 @@ use crate::geometry::{plan_size, SizePlan};
 use crate::orient::{apply_orientation, Orientation};
 use crate::{Encode, ErrorKind, Filter, ImageError, TransformSpec};
 use fast_image_resize as fr;
-use image::{DynamicImage, ImageFormat, ImageReader};
+use image::{DynamicImage, ImageDecoder, ImageFormat, ImageReader};
 use shardtool_core::Rgb8Image;
 use std::cell::RefCell;
 use std::io::Cursor;
@@ -408,7 +408,11 @@ fn decode_generic(
     // Check the header's size before allocating any pixels. What the header's chunks may take
     // (a PNG's compressed ICC profile or text) is bounded on its own, not by the largest image
     // allowed.
-    let (w, h) = (reader(HEADER_ALLOC).into_dimensions()).map_err(|e| match e {
+    let header = |r: ImageReader<Cursor<&[u8]>>| -> image::ImageResult<_> {
+        let d = r.into_decoder()?;
+        Ok((d.dimensions(), d.color_type()))
+    };
+    let ((w, h), color) = header(reader(HEADER_ALLOC)).map_err(|e| match e {
         image::ImageError::Limits(l) => ImageError::new(
             ErrorKind::Decode,
             format!("its header declares more than {HEADER_ALLOC} bytes of tables to read ({l})"),
@@ -428,6 +432,7 @@ fn decode_generic(
     let max_alloc = (u64::from(w) * u64::from(h))
         .saturating_mul(16)
         .saturating_add(HEADER_ALLOC);
+    reserve_for_decode(w, h, color)?;
     let dynimg = reader(max_alloc).decode().map_err(|e| match e {
         // The pixels fit the limit (checked above): a frame, strip or table the file declares
         // larger than its image asked for the rest. A damaged or hostile file.
@@ -444,6 +449,30 @@ fn decode_generic(
     let img = apply_orientation(img, orientation);
     let (w, h) = (img.width, img.height);
     Ok((img, w, h))
+}
+
+/// Checks that the decode of a `w`×`h` image of `color` and its conversion to RGB8 find memory
+/// at once (reserved and given back): past the memory the process may take (`ulimit -v`), an
+/// error that stops the run rather than an abort inside the decoder.
+fn reserve_for_decode(w: u32, h: u32, color: image::ColorType) -> Result<(), ImageError> {
+    let px = u64::from(w) * u64::from(h);
+    let convert = match color {
+        image::ColorType::Rgb8 => 0,
+        image::ColorType::Rgba8 => 3 * px,
+        c if c.has_alpha() => 7 * px,
+        _ => 3 * px,
+    };
+    let len = px
+        .saturating_mul(u64::from(color.bytes_per_pixel()))
+        .saturating_add(convert);
+    let mut probe: Vec<u8> = Vec::new();
+    match usize::try_from(len).map(|n| probe.try_reserve_exact(n)) {
+        Ok(Ok(())) => Ok(()),
+        _ => Err(ImageError::new(
+            ErrorKind::OutOfMemory,
+            format!("no memory for the {len} bytes of its decoded pixels"),
+        )),
+    }
 }
 
 /// Converts any decoded image to RGB8. Alpha is flattened onto white
