@@ -504,10 +504,10 @@ class Loader:
         self._fields_skipped = 0
         self._info: Dict[Tuple[int, Optional[Tuple[int, int, int]]], Tuple[str, int, int]] = {}
         self._new_locks()
-        # Told of every set_epoch() by a shardtool.torch.IterableDataset wrapping this loader,
+        # Told of every set_epoch() by each shardtool.torch.IterableDataset wrapping this loader,
         # which shares the epoch with its DataLoader workers (persistent ones too); weakly, so
         # the two do not hold each other (and the batch buffers) past their last use.
-        self._epoch_hook: Optional["weakref.WeakMethod[Callable[[int], None]]"] = None
+        self._epoch_hooks: List["weakref.WeakMethod[Callable[[int], None]]"] = []
         # How many times set_epoch() was called here.
         self._epoch_sets = 0
 
@@ -599,10 +599,14 @@ class Loader:
         read reads it again, as asked, without the warning a pass repeating it unasked gives."""
         epoch = _check_int("epoch", epoch, 0, maximum=2**64 - 1)
         self._set_epoch(epoch)
-        hook = self.__dict__.get("_epoch_hook")
-        share = hook() if hook is not None else None
-        if share is not None:
-            share(epoch)
+        for share in [hook() for hook in self.__dict__.get("_epoch_hooks", [])]:
+            if share is not None:
+                share(epoch)
+
+    def _add_epoch_hook(self, hook: Callable[[int], None]) -> None:
+        """Has ``hook`` (a bound method, held weakly) told of every :meth:`set_epoch`."""
+        alive = [h for h in self.__dict__.get("_epoch_hooks", []) if h() is not None]
+        self._epoch_hooks = alive + [weakref.WeakMethod(hook)]
 
     def _set_epoch(self, epoch: int) -> None:
         """:meth:`set_epoch` in this copy of the loader alone."""
@@ -950,8 +954,8 @@ class Loader:
         d.pop("_pool", None)
         d.pop("_iter_lock", None)
         d.pop("_state_lock", None)
-        # The wrapper's: it hands its own copy to its workers.
-        d.pop("_epoch_hook", None)
+        # The wrappers': each hands its own copy to its workers.
+        d.pop("_epoch_hooks", None)
         return d
 
     def __setstate__(self, d: Dict[str, Any]) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import weakref
 from typing import Any, Dict, Iterator
 
 import torch.utils.data
@@ -58,7 +57,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         # object (a rank started by torch.multiprocessing.spawn) makes its own at first use.
         self._owner = os.getpid()
         # loader.set_epoch() (as a loop over the loader itself calls it) reaches the workers too.
-        loader._epoch_hook = weakref.WeakMethod(self._epoch_set)
+        loader._add_epoch_hook(self._epoch_set)
 
     def _own(self) -> None:
         """Gives a process handed this object (not a DataLoader worker) shared values of its own,
@@ -143,7 +142,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         if isinstance(d.get("_workers", []), list):
             d["_workers"] = multiprocessing.get_context("spawn").Array("Q", d.get("_workers") or 4)
         self.__dict__.update(d)
-        self.loader._epoch_hook = weakref.WeakMethod(self._epoch_set)
+        self.loader._add_epoch_hook(self._epoch_set)
 
     def set_epoch(self, epoch: int) -> None:
         """Reads ``epoch`` from the next ``iter()``: call it on the dataset (or on its loader)

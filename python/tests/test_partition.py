@@ -141,6 +141,16 @@ def test_set_epoch_reaches_persistent_workers(datasets: Dict[str, Path], context
 
     assert copy.deepcopy(ds)._epoch.value == 1
     assert pickle.loads(pickle.dumps(ds))._epoch.value == 1
+    # A second wrapper of the same loader (another DataLoader over it): both hear its epoch.
+    other = shardtool.torch.IterableDataset(ds.loader)
+    dl2 = torch.utils.data.DataLoader(
+        other, batch_size=None, num_workers=1, persistent_workers=True, multiprocessing_context=context
+    )
+    for epoch in (2, 0):
+        ds.loader.set_epoch(epoch)
+        want = [k for b in shardtool.Loader(path, batch_size=5, seed=3, epoch=epoch, output="numpy") for k in b["key"]]
+        assert [k for b in dl for k in b["key"]] == want, f"first, epoch {epoch}"
+        assert [k for b in dl2 for k in b["key"]] == want, f"second, epoch {epoch}"
 
 
 def _warnings_to_stderr(_: int) -> None:
