@@ -248,7 +248,9 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         }
         builder = builder.resume(state);
     }
-    if let Some(path) = &a.state_out {
+    // A symlink's target takes the state, as a shell's `>` would write it.
+    let state_out = a.state_out.as_deref().map(link_target);
+    if let Some(path) = &state_out {
         // Found out before reading: the position it is there to keep is lost otherwise.
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
         if dir.is_some_and(|d| !d.is_dir()) {
@@ -292,7 +294,7 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
         crate::progress::stop_on_signals();
     }
     let save = |state: &LoaderState| -> Result<(), Failure> {
-        let Some(path) = &a.state_out else {
+        let Some(path) = &state_out else {
             return Ok(());
         };
         let json = serde_json::to_vec_pretty(state).map_err(Failure::run)?;
@@ -489,6 +491,21 @@ fn at_least_one(s: &str) -> Result<usize, String> {
         Ok(n) => Ok(n),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// Where a write to `path` lands: the file its symlink, or chain of them, names; else `path`.
+fn link_target(path: &Path) -> PathBuf {
+    let mut path = path.to_path_buf();
+    // As many links as Linux follows.
+    for _ in 0..40 {
+        let Ok(next) = std::fs::read_link(&path) else {
+            break;
+        };
+        path = path
+            .parent()
+            .map_or_else(|| next.clone(), |dir| dir.join(&next));
+    }
+    path
 }
 
 #[cfg(test)]

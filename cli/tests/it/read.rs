@@ -202,6 +202,19 @@ fn limit_state_out_and_resume_continue_the_identical_sequence() {
     assert_eq!(head.len(), 12);
     let tail = keys(&[d, "--resume", s, "--workers", "1"]);
     assert_eq!([head, tail].concat(), full);
+    // A symlink given as --state-out stays one: the file it names takes the state.
+    std::fs::create_dir(dir.path().join("kept")).unwrap();
+    let link = dir.path().join("state-link.json");
+    std::os::unix::fs::symlink("kept/state.json", &link).unwrap();
+    let l = link.to_str().unwrap();
+    let limited = [
+        d, "--seed", "9", "--epoch", "3", "--batch", "5", "--limit", "12",
+    ];
+    let head = keys(&[&limited[..], &["--state-out", l]].concat());
+    assert!(std::fs::symlink_metadata(&link).unwrap().is_symlink());
+    assert!(dir.path().join("kept/state.json").is_file());
+    let tail = keys(&[d, "--resume", l]);
+    assert_eq!([head, tail].concat(), full);
     // A --state-out whose folder is missing, or takes no file (even root's), is refused before
     // anything is read.
     for (nowhere, why) in [
