@@ -573,6 +573,20 @@ pub fn run(a: PackArgs) -> Result<(), Failure> {
             }
             Ok(())
         }
+        // Stopped before its first shard was published, an --overwrite leaves the earlier
+        // dataset; the user must know whether it is still there.
+        Err(PackError::Interrupted)
+            if plan.overwrite && plan.output.join(shardtool_manifest::FILE_NAME).exists() =>
+        {
+            Err(Failure::signalled_after(
+                crate::progress::stopped_by().unwrap_or(libc::SIGINT),
+                format!(
+                    "the earlier dataset in {} is left as it was (--overwrite replaces it only \
+                     once the new one's first shard is ready)",
+                    plan.output.display()
+                ),
+            ))
+        }
         Err(e) => Err(failure(e)),
     }
 }
@@ -642,7 +656,9 @@ fn print_summary(out: &Path, r: &PackReport) {
     );
     let ignored = match i.ignored {
         0 => String::new(),
-        n => format!(", ignored {n} files (hidden, not images, or beside the class folders)"),
+        n => format!(
+            ", ignored {n} (hidden files and folders; files not images or beside the class folders)"
+        ),
     };
     outln!("  failed {} (see errors.jsonl){ignored}", i.failed);
     if m.classes.is_empty() {

@@ -165,7 +165,8 @@ pub struct InputCounts {
     pub packed: u64,
     /// Inputs that failed (each has a line in `errors.jsonl`).
     pub failed: u64,
-    /// Files ignored (hidden, or not an image extension).
+    /// Entries ignored: hidden files and folders (each counted once), files without an image
+    /// extension, files beside an ImageFolder's class folders.
     pub ignored: u64,
 }
 
