@@ -853,14 +853,21 @@ class Loader:
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Continues from ``state`` (from ``state_dict``) at the next ``iter()``: the identical
         remaining batches. Raises ``ValueError`` for a state of another dataset, seed, batch size,
-        ``drop_last`` or format, and at that ``iter()`` for one saved by a loader of another rank,
-        world size, shuffle, remainder, ``interleave`` or ``shuffle_buffer`` (save one state per
-        rank; each rank loads its own; keep those options to resume, even where a cache limit
-        asks for a smaller buffer: change them at an epoch's start). ``workers`` and ``prefetch``
-        may change. After
-        a change of world size (a job restarted on fewer hosts), no state resumes the epoch: start
-        the next one afresh with :meth:`set_epoch`, which also drops a loaded state of another
-        epoch. The command line's ``read --resume`` takes these from the state instead."""
+        ``drop_last`` or format, and at that ``iter()`` for one saved by a loader of another
+        shuffle, remainder, ``interleave`` or ``shuffle_buffer`` (keep those options to resume,
+        even where a cache limit asks for a smaller buffer: change them at an epoch's start).
+        ``workers`` and ``prefetch`` may change.
+
+        A state saved by another rank, or at another world size (a job restarted on fewer or more
+        hosts), resumes this rank's share of what the epoch has left: every rank of the saved
+        world is taken to have read as many batches as the one that saved it, as DDP ranks do, so
+        rank 0's state alone resumes every rank. With what was read before, each sample is then
+        read at most once; the remainder of the new split (fewer than ``world_size`` samples) is
+        left out, or padded with ``remainder="pad"``, and the epoch's batch count changes. Only a
+        state read in order (``in_order=True``), to the end of a batch, and not by a DataLoader
+        worker, is taken so; another raises at ``iter()``. :meth:`set_epoch` drops a loaded
+        state of another epoch. The command line's ``read --resume`` takes these options from
+        the state instead."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, not {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:

@@ -190,8 +190,11 @@ pub struct ReadArgs {
     #[arg(long, value_name = "FILE")]
     pub state_out: Option<PathBuf>,
     /// Continue from a state file written by --state-out. The state decides the order: its
-    /// seed, epoch, rank and world, batch size, shuffle options (shuffle on or off,
-    /// interleave, buffer, remainder) and --drop-last are used, and those flags are ignored.
+    /// seed, epoch, batch size, shuffle options (shuffle on or off, interleave, buffer,
+    /// remainder) and --drop-last are used, and those flags are ignored. Its rank and world are
+    /// used too, unless --rank and --world (or RANK and WORLD_SIZE) name others: that rank then
+    /// reads its share of what the epoch has left, every rank of the state's world taken to
+    /// have read as many batches as the state's (a state read in order, to a batch's end).
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
     /// Do not report slow records on stderr.
@@ -230,21 +233,16 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
                 )));
             }
         };
-        // The rank asked for (flags, or torchrun's $RANK and $WORLD_SIZE) must be the state's:
-        // another rank's position would read that rank's samples.
+        // A rank asked for (flags, or torchrun's $RANK and $WORLD_SIZE) other than the state's
+        // reads its own share of what the epoch has left (the reader refuses a state that
+        // tells only its own rank's position).
         let env = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<u32>().ok());
         let asked = match (a.loader.rank, a.loader.world) {
             (Some(r), Some(w)) => Some((r, w)),
             _ => env("RANK").zip(env("WORLD_SIZE")),
         };
-        if let Some((r, w)) = asked.filter(|&rw| rw != (state.rank, state.world)) {
-            return Err(Failure::usage(anyhow::anyhow!(
-                "{} is the state of rank {} of {}, and this read is rank {r} of {w}: give each \
-                 rank its own state",
-                path.display(),
-                state.rank,
-                state.world
-            )));
+        if let Some((r, w)) = asked {
+            builder = builder.partition(r, w);
         }
         builder = builder.resume(state);
     }

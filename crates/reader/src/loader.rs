@@ -8,6 +8,8 @@ use crate::plan::{per_rank, rank_order, OrderOptions};
 use crate::state::{dataset_fingerprint, LoaderState};
 use crate::transform::Transform;
 use crate::work::{worker, Msg, WorkerShared};
+
+mod resume;
 use crate::ReadError;
 use serde::{Deserialize, Serialize};
 #[cfg(feature = "remote")]
@@ -68,6 +70,9 @@ pub struct LoaderBuilder {
     resume: Option<LoaderState>,
     /// Whether the state must match the builder's order, partition and batch size.
     resume_strict: bool,
+    /// Whether [`LoaderBuilder::partition`] was called: a state of another partition then
+    /// resumes in this one.
+    partition_set: bool,
     split: Option<(u32, u32)>,
     allocator: Arc<dyn BatchAllocator>,
     fields: Vec<String>,
@@ -87,45 +92,6 @@ fn env_u32(name: &str) -> Result<Option<u32>, String> {
             .map_err(|_| format!("{name}={v:?} is not a whole number")),
         Err(std::env::VarError::NotUnicode(v)) => Err(format!("{name}={v:?} is not a number")),
     }
-}
-
-/// What differs between a saved state and the builder it is loaded into, as `name state/builder`.
-fn strict_differences(s: &LoaderState, b: &LoaderBuilder) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut check = |name: &str, state: String, here: String| {
-        if state != here {
-            out.push(format!("{name}: {state} in the state, {here} here"));
-        }
-    };
-    check(
-        "rank",
-        format!("{} of {}", s.rank, s.world),
-        format!("{} of {}", b.rank, b.world),
-    );
-    check(
-        "batch size",
-        s.batch_size.to_string(),
-        b.batch_size.to_string(),
-    );
-    check("epoch", s.epoch.to_string(), b.epoch.to_string());
-    if let Some(d) = s.drop_last {
-        check("drop_last", d.to_string(), b.drop_last.to_string());
-    }
-    let (o, p) = (&s.order, &b.order);
-    check("seed", o.seed.to_string(), p.seed.to_string());
-    check("shuffle", o.shuffle.to_string(), p.shuffle.to_string());
-    check(
-        "interleave",
-        o.interleave.to_string(),
-        p.interleave.to_string(),
-    );
-    check("shuffle buffer", o.buffer.to_string(), p.buffer.to_string());
-    check(
-        "remainder",
-        o.remainder.to_string(),
-        p.remainder.to_string(),
-    );
-    out
 }
 
 /// Most batches each worker may have ready ahead of the consumer: each is a whole batch buffer.
@@ -167,6 +133,7 @@ impl LoaderBuilder {
             corrupt: CorruptPolicy::Fail,
             resume: None,
             resume_strict: false,
+            partition_set: false,
             split: None,
             allocator: Arc::new(CpuAllocator::default()),
             fields: Vec::new(),
@@ -223,6 +190,7 @@ impl LoaderBuilder {
         self.rank = rank;
         self.world = world;
         self.env_partition_error = None;
+        self.partition_set = true;
         self
     }
     /// Worker threads (default: the cores, shared among the `LOCAL_WORLD_SIZE` ranks torchrun
@@ -282,16 +250,21 @@ impl LoaderBuilder {
         self.corrupt = p;
         self
     }
-    /// Continue from a saved state (its order, epoch, partition and batch size win).
+    /// Continue from a saved state (its order, epoch, partition and batch size win; a partition
+    /// given with [`partition`](Self::partition) wins over the state's, as in
+    /// [`resume_matching`](Self::resume_matching)).
     pub fn resume(mut self, state: LoaderState) -> Self {
         self.resume = Some(state);
         self
     }
-    /// Continue from a saved state made with this builder's order, partition and batch size
-    /// (and epoch): a state of another rank, world size, seed or shuffle is an error
-    /// ([`ReadError::BadState`] naming the difference), not silently followed. For callers whose
-    /// options are explicit, as a training script's are: a checkpoint saved on rank 0 and loaded
-    /// on every rank would otherwise make every rank read rank 0's samples.
+    /// Continue from a saved state made with this builder's order and batch size (and epoch):
+    /// a state of another seed or shuffle is an error ([`ReadError::BadState`] naming the
+    /// difference), not silently followed. For callers whose options are explicit, as a training
+    /// script's are. A state of another rank or world size resumes this rank's share of what
+    /// the epoch has left, taking every rank of its world to have delivered as many batches as
+    /// it did (DDP ranks step together): a checkpoint saved on rank 0 resumes every rank, on as
+    /// many hosts or others. Only a state read in order, to a whole batch and not a DataLoader
+    /// worker's share, is taken so; another is an error.
     pub fn resume_matching(mut self, state: LoaderState) -> Self {
         self.resume = Some(state);
         self.resume_strict = true;
@@ -356,51 +329,11 @@ impl LoaderBuilder {
         dataset.carry(self.fields.clone());
         let dataset = Arc::new(dataset);
         let fingerprint = dataset_fingerprint(&dataset);
-        let mut skip = BTreeSet::new();
-        let mut delivered_prefix = 0;
-        let mut partial = None;
         let resumed = self.resume.is_some();
-        if let Some(s) = self.resume.take() {
-            if s.version != 1 || s.dataset != fingerprint {
-                return Err(ReadError::BadState(
-                    "the saved state belongs to another dataset or version".into(),
-                ));
-            }
-            if s.split != self.split {
-                let share = |s: Option<(u32, u32)>| match s {
-                    Some((i, n)) => format!("share {i} of {n} of the rank's batches"),
-                    None => "all of the rank's batches".to_string(),
-                };
-                return Err(ReadError::BadState(format!(
-                    "the saved state is for {}, this loader reads {} (a state resumes with the \
-                     worker count it was saved with)",
-                    share(s.split),
-                    share(self.split)
-                )));
-            }
-            if self.resume_strict {
-                let differs = strict_differences(&s, &self);
-                if !differs.is_empty() {
-                    return Err(ReadError::BadState(format!(
-                        "the saved state was made by a loader with other options ({}); load each \
-                         rank's own state into a loader made as that one was (a world size that changed starts the next epoch afresh)",
-                        differs.join("; ")
-                    )));
-                }
-            }
-            self.order = s.order;
-            self.epoch = s.epoch;
-            self.rank = s.rank;
-            self.world = s.world;
-            self.env_partition_error = None;
-            self.batch_size = s.batch_size;
-            self.drop_last = s.drop_last.unwrap_or(self.drop_last);
-            // The prefix is added once the epoch's batch count is known: a saved state is read
-            // from a checkpoint file and may claim any number.
-            delivered_prefix = s.delivered_prefix;
-            skip.extend(s.delivered_extra.iter().copied());
-            partial = s.partial;
-        }
+        let r = self.take_resume(&fingerprint)?;
+        let mut skip: BTreeSet<u64> = r.extra.iter().copied().collect();
+        let (delivered_prefix, mut partial, resharded) =
+            (r.delivered_prefix, r.partial, r.resharded);
         if self.order.buffer == 0 || self.order.interleave == 0 {
             let what = format!(
                 "shuffle buffer {} and interleave {}: both count samples or shards and must be \
@@ -460,22 +393,30 @@ impl LoaderBuilder {
         }
         let counts = dataset.counts();
         let total: u64 = counts.iter().sum();
-        let mut order = rank_order(&counts, &self.order, self.epoch, self.rank, self.world)
-            .map_err(|e| ReadError::Manifest {
-                path: dataset.dir.join("manifest.json"),
-                message: format!(
-                    "the order of the {} samples it states cannot be held in memory ({e})",
-                    per_rank(total, self.world, self.order.remainder)
-                ),
-            })?;
-        debug_assert_eq!(
-            order.len() as u64,
-            per_rank(total, self.world, self.order.remainder)
-        );
-        crate::plan::rank_share(total, self.world, self.order.remainder)?;
+        let (opts, batch) = (&self.order, self.batch_size);
+        let pool =
+            crate::plan::left_over(&counts, opts, self.epoch, &resharded, batch, self.drop_last)?;
+        let mut order = match &pool {
+            Some(pool) => crate::plan::share_of(pool, opts.remainder, self.rank, self.world),
+            None => rank_order(&counts, opts, self.epoch, self.rank, self.world),
+        }
+        .map_err(|e| ReadError::Manifest {
+            path: dataset.dir.join("manifest.json"),
+            message: format!(
+                "the order of the {} samples it states cannot be held in memory ({e})",
+                per_rank(total, self.world, self.order.remainder)
+            ),
+        })?;
+        if pool.is_none() {
+            crate::plan::rank_share(total, self.world, self.order.remainder)?;
+        }
         let planned = order.len() as u64;
         if self.drop_last {
-            let whole = crate::plan::whole_batches(order.len() as u64, self.batch_size as u64)?;
+            // What an epoch resumed at another world size has left may fill no batch.
+            let whole = match pool {
+                None => crate::plan::whole_batches(planned, self.batch_size as u64)?,
+                Some(_) => planned / self.batch_size as u64,
+            };
             order.truncate((whole * self.batch_size as u64) as usize);
         }
         if let Some(side) = self.transform.fixed_size() {
@@ -666,6 +607,7 @@ impl LoaderBuilder {
                 partial,
                 split: self.split,
                 drop_last: Some(self.drop_last),
+                resharded,
             },
             delivered: crate::delivered::Delivered::new(skip.iter().copied(), self.split, batches),
             batches,

@@ -38,6 +38,11 @@ pub struct LoaderState {
     /// loader's own setting applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drop_last: Option<bool>,
+    /// The world sizes this epoch was read at before this one, oldest first, each with the
+    /// whole batches every one of its ranks had delivered when the epoch was resumed at the
+    /// next: this rank reads its share of what they left (empty for an epoch read at one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resharded: Vec<(u32, u64)>,
 }
 
 /// Identifies a dataset in saved states: XXH3 over the manifest's shard names and checksums.
