@@ -393,12 +393,21 @@ impl LoaderBuilder {
         }
         let counts = dataset.counts();
         let total: u64 = counts.iter().sum();
-        let (opts, batch) = (&self.order, self.batch_size);
-        let pool =
-            crate::plan::left_over(&counts, opts, self.epoch, &resharded, batch, self.drop_last)?;
-        let mut order = match &pool {
-            Some(pool) => crate::plan::share_of(pool, opts.remainder, self.rank, self.world),
-            None => rank_order(&counts, opts, self.epoch, self.rank, self.world),
+        let (opts, (rank, world)) = (&self.order, (self.rank, self.world));
+        let resumed = crate::plan::resumed_order(
+            &counts,
+            opts,
+            self.epoch,
+            &resharded,
+            self.batch_size,
+            self.drop_last,
+            rank,
+            world,
+        )?;
+        let resharded_here = resumed.is_some();
+        let mut order = match resumed {
+            Some(order) => Ok(order),
+            None => rank_order(&counts, opts, self.epoch, rank, world),
         }
         .map_err(|e| ReadError::Manifest {
             path: dataset.dir.join("manifest.json"),
@@ -407,15 +416,15 @@ impl LoaderBuilder {
                 per_rank(total, self.world, self.order.remainder)
             ),
         })?;
-        if pool.is_none() {
+        if !resharded_here {
             crate::plan::rank_share(total, self.world, self.order.remainder)?;
         }
         let planned = order.len() as u64;
         if self.drop_last {
             // What an epoch resumed at another world size has left may fill no batch.
-            let whole = match pool {
-                None => crate::plan::whole_batches(planned, self.batch_size as u64)?,
-                Some(_) => planned / self.batch_size as u64,
+            let whole = match resharded_here {
+                false => crate::plan::whole_batches(planned, self.batch_size as u64)?,
+                true => planned / self.batch_size as u64,
             };
             order.truncate((whole * self.batch_size as u64) as usize);
         }
@@ -712,7 +721,8 @@ impl Loader {
                     .extend(batch.index + 1..s.delivered_prefix);
                 s.delivered_prefix = batch.index;
             }
-            s.partial = Some((batch.index, before + consumed));
+            // None used: the position is the batch's start, no partial batch.
+            s.partial = Some((batch.index, before + consumed)).filter(|&(_, c)| c > 0);
         }
         s
     }

@@ -14,6 +14,9 @@
 use shardtool_core::SplitMix64;
 use std::collections::TryReserveError;
 
+mod resumed;
+pub use resumed::{resumed_order, MAX_RESHARDS, MAX_RESHARD_WORLD};
+
 /// A sample's address: shard index in the manifest, record index in the shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
 pub struct SampleRef {
@@ -228,89 +231,6 @@ impl EpochOrder {
     }
 }
 
-/// Most ranks a world size that resumed with another may have had (a checkpoint is data).
-pub const MAX_RESHARD_WORLD: u32 = 1 << 16;
-/// Most changes of world size one epoch's position may record.
-pub const MAX_RESHARDS: usize = 16;
-
-/// What an epoch has left after it ran at other world sizes: `resharded` lists each, oldest
-/// first, with the whole batches every one of its ranks had delivered (DDP ranks step together,
-/// so one rank's count is every rank's). Each rank's rest follows the one before it, in rank
-/// order, in the order it was to be read; the next world size cuts its shares from that, as
-/// [`share_of`] does. `None` for an epoch that ran at one world size.
-pub fn left_over(
-    counts: &[u64],
-    opts: &OrderOptions,
-    epoch: u64,
-    resharded: &[(u32, u64)],
-    batch: usize,
-    drop_last: bool,
-) -> Result<Option<Vec<SampleRef>>, crate::ReadError> {
-    let bad = |m: String| crate::ReadError::BadState(m);
-    if resharded.len() > MAX_RESHARDS {
-        return Err(bad(format!(
-            "the saved state records {} changes of world size in one epoch, more than {MAX_RESHARDS}",
-            resharded.len()
-        )));
-    }
-    let no_memory = |e: TryReserveError| bad(format!("its order cannot be held in memory ({e})"));
-    let batch = batch.max(1);
-    let epoch_order = match resharded.is_empty() {
-        true => return Ok(None),
-        false => EpochOrder::new(counts, opts, epoch).map_err(no_memory)?,
-    };
-    let mut pool: Option<Vec<SampleRef>> = None;
-    for &(world, delivered) in resharded {
-        if world == 0 || world > MAX_RESHARD_WORLD {
-            return Err(bad(format!(
-                "the saved state records a world size of {world}, not 1 to {MAX_RESHARD_WORLD}"
-            )));
-        }
-        let mut next = Vec::new();
-        for rank in 0..world {
-            let mut order = match &pool {
-                None => epoch_order.rank(counts, opts, epoch, rank, world),
-                Some(p) => share_of(p, opts.remainder, rank, world),
-            }
-            .map_err(no_memory)?;
-            if drop_last {
-                order.truncate(order.len() / batch * batch);
-            }
-            let batches = order.len().div_ceil(batch) as u64;
-            if delivered > batches {
-                return Err(bad(format!(
-                    "the saved state counts {delivered} batches delivered at world size {world},                      whose ranks had {batches}"
-                )));
-            }
-            let rest = &order[(delivered as usize * batch).min(order.len())..];
-            next.try_reserve_exact(rest.len()).map_err(no_memory)?;
-            next.extend_from_slice(rest);
-        }
-        pool = Some(next);
-    }
-    Ok(pool)
-}
-
-/// Rank `rank`'s share of `pool` among `world` ranks: a contiguous range of equal length for
-/// every rank, the remainder dropped or padded from the pool's start as `remainder` says.
-pub fn share_of(
-    pool: &[SampleRef],
-    remainder: Remainder,
-    rank: u32,
-    world: u32,
-) -> Result<Vec<SampleRef>, TryReserveError> {
-    let total = pool.len() as u64;
-    let per = per_rank(total, world, remainder);
-    let mut out = Vec::new();
-    if total == 0 {
-        return Ok(out);
-    }
-    out.try_reserve_exact(usize::try_from(per).unwrap_or(usize::MAX))?;
-    let begin = u64::from(rank) * per;
-    out.extend((begin..begin + per).map(|p| pool[(p % total) as usize]));
-    Ok(out)
-}
-
 /// `pieces` cut after their first `n` samples: those, and the rest.
 fn split_pieces(pieces: &[Piece], n: u64) -> (Vec<Piece>, Vec<Piece>) {
     let (mut head, mut tail) = (Vec::new(), Vec::new());
@@ -519,61 +439,10 @@ mod tests {
         }
 
         #[test]
-        fn an_epoch_resumed_at_another_world_size_reads_the_rest_once(
-            counts in proptest::collection::vec(0u64..40, 1..10),
-            world in 1u32..6,
-            later in 1u32..6,
-            done in 0u64..12,
-            batch in 1usize..5,
-            seed: u64,
-            drop_last: bool,
-        ) {
-            let opts = OrderOptions { seed, buffer: 7, interleave: 2, ..Default::default() };
-            let mut old = all_ranks(&counts, &opts, 1, world);
-            for o in &mut old {
-                if drop_last { o.truncate(o.len() / batch * batch); }
-            }
-            // DDP ranks step together: every rank delivered as many batches.
-            let done = done.min(old[0].len().div_ceil(batch) as u64);
-            let cut = (done as usize * batch).min(old[0].len());
-            let pool = left_over(&counts, &opts, 1, &[(world, done)], batch, drop_last).unwrap().unwrap();
-            let rest: Vec<SampleRef> = old.iter().flat_map(|o| o[cut..].to_vec()).collect();
-            prop_assert_eq!(&pool, &rest);
-            let shares: Vec<Vec<SampleRef>> =
-                (0..later).map(|r| share_of(&pool, Remainder::Drop, r, later).unwrap()).collect();
-            // Equal shares; with what was delivered, each sample at most once, and only the
-            // pool's remainder over the new world size left out.
-            prop_assert!(shares.iter().all(|s| s.len() == pool.len() / later as usize));
-            let mut seen = std::collections::HashSet::new();
-            for s in old.iter().flat_map(|o| &o[..cut]).chain(shares.iter().flatten()) {
-                prop_assert!(seen.insert(*s), "{:?} twice", s);
-            }
-            let read: usize = old.iter().map(Vec::len).sum();
-            prop_assert_eq!(seen.len(), read - pool.len() % later as usize);
-            // A second change cuts from the second world's rests in turn.
-            let again = left_over(&counts, &opts, 1, &[(world, done), (later, 0)], batch, drop_last).unwrap().unwrap();
-            let whole = |s: &Vec<SampleRef>| if drop_last { s.len() / batch * batch } else { s.len() };
-            let want: Vec<SampleRef> = shares.iter().flat_map(|s| s[..whole(s)].to_vec()).collect();
-            prop_assert_eq!(again, want);
-        }
-
-        #[test]
         fn same_inputs_same_order(counts in proptest::collection::vec(1u64..40, 1..8), seed: u64) {
             let opts = OrderOptions { seed, ..Default::default() };
             prop_assert_eq!(rank_order(&counts, &opts, 3, 0, 2).unwrap(), rank_order(&counts, &opts, 3, 0, 2).unwrap());
         }
-    }
-
-    #[test]
-    fn a_saved_world_size_past_the_bound_is_refused_before_any_work() {
-        let opts = OrderOptions::default();
-        assert!(left_over(&[10], &opts, 0, &[], 2, false).unwrap().is_none());
-        for chain in [vec![(0, 0)], vec![(MAX_RESHARD_WORLD + 1, 0)], vec![(2, 9)]] {
-            let err = left_over(&[10], &opts, 0, &chain, 2, false).unwrap_err();
-            assert!(matches!(err, crate::ReadError::BadState(_)), "{err}");
-        }
-        let long = vec![(1, 0); MAX_RESHARDS + 1];
-        assert!(left_over(&[10], &opts, 0, &long, 2, false).is_err());
     }
 
     #[test]

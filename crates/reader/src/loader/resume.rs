@@ -44,13 +44,18 @@ impl LoaderBuilder {
         }
         // Another rank or world size than the state's, asked for: DDP ranks step together, so
         // the state tells what every rank of its world delivered.
+        // A partial batch of which none was used is its start (written so before this was
+        // known).
+        let mut s = s;
+        s.partial = s.partial.filter(|&(_, used)| used > 0);
         let moved = (self.resume_strict || self.partition_set)
             && (s.rank, s.world) != (self.rank, self.world);
         if let Some(why) = moved.then(|| unmovable(&s)).flatten() {
             return Err(ReadError::BadState(format!(
                 "the saved state is of rank {} of {}, this loader is rank {} of {}: a state \
                  resumes at another rank or world size only where every rank stood alike, and \
-                 this one {why}; load each rank's own state, or start the next epoch afresh",
+                 this one {why}; load each rank's own state (at the world size it was saved \
+                 at), or start the next epoch (set_epoch)",
                 s.rank, s.world, self.rank, self.world
             )));
         }
