@@ -592,6 +592,22 @@ fn resume_at_another_rank_reads_its_share_and_names_a_python_state() {
             .collect();
         assert_eq!(rest, one[3..], "{args:?} {env:?}");
     }
+    // At a batch's start (`--limit 0`, or a pipe closed between batches) it is no partial batch.
+    let start = dir.path().join("start.json");
+    let none = [
+        d, "--rank", "0", "--world", "2", "--batch", "3", "--limit", "0",
+    ];
+    keys(&[&none[..], &["--state-out", start.to_str().unwrap()]].concat());
+    let resumed = [
+        d,
+        "--rank",
+        "1",
+        "--world",
+        "2",
+        "--resume",
+        start.to_str().unwrap(),
+    ];
+    assert_eq!(keys(&resumed), one);
     // Inside a batch, the other rank's position is unknown: refused.
     let inside = dir.path().join("inside.json");
     let limited = [
