@@ -74,8 +74,28 @@ fn http_reads_match_local_reads_and_the_second_epoch_is_all_hits() {
         let url = server.url(&format!("{name}/"));
         let want = keys(&[local.to_str().unwrap(), "--seed", "3", "--epoch", "1"]);
         assert_eq!(want.len(), 45);
-        let got = keys(&[&url, "--seed", "3", "--epoch", "1", "--cache-dir", c]);
+        let args = [
+            "read",
+            &url,
+            "--seed",
+            "3",
+            "--epoch",
+            "1",
+            "--cache-dir",
+            c,
+            "--keys",
+        ];
+        let cold = run(&args);
+        let got: Vec<String> = ok(&cold).lines().map(str::to_string).collect();
         assert_eq!(got, want, "{name}");
+        // Cold: each shard one miss, whether the prefetcher or the reader fetched it (a shard
+        // prefetched was also counted a hit when opened).
+        let shards = crate::common::manifest(&local).shards.len();
+        let err = String::from_utf8_lossy(&cold.stderr);
+        assert!(
+            err.contains(&format!("cache: 0 hits, {shards} misses")),
+            "{err}"
+        );
         // Epoch 2 from the warm cache: no shard is fetched again.
         let out = run(&[
             "read",
@@ -90,7 +110,6 @@ fn http_reads_match_local_reads_and_the_second_epoch_is_all_hits() {
         ok(&out);
         let err = String::from_utf8_lossy(&out.stderr);
         // One hit per shard opened: the prefetcher's look at a cached shard is not a hit.
-        let shards = crate::common::manifest(&local).shards.len();
         assert!(
             err.contains(&format!("cache: {shards} hits, 0 misses")),
             "{err}"

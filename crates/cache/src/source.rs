@@ -161,6 +161,9 @@ struct Shared {
     ahead: usize,
     /// How long a lock another process holds is waited for while its download does not move.
     holder_stall: std::time::Duration,
+    /// Shards the prefetcher fetched that the reader has not opened yet: counted as misses once
+    /// fetched, so their opening is no hit.
+    prefetched: Mutex<std::collections::HashSet<usize>>,
 }
 
 /// A remote dataset opened through a cache folder.
@@ -206,6 +209,7 @@ impl RemoteDataset {
             wake: Condvar::new(),
             ahead: options.ahead,
             holder_stall: crate::wait::holder_stall(&options.policy),
+            prefetched: Mutex::default(),
         });
         let threads = (0..options.concurrency)
             .filter_map(|i| {
@@ -605,7 +609,13 @@ impl Shared {
                     false => std::time::SystemTime::now() + crate::dir::AHEAD_GRACE,
                 };
                 CacheDir::touch(&paths, used);
-                if !fetched && count_hit {
+                let mut prefetched = self.prefetched.lock().unwrap_or_else(|p| p.into_inner());
+                let ahead = match count_hit {
+                    true => prefetched.remove(&i),
+                    false => fetched && prefetched.insert(i),
+                };
+                drop(prefetched);
+                if !fetched && count_hit && !ahead {
                     Recorder::add(&self.remote.metrics.hits, 1);
                 }
                 return Ok(Lease::new(
