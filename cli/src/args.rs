@@ -119,8 +119,9 @@ pub enum Command {
     ///
     /// Reads every shard once (in parallel) and reports every problem it finds, each naming the
     /// shard file, the member or record, and the reason. Exit status: 0 when the dataset is
-    /// whole, 1 when problems were found, 2 when it cannot be opened (no such directory, no or
-    /// unparsable manifest.json) or on bad options.
+    /// whole, 1 when problems were found or a remote dataset could not be read through (a shard
+    /// not fetched, a cache limit too small for a shard; --json says which), 2 when it cannot
+    /// be opened (no such directory, no or unparsable manifest.json) or on bad options.
     ///
     /// Examples:
     ///   shardtool verify out/
