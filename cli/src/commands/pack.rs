@@ -154,6 +154,18 @@ fn failure(e: PackError) -> Failure {
         PackError::Interrupted => {
             Failure::signalled(crate::progress::stopped_by().unwrap_or(libc::SIGINT))
         }
+        PackError::OutputNotEmpty { path }
+            if !path.join(shardtool_manifest::FILE_NAME).exists()
+                && !path.join(shardtool_pack::PLAN_DIR).exists()
+                && holds_images(&path) =>
+        {
+            Failure::usage(anyhow!(
+                "output {} holds images and no dataset: are INPUT and OUTPUT the wrong way \
+                 round? (shardtool pack INPUT OUTPUT; --overwrite packs into it all the same, \
+                 keeping the images)",
+                path.display()
+            ))
+        }
         PackError::OutputNotEmpty { path } => Failure::usage(anyhow!(
             "output {} is not empty; pass --overwrite to {}{}",
             path.display(),
@@ -175,6 +187,26 @@ fn failure(e: PackError) -> Failure {
         e if e.is_usage() => Failure::usage(e),
         e => Failure::run(e),
     }
+}
+
+/// Whether `folder` holds image files, or class folders of them (a look at the first hundred
+/// entries of each): an input given as OUTPUT.
+fn holds_images(folder: &Path) -> bool {
+    let image = |p: &Path| {
+        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
+        shardtool_pack::IMAGE_EXTENSIONS
+            .iter()
+            .any(|x| ext.eq_ignore_ascii_case(x))
+    };
+    let entries = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir).map_or_else(
+            |_| Vec::new(),
+            |d| d.flatten().take(100).map(|e| e.path()).collect(),
+        )
+    };
+    entries(folder)
+        .iter()
+        .any(|p| image(p) || (p.is_dir() && entries(p).iter().any(|q| image(q))))
 }
 
 /// Most shards `--shards` (or one of its ranges) may name.

@@ -65,6 +65,12 @@ fn a_non_empty_output_is_refused_without_overwrite() {
     write_file(other.join("notes.txt"), b"mine");
     pack(&root, &other).run().assert_code(2);
     assert_eq!(file_names(&other), ["notes.txt"]);
+    // INPUT and OUTPUT the wrong way round: the images' folder as the output is named so.
+    let r = pack(&ds, &root).run();
+    r.assert_code(2);
+    assert!(r.stderr.contains("the wrong way round"), "{}", r.stderr);
+    let r = pack(&root, &other).run();
+    assert!(!r.stderr.contains("the wrong way round"), "{}", r.stderr);
 
     // With --overwrite the old dataset is replaced: no stale shard of the first run survives, and
     // files that are not part of a dataset are left alone.
