@@ -407,6 +407,16 @@ class Loader:
         if "://" not in location:
             # The folder checked here is the one read: a later os.chdir changes neither.
             location = os.path.abspath(location)
+            # Found here, not at the first len() or iter() (a later cell of a notebook).
+            if os.path.isdir(location) and not os.path.exists(os.path.join(location, "manifest.json")):
+                raise FileNotFoundError(
+                    f"{location} holds no manifest.json: not a packed dataset (shardtool.pack makes one)"
+                )
+            if os.path.isfile(location) and not location.endswith(".json"):
+                raise ValueError(
+                    f"{location} is a file, not a dataset: give the dataset folder (holding "
+                    "manifest.json) or its manifest.json"
+                )
         batch_size = _check_int("batch_size", batch_size, 1, maximum=2**63 - 1)
         seed = _check_int("seed", seed, 0, maximum=2**64 - 1)
         epoch = _check_int("epoch", epoch, 0, maximum=2**64 - 1)

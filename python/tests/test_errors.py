@@ -20,6 +20,11 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
     p = datasets["tar"]
     with pytest.raises(FileNotFoundError):
         shardtool.Loader(tmp_path / "missing", batch_size=2)
+    # A folder of images, or a shard, is refused when the Loader is made, not at its first use.
+    with pytest.raises(FileNotFoundError, match="holds no manifest.json"):
+        shardtool.Loader(SAMPLE, batch_size=2)
+    with pytest.raises(ValueError, match="give the dataset folder"):
+        shardtool.Loader(next(p.glob("shard-*")), batch_size=2)
     with pytest.raises(TypeError):
         shardtool.Loader(p, batch_size="8")  # type: ignore[arg-type]
     with pytest.raises(TypeError):
