@@ -294,7 +294,8 @@ class Loader:
 
     ``dataset`` is a dataset folder, its ``manifest.json``, or the ``http(s)://`` / ``s3://`` URL
     of a remote one (whose shards are fetched through a checked cache in ``cache_dir``, at most
-    ``cache_limit`` bytes: an int or a size like ``"64GiB"``; a fetch fails after
+    ``cache_limit`` bytes: an int or a size like ``"64GiB"``, shared by the processes using that
+    folder (ranks on one node: give what each needs times their count); a fetch fails after
     ``fetch_timeout`` seconds without a byte, default 30, and is tried ``fetch_attempts`` times,
     default 5, with backoff, resuming by range; ``prefetch_shards``, default 8, are fetched ahead
     of the one read, ``fetch_concurrency``, default 4, at once: ``prefetch_shards=0`` fetches

@@ -15,6 +15,8 @@ pub struct CacheArgs {
     pub cache_dir: Option<PathBuf>,
     /// Most bytes of shards the cache folder may hold (e.g. 200GB or 200G, 64GiB); least recently used
     /// shards not in use are evicted. Too small for the shards open at once is an error at start.
+    /// Processes sharing a cache folder (ranks on one node) share its limit: give it what each
+    /// needs times their count, or one that waits for room held by the others fails after 120 s.
     /// [default: no limit]
     #[arg(long, value_name = "SIZE")]
     pub cache_limit: Option<String>,

@@ -141,11 +141,16 @@ fn flag_of(e: &PlanError) -> &'static str {
         PlanError::NoJobs | PlanError::TooManyJobs(_) => "--jobs",
         PlanError::Quality(_) => "--quality",
         PlanError::ZstdLevel(_) => "--compress",
+        PlanError::ZstdShardSize(_) => "--shard-size",
         PlanError::PackedShardSamples(_) | PlanError::NeedShardSamples => "--shard-samples",
         PlanError::OutputHoldsInputs { .. } => "OUTPUT",
         _ => "options",
     }
 }
+
+// What pack lets a zstd shard grow to is what verify and inspect decompress.
+const _: () =
+    assert!(shardtool_pack::MAX_ZSTD_SHARD_BYTES == shardtool_verify::DEFAULT_MAX_SHARD_BYTES);
 
 /// Maps a pack error to its exit code.
 fn failure(e: PackError) -> Failure {

@@ -563,7 +563,9 @@ impl Remote {
         })?;
         if res.meta.size != size {
             return Err(AttemptError::fatal(format!(
-                "the remote object is {} bytes, not the {size} expected",
+                "the remote object is {} bytes, not the {size} its manifest (or listing) \
+                 states: it changed on the server while this ran (a dataset packed again); \
+                 start again to read the new one",
                 res.meta.size
             )));
         }

@@ -38,7 +38,7 @@ pub use partition::{pack_part, Assignment, DoneRecord, PartReport};
 pub use pipeline::{pack, NoProgress, PackReport, Progress, ProgressSnapshot, StageTimes};
 pub use plan::{
     Compression, FrozenOptions, KeyChoice, PackPlan, PlanError, ShardFormatChoice, DEFAULT_SEED,
-    MAX_JOBS,
+    MAX_JOBS, MAX_ZSTD_SHARD_BYTES,
 };
 pub use plan_file::{make_or_keep_plan, make_plan, read_plan, PlanContainer, PlanFile, PLAN_DIR};
 

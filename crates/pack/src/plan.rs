@@ -440,6 +440,9 @@ impl PackPlan {
             if !(1..=22).contains(&l) {
                 return Err(PlanError::ZstdLevel(l));
             }
+            if self.shard_samples.is_none() && self.shard_bytes > MAX_ZSTD_SHARD_BYTES {
+                return Err(PlanError::ZstdShardSize(self.shard_bytes));
+            }
         }
         crate::output::check_apart(self)
     }
@@ -489,6 +492,10 @@ impl PackPlan {
 /// is refused, not given thousands of threads.
 pub const MAX_JOBS: usize = 4096;
 
+/// The largest zstd shard `--shard-size` may ask for: what verify and inspect decompress
+/// (`shardtool_verify::DEFAULT_MAX_SHARD_BYTES`).
+pub const MAX_ZSTD_SHARD_BYTES: u64 = 4 << 30;
+
 /// An option of a [`PackPlan`] that cannot work, found without touching the file system.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -520,6 +527,13 @@ pub enum PlanError {
     /// A zstd level outside 1..=22.
     #[error("zstd level {0} is outside 1..=22")]
     ZstdLevel(i32),
+    /// zstd shards larger than readers and verify decompress.
+    #[error(
+        "{0}-byte shards with --compress zstd: a zstd shard is decompressed whole, in memory, by \
+         readers, verify and inspect, which take at most {MAX_ZSTD_SHARD_BYTES} bytes; give \
+         --shard-size 4GiB or less (256MiB, the default, keeps readers' memory small)"
+    )]
+    ZstdShardSize(u64),
     /// The output folder is (or is inside) an ImageFolder input, or holds input files.
     #[error("output {} would take in the input {}: choose an output folder outside the inputs", .output.display(), .input.display())]
     OutputHoldsInputs {
@@ -547,6 +561,16 @@ mod tests {
         let mut p = base.clone();
         p.compression = Compression::Zstd(40);
         assert_eq!(p.validate(), Err(PlanError::ZstdLevel(40)));
+        // zstd shards past what verify decompresses; by sample count, the size is not asked.
+        p.compression = Compression::Zstd(3);
+        p.shard_bytes = MAX_ZSTD_SHARD_BYTES + 1;
+        let big = Err(PlanError::ZstdShardSize(MAX_ZSTD_SHARD_BYTES + 1));
+        assert_eq!(p.validate(), big);
+        p.shard_samples = Some(10);
+        assert!(p.validate().is_ok());
+        p.shard_bytes = MAX_ZSTD_SHARD_BYTES;
+        p.shard_samples = None;
+        assert!(p.validate().is_ok());
         let mut p = base.clone();
         p.shard_samples = Some(0);
         assert_eq!(p.validate(), Err(PlanError::ZeroShardSamples));
