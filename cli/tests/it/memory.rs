@@ -257,4 +257,17 @@ fn a_packed_shard_past_the_memory_limit_is_an_error() {
     ));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("no memory for the 243000000 bytes"), "{err}");
+    // A list file larger than that memory (sparse here) likewise: its read aborted.
+    let list = t.path().join("list.jsonl");
+    std::fs::File::create(&list)
+        .unwrap()
+        .set_len(400_000_000)
+        .unwrap();
+    let (code, err) = bash(&format!(
+        "ulimit -v 200000 && exec {BIN} pack --list {} {} -q",
+        list.display(),
+        t.path().join("list-out").display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("the list's 400000000 bytes"), "{err}");
 }
