@@ -298,6 +298,7 @@ impl CacheDir {
         // Files not named as downloads go only once untouched for ten minutes too, so one of a
         // process this one cannot see (another PID namespace) is spared.
         remove_stale_downloads(&dir.join("tmp"), std::time::Duration::from_secs(600));
+        stale::remove_stale_temps(&dir, stale::STALE_TEMP);
         Ok(dir)
     }
 
@@ -560,7 +561,8 @@ impl CacheDir {
         for e in fs::read_dir(&dir).map_err(CacheError::io(&dir))?.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with('.') {
-                // A reservation still being written.
+                // A reservation still being written (or one its writer died writing).
+                stale::remove_if_stale(&e, stale::STALE_TEMP);
                 continue;
             }
             let owner = name.rsplit_once('-').map_or("", |(owner, _)| owner);
@@ -865,3 +867,4 @@ fn check_owner(root: &Path) -> Result<(), CacheError> {
 
 #[cfg(test)]
 mod hardening;
+mod stale;
