@@ -873,12 +873,13 @@ class Loader:
         hosts), resumes this rank's share of what the epoch has left: every rank of the saved
         world is taken to have read as many batches as the one that saved it, as DDP ranks do, so
         rank 0's state alone resumes every rank. With what was read before, each sample is then
-        read at most once; the remainder of the new split (fewer than ``world_size`` samples) is
-        left out, or padded with ``remainder="pad"``, and the epoch's batch count changes. Only a
-        state read in order (``in_order=True``), to the end of a batch, and not by a DataLoader
-        worker, is taken so; another raises at ``iter()``. :meth:`set_epoch` drops a loaded
-        state of another epoch. The command line's ``read --resume`` takes these options from
-        the state instead."""
+        read at most once (with ``remainder="pad"``, the copies an earlier split padded with may
+        be read again); the remainder of the new split (fewer than ``world_size`` samples) is
+        left out or padded, and this pass yields fewer batches than ``len()``, which counts a
+        whole epoch. Only a state whose batches were all delivered in order (always so with
+        ``in_order=True``) and not by a DataLoader worker (``num_workers=0``) is taken so;
+        another raises at ``iter()``. :meth:`set_epoch` drops a loaded state of another epoch.
+        The command line's ``read --resume`` takes these options from the state instead."""
         if not isinstance(state, dict):
             raise TypeError(f"state must be a dict, not {type(state).__name__}")
         if state.get("format") != STATE_FORMAT:
