@@ -28,7 +28,8 @@ pub struct CacheArgs {
     /// Shards fetched at once.
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub fetch_concurrency: u32,
-    /// Attempts per shard before it counts as failed (retries back off exponentially, with jitter).
+    /// Attempts per shard before it counts as failed (retries back off exponentially, with
+    /// jitter); a shard the prefetcher failed is tried as many times again when it is read.
     #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub fetch_attempts: u32,
     /// Seconds without a byte before an attempt counts as stalled.
