@@ -10,7 +10,7 @@
 use super::{per_rank, EpochOrder, OrderOptions, SampleRef};
 use crate::ReadError;
 use std::cell::RefCell;
-use std::collections::TryReserveError;
+use std::collections::{HashMap, TryReserveError};
 
 /// Most ranks a world size that resumed with another may have had (a checkpoint is data).
 pub const MAX_RESHARD_WORLD: u32 = 1 << 16;
@@ -29,15 +29,16 @@ struct Stage {
     rest: u64,
 }
 
-/// What the pools are cut from, and the last order of the first stage computed (consecutive
-/// pieces mostly fall in one rank's order).
+/// What the pools are cut from, and the orders of the first stage's ranks computed so far: each
+/// is built once (a padded stage may take its pieces from several ranks in turn), together at
+/// most the epoch's order, what one rank of world 1 holds.
 struct Pools<'a> {
     counts: &'a [u64],
     opts: &'a OrderOptions,
     epoch: u64,
     first: EpochOrder,
     stages: Vec<Stage>,
-    last: RefCell<Option<(u32, Vec<SampleRef>)>>,
+    orders: RefCell<HashMap<u32, Vec<SampleRef>>>,
 }
 
 /// The samples rank `rank` of `world` reads of an epoch that ran before at the world sizes
@@ -64,7 +65,7 @@ pub fn resumed_order(
     if resharded.len() > MAX_RESHARDS {
         return Err(bad(format!(
             "the saved state records {} changes of world size in one epoch, more than \
-             {MAX_RESHARDS}: start the next epoch (set_epoch) to go on",
+             {MAX_RESHARDS}: start the next epoch to go on (set_epoch, or read --epoch)",
             resharded.len()
         )));
     }
@@ -75,7 +76,8 @@ pub fn resumed_order(
     for &(world, delivered) in resharded {
         if world == 0 || world > MAX_RESHARD_WORLD {
             return Err(bad(format!(
-                "the saved state records a world size of {world}, not 1 to {MAX_RESHARD_WORLD}"
+                "the saved state records a world size of {world}, not 1 to {MAX_RESHARD_WORLD}: \
+                 a state of more ranks resumes only at its own world size"
             )));
         }
         let share = per_rank(pool, world, opts.remainder);
@@ -87,7 +89,7 @@ pub fn resumed_order(
         let batches = per.div_ceil(batch);
         if delivered > batches {
             return Err(bad(format!(
-                "the saved state counts {delivered} batches delivered at world size {world}, \
+                "the saved state counts {delivered} batch(es) delivered at world size {world}, \
                  whose ranks had {batches}"
             )));
         }
@@ -113,7 +115,7 @@ pub fn resumed_order(
         epoch,
         first: EpochOrder::new(counts, opts, epoch).map_err(no_memory)?,
         stages,
-        last: RefCell::new(None),
+        orders: RefCell::default(),
     };
     let mut out = Vec::new();
     out.try_reserve_exact(usize::try_from(share).unwrap_or(usize::MAX))
@@ -160,13 +162,14 @@ impl Pools<'_> {
             return Ok(());
         }
         if i == 0 {
-            let mut last = self.last.borrow_mut();
-            if last.as_ref().is_none_or(|(rank, _)| *rank != r) {
-                let world = self.stages[0].world;
-                let order = (self.first).rank(self.counts, self.opts, self.epoch, r, world)?;
-                *last = Some((r, order));
-            }
-            let order = &last.as_ref().map_or(&[][..], |(_, o)| &o[..]);
+            let mut orders = self.orders.borrow_mut();
+            let order = match orders.entry(r) {
+                std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    let world = self.stages[0].world;
+                    v.insert((self.first).rank(self.counts, self.opts, self.epoch, r, world)?)
+                }
+            };
             out.try_reserve(n as usize)?;
             out.extend_from_slice(&order[from as usize..(from + n) as usize]);
             return Ok(());
@@ -294,5 +297,10 @@ mod tests {
         let wide = vec![(MAX_RESHARD_WORLD, 0); MAX_RESHARDS];
         let got = resumed_order(&[10], &opts, 0, &wide, 2, false, 3, 4).unwrap();
         assert_eq!(got.unwrap().len(), 16384);
+        // Two ranks with a sample left each, padded out to many: pieces alternate between the
+        // two, whose orders are built once each (once per piece took hours at 40M samples).
+        let fan = [(2, 19_999), (MAX_RESHARD_WORLD, 0)];
+        let got = resumed_order(&[10_000; 4], &opts, 0, &fan, 1, false, 0, 1).unwrap();
+        assert_eq!(got.unwrap().len(), MAX_RESHARD_WORLD as usize);
     }
 }
