@@ -95,10 +95,19 @@ pub fn check_fields(m: &Manifest, requested: &[String]) -> Result<(), ReadError>
                 l.join(", ")
             }
         };
+        // Field names are kept in lower case: `TXT` is `txt`.
+        let lower = f.to_lowercase();
+        let hint = match &lower != f && (always.contains(&lower) || optional.contains(&lower)) {
+            true => format!(" (names are in lower case: ask for {lower:?})"),
+            false => String::new(),
+        };
+        let some = match optional.is_empty() {
+            true => String::new(),
+            false => format!(" and {} in some", list(&optional)),
+        };
         return Err(ReadError::BadOptions(format!(
-            "the dataset has no field {f:?}; it carries {} in every sample and {} in some",
-            list(&always),
-            list(&optional)
+            "the dataset has no field {f:?}{hint}; it carries {} in every sample{some}",
+            list(&always)
         )));
     }
     Ok(())
@@ -193,8 +202,10 @@ mod tests {
         let e = asked(&m, &["label"]).unwrap_err();
         assert!(e.contains("labels"), "{e}");
         let e = asked(&m, &["cls"]).unwrap_err();
+        assert!(e.ends_with("it carries json, txt in every sample"), "{e}");
+        let e = asked(&m, &["TXT"]).unwrap_err();
         assert!(
-            e.contains("json, txt in every sample and none in some"),
+            e.contains("(names are in lower case: ask for \"txt\")"),
             "{e}"
         );
     }
