@@ -135,6 +135,30 @@ impl Write for AtomicFile {
     }
 }
 
+impl AtomicFile {
+    /// [`AtomicFile::commit`], unless `dest` exists by then: the temporary file goes and the
+    /// result is `false` (another writer was first). Where the file system has no hard links,
+    /// it replaces `dest` as `commit` does.
+    pub fn commit_new(mut self) -> io::Result<bool> {
+        let Some(buf) = self.file.take() else {
+            return Err(io::Error::other("already committed"));
+        };
+        let written = buf.into_inner().and_then(|file| file.sync_all());
+        let linked = written.and_then(|()| match fs::hard_link(&self.tmp, &self.dest) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+            Err(_) => fs::rename(&self.tmp, &self.dest).map(|()| true),
+            Ok(()) => Ok(true),
+        });
+        let _ = fs::remove_file(&self.tmp);
+        if linked? {
+            let dir = self.dest.parent().filter(|d| !d.as_os_str().is_empty());
+            fs::File::open(dir.unwrap_or(Path::new(".")))?.sync_all()?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
 impl Drop for AtomicFile {
     fn drop(&mut self) {
         if self.file.take().is_some() {
@@ -216,5 +240,19 @@ mod tests {
         f.write_all(b"fresh").unwrap();
         f.commit().unwrap();
         assert_eq!(std::fs::read(&dest).unwrap(), b"fresh");
+    }
+
+    #[test]
+    fn commit_new_keeps_what_another_writer_committed_first() {
+        let t = tempfile::tempdir().unwrap();
+        let dest = t.path().join("done.json");
+        let first = AtomicFile::create(&dest).unwrap();
+        let mut second = AtomicFile::create(&dest).unwrap();
+        second.write_all(b"second").unwrap();
+        assert!(second.commit_new().unwrap());
+        assert!(!first.commit_new().unwrap());
+        assert_eq!(std::fs::read(&dest).unwrap(), b"second");
+        let names: Vec<_> = std::fs::read_dir(t.path()).unwrap().flatten().collect();
+        assert_eq!(names.len(), 1, "a temporary file was left");
     }
 }

@@ -1,12 +1,11 @@
 //! Partitioned packing: a frozen plan (`OUTPUT/_plan/`), parts that pack the shards assigned to
 //! them and record each one done, and a merge that commits the dataset by writing its manifest.
 //!
-//! Shard `j` holds positions `[jK, (j+1)K)` of the seeded permutation, so what a shard holds
-//! never depends on how many parts run or in what order. A shard is published atomically, then
-//! its done record; a part skips shards whose done record matches the plan, and redoing one
-//! writes the same bytes, so a repeated or speculative attempt is harmless. The merge
-//! (`merge.rs`) reads done records (never directory listings) and writes `errors.jsonl`, then
-//! `manifest.json` last.
+//! Shard `j` holds positions `[jK, (j+1)K)` of the seeded permutation, so what a shard holds never
+//! depends on how many parts run or in what order. A shard is published atomically, then its done
+//! record; a part skips shards whose done record matches the plan, and redoing one writes the same
+//! bytes, so a repeated or speculative attempt is harmless. The merge (`merge.rs`) reads done
+//! records (never directory listings) and writes `errors.jsonl`, then `manifest.json` last.
 
 use crate::listing::{Container, ContainerKind, Origin};
 use crate::pipeline::{effective_spec, transform_in_order, write_sample, Ordered, Shared, Tally};
@@ -518,14 +517,24 @@ fn run_part(
             };
             if let Some(e) = &rec.entry {
                 store.publish(&e.file)?;
+            }
+            let bytes =
+                serde_json::to_vec(&rec).map_err(|e| PackError::io(done_name(j), e.into()))?;
+            // Of two attempts at once (a part run twice), the first record counts.
+            if !store.write_new(&done_name(j), &bytes)? {
+                if read_done(store, &file.hash, j)?.is_some() {
+                    st.report.skipped += 1;
+                    return Ok(());
+                }
+                store.write(&done_name(j), &bytes)?;
+            }
+            if let Some(e) = &rec.entry {
                 st.report.samples += e.samples;
                 st.report.bytes_out += e.bytes;
             }
             st.report.failed += rec.errors.len() as u64;
             st.report.packed += 1;
-            let bytes =
-                serde_json::to_vec(&rec).map_err(|e| PackError::io(done_name(j), e.into()))?;
-            store.write(&done_name(j), &bytes)
+            Ok(())
         };
     let check_max = |failed: u64| -> Result<(), PackError> {
         match max_errors {

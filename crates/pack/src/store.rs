@@ -156,6 +156,23 @@ impl Store {
         }
     }
 
+    /// Writes `name` as [`Store::write`] does, unless it exists by then: `false` (another
+    /// writer was first). An object store has no such test: its write replaces.
+    pub(crate) fn write_new(&self, name: &str, bytes: &[u8]) -> Result<bool, PackError> {
+        let Store::Local(root) = self else {
+            return self.write(name, bytes).map(|()| true);
+        };
+        let path = root.join(name);
+        let write = || {
+            let (mut f, held) = locked_temporary(&path)?;
+            std::io::Write::write_all(&mut f, bytes)?;
+            let first = f.commit_new()?;
+            drop(held);
+            Ok(first)
+        };
+        write().map_err(|e| PackError::io(path, e))
+    }
+
     /// Writes `name` as [`Store::write`] does, unless it holds `bytes` already: a manifest
     /// written again, even with the same bytes, is a new file to the readers of the dataset,
     /// which then fail their epoch.
