@@ -376,7 +376,10 @@ pub struct PackArgs {
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 
-    /// Replace an existing dataset in OUTPUT.
+    /// Replace an existing dataset in OUTPUT. The earlier dataset is deleted only just before
+    /// the new one's first shard is published, so a pack that fails or is stopped before then
+    /// leaves it whole; a pack with --shard-samples (which plans its shards) and `plan` delete
+    /// it once the inputs are listed.
     #[arg(long)]
     pub overwrite: bool,
 

@@ -248,6 +248,12 @@ pub fn run(a: ReadArgs) -> Result<(), Failure> {
     }
     // A symlink's target takes the state, as a shell's `>` would write it.
     let state_out = a.state_out.as_deref().map(link_target);
+    if let Some(path) = state_out.as_deref().filter(|p| a_link_loop(p)) {
+        return Err(Failure::usage(anyhow::anyhow!(
+            "--state-out {}: too many levels of symbolic links",
+            path.display()
+        )));
+    }
     if let Some(path) = &state_out {
         // Found out before reading: the position it is there to keep is lost otherwise.
         let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
@@ -504,6 +510,11 @@ fn link_target(path: &Path) -> PathBuf {
             .map_or_else(|| next.clone(), |dir| dir.join(&next));
     }
     path
+}
+
+/// Whether `path` is still a symlink after [`link_target`]: a loop, or a chain too long.
+fn a_link_loop(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
 }
 
 #[cfg(test)]

@@ -564,8 +564,8 @@ impl Remote {
         if res.meta.size != size {
             return Err(AttemptError::fatal(format!(
                 "the remote object is {} bytes, not the {size} its manifest (or listing) \
-                 states: it changed on the server while this ran (a dataset packed again); \
-                 start again to read the new one",
+                 states: it changed on the server (a dataset packed again while this ran: \
+                 start again; or a file changed since it was packed: verify on the server)",
                 res.meta.size
             )));
         }

@@ -432,7 +432,7 @@ fn decode_generic(
     let max_alloc = (u64::from(w) * u64::from(h))
         .saturating_mul(16)
         .saturating_add(HEADER_ALLOC);
-    reserve_for_decode(w, h, color)?;
+    reserve_for_decode(w, h, color, format)?;
     let dynimg = reader(max_alloc).decode().map_err(|e| match e {
         // The pixels fit the limit (checked above): a frame, strip or table the file declares
         // larger than its image asked for the rest. A damaged or hostile file.
@@ -454,17 +454,26 @@ fn decode_generic(
 /// Checks that the decode of a `w`×`h` image of `color` and its conversion to RGB8 find memory
 /// at once (reserved and given back): past the memory the process may take (`ulimit -v`), an
 /// error that stops the run rather than an abort inside the decoder.
-fn reserve_for_decode(w: u32, h: u32, color: image::ColorType) -> Result<(), ImageError> {
+fn reserve_for_decode(
+    w: u32,
+    h: u32,
+    color: image::ColorType,
+    format: ImageFormat,
+) -> Result<(), ImageError> {
     let px = u64::from(w) * u64::from(h);
-    let convert = match color {
-        image::ColorType::Rgb8 => 0,
-        image::ColorType::Rgba8 => 3 * px,
-        c if c.has_alpha() => 7 * px,
-        _ => 3 * px,
+    let decoded = px.saturating_mul(u64::from(color.bytes_per_pixel()));
+    // The peak of the decode and conversion: an RGBA copy beside the decoded pixels, then the
+    // RGB8 one beside that; TIFF and WebP decoders hold a buffer of their own beside the image.
+    let peak = match color {
+        image::ColorType::Rgb8 => decoded,
+        image::ColorType::Rgba8 => decoded + 3 * px,
+        c if c.has_alpha() => (decoded + 4 * px).max(7 * px),
+        _ => decoded + 3 * px,
     };
-    let len = px
-        .saturating_mul(u64::from(color.bytes_per_pixel()))
-        .saturating_add(convert);
+    let len = match format {
+        ImageFormat::Tiff | ImageFormat::WebP => peak.saturating_add(decoded),
+        _ => peak,
+    };
     let mut probe: Vec<u8> = Vec::new();
     match usize::try_from(len).map(|n| probe.try_reserve_exact(n)) {
         Ok(Ok(())) => Ok(()),

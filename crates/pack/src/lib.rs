@@ -123,10 +123,13 @@ pub enum PackError {
     },
     /// Reading an input failed for a fault of this machine, not of the input.
     #[error(
-        "reading {}: {} (this machine's fault, not the input's: raise the open-file limit \
-         (ulimit -n) or free memory, and run again)",
+        "reading {}: {} (this machine's fault, not the input's: {}, and run again)",
         .0.path,
-        .0.message
+        .0.message,
+        match .0.message.contains("no memory") || .0.message.contains("os error 12") {
+            true => "free memory, or raise the memory limit (ulimit -v)",
+            false => "raise the open-file limit (ulimit -n) or free memory",
+        }
     )]
     MachineFault(ErrorRecord),
     /// The worker threads could not be started.

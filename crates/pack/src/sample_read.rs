@@ -239,7 +239,11 @@ pub(crate) fn read_bounded(
     if len == 0 {
         return Err(("decode", "empty file".into()));
     }
-    let mut bytes = Vec::with_capacity(len as usize);
+    let mut bytes = Vec::new();
+    if bytes.try_reserve_exact(len as usize).is_err() {
+        let message = format!("no memory to read its {len} bytes");
+        return Err((MACHINE_FAULT, message));
+    }
     // `take` guards against a file that grows while we read it.
     file.take(limit + 1)
         .read_to_end(&mut bytes)
