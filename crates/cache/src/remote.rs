@@ -183,10 +183,11 @@ impl Remote {
                 (Arc::new(http), String::new())
             }
         };
-        // Two workers and a thread for name lookups; where a thread limit (`ulimit -u`) leaves
-        // fewer, the threads that wait on a fetch drive it (tokio panics when its first worker
-        // cannot start, and hangs when a later one cannot).
-        let mut rt = match shardtool_core::can_start_threads(3) {
+        // Two workers and a thread for name lookups, with room left for the prefetchers and a
+        // reader; where a thread limit (`ulimit -u`) leaves less, the threads that wait on a
+        // fetch drive it (tokio panics when its first worker cannot start, and hangs when a
+        // later one cannot).
+        let mut rt = match shardtool_core::can_start_threads(8) {
             true => tokio::runtime::Builder::new_multi_thread(),
             false => tokio::runtime::Builder::new_current_thread(),
         };

@@ -211,8 +211,13 @@ impl RemoteDataset {
             holder_stall: crate::wait::holder_stall(&options.policy),
             prefetched: Mutex::default(),
         });
+        // Each leaves a thread for the reader under a thread limit (`ulimit -u`): a read without
+        // prefetching goes on, one without a reader thread cannot.
         let threads = (0..options.concurrency)
-            .filter_map(|i| {
+            .map_while(|i| {
+                if !shardtool_core::can_start_threads(2) {
+                    return None;
+                }
                 let s = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("prefetch-{i}"))

@@ -584,16 +584,23 @@ impl LoaderBuilder {
                 shared_tx.clone()
             };
             let shared = shared.clone();
-            handles.push(
+            // A probe's threads just ended may count against a thread limit a moment longer.
+            let start = || {
+                let (shared, tx, mine) = (shared.clone(), tx.clone(), mine.clone());
                 std::thread::Builder::new()
                     .name(format!("reader-{w}"))
                     .spawn(move || worker(&shared, &mine, &tx))
-                    .map_err(|e| {
-                        ReadError::BadOptions(format!(
-                            "cannot start a reader thread: {e} (a thread limit: ulimit -u)"
-                        ))
-                    })?,
-            );
+            };
+            let started = (start().or_else(|_| {
+                std::thread::sleep(Duration::from_millis(20));
+                start()
+            }))
+            .map_err(|e| {
+                ReadError::BadOptions(format!(
+                    "cannot start a reader thread: {e} (a thread limit: ulimit -u)"
+                ))
+            })?;
+            handles.push(started);
         }
         drop(shared_tx);
         let expected_samples = order.len() as u64

@@ -79,9 +79,12 @@ pub fn map_on_threads<T: Sync, R: Send>(
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(jobs)
         .thread_name(move |i| format!("{name}-{i}"))
-        .build()
-        .map_err(|e| VerifyError::Usage(format!("cannot start {jobs} threads: {e}")))?;
-    Ok(pool.install(|| items.par_iter().with_max_len(1).map(f).collect()))
+        .build();
+    match pool {
+        Ok(pool) => Ok(pool.install(|| items.par_iter().with_max_len(1).map(f).collect())),
+        // A thread limit (`ulimit -u`) that leaves no room for the pool: this thread reads all.
+        Err(_) => Ok(items.iter().map(f).collect()),
+    }
 }
 
 /// Receives progress; called from worker threads.
