@@ -28,8 +28,9 @@ pub enum Command {
     /// (a folder, a file, a brace pattern like shard-{000000..000099}.tar, or a glob), or Parquet
     /// files in the Hugging Face layout (a folder, a file, a pattern); any of the last two may
     /// be http(s)://, s3:// or file:// URLs (a remote folder ends in /). The format is told
-    /// from the names; --input-format overrides it. Fields other than the image (a caption's
-    /// .txt, an input .json, anything else) are carried into each sample byte for byte; list and
+    /// from the names; --input-format overrides it. A WebDataset sample's fields other than the
+    /// image (a caption's .txt, an input .json, anything else) are carried into each sample byte
+    /// for byte (an ImageFolder's other files are not: give captions in a list); list and
     /// Parquet columns go into its .json, and a text column becomes its .txt. A dataset without
     /// labels packs without .cls (label -1 when read). Remote and Parquet inputs are staged in
     /// OUTPUT as hidden .stage-*.tmp files while the pack runs.

@@ -207,14 +207,15 @@ fn print_human(r: &Report) {
                 r.shards
             );
         }
-        // An image this machine had no memory to decode says nothing of the dataset.
-        let fault = "(machine_fault)";
-        let faults = r.problems.iter().filter(|p| p.message.contains(fault));
+        // An image, or a shard, this machine had no memory for says nothing of the dataset.
+        let faults = r.problems.iter().filter(|p| {
+            p.message.contains("(machine_fault)") || p.message.contains("of the shard in memory")
+        });
         if let n @ 1.. = faults.count() {
             outln!(
-                "    {n} of them: no memory to decode the image here (this machine's fault, not \
-                 the dataset's: free memory, or raise the memory limit, ulimit -v, and verify \
-                 again)"
+                "    {n} of them: no memory here to decode the image or hold the shard (this \
+                 machine's fault, not the dataset's: free memory, or raise the memory limit, \
+                 ulimit -v, and verify again)"
             );
         }
     }

@@ -228,12 +228,9 @@ pub(crate) fn preview_titled(
         .unwrap_or(0);
     let jobs = crate::jobs_within(opts.jobs, largest);
     let read = |w: &Want| read_picks(w, lone, &classes, opts);
+    let pool = shardtool_verify::pool_within(jobs, |i| format!("preview-{i}"))?;
     let results: Vec<Result<PicksRead, String>> =
-        match rayon::ThreadPoolBuilder::new().num_threads(jobs).build() {
-            Ok(pool) => pool.install(|| wants.par_iter().with_max_len(1).map(read).collect()),
-            // A thread limit (`ulimit -u`) that leaves no room for the pool: this thread reads.
-            Err(_) => wants.iter().map(read).collect(),
-        };
+        pool.install(|| wants.par_iter().with_max_len(1).map(read).collect());
     let mut picked = Vec::new();
     let mut available = available;
     for (r, w) in results.into_iter().zip(&wants) {

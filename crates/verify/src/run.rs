@@ -76,15 +76,34 @@ pub fn map_on_threads<T: Sync, R: Send>(
     if jobs <= 1 {
         return Ok(items.iter().map(f).collect());
     }
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(jobs)
-        .thread_name(move |i| format!("{name}-{i}"))
-        .build();
-    match pool {
-        Ok(pool) => Ok(pool.install(|| items.par_iter().with_max_len(1).map(f).collect())),
-        // A thread limit (`ulimit -u`) that leaves no room for the pool: this thread reads all.
-        Err(_) => Ok(items.iter().map(f).collect()),
+    let pool = pool_within(jobs, move |i| format!("{name}-{i}"))?;
+    Ok(pool.install(|| items.par_iter().with_max_len(1).map(f).collect()))
+}
+
+/// A pool of `jobs` threads, or of as many as a thread limit (`ulimit -u`) leaves: the work
+/// inside it uses it too (outside any pool, rayon's global one would panic where none starts).
+pub fn pool_within(
+    jobs: usize,
+    name: impl Fn(usize) -> String + Clone + Send + Sync + 'static,
+) -> Result<rayon::ThreadPool, VerifyError> {
+    let build = |n: usize| {
+        let name = name.clone();
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .thread_name(name)
+            .build()
+    };
+    let mut last = None;
+    for n in (1..=jobs.max(1)).rev() {
+        match build(n) {
+            Ok(pool) => return Ok(pool),
+            Err(e) => last = Some(e),
+        }
     }
+    Err(VerifyError::Usage(format!(
+        "cannot start a thread: {} (a thread limit: ulimit -u)",
+        last.map_or_else(String::new, |e| e.to_string())
+    )))
 }
 
 /// Receives progress; called from worker threads.

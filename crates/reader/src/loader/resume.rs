@@ -42,12 +42,12 @@ impl LoaderBuilder {
                 share(self.split)
             )));
         }
-        // Another rank or world size than the state's, asked for: DDP ranks step together, so
-        // the state tells what every rank of its world delivered.
         // A partial batch of which none was used is its start (written so before this was
         // known).
         let mut s = s;
         s.partial = s.partial.filter(|&(_, used)| used > 0);
+        // Another rank or world size than the state's, asked for: DDP ranks step together, so
+        // the state tells what every rank of its world delivered.
         let moved = (self.resume_strict || self.partition_set)
             && (s.rank, s.world) != (self.rank, self.world);
         if let Some(why) = moved.then(|| unmovable(&s)).flatten() {
