@@ -197,12 +197,7 @@ fn failure(e: PackError) -> Failure {
 /// Whether `folder` holds image files, or class folders of them (a look at the first hundred
 /// entries of each): an input given as OUTPUT.
 fn holds_images(folder: &Path) -> bool {
-    let image = |p: &Path| {
-        let ext = p.extension().and_then(|e| e.to_str()).unwrap_or("");
-        shardtool_pack::IMAGE_EXTENSIONS
-            .iter()
-            .any(|x| ext.eq_ignore_ascii_case(x))
-    };
+    let image = |p: &PathBuf| shardtool_pack::has_image_extension(p);
     let entries = |dir: &Path| -> Vec<PathBuf> {
         std::fs::read_dir(dir).map_or_else(
             |_| Vec::new(),
@@ -211,7 +206,7 @@ fn holds_images(folder: &Path) -> bool {
     };
     entries(folder)
         .iter()
-        .any(|p| image(p) || (p.is_dir() && entries(p).iter().any(|q| image(q))))
+        .any(|p| image(p) || (p.is_dir() && entries(p).iter().any(image)))
 }
 
 /// Most shards `--shards` (or one of its ranges) may name.

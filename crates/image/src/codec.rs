@@ -277,13 +277,7 @@ fn decode_jpeg(
     // The largest allocation of a pack: past the memory the process may take (`ulimit -v`), an
     // error that stops the run rather than an abort.
     let len = sw * sh * 3;
-    let mut pixels = Vec::new();
-    pixels.try_reserve_exact(len).map_err(|_| {
-        ImageError::new(
-            ErrorKind::OutOfMemory,
-            format!("no memory for the {len} bytes of its decoded pixels"),
-        )
-    })?;
+    let mut pixels = pixel_room(len as u64)?;
     pixels.resize(len, 0);
     let image = turbojpeg::Image {
         pixels: pixels.as_mut_slice(),
@@ -474,9 +468,15 @@ fn reserve_for_decode(
         ImageFormat::Tiff | ImageFormat::WebP => peak.saturating_add(decoded),
         _ => peak,
     };
-    let mut probe: Vec<u8> = Vec::new();
-    match usize::try_from(len).map(|n| probe.try_reserve_exact(n)) {
-        Ok(Ok(())) => Ok(()),
+    pixel_room(len).map(drop)
+}
+
+/// An empty buffer with room for `len` bytes of decoded pixels; where the memory the process
+/// may take (`ulimit -v`) has none, the error that stops the run (an abort otherwise).
+fn pixel_room(len: u64) -> Result<Vec<u8>, ImageError> {
+    let mut room = Vec::new();
+    match usize::try_from(len).map(|n| room.try_reserve_exact(n)) {
+        Ok(Ok(())) => Ok(room),
         _ => Err(ImageError::new(
             ErrorKind::OutOfMemory,
             format!("no memory for the {len} bytes of its decoded pixels"),

@@ -11,7 +11,8 @@ pub(crate) fn is_hidden(name: &OsStr) -> bool {
     name.as_encoded_bytes().first() == Some(&b'.')
 }
 
-pub(crate) fn has_image_extension(path: &Path) -> bool {
+/// Whether `path` ends in one of [`IMAGE_EXTENSIONS`] (case ignored).
+pub fn has_image_extension(path: &Path) -> bool {
     path.extension()
         .and_then(OsStr::to_str)
         .is_some_and(|e| IMAGE_EXTENSIONS.iter().any(|x| e.eq_ignore_ascii_case(x)))

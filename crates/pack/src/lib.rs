@@ -29,6 +29,7 @@ mod wds_input;
 
 pub use braces::expand_braces;
 pub use containers::{is_remote, resolve_input, InputFormat};
+pub use imagefolder::has_image_extension;
 pub use listing::{
     list_inputs, Columns, Container, ContainerKind, InputItem, InputSource, Inputs, ListError,
     ListOptions, Listing, Origin, IMAGE_EXTENSIONS, MAX_LABEL,
