@@ -348,6 +348,20 @@ impl CacheDir {
         Ok(true)
     }
 
+    /// Whether the cached file looks whole by its size and stamp alone, hashing and writing
+    /// nothing: for a waiter polling, without the shard's lock, whether another process has
+    /// published it (the caller then checks it properly under a shared lock).
+    pub(crate) fn looks_whole(p: &ShardPaths, bytes: u64, sum: Checksum) -> bool {
+        let Ok(md) = fs::metadata(&p.data) else {
+            return false;
+        };
+        md.len() == bytes
+            && shardtool_core::read_regular_within(&p.meta, 64 << 10)
+                .ok()
+                .and_then(|text| serde_json::from_slice::<Stamp>(&text).ok())
+                == Some(stamp_of(&md, bytes, sum))
+    }
+
     /// Records a freshly published, already checked file.
     pub(crate) fn stamp(p: &ShardPaths, bytes: u64, sum: Checksum) -> Result<(), CacheError> {
         let md = fs::metadata(&p.data).map_err(CacheError::io(&p.data))?;
@@ -371,16 +385,28 @@ impl CacheDir {
     /// release as they move on, it waits for room (polling with backoff) for at most
     /// [`ROOM_WAIT`]; when nothing will be released, or the wait runs out, it fails with the
     /// bytes held and in use.
+    #[cfg(test)]
     pub(crate) fn reserve(&self, need: u64) -> Result<(Reservation, u64), CacheError> {
+        self.reserve_unless(need, &|| false)
+            .map(|r| r.expect("never stopped"))
+    }
+
+    /// [`CacheDir::reserve`], its wait for room ended (`Ok(None)`) once `stopped` says so: a
+    /// reader being closed does not wait for other processes to make room.
+    pub(crate) fn reserve_unless(
+        &self,
+        need: u64,
+        stopped: &dyn Fn() -> bool,
+    ) -> Result<Option<(Reservation, u64)>, CacheError> {
         let Some(limit) = self.limit else {
-            return Ok((Reservation(None), 0));
+            return Ok(Some((Reservation(None), 0)));
         };
         let deadline = std::time::Instant::now() + ROOM_WAIT;
         let mut pause = Duration::from_millis(5);
         let mut evicted = 0;
         loop {
             match self.try_reserve(need, limit, &mut evicted)? {
-                Ok(r) => return Ok((r, evicted)),
+                Ok(r) => return Ok(Some((r, evicted))),
                 Err((used, in_use, reserved, others)) => {
                     // Only room that other processes, or readers of this one being stopped,
                     // hold will be released while we wait.
@@ -405,6 +431,9 @@ impl CacheDir {
                                 }
                             ),
                         });
+                    }
+                    if stopped() {
+                        return Ok(None);
                     }
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(250));

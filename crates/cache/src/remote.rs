@@ -40,7 +40,8 @@ impl FetchPolicy {
 }
 
 /// Why a fetch ended early.
-const STOPPED: &str = "stopped before it ended (the reader was closed, or the run was interrupted)";
+pub(crate) const STOPPED: &str =
+    "stopped before it ended (the reader was closed, or the run was interrupted)";
 
 /// How often a fetch looks at [`FetchPolicy::stop`].
 pub const STOP_POLL: Duration = Duration::from_millis(50);
@@ -225,7 +226,7 @@ impl Remote {
     }
 
     /// Whether [`Remote::cancel`] or the policy's stop flag ended this client's fetches.
-    fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         let flag = |f: &std::sync::atomic::AtomicBool| f.load(std::sync::atomic::Ordering::SeqCst);
         flag(&self.cancelled) || self.policy.stop.as_deref().is_some_and(flag)
     }

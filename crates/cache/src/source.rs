@@ -5,7 +5,7 @@ use crate::dir::{open_lock, CacheDir, Locked, ShardPaths};
 use crate::location::RemoteUrl;
 use crate::metrics::{CacheMetrics, Recorder};
 use crate::remote::{FetchPolicy, Remote};
-use crate::wait::{lock_within, OTHER_VERSION_WAIT};
+use crate::wait::{lock_within, NotTaken, OTHER_VERSION_WAIT};
 use crate::CacheError;
 use shardtool_core::{AtomicFile, Checksum};
 use shardtool_manifest::{Compression, Manifest};
@@ -603,7 +603,7 @@ impl Shared {
         loop {
             let lock = open_lock(&paths.lock)?;
             // Shared: waits only while another process (or thread) fetches or evicts this shard.
-            self.wait_for_holder(&lock, true, spec)?;
+            self.wait_for_holder(&lock, true, spec, &paths, false)?;
             let lock = Locked::new(lock);
             if CacheDir::whole(&paths, bytes, sum, fetched || !rehash)? {
                 // Fetched ahead (`count_hit` false only for the prefetcher): last in line for
@@ -633,22 +633,34 @@ impl Shared {
             // A whole file of other bytes: another version, which readers of other processes
             // may hold (a dataset re-packed on the server, another endpoint under the same URL).
             // Two such readers each waiting for the other's shard would wait forever.
+            // Either wait ends untaken once another process has published the shard: it is then
+            // read shared, not fetched again after the readers that hold it let go.
             let other_version = paths.data.exists();
             let lock = open_lock(&paths.lock)?;
+            let published = || !rehash && CacheDir::looks_whole(&paths, bytes, sum);
             if other_version {
-                lock_within(&lock, OTHER_VERSION_WAIT).map_err(|()| CacheError::Fetch {
-                    url: self.remote.url.shown(&spec.file),
-                    attempts: 1,
-                    message: format!(
-                        "the cached copy holds other bytes than this manifest names, and another \
-                         process has read it for {}s: the dataset changed on the server while \
-                         it ran, or another endpoint serves other bytes under this URL; use \
-                         another --cache-dir (cache_dir) for one of them",
-                        OTHER_VERSION_WAIT.as_secs()
-                    ),
-                })?;
-            } else {
-                self.wait_for_holder(&lock, false, spec)?;
+                let over = || self.remote.stopped() || published();
+                match lock_within(&lock, OTHER_VERSION_WAIT, &over) {
+                    Ok(()) => {}
+                    Err(NotTaken::Over) if !self.remote.stopped() => continue,
+                    Err(NotTaken::Over) => return Err(self.stopped(spec)),
+                    Err(NotTaken::Stalled(_)) => {
+                        return Err(CacheError::Fetch {
+                            url: self.remote.url.shown(&spec.file),
+                            attempts: 1,
+                            message: format!(
+                                "the cached copy holds other bytes than this manifest names, and \
+                                 another process has read it for {}s: the dataset changed on the \
+                                 server while it ran, or another endpoint serves other bytes \
+                                 under this URL; use another --cache-dir (cache_dir) for one of \
+                                 them",
+                                OTHER_VERSION_WAIT.as_secs()
+                            ),
+                        })
+                    }
+                }
+            } else if !self.wait_for_holder(&lock, false, spec, &paths, !rehash)? {
+                continue;
             }
             let lock = Locked::new(lock);
             // Someone may have fetched it while we waited for the exclusive lock.
@@ -667,29 +679,48 @@ impl Shared {
     }
 
     /// Takes the lock of `spec`'s cached copy, shared or exclusive, waiting while its holder's
-    /// download moves: a holder stopped or hung for [`Shared::holder_stall`] fails the wait.
+    /// download moves: a holder stopped or hung for [`Shared::holder_stall`] fails the wait, and
+    /// so does this reader being stopped. `Ok(false)`: with `watch`, the wait ended untaken
+    /// because the shard was published meanwhile; readers of other processes may hold it for
+    /// as long as they read it, and a fetcher waiting behind them waits for nothing.
     fn wait_for_holder(
         &self,
         lock: &File,
         shared: bool,
         spec: &ShardSpec,
-    ) -> Result<(), CacheError> {
+        paths: &ShardPaths,
+        watch: bool,
+    ) -> Result<bool, CacheError> {
         let tmp = self.dir.join("tmp");
-        crate::wait::lock_while_moving(lock, shared, &tmp, spec.cached_name(), self.holder_stall)
-            .map_err(|stalled| CacheError::Fetch {
+        let (bytes, sum) = (spec.cached_bytes(), spec.cached_checksum());
+        let over = || self.remote.stopped() || watch && CacheDir::looks_whole(paths, bytes, sum);
+        let name = spec.cached_name();
+        match crate::wait::lock_while_moving(lock, shared, &tmp, name, self.holder_stall, &over) {
+            Ok(()) => Ok(true),
+            Err(NotTaken::Over) if !self.remote.stopped() => Ok(false),
+            Err(NotTaken::Over) => Err(self.stopped(spec)),
+            Err(NotTaken::Stalled(waited)) => Err(CacheError::Fetch {
                 url: self.remote.url.shown(&spec.file),
                 attempts: 1,
                 message: format!(
                     "another process has held this shard's cache lock for {}s, writing nothing \
                      to its download for the last {}s: it is stopped or hung (kill it, or \
                      continue it if it was stopped); the lock is {}",
-                    stalled.0.as_secs(),
+                    waited.as_secs(),
                     self.holder_stall.as_secs(),
-                    CacheDir::shard_paths(&self.dir, spec.cached_name())
-                        .lock
-                        .display()
+                    paths.lock.display()
                 ),
-            })
+            }),
+        }
+    }
+
+    /// The error of a wait ended by this reader being stopped.
+    fn stopped(&self, spec: &ShardSpec) -> CacheError {
+        CacheError::Fetch {
+            url: self.remote.url.shown(&spec.file),
+            attempts: 1,
+            message: crate::remote::STOPPED.into(),
+        }
     }
 
     /// Fetches shard `i` again, checking its size and checksum against the manifest, keeping
@@ -704,7 +735,10 @@ impl Shared {
     /// Downloads, checks, decompresses and publishes one shard; the caller holds its lock.
     fn fetch_locked(&self, spec: &ShardSpec, paths: &ShardPaths) -> Result<(), CacheError> {
         let need = spec.cached_bytes() + spec.decompressed.map_or(0, |_| spec.bytes);
-        let (reservation, evicted) = self.cache.reserve(need)?;
+        let stopped = || self.remote.stopped();
+        let Some((reservation, evicted)) = self.cache.reserve_unless(need, &stopped)? else {
+            return Err(self.stopped(spec));
+        };
         Recorder::add(&self.remote.metrics.evictions, evicted);
         let tmp_dir = self.dir.join("tmp");
         let tmp = |what: &str| {

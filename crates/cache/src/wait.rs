@@ -41,21 +41,27 @@ fn progress(tmp: &Path, shard: &str) -> Vec<(String, u64, Option<SystemTime>)> {
 }
 
 #[cfg(feature = "remote")]
-/// How long another process held the lock without its download moving.
+/// Why a lock was not taken.
 #[derive(Debug)]
-pub(crate) struct Stalled(pub(crate) Duration);
+pub(crate) enum NotTaken {
+    /// Another process held it this long without its download moving.
+    Stalled(Duration),
+    /// The caller's `over` said the wait was no longer needed (stopped, or the shard appeared).
+    Over,
+}
 
 #[cfg(feature = "remote")]
 /// Takes `lock` (shared or exclusive) for shard `shard`, waiting while another process holds it
 /// for as long as that process's partial downloads in `tmp` keep changing; fails once they have
-/// not changed for `stall`.
+/// not changed for `stall`, or as soon as `over` (asked four times a second) says so.
 pub(crate) fn lock_while_moving(
     lock: &File,
     shared: bool,
     tmp: &Path,
     shard: &str,
     stall: Duration,
-) -> Result<(), Stalled> {
+    over: &dyn Fn() -> bool,
+) -> Result<(), NotTaken> {
     let take = || match shared {
         true => lock.try_lock_shared(),
         false => lock.try_lock(),
@@ -75,12 +81,15 @@ pub(crate) fn lock_while_moving(
             return Ok(());
         }
         if looked.elapsed() >= LOOK {
+            if over() {
+                return Err(NotTaken::Over);
+            }
             looked = Instant::now();
             let now = progress(tmp, shard);
             if now != last {
                 (last, moved) = (now, looked);
             } else if moved.elapsed() >= stall {
-                return Err(Stalled(started.elapsed()));
+                return Err(NotTaken::Stalled(started.elapsed()));
             }
         }
     }
@@ -113,15 +122,22 @@ pub(crate) fn holder_stall(policy: &crate::FetchPolicy) -> Duration {
 pub(crate) const OTHER_VERSION_WAIT: Duration = Duration::from_secs(60);
 
 #[cfg(feature = "remote")]
-/// Takes `lock` exclusively within `wait`.
-pub(crate) fn lock_within(lock: &File, wait: Duration) -> Result<(), ()> {
-    let deadline = Instant::now() + wait;
+/// Takes `lock` exclusively within `wait`, or until `over` says the wait is no longer needed.
+pub(crate) fn lock_within(
+    lock: &File,
+    wait: Duration,
+    over: &dyn Fn() -> bool,
+) -> Result<(), NotTaken> {
+    let started = Instant::now();
     loop {
         if lock.try_lock().is_ok() {
             return Ok(());
         }
-        if Instant::now() >= deadline {
-            return Err(());
+        if started.elapsed() >= wait {
+            return Err(NotTaken::Stalled(started.elapsed()));
+        }
+        if over() {
+            return Err(NotTaken::Over);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -157,10 +173,18 @@ mod tests {
         reader.lock_shared().unwrap();
         let other = File::open(&path).unwrap();
         let t = Instant::now();
-        assert!(lock_within(&other, Duration::from_millis(200)).is_err());
+        let never = || false;
+        let err = lock_within(&other, Duration::from_millis(200), &never);
+        assert!(matches!(err, Err(NotTaken::Stalled(_))), "{err:?}");
         assert!(t.elapsed() >= Duration::from_millis(200));
+        let t = Instant::now();
+        let err = lock_within(&other, Duration::from_secs(20), &|| {
+            t.elapsed() > Duration::from_millis(100)
+        });
+        assert!(matches!(err, Err(NotTaken::Over)), "{err:?}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
         drop(reader);
-        assert!(lock_within(&other, Duration::from_millis(200)).is_ok());
+        assert!(lock_within(&other, Duration::from_millis(200), &never).is_ok());
     }
 
     #[cfg(feature = "remote")]
@@ -175,12 +199,25 @@ mod tests {
         let stall = Duration::from_millis(400);
 
         // Nothing written: the waiter gives up after the stall, shared or exclusive.
+        let never = || false;
         for shared in [true, false] {
             let waiter = File::open(&path).unwrap();
             let t = Instant::now();
-            let err = lock_while_moving(&waiter, shared, &tmp, "s.tar", stall).unwrap_err();
-            assert!(t.elapsed() >= stall && err.0 >= stall, "{:?}", t.elapsed());
+            let err = lock_while_moving(&waiter, shared, &tmp, "s.tar", stall, &never);
+            let Err(NotTaken::Stalled(waited)) = err else {
+                panic!("{err:?}")
+            };
+            assert!(t.elapsed() >= stall && waited >= stall, "{:?}", t.elapsed());
         }
+
+        // Told the wait is over, it ends at its next look, long before the stall.
+        let waiter = File::open(&path).unwrap();
+        let t = Instant::now();
+        let err = lock_while_moving(&waiter, true, &tmp, "s.tar", stall * 10, &|| {
+            t.elapsed() > Duration::from_millis(100)
+        });
+        assert!(matches!(err, Err(NotTaken::Over)), "{err:?}");
+        assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
 
         // A download growing every 100 ms for 1.2 s keeps the waiter waiting past the stall,
         // and it gets the lock once the fetcher lets go.
@@ -200,7 +237,7 @@ mod tests {
         });
         let waiter = File::open(&path).unwrap();
         let t = Instant::now();
-        lock_while_moving(&waiter, true, &tmp, "s.tar", stall).unwrap();
+        lock_while_moving(&waiter, true, &tmp, "s.tar", stall, &never).unwrap();
         assert!(
             t.elapsed() >= Duration::from_millis(1100),
             "{:?}",
@@ -227,7 +264,7 @@ mod tests {
             }
         });
         let t = Instant::now();
-        assert!(lock_while_moving(&waiter, true, &tmp, "s.tar", stall).is_err());
+        assert!(lock_while_moving(&waiter, true, &tmp, "s.tar", stall, &never).is_err());
         assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
         stop.store(true, std::sync::atomic::Ordering::SeqCst);
         mover.join().unwrap();

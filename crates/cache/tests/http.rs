@@ -364,6 +364,75 @@ fn a_stop_flag_ends_a_stalled_fetch_and_a_backoff_at_once() {
     }
 }
 
+/// A reader waiting for the lock another process holds on a shard (its fetch, or readers of a
+/// copy this one cannot use) ends as soon as the reader is stopped, not after the holder's
+/// stall of ten minutes: a finished process no longer waits on its prefetcher at exit.
+#[test]
+fn a_wait_for_another_process_ends_when_the_reader_is_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_dataset(&tmp.path().join("www/ds"), &[100_000], &[]);
+    let server = Lighttpd::start(&tmp.path().join("www"));
+    let ds = open(&server.url("ds/"), options(&tmp.path().join("cache"))).unwrap();
+    let name = ds.specs()[0].cached_name().to_string();
+    let holder = std::fs::File::create(ds.cache_dir().join(format!("locks/{name}.lock"))).unwrap();
+    holder.lock().unwrap();
+    let t = std::time::Instant::now();
+    let e = std::thread::scope(|s| {
+        let waiter = s.spawn(|| ds.acquire(0).map(drop));
+        std::thread::sleep(Duration::from_millis(400));
+        ds.stop();
+        waiter.join().unwrap()
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(e.contains("stopped before it ended"), "{e}");
+}
+
+/// A reader that found a shard missing and waits to fetch it while other processes hold it
+/// shared stops waiting once one of them has published it, and reads that copy: before, it
+/// waited for every reader of the shard to let go, or for the holder's stall of ten minutes,
+/// and processes sharing a cache could wait on each other that long.
+#[test]
+fn a_fetch_waiting_behind_readers_reads_the_copy_another_process_published() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_dataset(&tmp.path().join("www/ds"), &[100_000], &[]);
+    let server = Lighttpd::start(&tmp.path().join("www"));
+    let url = server.url("ds/");
+    let ds = open(&url, options(&tmp.path().join("cache"))).unwrap();
+    let name = ds.specs()[0].cached_name().to_string();
+    // A reader of another process holds the shard's lock shared (while the copy is missing
+    // here, the waiter goes for the exclusive lock to fetch it).
+    let reader = std::fs::File::create(ds.cache_dir().join(format!("locks/{name}.lock"))).unwrap();
+    reader.lock_shared().unwrap();
+    // The copy another process publishes: fetched into a cache on the same file system and
+    // moved into place with its stamp, as a publish renames it.
+    let other = open(&url, options(&tmp.path().join("other"))).unwrap();
+    drop(other.acquire(0).unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            tx.send(ds.acquire(0).map(|l| l.path().to_path_buf()))
+                .unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        for (from, to) in [("shards", name.clone()), ("meta", format!("{name}.json"))] {
+            std::fs::rename(
+                other.cache_dir().join(from).join(&to),
+                ds.cache_dir().join(from).join(&to),
+            )
+            .unwrap();
+        }
+        let got = rx.recv_timeout(Duration::from_secs(10));
+        // Let a waiter of a regression go, so the test fails rather than hangs.
+        reader.unlock().unwrap();
+        let path = got.expect("still waiting behind the readers").unwrap();
+        assert_eq!(path, ds.cache_dir().join("shards").join(&name));
+    });
+    let m = ds.metrics();
+    assert_eq!((m.misses, m.hits), (0, 1), "{m:?}");
+}
+
 #[test]
 fn eviction_keeps_the_cache_under_its_limit_and_spares_shards_in_use() {
     let tmp = tempfile::tempdir().unwrap();
