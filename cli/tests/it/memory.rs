@@ -269,5 +269,9 @@ fn a_packed_shard_past_the_memory_limit_is_an_error() {
         t.path().join("list-out").display()
     ));
     assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("the list's 400000000 bytes"), "{err}");
+    assert!(
+        err.contains("no memory to hold its 400000000 bytes"),
+        "{err}"
+    );
+    assert!(err.contains("list.jsonl"), "{err}");
 }

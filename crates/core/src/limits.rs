@@ -66,7 +66,9 @@ pub fn read_regular_within(path: &std::path::Path, limit: u64) -> std::io::Resul
 }
 
 /// Reads a whole file of at most `limit` bytes, holding no more than `limit + 1` of a larger
-/// one, which is an [`ErrorKind::FileTooLarge`](std::io::ErrorKind::FileTooLarge) error.
+/// one, which is an [`ErrorKind::FileTooLarge`](std::io::ErrorKind::FileTooLarge) error. Its
+/// buffer is reserved fallibly: a file larger than the memory the process may take (`ulimit
+/// -v`) is an [`ErrorKind::OutOfMemory`](std::io::ErrorKind::OutOfMemory) error, not an abort.
 pub fn read_within(path: &std::path::Path, limit: u64) -> std::io::Result<Vec<u8>> {
     read_file_within(std::fs::File::open(path)?, limit)
 }
@@ -76,7 +78,16 @@ fn read_file_within(file: std::fs::File, limit: u64) -> std::io::Result<Vec<u8>>
     // Sized from the file system (within the limit), so a file is read in one or two calls
     // rather than in doubling steps.
     let hint = file.metadata().map_or(0, |m| m.len()).min(limit);
-    let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0).saturating_add(1));
+    let mut bytes = Vec::new();
+    let want = usize::try_from(hint)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1);
+    bytes.try_reserve_exact(want).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::OutOfMemory,
+            format!("no memory to hold its {hint} bytes"),
+        )
+    })?;
     file.take(limit.saturating_add(1)).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > limit {
         return Err(std::io::Error::new(

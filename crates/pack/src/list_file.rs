@@ -204,26 +204,10 @@ pub(crate) fn list_file(file: &Path, columns: &Columns) -> Result<Listing, ListE
             message,
         });
     }
-    let text = read_whole(file).map_err(ListError::io(file))?;
+    // Its buffer reserved fallibly: a list larger than the memory the process may take
+    // (`ulimit -v`) is an error that stops the pack, not an abort.
+    let text = shardtool_core::read_within(file, u64::MAX).map_err(ListError::io(file))?;
     list_text(file, &text, columns)
-}
-
-/// The bytes of `file`, their buffer reserved fallibly: a list larger than the memory the
-/// process may take (`ulimit -v`) is an error that stops the pack, not an abort.
-fn read_whole(file: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(file)?;
-    let len = f.metadata()?.len();
-    let mut text = Vec::new();
-    text.try_reserve_exact(usize::try_from(len).unwrap_or(usize::MAX))
-        .map_err(|_| {
-            std::io::Error::new(
-                std::io::ErrorKind::OutOfMemory,
-                format!("no memory to hold the list's {len} bytes"),
-            )
-        })?;
-    f.read_to_end(&mut text)?;
-    Ok(text)
 }
 
 /// Whether the relative path `path` leaves its folder (absolute, or up through `..`).
