@@ -24,6 +24,7 @@ from ._shardtool import (
     __version__,
 )
 from ._loader import Loader
+from ._options import PackOptions, PartitionOptions, PlanOptions
 from ._partition import merge, pack_part, plan, status
 from ._tools import inspect, pack, verify
 
@@ -57,7 +58,10 @@ __all__ = [
     "IncompleteEpochError",
     "Loader",
     "ManifestError",
+    "PackOptions",
+    "PartitionOptions",
     "PlanError",
+    "PlanOptions",
     "Tensor",
     "TooManyErrorsError",
     "__version__",

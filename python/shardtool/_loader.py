@@ -13,7 +13,9 @@ import threading
 import urllib.parse
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import (
+    TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -384,10 +386,10 @@ class Loader:
         decode: bool = True,
         transform: Optional[str] = None,
         flip: bool = False,
-        remainder: str = "drop",
+        remainder: Literal["drop", "pad"] = "drop",
         drop_last: bool = False,
         in_order: bool = True,
-        output: str = "torch",
+        output: Literal["torch", "numpy", "dlpack"] = "torch",
         device: Device = None,
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
         cache_limit: Optional[Union[int, str]] = None,

@@ -4,16 +4,26 @@ job, a notebook), any number of times, then ``merge``. See ``shardtool.ray`` for
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Union
+import sys
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from . import _shardtool
 from ._loader import _check_int, _check_path
+from ._options import PlanOptions
 from ._tools import MAX_JOBS, _report, checked_options
+
+# Unpack types **options; the checker takes it from typing_extensions before Python 3.11.
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: Any) -> Dict[str, Any]:
+def plan(
+    input: PathLike, output: PathLike, *, shard_samples: int, **options: Unpack[PlanOptions]
+) -> Dict[str, Any]:
     """Lists the inputs once and fixes the options, seed and shard count in ``output/_plan/``.
 
     Takes the options of :func:`shardtool.pack`; ``shard_samples`` (positions per shard) is
@@ -29,13 +39,13 @@ def plan(input: PathLike, output: PathLike, *, shard_samples: int, **options: An
     not matter). A plan killed while planning is simply made again.
     """
     out = _check_path("output", output)
-    options = checked_options(dict(options, shard_samples=shard_samples), caller="plan")
-    if options.get("resume") and options.get("overwrite"):
+    checked = checked_options({**options, "shard_samples": shard_samples}, caller="plan")
+    if checked.get("resume") and checked.get("overwrite"):
         # As pack refuses it: overwrite would replace the plan (and a merged dataset) at once.
         raise ValueError(
             "resume=True keeps a plan made from the same inputs, overwrite=True plans again: pass one"
         )
-    return _report(_shardtool.pack(_check_path("input", input), out, plan_only=True, **options))
+    return _report(_shardtool.pack(_check_path("input", input), out, plan_only=True, **checked))
 
 
 def pack_part(

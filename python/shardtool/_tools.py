@@ -5,9 +5,11 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from typing import Any, Dict, Optional, Sequence, Union
+import sys
+from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Sequence, Union
 
 from . import _shardtool
+from ._options import PackOptions
 from ._loader import _check_bool, _check_fetch, _check_int, _check_path, cache_limit_bytes
 
 
@@ -18,6 +20,12 @@ def _report(text: str) -> Dict[str, Any]:
 
 
 PathLike = Union[str, "os.PathLike[str]"]
+
+# Unpack types **options; the checker takes it from typing_extensions before Python 3.11.
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 # The most worker threads a pack starts (the Rust side refuses more too).
@@ -113,12 +121,12 @@ def pack(
     input: PathLike,
     output: PathLike,
     *,
-    input_format: Optional[str] = None,
+    input_format: Optional[Literal["imagefolder", "list", "wds", "parquet"]] = None,
     image_column: Optional[str] = None,
     label_column: Optional[str] = None,
     text_column: Optional[str] = None,
     drop_columns: Optional[Sequence[str]] = None,
-    **options: Any,
+    **options: Unpack[PackOptions],
 ) -> Dict[str, Any]:
     """Packs images into shards in ``output``, as ``shardtool pack INPUT OUTPUT`` does.
 
@@ -179,8 +187,8 @@ def pack(
         text_column=text_column,
         drop_columns=drop_columns,
     )
-    options = checked_options(dict(options, **columns))
-    if options.get("resume") and options.get("overwrite"):
+    checked = checked_options({**options, **columns})
+    if checked.get("resume") and checked.get("overwrite"):
         raise ValueError(
             "resume=True continues an interrupted pack, overwrite=True starts over: pass one"
         )
@@ -188,7 +196,7 @@ def pack(
         _shardtool.pack(
             _check_path("input", input),
             _check_path("output", output),
-            **options,
+            **checked,
         )
     )
 

@@ -23,9 +23,16 @@ import argparse
 import os
 import re
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from . import _partition
+from ._options import PartitionOptions
+
+# Unpack types **options; the checker takes it from typing_extensions before Python 3.11.
+if sys.version_info >= (3, 11):
+    from typing import Unpack
+elif TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 def pack(
@@ -36,7 +43,7 @@ def pack(
     shard_samples: int,
     cpus_per_part: int = 1,
     max_retries: int = 3,
-    **options: Any,
+    **options: Unpack[PartitionOptions],
 ) -> Dict[str, Any]:
     """Plans (keeping a plan already in ``output`` if it was made from the same input and
     options; ``ValueError`` naming the differences if not; ``overwrite=True`` plans again, in a
@@ -60,7 +67,8 @@ def pack(
         output = os.path.abspath(output)
     # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
     resume = not options.get("overwrite", False)
-    _partition.plan(input, output, shard_samples=shard_samples, **{"resume": resume, **options})
+    plan_options: PartitionOptions = {**options, "resume": resume}
+    _partition.plan(input, output, shard_samples=shard_samples, **plan_options)
 
     from . import DatasetError, PlanError, TooManyErrorsError
 

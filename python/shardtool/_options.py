@@ -1,0 +1,57 @@
+"""The keyword options of ``pack``, ``plan`` and ``ray.pack`` as types a checker can hold calls to."""
+
+from __future__ import annotations
+
+from typing import List, Literal, Optional, Tuple, TypedDict, Union
+
+# Each option may be given as None, which takes its default, as the CLI does without the flag.
+
+
+class _CommonOptions(TypedDict, total=False):
+    """Options every pack takes: the CLI's flags with underscores."""
+
+    format: Optional[Literal["wds", "packed"]]
+    resize: Optional[str]
+    upscale: Optional[bool]
+    filter: Optional[Literal["catmull-rom", "lanczos3", "bilinear"]]
+    encode: Optional[Literal["jpeg", "png", "keep"]]
+    quality: Optional[int]
+    decode_scale: Optional[str]
+    compress: Optional[str]
+    keys: Optional[Literal["input", "index"]]
+    seed: Optional[int]
+    shuffle: Optional[bool]
+    prefix: Optional[str]
+    max_pixels: Optional[int]
+    max_errors: Optional[int]
+    overwrite: Optional[bool]
+    resume: Optional[bool]
+
+
+class PackOptions(_CommonOptions, total=False):
+    """The keyword options of :func:`shardtool.pack` beyond its input's columns."""
+
+    shard_size: Optional[Union[int, str]]
+    shard_samples: Optional[int]
+    jobs: Optional[int]
+
+
+class _Columns(TypedDict, total=False):
+    """What a list or Parquet input's columns hold (see :func:`shardtool.pack`)."""
+
+    input_format: Optional[Literal["imagefolder", "list", "wds", "parquet"]]
+    image_column: Optional[str]
+    label_column: Optional[str]
+    text_column: Optional[str]
+    drop_columns: Optional[Union[List[str], Tuple[str, ...]]]
+
+
+class PartitionOptions(_CommonOptions, _Columns, total=False):
+    """The keyword options of :func:`shardtool.ray.pack` beyond its own: its shard samples and
+    threads are arguments of their own."""
+
+
+class PlanOptions(PartitionOptions, total=False):
+    """The keyword options of :func:`shardtool.plan` beyond ``shard_samples``."""
+
+    jobs: Optional[int]
