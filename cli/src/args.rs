@@ -71,17 +71,22 @@ pub enum Command {
     ///
     /// Examples:
     ///   shardtool plan photos/ /shared/out --resize shorter:256 --shard-samples 5000
+    ///   shardtool plan photos/ /shared/out --resize shorter:256 --shard-samples 5000 --resume
     ///   shardtool pack --plan /shared/out --part 3/16
     ///   shardtool status /shared/out
     ///   shardtool merge /shared/out
-    // The flags that run a plan or resume a pack, and --shard-size (a plan needs
-    // --shard-samples), are refused here, so not shown.
+    // The flags that run a plan, and --shard-size (a plan needs --shard-samples), are refused
+    // here, so not shown.
     #[command(
         verbatim_doc_comment,
         mut_arg("plan", |a| a.hide(true)),
         mut_arg("part", |a| a.hide(true)),
         mut_arg("shards", |a| a.hide(true)),
-        mut_arg("resume", |a| a.hide(true)),
+        mut_arg("resume", |a| a.help(
+            "Keep a plan already in OUTPUT when it was made from the same input and options (an \
+             error naming the options that differ otherwise): for a job that may run again. \
+             Without it a plan there is an error, and --overwrite replaces it"
+        )),
         mut_arg("shard_size", |a| a.hide(true)),
         mut_arg("max_errors", |a| a.help(
             "Stop a part with exit code 1 once more than N inputs have failed (those that failed \
@@ -296,6 +301,7 @@ pub struct PackArgs {
     pub format: FormatArg,
 
     /// Compress whole shards: zstd or zstd:LEVEL (1-22, default 3). Shards get a .zst suffix.
+    /// Default: not compressed.
     #[arg(long, value_name = "zstd[:LEVEL]")]
     pub compress: Option<String>,
 
@@ -373,7 +379,7 @@ pub struct PackArgs {
     /// Stop with exit code 1 once more than N inputs have failed (with --resume, counting those
     /// of the shards earlier runs finished; for a part, those that failed while listing and
     /// those of its own shards). Given to `plan`, it is the default of every part, and `merge`
-    /// commits nothing past it.
+    /// commits nothing past it. Default: no limit (every failure is listed in errors.jsonl).
     #[arg(long, value_name = "N")]
     pub max_errors: Option<u64>,
 

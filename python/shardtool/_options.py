@@ -2,38 +2,41 @@
 
 from __future__ import annotations
 
-from typing import List, Literal, Optional, Tuple, TypedDict, Union
+from typing import List, Literal, Optional, SupportsIndex, Tuple, TypedDict, Union
 
-# Each option may be given as None, which takes its default, as the CLI does without the flag.
+# Each option may be given as None, which takes its default, as the CLI does without the flag;
+# integers may be numpy's (anything with __index__; a bool is refused when run).
 
 
 class _CommonOptions(TypedDict, total=False):
-    """Options every pack takes: the CLI's flags with underscores."""
+    """Options every pack takes: the CLI's flags with underscores (see :func:`shardtool.pack`)."""
 
     format: Optional[Literal["wds", "packed"]]
     resize: Optional[str]
     upscale: Optional[bool]
     filter: Optional[Literal["catmull-rom", "lanczos3", "bilinear"]]
     encode: Optional[Literal["jpeg", "png", "keep"]]
-    quality: Optional[int]
+    quality: Optional[SupportsIndex]
     decode_scale: Optional[str]
     compress: Optional[str]
     keys: Optional[Literal["input", "index"]]
-    seed: Optional[int]
+    seed: Optional[SupportsIndex]
     shuffle: Optional[bool]
     prefix: Optional[str]
-    max_pixels: Optional[int]
-    max_errors: Optional[int]
+    max_pixels: Optional[SupportsIndex]
+    max_errors: Optional[SupportsIndex]
     overwrite: Optional[bool]
     resume: Optional[bool]
 
 
 class PackOptions(_CommonOptions, total=False):
-    """The keyword options of :func:`shardtool.pack` beyond its input's columns."""
+    """The keyword options of :func:`shardtool.pack` beyond its input's columns, each described
+    there. Annotate a dict of options reused across calls with it, so that a type checker holds
+    it to them: ``common: shardtool.PackOptions = {"format": "packed", "seed": 1}``."""
 
-    shard_size: Optional[Union[int, str]]
-    shard_samples: Optional[int]
-    jobs: Optional[int]
+    shard_size: Optional[Union[SupportsIndex, str]]
+    shard_samples: Optional[SupportsIndex]
+    jobs: Optional[SupportsIndex]
 
 
 class _Columns(TypedDict, total=False):
@@ -54,4 +57,4 @@ class PartitionOptions(_CommonOptions, _Columns, total=False):
 class PlanOptions(PartitionOptions, total=False):
     """The keyword options of :func:`shardtool.plan` beyond ``shard_samples``."""
 
-    jobs: Optional[int]
+    jobs: Optional[SupportsIndex]

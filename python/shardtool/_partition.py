@@ -5,28 +5,36 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, SupportsIndex, Union
 
 from . import _shardtool
 from ._loader import _check_int, _check_path
 from ._options import PlanOptions
 from ._tools import MAX_JOBS, _report, checked_options
 
-# Unpack types **options; the checker takes it from typing_extensions before Python 3.11.
+# Unpack types **options: from typing_extensions before Python 3.11, where only a type checker,
+# or a tool reading the signature (typing.get_type_hints), needs it.
 if sys.version_info >= (3, 11):
     from typing import Unpack
-elif TYPE_CHECKING:
-    from typing_extensions import Unpack
+else:
+    try:
+        from typing_extensions import Unpack
+    except ImportError:  # pragma: no cover
+        pass
 
 PathLike = Union[str, "os.PathLike[str]"]
 
 
 def plan(
-    input: PathLike, output: PathLike, *, shard_samples: int, **options: Unpack[PlanOptions]
+    input: PathLike,
+    output: PathLike,
+    *,
+    shard_samples: SupportsIndex,
+    **options: Unpack[PlanOptions],
 ) -> Dict[str, Any]:
     """Lists the inputs once and fixes the options, seed and shard count in ``output/_plan/``.
 
-    Takes the options of :func:`shardtool.pack`; ``shard_samples`` (positions per shard) is
+    Takes the options of :func:`shardtool.pack` but ``shard_size``; ``shard_samples`` (positions per shard) is
     required: shard ``j`` holds positions ``[j*K, (j+1)*K)`` of the seeded order, whoever packs it.
     ``output`` is a folder every part can reach, or an empty ``s3://bucket/prefix/``. Returns
     ``plan`` (the plan hash), ``inputs``, ``shards``, ``shard_samples`` and ``failed_listing``

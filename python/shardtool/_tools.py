@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple, Union
 
 from . import _shardtool
 from ._options import PackOptions
@@ -21,11 +21,15 @@ def _report(text: str) -> Dict[str, Any]:
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-# Unpack types **options; the checker takes it from typing_extensions before Python 3.11.
+# Unpack types **options: from typing_extensions before Python 3.11, where only a type checker,
+# or a tool reading the signature (typing.get_type_hints), needs it.
 if sys.version_info >= (3, 11):
     from typing import Unpack
-elif TYPE_CHECKING:
-    from typing_extensions import Unpack
+else:
+    try:
+        from typing_extensions import Unpack
+    except ImportError:  # pragma: no cover
+        pass
 
 
 # The most worker threads a pack starts (the Rust side refuses more too).
@@ -125,7 +129,7 @@ def pack(
     image_column: Optional[str] = None,
     label_column: Optional[str] = None,
     text_column: Optional[str] = None,
-    drop_columns: Optional[Sequence[str]] = None,
+    drop_columns: Optional[Union[List[str], Tuple[str, ...]]] = None,
     **options: Unpack[PackOptions],
 ) -> Dict[str, Any]:
     """Packs images into shards in ``output``, as ``shardtool pack INPUT OUTPUT`` does.

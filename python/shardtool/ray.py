@@ -20,24 +20,29 @@ or from Python::
 from __future__ import annotations
 
 import argparse
+import operator
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 from . import _partition
 from ._options import PartitionOptions
 
-# Unpack types **options; the checker takes it from typing_extensions before Python 3.11.
+# Unpack types **options: from typing_extensions before Python 3.11, where only a type checker,
+# or a tool reading the signature (typing.get_type_hints), needs it.
 if sys.version_info >= (3, 11):
     from typing import Unpack
-elif TYPE_CHECKING:
-    from typing_extensions import Unpack
+else:
+    try:
+        from typing_extensions import Unpack
+    except ImportError:  # pragma: no cover
+        pass
 
 
 def pack(
-    input: str,
-    output: str,
+    input: Union[str, "os.PathLike[str]"],
+    output: Union[str, "os.PathLike[str]"],
     *,
     parts: int,
     shard_samples: int,
@@ -67,12 +72,13 @@ def pack(
         output = os.path.abspath(output)
     # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
     resume = not options.get("overwrite", False)
-    plan_options: PartitionOptions = {**options, "resume": resume}
+    plan_options: PartitionOptions = {"resume": resume, **options}
     _partition.plan(input, output, shard_samples=shard_samples, **plan_options)
 
     from . import DatasetError, PlanError, TooManyErrorsError
 
-    max_errors = options.get("max_errors")
+    given = options.get("max_errors")
+    max_errors = None if given is None else operator.index(given)
 
     # Retried: a worker that died, and a part that failed on I/O or a store error (a part is
     # idempotent); not a usage error (ValueError), a part past max_errors or a plan that cannot

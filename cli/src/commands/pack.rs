@@ -388,13 +388,13 @@ fn run_part(a: PackArgs, output: PathBuf) -> Result<(), Failure> {
 
 /// Runs `shardtool plan`.
 pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
-    if a.plan.is_some() || a.resume || a.part.is_some() || a.shards.is_some() {
+    if a.plan.is_some() || a.part.is_some() || a.shards.is_some() {
         return Err(Failure::usage(anyhow!(
-            "`shardtool plan` takes INPUT OUTPUT and pack options, not --plan, --part, --shards \
-             or --resume (they run a plan: `shardtool pack --plan OUTPUT --part I/N`)"
+            "`shardtool plan` takes INPUT OUTPUT and pack options, not --plan, --part or \
+             --shards (they run a plan: `shardtool pack --plan OUTPUT --part I/N`)"
         )));
     }
-    let (quiet, json) = (a.quiet, a.json);
+    let (quiet, json, resume) = (a.quiet, a.json, a.resume);
     let plan = plan(a).map_err(|e| match e.strip_prefix("usage: ") {
         Some(usage) => Failure::usage(anyhow!("usage: {}", usage.replace("pack ", "plan "))),
         None => Failure::usage(anyhow!(e)),
@@ -408,8 +408,13 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
     // cleared, removing what it staged.
     crate::progress::stop_on_signals();
     let stop = crate::progress::PackProgress::new(true);
-    let file = shardtool_pack::make_plan(&plan, &stop).map_err(|e| match e {
-        // `plan` has no --resume: an interrupted plan is simply made again.
+    // With --resume a whole plan made from the same input and options is kept; an interrupted
+    // one is simply made again.
+    let made = match resume {
+        true => shardtool_pack::make_or_keep_plan(&plan, &stop),
+        false => shardtool_pack::make_plan(&plan, &stop),
+    };
+    let file = made.map_err(|e| match e {
         PackError::OutputNotEmpty { path } => Failure::usage(anyhow!(
             "output {} is not empty; pass --overwrite to replace the dataset or plan in it",
             path.display()

@@ -181,7 +181,8 @@ pub struct ReadArgs {
     /// none); on packed shards json is the record's metadata unless the input's was carried.
     #[arg(long, value_delimiter = ',', value_name = "F,...")]
     pub fields: Vec<String>,
-    /// Stop after N samples.
+    /// Stop after N samples. A state saved there resumes at another rank or world size only
+    /// when N is a multiple of --batch (ranks step a batch at a time).
     #[arg(long, value_name = "N")]
     pub limit: Option<u64>,
     /// Write the loader state (JSON) here when stopping, to resume later: at the epoch's end or

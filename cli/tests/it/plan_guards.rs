@@ -520,3 +520,42 @@ fn plan_prints_its_next_steps_quoted_for_a_shell() {
         r.stdout
     );
 }
+
+/// A job that runs `plan` again (a resubmitted Slurm job) keeps the plan with `--resume`, and
+/// its parts' work, instead of being offered only `--overwrite`; other options are named.
+#[test]
+fn plan_with_resume_keeps_the_same_plan_and_names_what_differs() {
+    let t = tempdir();
+    let input = inputs(t.path(), 6);
+    let out = t.path().join("out");
+    let plan = |extra: &[&str]| {
+        Cmd::new(["plan"])
+            .arg(&input)
+            .arg(&out)
+            .args(["--shard-samples", "2", "--json"])
+            .args(extra)
+            .run()
+    };
+    let first = plan(&[]);
+    first.assert_code(0);
+    part(&out, "0/1").ok();
+    let again = plan(&[]);
+    again.assert_code(2);
+    assert!(
+        again
+            .stderr
+            .contains("already planned; pass --resume to keep that plan"),
+        "{}",
+        again.stderr
+    );
+    let kept = plan(&["--resume"]);
+    kept.assert_code(0);
+    let hash =
+        |r: &Run| serde_json::from_str::<serde_json::Value>(&r.stdout).unwrap()["plan"].clone();
+    assert_eq!(hash(&kept), hash(&first));
+    // The part's shards are still done: the merge commits them without another part.
+    Cmd::new(["merge"]).arg(&out).ok();
+    let r = plan(&["--resume", "--seed", "5"]);
+    r.assert_code(2);
+    assert!(r.stderr.contains("--seed: 0 → 5"), "{}", r.stderr);
+}

@@ -195,7 +195,7 @@ pub enum PackError {
         message: String,
     },
     /// OUTPUT already holds a plan.
-    #[error("{path} exists: OUTPUT is already planned; pass --overwrite to replace the plan and everything packed under it")]
+    #[error("{path} exists: OUTPUT is already planned; pass --resume to keep that plan (when made from the same input and options), or --overwrite to replace it and everything packed under it")]
     PlanExists {
         /// The plan file.
         path: PathBuf,

@@ -55,7 +55,7 @@ impl LoaderBuilder {
                 "the saved state is of rank {} of {}, this loader is rank {} of {}: a state \
                  resumes at another rank or world size only where every rank stood alike, and \
                  this one {why}; load each rank's own state (at the world size it was saved \
-                 at), or start the next epoch (set_epoch)",
+                 at), or start the next epoch (set_epoch, or read --epoch)",
                 s.rank, s.world, self.rank, self.world
             )));
         }
