@@ -444,8 +444,8 @@ fn partitioned_packing_refuses_what_cannot_work() {
     r.assert_code(2);
     assert!(r.stderr.contains("--shard-samples"), "{}", r.stderr);
     // The flags that run a plan are refused by `plan` (it would otherwise ignore them) and
-    // left out of its help.
-    for flags in [&["--part", "0/2"][..], &["--shards", "0"], &["--resume"]] {
+    // left out of its help; its --resume keeps a plan (plan_guards).
+    for flags in [&["--part", "0/2"][..], &["--shards", "0"]] {
         let r = Cmd::new(["plan"])
             .arg(&input)
             .arg(&out)
@@ -461,13 +461,14 @@ fn partitioned_packing_refuses_what_cannot_work() {
     }
     assert!(!out.exists());
     let help = Cmd::new(["plan", "--help"]).ok().stdout;
-    for flag in ["--part ", "--shards ", "--resume\n", "--plan "] {
+    for flag in ["--part ", "--shards ", "--plan "] {
         assert!(
             !help.contains(&format!("\n      {flag}")),
             "plan --help shows {flag}"
         );
     }
     assert!(help.contains("\n      --shard-samples "), "{help}");
+    assert!(help.contains("Keep a plan already in OUTPUT"), "{help}");
     let help = Cmd::new(["cache", "prefetch", "--help"]).ok().stdout;
     assert!(!help.contains("--prefetch-shards"), "{help}");
     assert!(help.contains("--fetch-concurrency"), "{help}");
