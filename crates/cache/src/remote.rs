@@ -247,6 +247,25 @@ impl Remote {
 
     /// Fetches a small object (the manifest) into memory, refusing more than `limit` bytes.
     pub fn get_small(&self, name: &str, limit: u64) -> Result<Vec<u8>, CacheError> {
+        self.get_small_or_missing(name, limit, false)
+            .map(|got| got.unwrap_or_default())
+    }
+
+    /// Like [`Remote::get_small`], with a missing object as `Ok(None)`, whichever attempt
+    /// finds it missing (one after a connection failed too: a 404 then says "not there", as on
+    /// the first).
+    pub fn get_small_opt(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, CacheError> {
+        self.get_small_or_missing(name, limit, true)
+    }
+
+    /// [`Remote::get_small`]; a missing object is `Ok(None)` when `missing_ok`, a 404 error
+    /// otherwise.
+    fn get_small_or_missing(
+        &self,
+        name: &str,
+        limit: u64,
+        missing_ok: bool,
+    ) -> Result<Option<Vec<u8>>, CacheError> {
         let path = self.path(name);
         self.with_retries(name, (), |()| async {
             let r = async {
@@ -255,8 +274,11 @@ impl Remote {
                     self.store.get_opts(&path, GetOptions::default()),
                 )
                 .await
-                .map_err(|_| AttemptError::retry("no response (stalled)"))?
-                .map_err(classify)?;
+                .map_err(|_| AttemptError::retry("no response (stalled)"))?;
+                let res = match res {
+                    Err(object_store::Error::NotFound { .. }) if missing_ok => return Ok(None),
+                    res => res.map_err(classify)?,
+                };
                 if res.meta.size > limit {
                     return Err(AttemptError::fatal(format!(
                         "{} bytes, more than the {limit}-byte limit",
@@ -274,22 +296,12 @@ impl Remote {
                     Recorder::add(&self.metrics.bytes, chunk.len() as u64);
                     out.extend_from_slice(&chunk);
                 }
-                Ok(out)
+                Ok(Some(out))
             }
             .await;
             ((), r)
         })
         .map(|((), v)| v)
-    }
-
-    /// Like [`Remote::get_small`], with a missing object as `Ok(None)`.
-    pub fn get_small_opt(&self, name: &str, limit: u64) -> Result<Option<Vec<u8>>, CacheError> {
-        let path = self.path(name);
-        // One HEAD tells a missing object from a failing one without retrying a 404.
-        match self.first_head(name, &path)? {
-            Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
-            _ => self.get_small(name, limit).map(Some),
-        }
     }
 
     async fn next_chunk(
@@ -722,6 +734,17 @@ impl Remote {
 
     /// The size and entity tag (when the server gives one) of object `name`, by one HEAD.
     pub fn head(&self, name: &str) -> Result<(u64, Option<String>), CacheError> {
+        self.head_or_missing(name, false)
+            .map(|got| got.unwrap_or_default())
+    }
+
+    /// [`Remote::head`]; a missing object is `Ok(None)` when `missing_ok` (on any attempt,
+    /// never retried), a 404 error otherwise.
+    fn head_or_missing(
+        &self,
+        name: &str,
+        missing_ok: bool,
+    ) -> Result<Option<(u64, Option<String>)>, CacheError> {
         let path = self.path(name);
         self.with_retries(name, (), |()| {
             let path = &path;
@@ -729,8 +752,11 @@ impl Remote {
                 let r = tokio::time::timeout(self.policy.stall_timeout, self.store.head(path))
                     .await
                     .map_err(|_| AttemptError::retry("no response (stalled)"))
-                    .and_then(|r| r.map_err(classify))
-                    .map(|m| (m.size, m.e_tag));
+                    .and_then(|r| match r {
+                        Ok(m) => Ok(Some((m.size, m.e_tag))),
+                        Err(object_store::Error::NotFound { .. }) if missing_ok => Ok(None),
+                        Err(e) => Err(classify(e)),
+                    });
                 ((), r)
             }
         })
@@ -763,37 +789,7 @@ impl Remote {
 
     /// The size and entity tag of object `name`, or `None` when there is none.
     pub fn head_opt(&self, name: &str) -> Result<Option<(u64, Option<String>)>, CacheError> {
-        let path = self.path(name);
-        match self.first_head(name, &path)? {
-            Ok(Ok(m)) => Ok(Some((m.size, m.e_tag))),
-            Ok(Err(object_store::Error::NotFound { .. })) => Ok(None),
-            // Anything else is asked again, with retries.
-            _ => self.head(name).map(Some),
-        }
-    }
-
-    /// One HEAD of `path` (object `name`) within the stall timeout, ended early by the
-    /// policy's stop flag (an error then).
-    #[allow(clippy::type_complexity)] // The timeout's result around the store's, as matched.
-    fn first_head(
-        &self,
-        name: &str,
-        path: &StorePath,
-    ) -> Result<
-        Result<object_store::Result<object_store::ObjectMeta>, tokio::time::error::Elapsed>,
-        CacheError,
-    > {
-        let head = self.rt.block_on(async {
-            tokio::select! {
-                r = tokio::time::timeout(self.policy.stall_timeout, self.store.head(path)) => Some(r),
-                () = self.stop_flag_set() => None,
-            }
-        });
-        head.ok_or_else(|| CacheError::Fetch {
-            url: self.url.file_url(name),
-            attempts: 1,
-            message: STOPPED.into(),
-        })
+        self.head_or_missing(name, true)
     }
 
     fn with_retries<S, T, F, Fut>(

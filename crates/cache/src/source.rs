@@ -603,7 +603,9 @@ impl Shared {
         loop {
             let lock = open_lock(&paths.lock)?;
             // Shared: waits only while another process (or thread) fetches or evicts this shard.
-            self.wait_for_holder(&lock, true, spec, &paths, false)?;
+            if !self.wait_for_holder(&lock, true, spec, &paths, false)? {
+                continue;
+            }
             let lock = Locked::new(lock);
             if CacheDir::whole(&paths, bytes, sum, fetched || !rehash)? {
                 // Fetched ahead (`count_hit` false only for the prefetcher): last in line for
@@ -614,12 +616,7 @@ impl Shared {
                     false => std::time::SystemTime::now() + crate::dir::AHEAD_GRACE,
                 };
                 CacheDir::touch(&paths, used);
-                let mut prefetched = self.prefetched.lock().unwrap_or_else(|p| p.into_inner());
-                let ahead = match count_hit {
-                    true => prefetched.remove(&i),
-                    false => fetched && prefetched.insert(i),
-                };
-                drop(prefetched);
+                let ahead = count_hit && self.prefetched_set().remove(&i);
                 if !fetched && count_hit && !ahead {
                     Recorder::add(&self.remote.metrics.hits, 1);
                 }
@@ -659,7 +656,10 @@ impl Shared {
                         })
                     }
                 }
-            } else if !self.wait_for_holder(&lock, false, spec, &paths, !rehash)? {
+            } else if !self.wait_for_holder(&lock, false, spec, &paths, true)? {
+                // Missing when looked at: a copy published meanwhile is checked under the
+                // shared lock (hashed whole when `rehash`), so watching cannot spin on a damaged
+                // one, which takes the other-version path above.
                 continue;
             }
             let lock = Locked::new(lock);
@@ -673,9 +673,18 @@ impl Shared {
                 Recorder::add(&self.remote.metrics.misses, 1);
                 self.fetch_locked(spec, &paths)?;
                 fetched = true;
+                // Marked before the lock goes: a reader waiting for this fetch of its own
+                // prefetcher then finds it marked, and counts no hit for it.
+                if !count_hit {
+                    self.prefetched_set().insert(i);
+                }
             }
             drop(lock);
         }
+    }
+
+    fn prefetched_set(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<usize>> {
+        self.prefetched.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Takes the lock of `spec`'s cached copy, shared or exclusive, waiting while its holder's

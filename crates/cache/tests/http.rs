@@ -392,14 +392,24 @@ fn a_wait_for_another_process_ends_when_the_reader_is_stopped() {
 /// A reader that found a shard missing and waits to fetch it while other processes hold it
 /// shared stops waiting once one of them has published it, and reads that copy: before, it
 /// waited for every reader of the shard to let go, or for the holder's stall of ten minutes,
-/// and processes sharing a cache could wait on each other that long.
+/// and processes sharing a cache could wait on each other that long. So does `verify`'s check
+/// at the source, which hashes every cached copy.
 #[test]
 fn a_fetch_waiting_behind_readers_reads_the_copy_another_process_published() {
     let tmp = tempfile::tempdir().unwrap();
     make_dataset(&tmp.path().join("www/ds"), &[100_000], &[]);
     let server = Lighttpd::start(&tmp.path().join("www"));
-    let url = server.url("ds/");
-    let ds = open(&url, options(&tmp.path().join("cache"))).unwrap();
+    for at_source in [false, true] {
+        waits_behind_readers_until_published(
+            &tmp.path().join(format!("{at_source}")),
+            &server.url("ds/"),
+            at_source,
+        );
+    }
+}
+
+fn waits_behind_readers_until_published(dir: &std::path::Path, url: &str, at_source: bool) {
+    let ds = open(url, options(&dir.join("cache"))).unwrap();
     let name = ds.specs()[0].cached_name().to_string();
     // A reader of another process holds the shard's lock shared (while the copy is missing
     // here, the waiter goes for the exclusive lock to fetch it).
@@ -407,13 +417,20 @@ fn a_fetch_waiting_behind_readers_reads_the_copy_another_process_published() {
     reader.lock_shared().unwrap();
     // The copy another process publishes: fetched into a cache on the same file system and
     // moved into place with its stamp, as a publish renames it.
-    let other = open(&url, options(&tmp.path().join("other"))).unwrap();
+    let other = open(url, options(&dir.join("other"))).unwrap();
     drop(other.acquire(0).unwrap());
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(|| {
-            tx.send(ds.acquire(0).map(|l| l.path().to_path_buf()))
-                .unwrap()
+            let got = match at_source {
+                false => ds.acquire(0),
+                true => {
+                    let (mut leases, errors) = ds.acquire_all_checked_at_source(1);
+                    assert!(errors.is_empty(), "{errors:?}");
+                    Ok(leases.remove(0))
+                }
+            };
+            tx.send(got.map(|l| l.path().to_path_buf())).unwrap()
         });
         std::thread::sleep(Duration::from_millis(500));
         for (from, to) in [("shards", name.clone()), ("meta", format!("{name}.json"))] {
@@ -426,11 +443,13 @@ fn a_fetch_waiting_behind_readers_reads_the_copy_another_process_published() {
         let got = rx.recv_timeout(Duration::from_secs(10));
         // Let a waiter of a regression go, so the test fails rather than hangs.
         reader.unlock().unwrap();
-        let path = got.expect("still waiting behind the readers").unwrap();
+        let path = got
+            .unwrap_or_else(|_| panic!("still waiting behind the readers (at source: {at_source})"))
+            .unwrap();
         assert_eq!(path, ds.cache_dir().join("shards").join(&name));
     });
     let m = ds.metrics();
-    assert_eq!((m.misses, m.hits), (0, 1), "{m:?}");
+    assert_eq!((m.misses, m.hits), (0, 1), "at source {at_source}: {m:?}");
 }
 
 #[test]
@@ -521,6 +540,58 @@ fn the_prefetcher_fetches_ahead_in_plan_order() {
     assert!(cached(4));
     // The shard read was the prefetcher's miss, and no hit besides: one count per shard.
     assert_eq!((ds.metrics().hits, ds.metrics().misses), (0, 4));
+}
+
+/// A reader right behind its prefetcher often waits for the prefetcher's fetch of the shard it
+/// opens: that shard is the prefetcher's miss, never also the reader's hit (it was counted a
+/// hit when the prefetcher marked it only after letting go of its lock).
+#[test]
+fn a_cold_read_racing_its_prefetcher_counts_each_shard_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    make_dataset(&tmp.path().join("www/ds"), &[4_000; 60], &[]);
+    let server = Lighttpd::start(&tmp.path().join("www"));
+    for round in 0..6 {
+        let mut o = options(&tmp.path().join(format!("cache{round}")));
+        o.concurrency = 2;
+        o.ahead = 4;
+        let ds = open(&server.url("ds/"), o).unwrap();
+        ds.plan((0..60).collect());
+        for i in 0..60 {
+            drop(ds.acquire(i).unwrap());
+        }
+        let m = ds.metrics();
+        assert_eq!((m.hits, m.misses), (0, 60), "round {round}: {m:?}");
+    }
+}
+
+/// A request that fails and then finds the object missing: missing (a part's done record not
+/// written yet), not a 404 error after the retries, which failed packs after a server blip.
+#[test]
+fn an_object_found_missing_after_a_failed_attempt_is_missing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = tmp.path().join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("here.json"), b"{}").unwrap();
+    let server = FaultServer::start(&www, |_, n| match n {
+        1 => Fault::Error500,
+        _ => Fault::Ok,
+    });
+    let (folder, _) = RemoteFolder::connect(&server.url(""), options(tmp.path()).policy).unwrap();
+    assert_eq!(folder.read("missing.json", 1 << 20).unwrap(), None);
+    assert_eq!(
+        folder.read("here.json", 1 << 20).unwrap(),
+        Some(b"{}".to_vec())
+    );
+    assert_eq!(folder.head("missing.json").unwrap(), None);
+    assert_eq!(folder.size("here.json").unwrap(), Some(2));
+    // Each was asked twice: the failure, then the answer.
+    let asked = |m: &str| server.requests().iter().filter(|s| s.method == m).count();
+    assert_eq!(
+        (asked("GET"), asked("HEAD")),
+        (4, 4),
+        "{:?}",
+        server.requests()
+    );
 }
 
 #[test]

@@ -320,10 +320,14 @@ fn serve(
             *e += 1;
             *e
         };
-        let fault = if method == "GET" {
-            script(rel, n)
-        } else {
-            Fault::Ok
+        // A HEAD is scripted as `NAME (HEAD)`, and may only fail (500).
+        let fault = match method.as_str() {
+            "GET" => script(rel, n),
+            "HEAD" => match script(&format!("{rel} (HEAD)"), n) {
+                Fault::Error500 => Fault::Error500,
+                _ => Fault::Ok,
+            },
+            _ => Fault::Ok,
         };
         seen.lock().unwrap().push(Seen {
             method: method.clone(),
@@ -332,6 +336,11 @@ fn serve(
             if_match: if_match.clone(),
             fault,
         });
+        // Before the file is looked for: a server failing on a missing object too.
+        if fault == Fault::Error500 {
+            w.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\noops!")?;
+            continue;
+        }
         let file = root.join(rel);
         let Ok(data) = std::fs::read(&file) else {
             w.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")?;
@@ -346,10 +355,6 @@ fn serve(
         }
         if fault == Fault::OtherTag {
             tag = "\"replica-2\"".into();
-        }
-        if fault == Fault::Error500 {
-            w.write_all(b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 5\r\n\r\noops!")?;
-            continue;
         }
         let start = match (range_start, fault) {
             (Some(s), f) if f != Fault::IgnoreRange => s.min(data.len() as u64) as usize,
