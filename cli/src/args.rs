@@ -386,7 +386,8 @@ pub struct PackArgs {
     /// Replace an existing dataset in OUTPUT. The earlier dataset is deleted only just before
     /// the new one's first shard is published, so a pack that fails or is stopped before then
     /// leaves it whole; a pack with --shard-samples (which plans its shards) and `plan` delete
-    /// it once the inputs are listed.
+    /// it once the inputs are listed. In an s3:// OUTPUT nothing published is deleted: it
+    /// removes only what an unfinished plan staged, and the folder must otherwise be empty.
     #[arg(long)]
     pub overwrite: bool,
 

@@ -488,6 +488,20 @@ fn an_s3_plan_killed_while_staging_is_planned_again_with_overwrite() {
     plan(&["--overwrite"]).assert_code(0);
     assert!(!left.exists(), "the leftover stayed");
     assert!(bucket.join("k/_plan/plan.json").exists());
+    // Planned again (a pack rerun after a kill): the way on is --resume, and starting over
+    // means deleting objects, which shardtool never does there.
+    let r = plan(&["--overwrite"]);
+    assert!(
+        r.stderr.contains("holds a plan") && r.stderr.contains("--resume"),
+        "{}",
+        r.stderr
+    );
+    let r = plan(&["--resume", "--prefix", "other"]);
+    assert!(
+        r.stderr.contains("--prefix") && r.stderr.contains("delete its objects"),
+        "{}",
+        r.stderr
+    );
     // The user's own object beside a leftover: refused, whatever the flags, and kept.
     write_file(bucket.join("m/_plan/staged/.stage-000000-a.tar.tmp"), b"x");
     write_file(bucket.join("m/notes.txt"), b"mine");

@@ -248,7 +248,7 @@ pub enum PackError {
         stopped: Box<[PathBuf]>,
     },
     /// `--resume` (or a plan kept) with options or inputs other than those planned.
-    #[error("the pack in {path} was planned with other inputs or options ({differs}); rerun with those, or with --overwrite to start over")]
+    #[error("the pack in {path} was planned with other inputs or options ({differs}); rerun with those, or {}", start_over(path))]
     ResumeMismatch {
         /// The output folder.
         path: PathBuf,
@@ -490,6 +490,18 @@ impl PackError {
         PackError::Io {
             path: path.into(),
             cause: source,
+        }
+    }
+}
+
+/// How to start a pack in `output` over: `--overwrite`, which in an object store deletes
+/// nothing shardtool did not stage, so there the objects must go first.
+fn start_over(output: &std::path::Path) -> &'static str {
+    match store::is_remote(output) {
+        false => "with --overwrite to start over",
+        true => {
+            "delete its objects (or use another prefix) to start over: in an object store \
+             --overwrite deletes only what an unfinished plan staged"
         }
     }
 }

@@ -318,9 +318,15 @@ impl Store {
             n.strip_prefix(dir)
                 .is_some_and(|rest| !rest.is_empty() && rest != plan_file)
         });
-        let message = if !leftovers {
-            "not empty: a plan needs an empty object-store folder (clear it first; \
-             --overwrite deletes only what an unfinished plan staged)"
+        let planned = names.iter().any(|(n, _)| n == &format!("{dir}{plan_file}"));
+        let message = if !leftovers && planned {
+            "holds a plan, and perhaps shards packed by it: continue it with `pack … --resume` \
+             (the same input and options) or its parts; to start over, delete its objects or \
+             use another prefix (shardtool deletes no published object in an object store)"
+                .into()
+        } else if !leftovers {
+            "not empty: a plan needs an empty object-store folder (delete its objects or use \
+             another prefix; --overwrite deletes only what an unfinished plan staged)"
                 .into()
         } else if overwrite {
             for (n, _) in &names {
