@@ -763,6 +763,12 @@ class Loader:
             # unasked next time.
             if self._epoch_sets == pass_epoch[1]:
                 self._finished_epoch = pass_epoch[0]
+            # A pass read to its end lets its reader go too: a remote one's fetch threads and
+            # connections are not kept while the loader waits (in a dict of loaders, a
+            # validation loader) for its next pass, which starts a reader of its own.
+            with self._state_lock:
+                if self._reader is reader:
+                    self._close()
         except BaseException:
             # An error, or the pass left (`break`, the iterator dropped, a DataLoader worker
             # ending): the threads stop and the cache room and shard locks they hold go now,
