@@ -85,7 +85,8 @@ pub enum Command {
         mut_arg("resume", |a| a.help(
             "Keep a plan already in OUTPUT when it was made from the same input and options (an \
              error naming the options that differ otherwise): for a job that may run again. \
-             Without it a plan there is an error, and --overwrite replaces it"
+             Without it a plan there is an error; --overwrite replaces it in a local OUTPUT (in \
+             an s3:// one, delete its objects first)"
         )),
         mut_arg("shard_size", |a| a.hide(true)),
         mut_arg("max_errors", |a| a.help(

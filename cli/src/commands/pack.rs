@@ -410,6 +410,10 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
     let stop = crate::progress::PackProgress::new(true);
     // With --resume a whole plan made from the same input and options is kept; an interrupted
     // one is simply made again.
+    let earlier = match resume {
+        true => shardtool_pack::read_plan(&plan.output).ok().map(|f| f.hash),
+        false => None,
+    };
     let made = match resume {
         true => shardtool_pack::make_or_keep_plan(&plan, &stop),
         false => shardtool_pack::make_plan(&plan, &stop),
@@ -422,11 +426,14 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
         e => failure(e),
     })?;
     let out = plan.output.display();
+    // --resume found this very plan there: kept, with whatever its parts (or a merge) did.
+    let kept = earlier.as_ref() == Some(&file.hash);
     if json {
         outln!(
             "{}",
             serde_json::json!({
                 "plan": file.hash,
+                "kept": kept,
                 "inputs": file.inputs,
                 "failed_listing": file.errors.len(),
                 "shards": file.shards,
@@ -435,12 +442,20 @@ pub fn run_plan(a: PackArgs) -> Result<(), Failure> {
         );
     } else if !quiet {
         outln!(
-            "planned {} inputs into {} shard(s) of {} in {out} (plan {})",
+            "{} {} inputs into {} shard(s) of {} in {out} (plan {})",
+            match kept {
+                true => "kept the plan (same input and options) of",
+                false => "planned",
+            },
             file.inputs,
             file.shards,
             file.shard_samples,
             file.hash
         );
+        if kept {
+            let out = shardtool_pack::shell_word(&plan.output);
+            outln!("  its shards done so far are kept: shardtool status {out} shows them");
+        }
         if !file.errors.is_empty() {
             outln!(
                 "  {} input(s) failed while listing (kept for errors.jsonl)",

@@ -319,10 +319,18 @@ impl Store {
                 .is_some_and(|rest| !rest.is_empty() && rest != plan_file)
         });
         let planned = names.iter().any(|(n, _)| n == &format!("{dir}{plan_file}"));
-        let message = if !leftovers && planned {
-            "holds a plan, and perhaps shards packed by it: continue it with `pack … --resume` \
-             (the same input and options) or its parts; to start over, delete its objects or \
+        let finished = names
+            .iter()
+            .any(|(n, _)| n == shardtool_manifest::FILE_NAME);
+        let message = if !leftovers && finished {
+            "holds a finished dataset (manifest.json): to pack it again, delete its objects or \
              use another prefix (shardtool deletes no published object in an object store)"
+                .into()
+        } else if !leftovers && planned {
+            "holds a plan, and perhaps shards packed by it: keep it with --resume (the same \
+             input and options) and run its parts, or `pack … --resume`; to start over, delete \
+             its objects or use another prefix (shardtool deletes no published object in an \
+             object store)"
                 .into()
         } else if !leftovers {
             "not empty: a plan needs an empty object-store folder (delete its objects or use \
