@@ -513,6 +513,20 @@ fn an_s3_plan_killed_while_staging_is_planned_again_with_overwrite() {
         .run();
     assert!(r.stderr.contains("not empty"), "{}", r.stderr);
     assert!(bucket.join("m/notes.txt").exists());
+    // A finished dataset there: nothing to resume, and it stays.
+    write_file(bucket.join("f/manifest.json"), b"{}");
+    let r = Cmd::new(["plan", "--overwrite"])
+        .envs(s3.env())
+        .arg(&input)
+        .arg("s3://bucket/f/")
+        .args(OPTS)
+        .run();
+    assert!(
+        r.stderr.contains("holds a finished dataset"),
+        "{}",
+        r.stderr
+    );
+    assert!(bucket.join("f/manifest.json").exists());
 }
 
 /// The next steps `plan` prints are commands a shell reads back: an odd folder name is quoted.
