@@ -466,8 +466,7 @@ fn an_s3_plan_killed_while_staging_is_planned_again_with_overwrite() {
     write_file(&left, b"half a staged tar");
     // Killed between its input list and its plan file: the list is its own too.
     write_file(bucket.join("k/_plan/inputs.jsonl"), b"{}\n");
-    let url = "s3://bucket/k/";
-    let plan = |extra: &[&str]| {
+    let plan_in = |url: &str, extra: &[&str]| {
         Cmd::new(["plan"])
             .envs(s3.env())
             .args(extra)
@@ -476,6 +475,7 @@ fn an_s3_plan_killed_while_staging_is_planned_again_with_overwrite() {
             .args(OPTS)
             .run()
     };
+    let plan = |extra: &[&str]| plan_in("s3://bucket/k/", extra);
     let r = plan(&[]);
     assert_ne!(r.code, Some(0));
     assert!(
@@ -505,22 +505,12 @@ fn an_s3_plan_killed_while_staging_is_planned_again_with_overwrite() {
     // The user's own object beside a leftover: refused, whatever the flags, and kept.
     write_file(bucket.join("m/_plan/staged/.stage-000000-a.tar.tmp"), b"x");
     write_file(bucket.join("m/notes.txt"), b"mine");
-    let r = Cmd::new(["plan", "--overwrite"])
-        .envs(s3.env())
-        .arg(&input)
-        .arg("s3://bucket/m/")
-        .args(OPTS)
-        .run();
+    let r = plan_in("s3://bucket/m/", &["--overwrite"]);
     assert!(r.stderr.contains("not empty"), "{}", r.stderr);
     assert!(bucket.join("m/notes.txt").exists());
     // A finished dataset there: nothing to resume, and it stays.
     write_file(bucket.join("f/manifest.json"), b"{}");
-    let r = Cmd::new(["plan", "--overwrite"])
-        .envs(s3.env())
-        .arg(&input)
-        .arg("s3://bucket/f/")
-        .args(OPTS)
-        .run();
+    let r = plan_in("s3://bucket/f/", &["--overwrite"]);
     assert!(
         r.stderr.contains("holds a finished dataset"),
         "{}",
