@@ -127,15 +127,17 @@ pub enum Command {
     /// Reads every shard once (in parallel) and reports every problem it finds, each naming the
     /// shard file, the member or record, and the reason. Exit status: 0 when the dataset is
     /// whole, 1 when problems were found or a remote dataset could not be read through (a shard
-    /// not fetched, a cache limit too small for a shard; --json says which), 2 when it cannot
-    /// be opened (no such directory, no or unparsable manifest.json) or on bad options.
+    /// not fetched, a cache limit too small for the shards read at once; --json says which), 2
+    /// when it cannot be opened (no such directory, no or unparsable manifest.json) or on bad
+    /// options.
     ///
     /// Examples:
     ///   shardtool verify out/
     ///   shardtool verify out/manifest.json --decode --jobs 8
     ///   shardtool verify out/ --json | jq '.problems[] | select(.kind == "checksum_mismatch")'
     ///   shardtool verify https://host/ds/ --cache-dir /nvme/cache
-    // Every shard is fetched here, --fetch-concurrency at once: reading ahead does not apply.
+    // Every shard is fetched here, --fetch-concurrency (or --jobs) at once, each held only while
+    // it is checked: reading ahead does not apply.
     #[command(verbatim_doc_comment, mut_arg("prefetch_shards", |a| a.hide(true)))]
     Verify(VerifyArgs),
 

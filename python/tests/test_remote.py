@@ -110,9 +110,19 @@ def test_loader_and_verify_over_http_through_the_cache(served: Path, tmp_path: P
         with pytest.raises(error, match=next(iter(bad))):
             shardtool.verify(url, cache_dir=tmp_path / "fresh", **bad)  # type: ignore[arg-type]
 
-    # Too small a cache for the whole dataset is an error before anything is fetched.
-    with pytest.raises(shardtool.CacheError):
+    # Too small a cache for the shards checked at once is an error before anything is fetched;
+    # one that holds the largest shard (with its .zst copy) and not the dataset checks it all,
+    # one shard at a time, and finds the damaged one.
+    with pytest.raises(shardtool.CacheError, match="at least"):
         shardtool.verify(url, cache_dir=tmp_path / "small", cache_limit=1000)
+    largest = max(s["uncompressed_bytes"] + s["bytes"] for s in manifest["shards"])
+    assert largest < sum(s["uncompressed_bytes"] for s in manifest["shards"])
+    one_at_a_time = dict(cache_dir=tmp_path / "small", cache_limit=largest, jobs=1, fetch_concurrency=1)
+    report = shardtool.verify(url, fetch_attempts=1, **one_at_a_time)  # type: ignore[arg-type]
+    assert [(p["kind"], p["shard"]) for p in report["problems"]] == [("fetch_failed", stored)]
+    assert report["samples"] == samples(ds) - manifest["shards"][1]["samples"]
+    inspected = shardtool.inspect(url, fetch_attempts=1, **one_at_a_time)  # type: ignore[arg-type]
+    assert [p["shard"] for p in inspected["problems"]] == [stored]
     # A shard URL is not a dataset.
     with pytest.raises(shardtool.DatasetError, match="is a shard"):
         shardtool.verify(_url(served, f"ds/{stored}"))

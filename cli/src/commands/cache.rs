@@ -1,5 +1,9 @@
 //! Shard-cache flags shared by `read`, `bench` and `verify`, and `shardtool cache ls|prefetch|clear`.
 
+// Doc comments of the flags and subcommands are `--help` text for people, not rustdoc: their
+// example URLs are meant literally.
+#![allow(rustdoc::bare_urls)]
+
 use crate::Failure;
 use anyhow::{anyhow, Context};
 use shardtool_cache::{CacheDir, CacheOptions, FetchPolicy, Location, RemoteDataset};
@@ -74,6 +78,11 @@ impl CacheArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum CacheCommand {
     /// List the datasets a cache folder holds shards of: source URL, shards, bytes, last use.
+    ///
+    /// Examples:
+    ///   shardtool cache ls
+    ///   shardtool cache ls --cache-dir /nvme/cache --json | jq '.[] | {source, bytes}'
+    #[command(verbatim_doc_comment)]
     Ls {
         /// Cache folder [default: as for read].
         #[arg(long, value_name = "DIR")]
@@ -84,17 +93,36 @@ pub enum CacheCommand {
     },
     /// Fetch every shard of a remote dataset into the cache now (each checked against the
     /// manifest), so that training starts warm.
+    ///
+    /// Under a --cache-limit smaller than the dataset, older shards make room for newer ones
+    /// and only part of it stays cached (a warning says so). Exit status: 0 when every shard
+    /// was fetched or found cached, 1 when a shard could not be fetched (the others are kept)
+    /// or the limit cannot hold the largest shard, 2 on bad options or a dataset that cannot
+    /// be opened.
+    ///
+    /// Examples:
+    ///   shardtool cache prefetch https://data.example.com/imagenet/ --cache-dir /nvme/cache
+    ///   AWS_ENDPOINT=http://127.0.0.1:9000 AWS_ALLOW_HTTP=true \
+    ///     shardtool cache prefetch s3://bucket/ds/ --fetch-concurrency 16 --json
     // Every shard is fetched here, --fetch-concurrency at once: reading ahead does not apply.
-    #[command(mut_arg("prefetch_shards", |a| a.hide(true)))]
+    #[command(verbatim_doc_comment, mut_arg("prefetch_shards", |a| a.hide(true)))]
     Prefetch {
         /// The remote dataset: http(s):// or s3:// URL of its folder or manifest.json.
         #[arg(value_name = "URL")]
         dataset: String,
         #[command(flatten)]
         cache: CacheArgs,
+        /// One JSON document (counts, and each shard that failed with why) instead of a line.
+        #[arg(long)]
+        json: bool,
     },
     /// Delete cached shards (of one dataset, or all); shards a process is using are kept and
     /// listed. Only a folder marked as a shardtool cache is ever touched.
+    ///
+    /// Examples:
+    ///   shardtool cache clear s3://bucket/imagenet/ --cache-dir /nvme/cache
+    ///   shardtool cache clear --cache-dir /nvme/cache     # every dataset's shards
+    #[command(verbatim_doc_comment)]
     Clear {
         /// Only this remote dataset (its folder URL as shown by `cache ls`).
         #[arg(value_name = "URL")]
@@ -102,6 +130,9 @@ pub enum CacheCommand {
         /// Cache folder [default: as for read].
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
+        /// One JSON document (`removed`, `bytes`, `in_use`) instead of lines.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -149,66 +180,16 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             );
             Ok(())
         }
-        CacheCommand::Prefetch { dataset, cache } => {
-            let url = match Location::parse(&dataset).map_err(Failure::usage)? {
-                Location::Remote(r) => r,
-                Location::Local(p) => {
-                    return Err(Failure::usage(anyhow!(
-                        "{} is local: local datasets are read in place and never cached",
-                        p.display()
-                    )))
-                }
-            };
-            let mut options = cache.options()?;
-            let workers = options.concurrency.max(1);
-            // The prefetch threads of the reader are not needed: every shard is fetched here.
-            options.concurrency = 0;
-            let limit = options.limit;
-            let ds = RemoteDataset::open(url, options).map_err(Failure::usage)?;
-            ds.check_capacity(0).map_err(Failure::run)?;
-            let n = ds.specs().len();
-            // No more downloads at once than the limit holds (each reserves its shard's room
-            // while it runs): more would fail for want of room, not fetch sooner.
-            let largest = ds.largest_fetch();
-            let workers = match limit {
-                Some(l) if largest > 0 => {
-                    workers.min(usize::try_from(l / largest).unwrap_or(usize::MAX).max(1))
-                }
-                _ => workers,
-            };
-            // Not held: under a limit below the dataset size, older shards make room for newer.
-            let (_, failures) = ds.acquire_all(workers, false);
-            let m = ds.metrics();
-            outln!(
-                "{n} shards: {} already cached, {} fetched ({} bytes, {} retries), {} failed; cache {}",
-                m.hits,
-                m.fetches,
-                m.bytes_fetched,
-                m.retries,
-                failures.len(),
-                ds.cache_dir().display()
-            );
-            let whole: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
-            if let Some(limit) = limit.filter(|&l| whole > l) {
-                // Older shards made room for newer ones: a reader fetches those again.
-                errln!(
-                    "warning: the dataset takes {whole} bytes in the cache, more than the \
-                     --cache-limit {limit}: only part of it stays cached"
-                );
-            }
-            if failures.is_empty() {
-                Ok(())
-            } else {
-                for (_, f) in &failures {
-                    errln!("failed: {f}");
-                }
-                Err(Failure::run(anyhow!(
-                    "{} shard(s) could not be fetched",
-                    failures.len()
-                )))
-            }
-        }
-        CacheCommand::Clear { dataset, cache_dir } => {
+        CacheCommand::Prefetch {
+            dataset,
+            cache,
+            json,
+        } => prefetch(&dataset, &cache, json),
+        CacheCommand::Clear {
+            dataset,
+            cache_dir,
+            json,
+        } => {
             let dir = cache_dir.unwrap_or_else(shardtool_cache::default_cache_dir);
             let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
             let source = match &dataset {
@@ -244,6 +225,11 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
                 .clear(source.as_deref())
                 .with_context(|| format!("clearing {}", dir.display()))
                 .map_err(Failure::run)?;
+            if json {
+                let text = serde_json::to_string_pretty(&r).map_err(Failure::run)?;
+                outln!("{text}");
+                return Ok(());
+            }
             outln!(
                 "removed {} shard(s), {} bytes; kept {} in use",
                 r.removed,
@@ -267,6 +253,113 @@ fn utc(secs: u64) -> String {
     let (h, m) = (secs % 86_400 / 3600, secs % 3600 / 60);
     let (year, month, day) = shardtool_core::civil_from_days(days);
     format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
+}
+
+/// `shardtool cache prefetch`: every shard of the remote `dataset` fetched into the cache now.
+fn prefetch(dataset: &str, cache: &CacheArgs, json: bool) -> Result<(), Failure> {
+    let url = match Location::parse(dataset).map_err(Failure::usage)? {
+        Location::Remote(r) => r,
+        Location::Local(p) => {
+            return Err(Failure::usage(anyhow!(
+                "{} is local: local datasets are read in place and never cached",
+                p.display()
+            )))
+        }
+    };
+    let shown = url.shown("");
+    let mut options = cache.options()?;
+    let workers = options.concurrency.max(1);
+    // The prefetch threads of the reader are not needed: every shard is fetched here.
+    options.concurrency = 0;
+    let limit = options.limit;
+    // Under --json, a run stopped before fetching says why in one document too.
+    let error_doc = |kind: &str, e: &dyn std::fmt::Display| {
+        if json {
+            let doc = serde_json::json!({
+                "ok": false,
+                "error": { "kind": kind, "message": e.to_string() },
+            });
+            outln!("{doc}");
+        }
+    };
+    let ds = RemoteDataset::open(url, options).map_err(|e| {
+        error_doc("unreadable", &e);
+        Failure::usage(e)
+    })?;
+    ds.check_capacity(0).map_err(|e| {
+        error_doc("cache_too_small", &e);
+        Failure::run(e)
+    })?;
+    let n = ds.specs().len();
+    // No more downloads at once than the limit holds (each reserves its shard's room
+    // while it runs): more would fail for want of room, not fetch sooner.
+    let largest = ds.largest_fetch();
+    let workers = match limit {
+        Some(l) if largest > 0 => {
+            workers.min(usize::try_from(l / largest).unwrap_or(usize::MAX).max(1))
+        }
+        _ => workers,
+    };
+    // Not held: under a limit below the dataset size, older shards make room for newer.
+    let (_, mut failures) = ds.acquire_all(workers, false);
+    failures.sort_by_key(|(i, _)| *i);
+    let m = ds.metrics();
+    let whole: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
+    // Older shards made room for newer ones: a reader fetches those again.
+    let partly = limit.filter(|&l| whole > l);
+    if json {
+        let failed: Vec<serde_json::Value> = (failures.iter())
+            .map(|(i, e)| {
+                let shard = ds.specs().get(*i).map_or("", |s| s.file.as_str());
+                serde_json::json!({ "shard": shard, "message": e.to_string() })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "ok": failures.is_empty(),
+            "dataset": shown,
+            "cache_dir": ds.cache_dir().display().to_string(),
+            "shards": n,
+            "already_cached": m.hits,
+            "fetched": m.fetches,
+            "bytes_fetched": m.bytes_fetched,
+            "retries": m.retries,
+            "failed": failed,
+            "bytes_in_cache": whole,
+            "stays_cached": partly.is_none(),
+        });
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(&doc).map_err(Failure::run)?
+        );
+    } else {
+        outln!(
+            "{n} shards: {} already cached, {} fetched ({} bytes, {} retries), {} failed; cache {}",
+            m.hits,
+            m.fetches,
+            m.bytes_fetched,
+            m.retries,
+            failures.len(),
+            ds.cache_dir().display()
+        );
+    }
+    if let Some(limit) = partly {
+        errln!(
+            "warning: the dataset takes {whole} bytes in the cache, more than the \
+             --cache-limit {limit}: only part of it stays cached"
+        );
+    }
+    if failures.is_empty() {
+        return Ok(());
+    }
+    if !json {
+        for (_, f) in &failures {
+            errln!("failed: {f}");
+        }
+    }
+    Err(Failure::run(anyhow!(
+        "{} shard(s) could not be fetched",
+        failures.len()
+    )))
 }
 
 #[cfg(test)]

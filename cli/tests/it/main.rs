@@ -24,6 +24,7 @@ mod partition;
 mod plan_guards;
 mod read;
 mod remote;
+mod remote_pack;
 mod resize;
 mod sharding;
 mod stress;

@@ -9,11 +9,11 @@ use servers::{Fault, FaultServer, Lighttpd, S3};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn bin() -> Command {
+pub(crate) fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_shardtool"))
 }
 
-fn sample_data() -> PathBuf {
+pub(crate) fn sample_data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../sample-data/imagefolder")
 }
 
@@ -358,6 +358,24 @@ fn cache_prefetch_ls_and_clear() {
     let out = ok(&again);
     assert!(out.contains("8 already cached, 0 fetched"), "{out}");
     assert!(!String::from_utf8_lossy(&again.stderr).contains("warning"));
+    let prefetched = |extra: &[&str]| {
+        let mut a = vec!["cache", "prefetch", &url, "--json"];
+        a.extend(extra);
+        let out = run(&a);
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), doc)
+    };
+    let (code, doc) = prefetched(&["--cache-dir", c]);
+    assert_eq!(code, Some(0), "{doc}");
+    let counts = |d: &serde_json::Value| {
+        ["shards", "already_cached", "fetched"].map(|k| d[k].as_u64().unwrap())
+    };
+    assert_eq!(counts(&doc), [8, 8, 0], "{doc}");
+    assert_eq!(
+        (&doc["ok"], &doc["dataset"], &doc["failed"]),
+        (&true.into(), &url.as_str().into(), &serde_json::json!([])),
+        "{doc}"
+    );
     // A limit that holds half the dataset: fetched, and said to stay cached in part only.
     let m = crate::common::manifest(&www.join("ds"));
     let whole: u64 = (m.shards.iter())
@@ -403,8 +421,10 @@ fn cache_prefetch_ls_and_clear() {
         serde_json::from_str(&ok(&run(&["cache", "ls", "--cache-dir", c, "--json"]))).unwrap();
     assert_eq!(ls[0]["source"], url.as_str());
     assert_eq!(ls[0]["shards"], 8);
-    let out = ok(&run(&["cache", "clear", &url, "--cache-dir", c]));
-    assert!(out.contains("removed 8 shard(s)"), "{out}");
+    let out = ok(&run(&["cache", "clear", &url, "--cache-dir", c, "--json"]));
+    let cleared: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(cleared["removed"], 8, "{out}");
+    assert_eq!(cleared["in_use"], serde_json::json!([]), "{out}");
     // A URL the cache does not hold (a typo) is an error, not "removed 0".
     let typo = format!("{url}x/");
     let out = run(&["cache", "clear", &typo, "--cache-dir", c]);
@@ -438,6 +458,23 @@ fn cache_prefetch_ls_and_clear() {
         c,
     ]);
     assert_eq!(out.status.code(), Some(2));
+
+    // A shard the server no longer has: the others are fetched, it is named with why, exit 1.
+    std::fs::remove_file(other.join("shard-000002.tar.zst")).unwrap();
+    let lost = tmp.path().join("lost-cache");
+    let (code, doc) = prefetched(&[
+        "--cache-dir",
+        lost.to_str().unwrap(),
+        "--fetch-attempts",
+        "1",
+    ]);
+    assert_eq!(code, Some(1), "{doc}");
+    assert_eq!(counts(&doc), [8, 0, 7], "{doc}");
+    assert_eq!(doc["ok"], false, "{doc}");
+    let failed = doc["failed"].as_array().unwrap();
+    assert_eq!(failed.len(), 1, "{doc}");
+    assert_eq!(failed[0]["shard"], "shard-000002.tar.zst", "{doc}");
+    assert!(!failed[0]["message"].as_str().unwrap().is_empty(), "{doc}");
 }
 
 #[test]
@@ -475,6 +512,7 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
     let limit = cached.to_string();
     let out = run(&["verify", &url, "--cache-dir", c, "--cache-limit", &limit]);
     ok(&out);
+    let whole = cached;
 
     // A shard damaged on the server is caught on the way in and named.
     let shard = www.join("ds/shard-000003.tar.zst");
@@ -511,56 +549,74 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
         .filter(|p| p.exists())
         .collect();
     assert_eq!(cached.len(), 1, "{cached:?}");
-    // And a limit that cannot hold the whole dataset is refused before fetching, saying what
-    // would do; that does, from a cold cache (shards fetched 4 at a time, each .zst one beside
-    // its decompressed copy while it is decompressed).
+    // A limit too small for the shards read at once is refused before fetching, saying what
+    // would do; reading fewer at once is advised only where more than one is.
     std::fs::write(&shard, &good).unwrap();
     let cold = tmp.path().join("cold");
-    let out = run(&[
-        "verify",
-        &url,
-        "--cache-dir",
-        cold.to_str().unwrap(),
-        "--cache-limit",
-        "1000",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
-    let text = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(text.contains("too small"), "{text}");
-    // Fetching fewer at once is advised only where it would help.
-    assert!(text.contains("fetch fewer at once"), "{text}");
-    let cold_one = cold.to_str().unwrap().to_owned() + "-one";
-    let one = run(&[
-        "verify",
-        &url,
-        "--cache-dir",
-        &cold_one,
-        "--cache-limit",
-        "1000",
-        "--fetch-concurrency",
-        "1",
-    ]);
-    let one = String::from_utf8_lossy(&one.stderr).into_owned();
-    assert!(
-        one.contains("too small") && !one.contains("fetch fewer"),
-        "{one}"
-    );
-    let least = text
-        .split("at least ")
-        .nth(1)
-        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
-        .unwrap_or_else(|| panic!("no advice in {text}"))
-        .to_string();
-    for _ in 0..2 {
-        ok(&run(&[
+    let cold = cold.to_str().unwrap();
+    let tight = |extra: &[&str]| {
+        let mut a = vec!["verify", &url, "--cache-dir", cold, "--cache-limit", "1000"];
+        a.extend(extra);
+        let out = run(&a);
+        assert_eq!(out.status.code(), Some(1));
+        let text = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(text.contains("too small"), "{text}");
+        text
+    };
+    let text = tight(&[]);
+    assert!(text.contains("read fewer at once"), "{text}");
+    let one_by_one = ["--jobs", "1", "--fetch-concurrency", "1"];
+    let text = tight(&one_by_one);
+    assert!(!text.contains("fewer"), "{text}");
+    let least = least_in(&text);
+    // That limit holds one shard (with its .zst copy while it is decompressed), not the
+    // dataset, and verifies it whole from a cold cache and again: shards are fetched and
+    // checked one by one, older ones making room for newer.
+    assert!(least.parse::<u64>().unwrap() < whole, "{least} {whole}");
+    let limited = |cache_dir: &str| {
+        let mut a = vec![
             "verify",
             &url,
             "--cache-dir",
-            cold.to_str().unwrap(),
+            cache_dir,
             "--cache-limit",
             &least,
-        ]));
+        ];
+        a.extend(one_by_one);
+        a.push("--json");
+        run(&a)
+    };
+    for _ in 0..2 {
+        let doc: serde_json::Value = serde_json::from_str(&ok(&limited(cold))).unwrap();
+        assert_eq!(
+            (doc["ok"].as_bool(), doc["samples"].as_u64()),
+            (Some(true), Some(45))
+        );
     }
+    // A shard damaged on the server is found so too, and only that one.
+    let mut bytes = good.clone();
+    bytes[mid] ^= 1;
+    std::fs::write(&shard, bytes).unwrap();
+    let out = limited(cold);
+    assert_eq!(out.status.code(), Some(1));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let problems: Vec<(&str, &str)> = (doc["problems"].as_array().unwrap().iter())
+        .map(|p| (p["kind"].as_str().unwrap(), p["shard"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        problems,
+        [("fetch_failed", "shard-000003.tar.zst")],
+        "{doc}"
+    );
+}
+
+/// The byte count a "cache too small" message advises ("at least N").
+fn least_in(text: &str) -> String {
+    text.split("at least ")
+        .nth(1)
+        .and_then(|t| t.split(|c: char| !c.is_ascii_digit()).next())
+        .unwrap_or_else(|| panic!("no advice in {text}"))
+        .to_string()
 }
 
 #[test]
@@ -582,6 +638,36 @@ fn inspect_and_preview_read_a_remote_dataset_as_a_local_one() {
     assert_eq!(got["target"], url.as_str());
     assert_eq!(got["manifest"], format!("{url}manifest.json"));
     assert!(got["formats"]["wds+zstd"].as_u64().unwrap() > 1, "{got}");
+    for k in ["target", "manifest"] {
+        got[k] = want[k].clone();
+    }
+    assert_eq!(got, want);
+    // So under a limit that holds one shard at a time and not the dataset, from a cold cache.
+    let cold = tmp.path().join("cold");
+    let one_by_one = |limit: &str| {
+        run(&[
+            "inspect",
+            &url,
+            "--cache-dir",
+            cold.to_str().unwrap(),
+            "--cache-limit",
+            limit,
+            "--jobs",
+            "1",
+            "--fetch-concurrency",
+            "1",
+            "--json",
+        ])
+    };
+    let refused = one_by_one("1000");
+    assert_eq!(refused.status.code(), Some(1));
+    let least = least_in(&String::from_utf8_lossy(&refused.stderr));
+    let cached_total = want["uncompressed_bytes"].as_u64().unwrap();
+    assert!(
+        least.parse::<u64>().unwrap() < cached_total,
+        "{least} {want}"
+    );
+    let mut got = json(&one_by_one(&least));
     for k in ["target", "manifest"] {
         got[k] = want[k].clone();
     }
@@ -716,185 +802,4 @@ fn manifest_shards(ds: &Path) -> usize {
     let m: serde_json::Value =
         serde_json::from_slice(&std::fs::read(ds.join("manifest.json")).unwrap()).unwrap();
     m["shards"].as_array().unwrap().len()
-}
-
-/// A proxy in front of the S3 server on `upstream` that cuts off every PUT of more than 1 MiB as
-/// a server ending a connection mid-request does: it reads the headers, half-closes, and closes
-/// with the body unread (the client, still writing, is reset after the server's FIN). Other
-/// requests are forwarded, one per connection. Returns its port.
-fn cutting_proxy(upstream: u16) -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for conn in listener.incoming().flatten() {
-            std::thread::spawn(move || {
-                let _ = proxy_one(conn, upstream);
-            });
-        }
-    });
-    port
-}
-
-fn proxy_one(mut client: std::net::TcpStream, upstream: u16) -> std::io::Result<()> {
-    use std::io::{Read, Write};
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 65536];
-    let end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = client.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            let (k, v) = l.split_once(':')?;
-            k.eq_ignore_ascii_case("content-length")
-                .then(|| v.trim().parse().ok())?
-        })
-        .unwrap_or(0);
-    if head.starts_with("PUT ") && length > 1 << 20 {
-        client.shutdown(std::net::Shutdown::Write)?;
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        return Ok(());
-    }
-    while buf.len() < end + length {
-        let n = client.read(&mut chunk)?;
-        if n == 0 {
-            return Ok(());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-    let mut request: String = head
-        .trim_end()
-        .lines()
-        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
-        .map(|l| format!("{l}\r\n"))
-        .collect();
-    request.push_str("Connection: close\r\n\r\n");
-    let mut up = std::net::TcpStream::connect(("127.0.0.1", upstream))?;
-    up.write_all(request.as_bytes())?;
-    up.write_all(&buf[end..end + length])?;
-    let mut response = Vec::new();
-    up.read_to_end(&mut response)?;
-    client.write_all(&response)
-}
-
-#[test]
-fn an_upload_the_server_cuts_off_is_an_error_with_a_message_not_a_silent_death() {
-    let server = S3::start();
-    std::fs::create_dir_all(server.root.path().join("bucket")).unwrap();
-    let proxy = cutting_proxy(server.port);
-    let mut cmd = bin();
-    for (k, v) in server.env() {
-        cmd.env(k, v);
-    }
-    // One shard of about 5 MB, so the upload is still being written when the proxy cuts it.
-    let out = cmd
-        .env("AWS_ENDPOINT", format!("http://127.0.0.1:{proxy}"))
-        .arg("pack")
-        .arg(sample_data())
-        .args([
-            "s3://bucket/out/",
-            "--resize",
-            "shorter:512",
-            "--encode",
-            "png",
-        ])
-        .args(["--shard-samples", "45", "-q"])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{:?}: {stderr}", out.status);
-    assert!(
-        stderr.contains("s3://bucket/out/shard-000000.tar") && stderr.contains("PUT"),
-        "{stderr}"
-    );
-    let published = server.root.path().join("bucket/out");
-    assert!(!published.join("shard-000000.tar").exists());
-    assert!(!published.join("manifest.json").exists());
-}
-
-#[test]
-fn merge_into_s3_removes_the_staged_copies_of_its_inputs() {
-    use crate::common::{pack, tempdir, Cmd};
-    use crate::partition::{inputs, part, published, OPTS};
-    let dir = tempdir();
-    let input = inputs(dir.path(), 20);
-    let s3 = S3::start();
-    let bucket = s3.root.path().join("bucket");
-    pack(&input, bucket.join("wds"))
-        .args(["--shard-samples", "10", "-q"])
-        .ok();
-    let with_env = |c: Cmd| c.envs(s3.env());
-    let urls = "s3://bucket/wds/shard-{000000..000001}.tar";
-    let out = "s3://bucket/out/";
-    with_env(Cmd::new(["plan", urls, out]).args(OPTS)).ok();
-    let staged = bucket.join("out/_plan/staged");
-    let files = |d: &Path| -> usize {
-        std::fs::read_dir(d)
-            .map(|e| e.flatten().filter(|e| e.path().is_file()).count())
-            .unwrap_or(0)
-    };
-    assert_eq!(files(&staged), 2, "the plan stages each input once");
-    with_env(part(Path::new(out), "0/1")).ok();
-    with_env(Cmd::new(["merge", out])).ok();
-    assert_eq!(files(&staged), 0, "merge removes the staged copies");
-    let single = dir.path().join("single");
-    with_env(pack(urls, &single).args(OPTS).args(["-q"])).ok();
-    for (name, bytes) in published(&single) {
-        let got = std::fs::read(bucket.join("out").join(&name)).unwrap_or_default();
-        assert!(got == bytes, "{name} differs from the single pack's");
-    }
-}
-
-#[test]
-fn overwriting_the_dataset_a_url_input_serves_is_refused_before_anything_goes() {
-    use crate::common::{pack, tempdir, Cmd};
-    let dir = tempdir();
-    let www = dir.path().join("www");
-    pack(crate::common::sample_data(), www.join("dsx"))
-        .args(["--resize", "crop:16x16", "--shard-samples", "9", "-q"])
-        .ok();
-    let server = Lighttpd::start(&www);
-    let url = server.url("dsx/");
-    let r = pack(&url, www.join("dsx"))
-        .args(["--overwrite", "--input-format", "wds", "-q"])
-        .run();
-    r.assert_code(2);
-    assert!(r.stderr.contains("would take in the input"), "{}", r.stderr);
-    Cmd::new(["verify"]).arg(www.join("dsx")).ok();
-    // Into another folder, the same URL packs.
-    pack(&url, dir.path().join("copy"))
-        .args(["--input-format", "wds", "-q"])
-        .ok();
-}
-
-/// Shards of a shardtool dataset re-packed by URL keep its class names (read from the manifest
-/// beside them), as local ones do; mixed with shards of another dataset they map by name.
-#[test]
-fn a_repack_by_url_keeps_the_class_names_of_the_manifest_beside_the_shards() {
-    use crate::common::{manifest, pack, sample_data, tempdir};
-    let dir = tempdir();
-    let s3 = S3::start();
-    let bucket = s3.root.path().join("bucket");
-    pack(sample_data(), bucket.join("ds"))
-        .args(["--resize", "crop:16x16", "--shard-samples", "20", "-q"])
-        .ok();
-    let classes = manifest(&bucket.join("ds")).classes;
-    assert!(
-        classes.iter().all(|c| c.parse::<u32>().is_err()),
-        "{classes:?}"
-    );
-    let out = dir.path().join("out");
-    pack("s3://bucket/ds/shard-{000000..000002}.tar", &out)
-        .args(["--input-format", "wds", "-q"])
-        .envs(s3.env())
-        .ok();
-    assert_eq!(manifest(&out).classes, classes);
 }

@@ -290,18 +290,42 @@ impl RemoteDataset {
         Ok(())
     }
 
-    /// Fails unless the cache limit can hold the shards `indices` names (all when `None`), held
-    /// at once (all a command reads), those not cached yet fetched `fetching` at a time, each
-    /// `.zst` one with its compressed copy while it is decompressed.
-    pub fn check_room(&self, indices: Option<&[usize]>, fetching: usize) -> Result<(), CacheError> {
-        let all: Vec<usize>;
-        let indices = match indices {
-            Some(v) => v,
-            None => {
-                all = (0..self.shared.specs.len()).collect();
-                &all
-            }
-        };
+    /// Fails unless the cache limit can hold `at_once` shards (the largest), each `.zst` one
+    /// with its compressed copy while it is decompressed: the room a command needs that reads
+    /// every shard once, `at_once` at a time, each held only while it is read
+    /// ([`RemoteDataset::acquire_once`]).
+    pub fn check_room_one_by_one(&self, at_once: usize) -> Result<(), CacheError> {
+        let mut sizes: Vec<u64> = (self.shared.specs.iter())
+            .map(|s| s.cached_bytes() + s.decompressed.map_or(0, |_| s.bytes))
+            .collect();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let at_once = at_once.clamp(1, sizes.len().max(1));
+        let need = sizes
+            .iter()
+            .take(at_once)
+            .fold(0u64, |a, &b| a.saturating_add(b));
+        match self.shared.cache.limit() {
+            Some(limit) if limit < need => Err(CacheError::TooSmall {
+                limit,
+                message: format!(
+                    "shards are read {at_once} at a time, each held in the cache while it is \
+                     read (with a .zst one's compressed copy while it is decompressed): up to \
+                     {need} bytes; raise --cache-limit to at least {need}{}",
+                    if at_once > 1 {
+                        ", or read fewer at once (--jobs and --fetch-concurrency)"
+                    } else {
+                        ""
+                    }
+                ),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Fails unless the cache limit can hold the shards `indices` names, held at once, those
+    /// not cached yet fetched `fetching` at a time, each `.zst` one with its compressed copy
+    /// while it is decompressed.
+    pub fn check_room(&self, indices: &[usize], fetching: usize) -> Result<(), CacheError> {
         let specs: Vec<&ShardSpec> = indices
             .iter()
             .filter_map(|&i| self.shared.specs.get(i))
@@ -407,7 +431,7 @@ impl RemoteDataset {
         workers: usize,
         hold: bool,
     ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
-        self.fetch_many(None, workers, hold, false)
+        self.fetch_many(None, workers, hold)
     }
 
     /// Fetches shards `indices` with `workers` threads and holds them: the leases and, by shard
@@ -418,18 +442,28 @@ impl RemoteDataset {
         indices: &[usize],
         workers: usize,
     ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
-        self.fetch_many(Some(indices), workers, true, false)
+        self.fetch_many(Some(indices), workers, true)
     }
 
-    /// [`RemoteDataset::acquire_all`], holding every shard, for a check of the dataset where it
-    /// lives: a shard already cached is fetched again too (streamed through the checks, nothing
-    /// kept, so no room is needed for it) and must match the manifest's size and checksum, so
-    /// the server's copy is proven as whole as the cached one, which is left as it is.
-    pub fn acquire_all_checked_at_source(
-        &self,
-        workers: usize,
-    ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
-        self.fetch_many(None, workers, true, true)
+    /// Makes shard `i` available on local disk and holds it until the lease is dropped, for a
+    /// command that reads every shard once (verify, inspect) rather than a reader's pass. With
+    /// `at_source`, the dataset is checked where it lives: a shard already cached is fetched
+    /// again too (streamed through the checks, nothing kept, so no room is needed for it) and
+    /// must match the manifest's size and checksum, so the server's copy is proven as whole as
+    /// the cached one, which is left as it is.
+    pub fn acquire_once(&self, i: usize, at_source: bool) -> Result<Lease, CacheError> {
+        self.fetch_one(i, true, at_source)
+    }
+
+    /// Fetches shard `i`; see [`RemoteDataset::acquire_once`].
+    fn fetch_one(&self, i: usize, hold: bool, at_source: bool) -> Result<Lease, CacheError> {
+        // At source, a cached copy is hashed too: damaged in place (its size and time kept),
+        // it is fetched again rather than verified as the server's.
+        let lease = self.shared.acquire_with(i, hold, true, at_source)?;
+        if at_source && !lease.fetched {
+            self.shared.check_at_source(i)?;
+        }
+        Ok(lease)
     }
 
     /// Fetches shards `indices` (all when `None`) on `workers` threads.
@@ -438,7 +472,6 @@ impl RemoteDataset {
         indices: Option<&[usize]>,
         workers: usize,
         hold: bool,
-        at_source: bool,
     ) -> (Vec<Lease>, Vec<(usize, CacheError)>) {
         let n = indices.map_or(self.shared.specs.len(), <[usize]>::len);
         let next = AtomicU64::new(0);
@@ -450,15 +483,7 @@ impl RemoteDataset {
                 break;
             }
             let i = indices.map_or(k, |v| v[k]);
-            // At source, a cached copy is hashed too: damaged in place (its size and
-            // time kept), it is fetched again rather than verified as the server's.
-            let r = self.shared.acquire_with(i, hold, true, at_source);
-            let r = r.and_then(|lease| {
-                if at_source && !lease.fetched {
-                    self.shared.check_at_source(i)?;
-                }
-                Ok(lease)
-            });
+            let r = self.fetch_one(i, hold, false);
             let mut o = out.lock().unwrap_or_else(|p| p.into_inner());
             match r {
                 Ok(l) => o.0.push(l),

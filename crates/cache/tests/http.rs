@@ -424,11 +424,7 @@ fn waits_behind_readers_until_published(dir: &std::path::Path, url: &str, at_sou
         s.spawn(|| {
             let got = match at_source {
                 false => ds.acquire(0),
-                true => {
-                    let (mut leases, errors) = ds.acquire_all_checked_at_source(1);
-                    assert!(errors.is_empty(), "{errors:?}");
-                    Ok(leases.remove(0))
-                }
+                true => ds.acquire_once(0, true),
             };
             tx.send(got.map(|l| l.path().to_path_buf())).unwrap()
         });

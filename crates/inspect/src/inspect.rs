@@ -9,7 +9,8 @@ use serde_json::Value;
 use shardtool_manifest::{ShardEntry, ShardFormat, ShardKind};
 use shardtool_packed::{PackedShard, RECORD_FIELDS};
 use shardtool_verify::{
-    map_on_threads, open_target, Problem, ProblemKind, Target, VerifyError, VerifyOptions,
+    map_on_threads, open_target, HoldShards, Problem, ProblemKind, Target, VerifyError,
+    VerifyOptions,
 };
 use shardtool_wds::group_samples;
 use std::collections::{BTreeMap, HashMap};
@@ -169,14 +170,16 @@ pub fn inspect(target: &Path, opts: &VerifyOptions) -> Result<InspectReport, Ver
     inspect_as(target, opts, None)
 }
 
-/// [`inspect`]; with `as_stored`, the dataset's shards as stored elsewhere (a remote dataset's
-/// manifest entries, index for index, where the target holds decompressed copies), whose
-/// formats and sizes the report gives for the shards it reads.
+/// [`inspect`]; with `remote`, the target's shards are held as they are read (a remote
+/// dataset's view, fetching them then), and the dataset's shards as the server stores them (its
+/// manifest entries, index for index, where the view holds decompressed copies), whose formats
+/// and sizes the report gives for the shards it reads.
 pub(crate) fn inspect_as(
     target: &Path,
     opts: &VerifyOptions,
-    as_stored: Option<&[ShardEntry]>,
+    remote: Option<(&dyn HoldShards, &[ShardEntry])>,
 ) -> Result<InspectReport, VerifyError> {
+    let as_stored = remote.map(|(_, stored)| stored);
     match open_target(target, &opts.limits, true)? {
         Target::Dataset(ds) => {
             let m = &ds.manifest;
@@ -191,11 +194,16 @@ pub(crate) fn inspect_as(
                 .map(|(_, e)| e.uncompressed_bytes.unwrap_or(e.bytes).max(e.bytes))
                 .max()
                 .unwrap_or(0);
-            let jobs = crate::jobs_within(opts.jobs_or_cores(), largest);
+            // A remote dataset's shards are fetched by these threads: as many as it fetches at
+            // once, within the bound.
+            let jobs = opts.jobs_or_cores();
+            let jobs = remote.map_or(jobs, |(view, _)| view.at_once().max(jobs));
+            let jobs = crate::jobs_within(jobs, largest);
             let parts = map_on_threads(jobs, "inspect", &indexed, |&(i, e)| {
                 if !shardtool_manifest::is_safe_file_name(&e.file) {
                     return Stats::default();
                 }
+                let _held = remote.and_then(|(view, _)| view.hold(i));
                 let kind = ShardKind {
                     format: e.format,
                     compression: e.compression,

@@ -9,17 +9,19 @@ use shardtool_cache::RemoteDataset;
 use shardtool_verify::{Fetch, RemoteView, VerifyError, VerifyOptions};
 
 /// [`inspect`](crate::inspect) of the remote dataset `ds`: every shard is fetched into the cache
-/// (a cached copy is used as it is) with `workers` threads and held while it is read; formats
-/// and stored sizes are the server's (`.zst` shards are cached decompressed). The whole dataset
-/// must fit under the cache's limit. A shard that could not be fetched is a `fetch_failed`
-/// problem, left out of the figures.
+/// (a cached copy is used as it is), `workers` at a time (or one per job when there are more),
+/// and held while it is read; formats and stored sizes are the server's (`.zst` shards are
+/// cached decompressed). The cache's limit needs room only for the shards in hand: older ones
+/// make room for newer. A shard that could not be fetched is a `fetch_failed` problem, left
+/// out of the figures.
 pub fn inspect_remote(
     ds: &RemoteDataset,
     workers: usize,
     opts: &VerifyOptions,
 ) -> Result<InspectReport, VerifyError> {
-    let view = RemoteView::fetch(ds, workers, Fetch::All, false)?;
-    let mut report = inspect_as(view.path(), opts, Some(&ds.manifest().shards))?;
+    let at_once = workers.max(opts.jobs_or_cores());
+    let view = RemoteView::fetch(ds, at_once, Fetch::All, false)?;
+    let mut report = inspect_as(view.path(), opts, Some((&view, &ds.manifest().shards)))?;
     for p in &mut report.problems {
         view.rename(p);
     }

@@ -35,7 +35,9 @@ pub use dataset::{open_target, Dataset, ShardKind, Target, SHARD_SUFFIXES};
 #[cfg(feature = "remote")]
 pub use remote::{verify_remote, Fetch, RemoteView};
 pub use report::{Problem, ProblemKind, Report};
-pub use run::{map_on_threads, pool_within, verify, NoProgress, Progress, VerifyOptions};
+pub use run::{
+    map_on_threads, pool_within, verify, HoldShards, NoProgress, Progress, VerifyOptions,
+};
 
 use std::path::PathBuf;
 

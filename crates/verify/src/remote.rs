@@ -3,11 +3,13 @@
 //! verify (and inspect and preview) read like any local dataset, naming shards as the server
 //! stores them.
 
-use crate::{verify, Problem, ProblemKind, Progress, Report, VerifyError, VerifyOptions};
+use crate::run::verify_in;
+use crate::{HoldShards, Problem, ProblemKind, Progress, Report, VerifyError, VerifyOptions};
 use shardtool_cache::{Lease, RemoteDataset};
 use shardtool_manifest::{ERRORS_FILE, FILE_NAME as MANIFEST_FILE};
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Largest `errors.jsonl` fetched for a remote verify.
 const MAX_ERRORS_FILE: u64 = 64 << 20;
@@ -15,22 +17,30 @@ const MAX_ERRORS_FILE: u64 = 64 << 20;
 /// Which shards a [`RemoteView`] fetches, and how.
 #[derive(Debug, Clone, Copy)]
 pub enum Fetch<'a> {
-    /// Every shard, as the cache has it (a cached copy is trusted).
+    /// Every shard, as the cache has it (a cached copy is trusted), each fetched when it is
+    /// read ([`RemoteView::hold_shard`]) and held only while it is read.
     All,
-    /// Every shard, a cached copy fetched again and checked: the server's copies are proven.
+    /// [`Fetch::All`], a cached copy fetched again and checked: the server's copies are proven.
     AllAtSource,
-    /// These shards only (by manifest index); the others are absent from the view.
+    /// These shards only (by manifest index), fetched when the view is made and held while it
+    /// lives; the others are absent from the view.
     Some(&'a [usize]),
 }
 
-/// The shards of a remote dataset held in the cache, behind a temporary folder (inside the
-/// cache) holding a manifest that describes them as the cache stores them (decompressed) and
-/// links to them. Removed, and the shards released, when it drops.
-pub struct RemoteView {
+/// The shards of a remote dataset in the cache, behind a temporary folder (inside the cache)
+/// holding a manifest that describes them as the cache stores them (decompressed) and links to
+/// those held: all of them from the start ([`Fetch::Some`]), or each while it is read
+/// ([`RemoteView::hold_shard`]), so that a dataset larger than the cache's limit can be read whole.
+/// Removed, and the shards released, when it drops.
+pub struct RemoteView<'a> {
     dir: tempfile::TempDir,
+    ds: &'a RemoteDataset,
     _held: Vec<Lease>,
+    /// Shards are fetched as they are read (`Some`), at the source when `Some(true)`.
+    one_by_one: Option<bool>,
+    at_once: usize,
     /// Shards that could not be fetched, by cached name, with why.
-    failed: HashMap<String, String>,
+    failed: Mutex<HashMap<String, String>>,
     /// Why the dataset's `errors.jsonl` could not be fetched, when it was asked for.
     errors_failed: Option<String>,
     /// Cached name → the name the server stores it under.
@@ -38,29 +48,58 @@ pub struct RemoteView {
     shown: String,
 }
 
-impl RemoteView {
-    /// Fetches the shards `which` names from `ds` with `workers` threads and makes the view,
-    /// with the dataset's `errors.jsonl` when `with_errors` (verify checks it; others do not
-    /// read it). What is fetched must fit under the cache's limit.
+impl HoldShards for RemoteView<'_> {
+    /// How many shards may be read at once (the room the cache was checked for).
+    fn at_once(&self) -> usize {
+        self.at_once
+    }
+
+    fn hold(&self, index: usize) -> Option<Box<dyn Send + '_>> {
+        let held = self.hold_shard(index)?;
+        Some(Box::new(held))
+    }
+}
+
+/// A shard of a [`RemoteView`] held in the cache and linked into the view while it is read.
+pub struct Held {
+    /// The link this hold made (`None` when another hold of the same shard made it).
+    link: Option<PathBuf>,
+    _lease: Lease,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Some(link) = &self.link {
+            let _ = std::fs::remove_file(link);
+        }
+    }
+}
+
+impl<'a> RemoteView<'a> {
+    /// Makes the view of the shards `which` names from `ds`, read (or, for [`Fetch::Some`],
+    /// fetched now) `at_once` at a time, with the dataset's `errors.jsonl` when `with_errors`
+    /// (verify checks it; others do not read it). The cache's limit must hold the shards in
+    /// hand at once: `at_once` of them (the largest), or every one [`Fetch::Some`] names.
     pub fn fetch(
-        ds: &RemoteDataset,
-        workers: usize,
+        ds: &'a RemoteDataset,
+        at_once: usize,
         which: Fetch<'_>,
         with_errors: bool,
     ) -> Result<Self, VerifyError> {
         let remote_error = |e: &dyn std::fmt::Display| VerifyError::Remote(e.to_string());
         let specs = ds.specs();
-        let workers = workers.max(1);
-        let wanted = match which {
-            Fetch::Some(v) => Some(v),
-            _ => None,
-        };
-        ds.check_room(wanted, workers)
-            .map_err(|e| remote_error(&e))?;
-        let (held, failed) = match which {
-            Fetch::All => ds.acquire_all(workers, true),
-            Fetch::AllAtSource => ds.acquire_all_checked_at_source(workers),
-            Fetch::Some(v) => ds.acquire_some(v, workers),
+        let at_once = at_once.max(1);
+        let (one_by_one, (held, failed)) = match which {
+            Fetch::All | Fetch::AllAtSource => {
+                ds.check_room_one_by_one(at_once)
+                    .map_err(|e| remote_error(&e))?;
+                let at_source = matches!(which, Fetch::AllAtSource);
+                (Some(at_source), (Vec::new(), Vec::new()))
+            }
+            Fetch::Some(v) => {
+                ds.check_room(v, at_once).map_err(|e| remote_error(&e))?;
+                (None, ds.acquire_some(v, at_once))
+            }
         };
         // A shard that could not be fetched is absent from the view: reported as such, not as
         // missing from the dataset.
@@ -115,8 +154,11 @@ impl RemoteView {
             .collect();
         Ok(Self {
             dir,
+            ds,
             _held: held,
-            failed,
+            one_by_one,
+            at_once,
+            failed: Mutex::new(failed),
             errors_failed,
             remote_names,
             shown: ds.url().shown(&ds.url().manifest),
@@ -128,19 +170,58 @@ impl RemoteView {
         self.dir.path()
     }
 
+    /// Makes shard `index` (of the manifest) readable in the view until what this returns is
+    /// dropped: fetched into the cache (at the source for [`Fetch::AllAtSource`]), held, and
+    /// linked. `None` where the view holds its shards already ([`Fetch::Some`]), or where the
+    /// shard could not be fetched: it is then absent, and [`RemoteView::rename`] names why.
+    pub fn hold_shard(&self, index: usize) -> Option<Held> {
+        let at_source = self.one_by_one?;
+        let spec = self.ds.specs().get(index)?;
+        let name = spec.cached_name();
+        let failed = |why: String| {
+            let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+            f.insert(name.to_string(), why);
+        };
+        let lease = match self.ds.acquire_once(index, at_source) {
+            Ok(lease) => lease,
+            Err(e) => {
+                failed(e.to_string());
+                return None;
+            }
+        };
+        let link = self.dir.path().join(name);
+        let link = match std::os::unix::fs::symlink(lease.path(), &link) {
+            Ok(()) => Some(link),
+            // Listed twice: the other hold's link serves, and its drop removes it.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
+            Err(e) => {
+                failed(format!(
+                    "cannot link it into {}: {e}",
+                    self.dir.path().display()
+                ));
+                return None;
+            }
+        };
+        Some(Held {
+            link,
+            _lease: lease,
+        })
+    }
+
     /// The URL of the dataset's manifest, to show in place of the view's folder.
     pub fn shown(&self) -> &str {
         &self.shown
     }
 
     /// The name the server stores the shard cached as `cached` under.
-    pub fn stored_name<'a>(&'a self, cached: &'a str) -> &'a str {
+    pub fn stored_name<'b>(&'b self, cached: &'b str) -> &'b str {
         self.remote_names.get(cached).map_or(cached, String::as_str)
     }
 
     /// What to say of the shard cached as `cached`, if it could not be fetched.
     pub fn fetch_failure(&self, cached: &str) -> Option<String> {
-        let why = self.failed.get(cached)?;
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        let why = failed.get(cached)?;
         Some(format!("could not be fetched whole: {why}"))
     }
 
@@ -164,9 +245,10 @@ impl RemoteView {
 /// the cache (the size and checksum of the stored file, and of the decompressed one for `.zst`,
 /// are checked on the way in; a shard already cached is streamed again through the same
 /// checks, nothing kept, so a copy changed on the server since it was cached is found) and held
-/// there while its cached copy is verified like a local dataset, through a [`RemoteView`]. The
-/// whole dataset must fit under the cache's limit. An `errors.jsonl` that cannot be fetched is
-/// an `error_report` problem.
+/// there while its cached copy is verified like a local dataset, through a [`RemoteView`].
+/// Shards are fetched and checked `workers` at a time, or one per verify job when there are
+/// more jobs, and the cache's limit needs room for those only: older shards make room for newer
+/// ones. An `errors.jsonl` that cannot be fetched is an `error_report` problem.
 ///
 /// A shard that could not be fetched is a [`ProblemKind::FetchFailed`] problem; problems name
 /// shards as the server stores them (`.tar.zst`, not the cache's decompressed `.tar`). A cached
@@ -179,8 +261,9 @@ pub fn verify_remote(
     progress: &dyn Progress,
 ) -> Result<Report, VerifyError> {
     let repaired = ds.metrics().repaired;
-    let view = RemoteView::fetch(ds, workers, Fetch::AllAtSource, true)?;
-    let mut report = verify(view.path(), opts, progress)?;
+    let at_once = workers.max(opts.jobs_or_cores());
+    let view = RemoteView::fetch(ds, at_once, Fetch::AllAtSource, true)?;
+    let mut report = verify_in(view.path(), opts, progress, Some(&view))?;
     report.cache_repaired = Some(ds.metrics().repaired - repaired);
     for p in &mut report.problems {
         view.rename(p);

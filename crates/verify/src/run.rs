@@ -10,6 +10,7 @@ use crate::{VerifyError, DEFAULT_MAX_SHARD_BYTES};
 use foldhash::fast::RandomState as FoldHash;
 use rayon::prelude::*;
 use shardtool_core::Limits;
+use shardtool_manifest::ShardEntry;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Instant;
@@ -106,6 +107,17 @@ pub fn pool_within(
     )))
 }
 
+/// Makes each shard of the folder being read there while it is read, for a folder whose shards
+/// are not all there from the start: a remote dataset's view (`RemoteView`) fetches each into
+/// the cache when it is held.
+pub trait HoldShards: Sync {
+    /// Shards that may be held at once (the room kept for them).
+    fn at_once(&self) -> usize;
+    /// Called before shard `index` (of the manifest) is read: it stays there until what this
+    /// returns is dropped. `None` where it could not be made so; the shard is then missing.
+    fn hold(&self, index: usize) -> Option<Box<dyn Send + '_>>;
+}
+
 /// Receives progress; called from worker threads.
 pub trait Progress: Sync {
     /// Called once before any shard is read, with the totals from the manifest.
@@ -130,6 +142,17 @@ pub fn verify(
     target: &Path,
     opts: &VerifyOptions,
     progress: &dyn Progress,
+) -> Result<Report, VerifyError> {
+    verify_in(target, opts, progress, None)
+}
+
+/// [`verify`]; with `view`, the folder's shards are held as they are read (a remote dataset's,
+/// fetched then), as many at once as the view allows (or `jobs`, when more).
+pub(crate) fn verify_in(
+    target: &Path,
+    opts: &VerifyOptions,
+    progress: &dyn Progress,
+    view: Option<&dyn HoldShards>,
 ) -> Result<Report, VerifyError> {
     let start = Instant::now();
     let mut ds = open_dataset(target, &opts.limits)?;
@@ -165,7 +188,10 @@ pub fn verify(
     };
     // One shard per task, handed out as threads come free; with `decode` a shard's images fan
     // out over the same pool.
-    let mut outcomes = map_on_threads(jobs, "verify", &m.shards, |entry| {
+    let threads = view.map_or(jobs, |v| v.at_once().max(jobs));
+    let indexed: Vec<(usize, &ShardEntry)> = m.shards.iter().enumerate().collect();
+    let mut outcomes = map_on_threads(threads, "verify", &indexed, |&(i, entry)| {
+        let _held = view.and_then(|v| v.hold(i));
         let o = verify_shard(entry, &shared);
         progress.shard_done(&entry.file, o.bytes_read);
         o
