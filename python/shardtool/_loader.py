@@ -14,7 +14,8 @@ import urllib.parse
 import warnings
 import weakref
 from typing import (
-    TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, Tuple, Union,
+    TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, SupportsIndex,
+    Tuple, Union, overload,
 )
 
 if TYPE_CHECKING:
@@ -54,16 +55,20 @@ if hasattr(os, "register_at_fork"):
 
 
 def _check_fetch(
-    fetch_timeout: Optional[float], fetch_attempts: Optional[int], fetch_concurrency: Optional[int]
-) -> None:
-    """The fetch options of a remote dataset (Loader, verify, inspect), checked by name."""
-    _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=100)
-    _check_int("fetch_concurrency", fetch_concurrency, 1, optional=True, maximum=1024)
+    fetch_timeout: Optional[float],
+    fetch_attempts: Optional[SupportsIndex],
+    fetch_concurrency: Optional[SupportsIndex],
+) -> Tuple[Optional[float], Optional[int], Optional[int]]:
+    """The fetch options of a remote dataset (Loader, verify, inspect), checked by name: the
+    timeout as a float, the counts as ints."""
+    attempts = _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=100)
+    concurrency = _check_int("fetch_concurrency", fetch_concurrency, 1, optional=True, maximum=1024)
     if fetch_timeout is not None:
         if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, (int, float)):
             raise TypeError(f"fetch_timeout must be a number of seconds, not {type(fetch_timeout).__name__}")
         if not 0 < fetch_timeout <= 86400:
             raise ValueError(f"fetch_timeout must be more than 0 and at most 86400 seconds (a day), not {fetch_timeout}")
+    return None if fetch_timeout is None else float(fetch_timeout), attempts, concurrency
 
 
 def _check_fields(fields: Optional[Sequence[str]]) -> Optional[List[str]]:
@@ -199,6 +204,18 @@ def _check_bool(name: str, value: Any) -> Any:
     raise TypeError(f"{name} must be True or False, not {shown}")
 
 
+@overload
+def _check_int(
+    name: str, value: SupportsIndex, minimum: int, optional: bool = False, maximum: Optional[int] = None
+) -> int: ...
+
+
+@overload
+def _check_int(
+    name: str, value: Optional[SupportsIndex], minimum: int, optional: Literal[True], maximum: Optional[int] = None
+) -> Optional[int]: ...
+
+
 def _check_int(
     name: str, value: Any, minimum: int, optional: bool = False, maximum: Optional[int] = None
 ) -> Any:
@@ -278,12 +295,16 @@ def _converter(output: str) -> Callable[[Any], Any]:
 
 
 
-def cache_limit_bytes(cache_limit: Optional[Union[int, str]]) -> Optional[int]:
-    """``cache_limit`` as bytes: an int (>= 1), a size like ``"64GiB"``, or ``None`` (no limit)."""
-    if cache_limit is None or isinstance(cache_limit, int) and not isinstance(cache_limit, bool):
-        if cache_limit is not None and not 1 <= cache_limit < 2**64:
-            raise ValueError(f"cache_limit must be at least 1 byte and below 2**64, not {cache_limit} (None: no limit)")
-        return cache_limit
+def cache_limit_bytes(cache_limit: Optional[Union[SupportsIndex, str]]) -> Optional[int]:
+    """``cache_limit`` as bytes: an int (>= 1; numpy's too), a size like ``"64GiB"``, or ``None``
+    (no limit)."""
+    if cache_limit is None:
+        return None
+    if not isinstance(cache_limit, (bool, str)) and hasattr(cache_limit, "__index__"):
+        limit = operator.index(cache_limit)
+        if not 1 <= limit < 2**64:
+            raise ValueError(f"cache_limit must be at least 1 byte and below 2**64, not {limit} (None: no limit)")
+        return limit
     if isinstance(cache_limit, str):
         try:
             return _shardtool.parse_byte_size(cache_limit)
@@ -376,13 +397,13 @@ class Loader:
         self,
         dataset: Union[str, "os.PathLike[str]"],
         *,
-        batch_size: int,
-        seed: int = 0,
-        epoch: int = 0,
+        batch_size: SupportsIndex,
+        seed: SupportsIndex = 0,
+        epoch: SupportsIndex = 0,
         shuffle: bool = True,
-        rank: Optional[int] = None,
-        world_size: Optional[int] = None,
-        workers: Optional[int] = None,
+        rank: Optional[SupportsIndex] = None,
+        world_size: Optional[SupportsIndex] = None,
+        workers: Optional[SupportsIndex] = None,
         decode: bool = True,
         transform: Optional[str] = None,
         flip: bool = False,
@@ -392,17 +413,17 @@ class Loader:
         output: Literal["torch", "numpy", "dlpack"] = "torch",
         device: Device = None,
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
-        cache_limit: Optional[Union[int, str]] = None,
+        cache_limit: Optional[Union[SupportsIndex, str]] = None,
         fetch_timeout: Optional[float] = None,
-        fetch_attempts: Optional[int] = None,
-        prefetch_shards: Optional[int] = None,
-        fetch_concurrency: Optional[int] = None,
-        shuffle_buffer: Optional[int] = None,
-        interleave: Optional[int] = None,
-        prefetch: Optional[int] = None,
+        fetch_attempts: Optional[SupportsIndex] = None,
+        prefetch_shards: Optional[SupportsIndex] = None,
+        fetch_concurrency: Optional[SupportsIndex] = None,
+        shuffle_buffer: Optional[SupportsIndex] = None,
+        interleave: Optional[SupportsIndex] = None,
+        prefetch: Optional[SupportsIndex] = None,
         skip_corrupt: bool = False,
         fields: Optional[Sequence[str]] = None,
-        max_pixels: Optional[int] = None,
+        max_pixels: Optional[SupportsIndex] = None,
     ) -> None:
         location = _check_path("dataset", dataset)
         if not location.lower().startswith(_REMOTE) and not os.path.exists(location):
@@ -429,14 +450,15 @@ class Loader:
         interleave = _check_int("interleave", interleave, 1, optional=True, maximum=2**63 - 1)
         prefetch = _check_int("prefetch", prefetch, 1, optional=True, maximum=MAX_PREFETCH)
         prefetch_shards = _check_int("prefetch_shards", prefetch_shards, 0, optional=True, maximum=2**32)
-        _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
+        timeout, attempts, concurrency = _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
         if (rank is None) != (world_size is None):
             raise ValueError("give both rank and world_size, or neither")
+        rank_of: Optional[Tuple[int, int]] = None
         if rank is not None and world_size is not None:
-            rank = _check_int("rank", rank, 0, maximum=2**32 - 2)
-            world_size = _check_int("world_size", world_size, 1, maximum=2**32 - 1)
-            if rank >= world_size:
-                raise ValueError(f"rank {rank} must be < world_size {world_size}")
+            rank_of = (_check_int("rank", rank, 0, maximum=2**32 - 2),
+                       _check_int("world_size", world_size, 1, maximum=2**32 - 1))
+            if rank_of[0] >= rank_of[1]:
+                raise ValueError(f"rank {rank_of[0]} must be < world_size {rank_of[1]}")
         if output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, not {output!r}")
         if output == "torch":
@@ -478,8 +500,8 @@ class Loader:
         self._seed = seed
         self._epoch = epoch
         self._shuffle = shuffle
-        self._rank = rank
-        self._world_size = world_size
+        self._rank = None if rank_of is None else rank_of[0]
+        self._world_size = None if rank_of is None else rank_of[1]
         self._workers = workers
         self._transform = transform
         self._flip = flip
@@ -490,10 +512,10 @@ class Loader:
         cache_dir = _check_path("cache_dir", cache_dir, optional=True)
         self._cache_dir = None if cache_dir is None else os.path.abspath(cache_dir)
         self._cache_limit = limit
-        self._fetch_timeout = None if fetch_timeout is None else float(fetch_timeout)
-        self._fetch_attempts = fetch_attempts
+        self._fetch_timeout = timeout
+        self._fetch_attempts = attempts
         self._prefetch_shards = prefetch_shards
-        self._fetch_concurrency = fetch_concurrency
+        self._fetch_concurrency = concurrency
         self._shuffle_buffer = shuffle_buffer
         self._interleave = interleave
         self._prefetch = prefetch
@@ -604,7 +626,7 @@ class Loader:
         self._state_lock = threading.RLock()
         _LOADERS.add(self)
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: SupportsIndex) -> None:
         """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``.
 
         A state loaded with :meth:`load_state_dict` for another epoch is dropped: that ``iter()``

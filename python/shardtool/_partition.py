@@ -58,11 +58,11 @@ def plan(
 
 def pack_part(
     output: PathLike,
-    index: int,
-    count: int,
+    index: SupportsIndex,
+    count: SupportsIndex,
     *,
-    jobs: Optional[int] = None,
-    max_errors: Optional[int] = None,
+    jobs: Optional[SupportsIndex] = None,
+    max_errors: Optional[SupportsIndex] = None,
 ) -> Dict[str, Any]:
     """Packs part ``index`` of ``count`` of the plan in ``output``: shards ``j`` with
     ``j % count == index``, skipping those already done, each published with a done record.
@@ -71,24 +71,22 @@ def pack_part(
     part's counts (``packed``, ``skipped``, ``samples``, ``failed``, ``seconds`` …). Raises
     ``FileNotFoundError`` when ``output`` holds no plan, ``ValueError`` for a bad part.
     """
-    index = _check_int("index", index, 0, maximum=2**63 - 1)
-    count = _check_int("count", count, 1, maximum=2**63 - 1)
-    jobs = _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
-    max_errors = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
-    return _report(
-        _shardtool.pack_part(_check_path("output", output), index, count, jobs=jobs, max_errors=max_errors)
-    )
+    i = _check_int("index", index, 0, maximum=2**63 - 1)
+    n = _check_int("count", count, 1, maximum=2**63 - 1)
+    threads = _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
+    most = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
+    return _report(_shardtool.pack_part(_check_path("output", output), i, n, jobs=threads, max_errors=most))
 
 
-def merge(output: PathLike, *, max_errors: Optional[int] = None) -> Dict[str, Any]:
+def merge(output: PathLike, *, max_errors: Optional[SupportsIndex] = None) -> Dict[str, Any]:
     """Commits the partitioned pack in ``output``: every shard must be done and, in a local
     folder, match its checksum (``DatasetError`` naming the missing or damaged ones otherwise;
     a damaged one's done record goes, so its part redoes it); writes ``errors.jsonl``, then
     ``manifest.json`` last, unless more inputs failed than ``max_errors`` (default: the plan's)
     allows (``DatasetError``, nothing committed). Returns the ``manifest`` and the failed inputs
     (``errors``). Running it again is harmless."""
-    max_errors = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
-    return _report(_shardtool.merge(_check_path("output", output), max_errors=max_errors))
+    most = _check_int("max_errors", max_errors, 0, optional=True, maximum=2**63 - 1)
+    return _report(_shardtool.merge(_check_path("output", output), max_errors=most))
 
 
 def status(output: PathLike) -> Dict[str, Any]:

@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, SupportsIndex, Tuple, Union
 
 from . import _shardtool
 from ._options import PackOptions
@@ -209,29 +209,31 @@ def verify(
     path: PathLike,
     decode: bool = False,
     *,
-    jobs: Union[int, None] = None,
+    jobs: Optional[SupportsIndex] = None,
     cache_dir: Optional[PathLike] = None,
-    cache_limit: Optional[Union[int, str]] = None,
+    cache_limit: Optional[Union[SupportsIndex, str]] = None,
     fetch_timeout: Optional[float] = None,
-    fetch_attempts: Optional[int] = None,
-    fetch_concurrency: Optional[int] = None,
+    fetch_attempts: Optional[SupportsIndex] = None,
+    fetch_concurrency: Optional[SupportsIndex] = None,
 ) -> Dict[str, Any]:
     """Checks every shard of a dataset (sizes, checksums, structure; with ``decode``, every image).
 
     ``path`` is a dataset folder or its ``manifest.json``, local or as an ``http(s)://`` or
     ``s3://`` URL. A remote dataset's shards are fetched into the shard cache (``cache_dir``, at
-    most ``cache_limit`` bytes, as for :class:`Loader`; the whole dataset must fit), checked on
-    the way in, and verified there; problems name the shards as the server stores them.
+    most ``cache_limit`` bytes, as for :class:`Loader`), checked on the way in, and verified
+    there, ``fetch_concurrency`` (or ``jobs``, when more) at a time, each held only while it is
+    checked: the limit needs room for that many of the largest shards, not for the dataset.
+    Problems name the shards as the server stores them.
     ``fetch_timeout``, ``fetch_attempts`` and ``fetch_concurrency`` are as for :class:`Loader`
     (``--fetch-timeout``, ``--fetch-attempts``, ``--fetch-concurrency``).
 
     Returns the report as a dict; ``report["ok"]`` is true when no problem was found, and
     ``report["problems"]`` lists the rest. Raises ``FileNotFoundError`` for a missing path,
     ``ManifestError`` when the manifest is missing or unreadable (or ``path`` is a shard), and
-    ``CacheError`` when a remote dataset cannot be opened or does not fit in the cache.
+    ``CacheError`` when a remote dataset cannot be opened or its cache limit cannot hold the shards read at once.
     """
-    _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
-    _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
+    jobs = _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
+    timeout, attempts, concurrency = _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
     decode = _check_bool("decode", decode)
     return _report(
         _shardtool.verify(
@@ -240,9 +242,9 @@ def verify(
             jobs=jobs,
             cache_dir=_check_path("cache_dir", cache_dir, optional=True),
             cache_limit=cache_limit_bytes(cache_limit),
-            fetch_timeout=fetch_timeout,
-            fetch_attempts=fetch_attempts,
-            fetch_concurrency=fetch_concurrency,
+            fetch_timeout=timeout,
+            fetch_attempts=attempts,
+            fetch_concurrency=concurrency,
         )
     )
 
@@ -250,33 +252,33 @@ def verify(
 def inspect(
     path: PathLike,
     *,
-    jobs: Union[int, None] = None,
+    jobs: Optional[SupportsIndex] = None,
     cache_dir: Optional[PathLike] = None,
-    cache_limit: Optional[Union[int, str]] = None,
+    cache_limit: Optional[Union[SupportsIndex, str]] = None,
     fetch_timeout: Optional[float] = None,
-    fetch_attempts: Optional[int] = None,
-    fetch_concurrency: Optional[int] = None,
+    fetch_attempts: Optional[SupportsIndex] = None,
+    fetch_concurrency: Optional[SupportsIndex] = None,
 ) -> Dict[str, Any]:
     """Counts, class histogram, image sizes, fields and pack options of a dataset or one shard,
     as a dict.
 
     ``path`` is a dataset folder, its ``manifest.json`` or one shard file, or the ``http(s)://``
     or ``s3://`` URL of a dataset: its shards are fetched into the shard cache (``cache_dir``, at
-    most ``cache_limit`` bytes, as for :class:`Loader`; the whole dataset must fit) and read
-    there, with stored sizes and formats as the server has them. Shards that cannot be read are
+    most ``cache_limit`` bytes, as for :class:`Loader`) and read there, each held only while it
+    is read (as for :func:`verify`), with stored sizes and formats as the server has them. Shards that cannot be read are
     listed under ``problems`` and left out of the figures. ``fetch_timeout``, ``fetch_attempts``
     and ``fetch_concurrency`` are as for :class:`Loader`.
     """
-    _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
-    _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
+    jobs = _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
+    timeout, attempts, concurrency = _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
     return _report(
         _shardtool.inspect(
             _check_path("path", path),
             jobs=jobs,
             cache_dir=_check_path("cache_dir", cache_dir, optional=True),
             cache_limit=cache_limit_bytes(cache_limit),
-            fetch_timeout=fetch_timeout,
-            fetch_attempts=fetch_attempts,
-            fetch_concurrency=fetch_concurrency,
+            fetch_timeout=timeout,
+            fetch_attempts=attempts,
+            fetch_concurrency=concurrency,
         )
     )

@@ -24,9 +24,10 @@ import operator
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, SupportsIndex, Union
 
 from . import _partition
+from ._loader import _check_int
 from ._options import PartitionOptions
 
 # Unpack types **options: from typing_extensions before Python 3.11, where only a type checker,
@@ -44,10 +45,10 @@ def pack(
     input: Union[str, "os.PathLike[str]"],
     output: Union[str, "os.PathLike[str]"],
     *,
-    parts: int,
-    shard_samples: int,
-    cpus_per_part: int = 1,
-    max_retries: int = 3,
+    parts: SupportsIndex,
+    shard_samples: SupportsIndex,
+    cpus_per_part: SupportsIndex = 1,
+    max_retries: SupportsIndex = 3,
     **options: Unpack[PartitionOptions],
 ) -> Dict[str, Any]:
     """Plans (keeping a plan already in ``output`` if it was made from the same input and
@@ -62,9 +63,9 @@ def pack(
 
     if "jobs" in options:
         raise ValueError("jobs: each part runs cpus_per_part threads; give cpus_per_part instead")
-    for name, value in (("parts", parts), ("cpus_per_part", cpus_per_part), ("max_retries", max_retries)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "max_retries" else 1):
-            raise ValueError(f"{name} must be an integer of at least {0 if name == 'max_retries' else 1}, not {value!r}")
+    count = _check_int("parts", parts, 1, maximum=2**32)
+    cpus = _check_int("cpus_per_part", cpus_per_part, 1, maximum=4096)
+    retries = _check_int("max_retries", max_retries, 0, maximum=2**31 - 1)
     # The tasks may run in another folder (a runtime_env working_dir): a local OUTPUT is named
     # from the driver's.
     output = os.fspath(output)
@@ -85,17 +86,17 @@ def pack(
     # be run (an input changed since it), which would fail again the same way.
     # Ray's stubs type retry_exceptions as a bool; its docs and runtime take a list of classes.
     @ray.remote(  # type: ignore[call-overload, untyped-decorator]
-        num_cpus=cpus_per_part, max_retries=max_retries, retry_exceptions=[OSError, DatasetError]
+        num_cpus=cpus, max_retries=retries, retry_exceptions=[OSError, DatasetError]
     )
     def part(index: int) -> Dict[str, Any]:
         try:
-            return _partition.pack_part(output, index, parts, jobs=cpus_per_part, max_errors=max_errors)
+            return _partition.pack_part(output, index, count, jobs=cpus, max_errors=max_errors)
         except TooManyErrorsError as e:
             return {"too_many_errors": str(e)}
         except PlanError as e:
             return {"plan_error": str(e)}
 
-    reports: List[Dict[str, Any]] = ray.get([part.remote(i) for i in range(parts)])
+    reports: List[Dict[str, Any]] = ray.get([part.remote(i) for i in range(count)])
     for field, error in (("plan_error", PlanError), ("too_many_errors", TooManyErrorsError)):
         stopped = [r[field] for r in reports if field in r]
         if stopped:

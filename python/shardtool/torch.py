@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from typing import Any, Dict, Iterator
+from typing import Any, Dict, Iterator, SupportsIndex
 
 import torch.utils.data
 
@@ -144,7 +144,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self.__dict__.update(d)
         self.loader._add_epoch_hook(self._epoch_set)
 
-    def set_epoch(self, epoch: int) -> None:
+    def set_epoch(self, epoch: SupportsIndex) -> None:
         """Reads ``epoch`` from the next ``iter()``: call it on the dataset (or on its loader)
         before each epoch. DataLoader workers see it too, persistent ones included (the epoch is
         shared memory)."""

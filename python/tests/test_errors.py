@@ -59,10 +59,16 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
     # numpy's integers are integers (a rank or epoch computed with numpy, say).
     import numpy as np
 
-    numbered = shardtool.Loader(p, batch_size=np.int64(4), seed=np.uint64(3), epoch=np.int32(1),
-                                rank=np.int64(0), world_size=np.int64(1), output="numpy")
+    numbered = shardtool.Loader(p, batch_size=np.int64(4), seed=np.uint64(3), epoch=np.int32(0),
+                                rank=np.int64(0), world_size=np.int64(1), output="numpy",
+                                cache_limit=np.int64(1 << 30), prefetch=np.int16(2),
+                                fetch_concurrency=np.int8(2), fetch_attempts=np.uint8(3))
+    numbered.set_epoch(np.int64(1))
     plain = shardtool.Loader(p, batch_size=4, seed=3, epoch=1, rank=0, world_size=1, output="numpy")
     assert [b["key"] for b in numbered] == [b["key"] for b in plain]
+    assert numbered.state_dict() == plain.state_dict()
+    with pytest.raises(ValueError, match="cache_limit"):
+        shardtool.Loader(p, batch_size=2, cache_limit=np.int64(0))
     with pytest.raises(TypeError):
         shardtool.Loader(p, batch_size=np.float64(4))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at most 86400 seconds"):

@@ -213,8 +213,10 @@ def test_ray_runs_the_parts_as_tasks_then_merges(single: Path, tmp_path: Path) -
         shardtool.ray.pack(str(SAMPLE), str(out), parts=3, shard_samples=7, resize="crop:20x20", seed=3)
     with pytest.raises(ValueError, match="cpus_per_part"):
         shardtool.ray.pack(str(SAMPLE), str(out), parts=3, jobs=2, **OPTIONS)
-    for bad in (dict(parts=0), dict(parts=2, cpus_per_part=0), dict(parts=True)):
-        with pytest.raises(ValueError, match="at least 1"):
+    for bad, error in ((dict(parts=0), ValueError), (dict(parts=2, cpus_per_part=0), ValueError),
+                       (dict(parts=True), TypeError), (dict(parts=2.0), TypeError)):
+        name = "cpus_per_part" if "cpus_per_part" in bad else "parts"
+        with pytest.raises(error, match=f"{name} must be"):
             shardtool.ray.pack(str(SAMPLE), str(tmp_path / "ray-zero"), **{**OPTIONS, **bad})
     assert not (tmp_path / "ray-zero").exists()
     assert published(out) == published(flagged)

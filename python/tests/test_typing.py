@@ -42,12 +42,19 @@ def test_documented_calls_pass_and_wrong_options_are_type_errors(tmp_path: Path)
         "import numpy as np\n"
         "shardtool.pack('in', 'out', seed=np.int64(7), shard_samples=np.int32(8))\n"
         "shardtool.plan('in', 'out', shard_samples=np.int64(8), max_errors=np.uint8(3))\n"
+        "n = shardtool.Loader('x', batch_size=np.int64(2), seed=np.uint32(1), epoch=np.int64(0),\n"
+        "                     rank=np.int64(0), world_size=np.int64(2), cache_limit=np.int64(1 << 30),\n"
+        "                     prefetch=np.int16(2), fetch_concurrency=np.int8(2))\n"
+        "n.set_epoch(np.int64(3))\n"
+        "shardtool.verify('x', jobs=np.int64(2), fetch_attempts=np.int64(3))\n"
+        "shardtool.merge('out', max_errors=np.int64(0))\n"
         "common: shardtool.PackOptions = {'format': 'packed', 'seed': 1}\n"
         "shardtool.pack('in', 'out', **common)\n"
         # Paths, as every call takes them.
         "from pathlib import Path\n"
         "import shardtool.ray\n"
         "shardtool.ray.pack(Path('in'), Path('out'), parts=2, shard_samples=8, resize='none')\n"
+        "shardtool.ray.pack('in', 'out', parts=np.int64(2), shard_samples=np.int64(8), cpus_per_part=np.int64(1))\n"
     )
     calls = [
         "shardtool.pack('in', 'out', resise='shorter:256')",
@@ -57,6 +64,8 @@ def test_documented_calls_pass_and_wrong_options_are_type_errors(tmp_path: Path)
         "shardtool.plan('in', 'out', shard_samples=10, shard_size='1MiB')",
         "shardtool.Loader('x', batch_size=2, remainder='pads')",
         "shardtool.Loader('x', batch_size=2, output='jax')",
+        "shardtool.Loader('x', batch_size=2.0)",
+        "shardtool.verify('x', jobs='2')",
         "shardtool.pack('in', 'out', drop_columns='label')",
         "shardtool.ray.pack('in', 'out', parts=2, shard_samples=8, jobs=2)",
     ]
