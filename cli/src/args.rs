@@ -17,6 +17,32 @@ pub struct Cli {
     pub command: Command,
 }
 
+impl Cli {
+    /// The command line: [`Cli`]'s, where a negative number given to an option reaches that
+    /// option's own check ("invalid value '-1' for '--seed <N>'") rather than clap's tip to
+    /// write `-- -1`, which does not work for an option.
+    pub fn command_line() -> clap::Command {
+        fn negatives_are_values(cmd: clap::Command) -> clap::Command {
+            cmd.mut_args(|a| {
+                if a.get_action().takes_values() && !a.is_positional() {
+                    a.allow_negative_numbers(true)
+                } else {
+                    a
+                }
+            })
+            .mut_subcommands(negatives_are_values)
+        }
+        negatives_are_values(<Self as clap::CommandFactory>::command())
+    }
+
+    /// Parses the process's arguments with [`Cli::command_line`]; exits on an error, printing
+    /// it, as `clap::Parser::parse` does.
+    pub fn from_process_args() -> Self {
+        let matches = Self::command_line().get_matches();
+        <Self as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -557,6 +583,33 @@ mod tests {
     }
 
     #[test]
+    fn a_negative_number_for_an_option_is_its_invalid_value_not_a_stray_argument() {
+        for args in [
+            &["shardtool", "pack", "in", "out", "--seed", "-1"][..],
+            &["shardtool", "read", "ds", "--epoch", "-2"],
+            &[
+                "shardtool",
+                "cache",
+                "prefetch",
+                "http://h/ds/",
+                "--fetch-concurrency",
+                "-4",
+            ],
+        ] {
+            let e = Cli::command_line().try_get_matches_from(args).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains("invalid value '-"), "{args:?}: {text}");
+            assert!(!text.contains("-- -"), "{args:?}: {text}");
+        }
+        // A number in range parses as before.
+        let m = Cli::command_line()
+            .try_get_matches_from(["shardtool", "read", "ds", "--seed", "3"])
+            .unwrap();
+        let cli = <Cli as clap::FromArgMatches>::from_arg_matches(&m).unwrap();
+        assert!(matches!(cli.command, Command::Read(_)));
+    }
+
+    #[test]
     fn subcommands_keep_their_own_about_and_parse() {
         let mut cmd = Cli::command();
         cmd.build();
@@ -589,6 +642,16 @@ mod tests {
             seen += 1;
         }
         assert_eq!(seen, 10);
+        // So do the cache subcommands.
+        let cache = cmd.find_subcommand("cache").unwrap();
+        for sub in cache.get_subcommands().filter(|s| s.get_name() != "help") {
+            let long = sub.get_long_about().map(ToString::to_string);
+            assert!(
+                long.as_deref().unwrap_or("").contains("Examples:"),
+                "cache {}: {long:?}",
+                sub.get_name()
+            );
+        }
         let cli = Cli::try_parse_from(["shardtool", "verify", "ds/", "--jobs", "3"]).unwrap();
         match cli.command {
             Command::Verify(a) => {

@@ -27,7 +27,6 @@ mod commands;
 mod progress;
 mod stdout;
 
-use clap::Parser;
 use std::process::ExitCode;
 
 /// A failure with the exit code it should produce.
@@ -81,7 +80,7 @@ fn main() -> ExitCode {
 /// Runs the command line and returns the exit status.
 fn run() -> u8 {
     progress::fail_writes_past_the_file_size_limit();
-    let cli = args::Cli::parse();
+    let cli = args::Cli::from_process_args();
     let result = match cli.command {
         args::Command::Pack(a) => commands::pack::run(a),
         args::Command::Plan(a) => commands::pack::run_plan(a),

@@ -527,7 +527,7 @@ fn keys_that_break_the_rules_are_refused_or_numbered_with_keys_index() {
         assert_eq!(e.kind, "bad_key", "{e:?}");
         assert!(e
             .message
-            .ends_with("(keys \"index\" numbers samples instead)"));
+            .ends_with("; --keys index (keys=\"index\" in Python) numbers samples instead"));
     }
     assert_eq!(manifest(&kept).inputs.packed, 1);
     assert!(manifest(&kept).pack.get("keys").is_none());

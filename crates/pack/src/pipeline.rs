@@ -5,7 +5,7 @@ use crate::listing::{Columns, Container, ContainerKind};
 use crate::plan::{KeyChoice, PackPlan, ShardFormatChoice};
 use crate::sample_read::{
     carried_problem, machine_fault, packed_record_problem, read_bounded, read_span,
-    tar_member_problem, MAX_CARRIED_BYTES,
+    tar_member_problem, MAX_CARRIED_BYTES, NUMBERED,
 };
 use crate::sink::{Payload, ShardSink};
 use crate::{failure, ErrorRecord, PackError};
@@ -233,13 +233,13 @@ impl Ordered {
                 let problem = match validate_key(key) {
                     Err(e) => Some((
                         "bad_key",
-                        format!("key {key:?}: {e} (keys \"index\" numbers samples instead)"),
+                        format!("key {key:?}: {e}; {NUMBERED} numbers samples instead"),
                     )),
                     Ok(()) if clash => Some((
                         "duplicate_key",
                         format!(
-                            "key {key:?} is used by another input (keys \"index\" numbers \
-                             samples instead)"
+                            "key {key:?} is used by another input; {NUMBERED} numbers \
+                             samples instead"
                         ),
                     )),
                     Ok(()) => None,

@@ -4,6 +4,9 @@
 use std::io::Read;
 use std::path::Path;
 
+/// The pack option that numbers samples, as both front-ends spell it, for messages about keys.
+pub(crate) const NUMBERED: &str = "--keys index (keys=\"index\" in Python)";
+
 /// Why a carried field breaks the rules verify checks it by, if it does: a `txt` is UTF-8 of
 /// at most 1 MiB, a `json` (the input's own) one JSON object of at most 1 MiB whose `key`, if it
 /// states one, is the sample's (unless samples are `renumbered`: it is then the input's). A
@@ -55,7 +58,8 @@ pub(crate) fn tar_member_problem(
             "bad_key",
             format!(
                 "the tar member `{key}.{longest}` would be named in {len} bytes, and a name \
-                 holds at most 100 (keys \"index\" numbers samples in 9 digits instead)"
+                 holds at most 100; {} numbers samples in 9 digits instead",
+                NUMBERED
             ),
         )
     })
