@@ -47,7 +47,8 @@ else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
     def __dir__() -> List[str]:
-        return sorted([*globals(), "torch", "ray"])
+        # The public names (not the typing helpers imported here), and the lazy submodules.
+        return sorted([*__all__, "torch", "ray"])
 
 
 __all__ = [

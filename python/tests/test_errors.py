@@ -251,3 +251,19 @@ def test_the_loaders_type_hints_resolve_at_run_time() -> None:
 
     hints = typing.get_type_hints(shardtool.Loader.__init__)
     assert str in typing.get_args(hints["device"])
+
+
+def test_an_image_whose_samples_the_decoder_cannot_read_is_named_as_such(tmp_path: Path) -> None:
+    # A float TIFF (as scientific imaging writes): the decoder knows its pixels only as
+    # "Unknown(32)"; the error says what that means and what would do.
+    from PIL import Image
+
+    folder = tmp_path / "in" / "a"
+    folder.mkdir(parents=True)
+    Image.fromarray(np.linspace(0, 1, 64, dtype=np.float32).reshape(8, 8)).save(folder / "float.tif")
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "ok.png")
+    shardtool.pack(tmp_path / "in", tmp_path / "out", resize="none")
+    lines = [json.loads(x) for x in (tmp_path / "out" / "errors.jsonl").read_text().splitlines()]
+    assert [(x["path"], x["kind"]) for x in lines] == [("a/float.tif", "unsupported_format")], lines
+    message = lines[0]["message"]
+    assert "32-bit pixels" in message and "8 or 16 bits per channel" in message, message

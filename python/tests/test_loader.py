@@ -242,3 +242,7 @@ def test_the_torch_and_ray_modules_are_reached_from_the_package() -> None:
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["IterableDataset", "False"]
+    # dir() shows the public names and the two modules, not the typing helpers imported there.
+    shown = dir(shardtool)
+    assert {"Loader", "pack", "verify", "torch", "ray"} <= set(shown), shown
+    assert not {"List", "TYPE_CHECKING"} & set(shown), shown

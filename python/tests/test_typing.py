@@ -50,6 +50,9 @@ def test_documented_calls_pass_and_wrong_options_are_type_errors(tmp_path: Path)
         "shardtool.merge('out', max_errors=np.int64(0))\n"
         "common: shardtool.PackOptions = {'format': 'packed', 'seed': 1}\n"
         "shardtool.pack('in', 'out', **common)\n"
+        # A call's own options added to it, as the README shows.
+        "mine: shardtool.PackOptions = {**common, 'resize': 'shorter:256'}\n"
+        "shardtool.pack('in', 'out', **mine)\n"
         # Paths, as every call takes them.
         "from pathlib import Path\n"
         "import shardtool.ray\n"

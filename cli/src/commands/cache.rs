@@ -1,8 +1,8 @@
 //! Shard-cache flags shared by `read`, `bench` and `verify`, and `shardtool cache ls|prefetch|clear`.
 
 // Doc comments of the flags and subcommands are `--help` text for people, not rustdoc: their
-// example URLs are meant literally.
-#![allow(rustdoc::bare_urls)]
+// example URLs and `<uid>`-style placeholders are meant literally.
+#![allow(rustdoc::bare_urls, rustdoc::invalid_html_tags)]
 
 use crate::Failure;
 use anyhow::{anyhow, Context};
@@ -14,7 +14,8 @@ use std::time::Duration;
 #[derive(Debug, Clone, clap::Args)]
 pub struct CacheArgs {
     /// Cache folder for remote shards, shared safely by every process on the node
-    /// [default: $SHARDTOOL_CACHE_DIR, else $XDG_CACHE_HOME/shardtool, else ~/.cache/shardtool].
+    /// [default: $SHARDTOOL_CACHE_DIR, else $XDG_CACHE_HOME/shardtool, else ~/.cache/shardtool,
+    /// else (no HOME) $TMPDIR/shardtool-cache-<uid>].
     #[arg(long, value_name = "DIR")]
     pub cache_dir: Option<PathBuf>,
     /// Most bytes of shards the cache folder may hold (e.g. 200GB or 200G, 64GiB); least recently used
@@ -33,7 +34,8 @@ pub struct CacheArgs {
     #[arg(long, default_value_t = 4, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256))]
     pub fetch_concurrency: u32,
     /// Attempts per shard before it counts as failed (retries back off exponentially, with
-    /// jitter); a shard the prefetcher failed is tried as many times again when it is read.
+    /// jitter); in read and bench, a shard the prefetcher failed is tried as many times again
+    /// when it is read.
     #[arg(long, default_value_t = 5, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     pub fetch_attempts: u32,
     /// Seconds without a byte before an attempt counts as stalled.
@@ -291,6 +293,8 @@ fn prefetch(dataset: &str, cache: &CacheArgs, json: bool) -> Result<(), Failure>
         Failure::run(e)
     })?;
     let n = ds.specs().len();
+    // What this command fetches is shards: the manifest's bytes and retries are left out.
+    let opened = ds.metrics();
     // No more downloads at once than the limit holds (each reserves its shard's room
     // while it runs): more would fail for want of room, not fetch sooner.
     let largest = ds.largest_fetch();
@@ -303,7 +307,9 @@ fn prefetch(dataset: &str, cache: &CacheArgs, json: bool) -> Result<(), Failure>
     // Not held: under a limit below the dataset size, older shards make room for newer.
     let (_, mut failures) = ds.acquire_all(workers, false);
     failures.sort_by_key(|(i, _)| *i);
-    let m = ds.metrics();
+    let mut m = ds.metrics();
+    m.bytes_fetched -= opened.bytes_fetched.min(m.bytes_fetched);
+    m.retries -= opened.retries.min(m.retries);
     let whole: u64 = ds.specs().iter().map(|s| s.cached_bytes()).sum();
     // Older shards made room for newer ones: a reader fetches those again.
     let partly = limit.filter(|&l| whole > l);

@@ -712,7 +712,10 @@ fn print_summary(out: &Path, r: &PackReport) {
             ", ignored {n} (hidden files and folders; files not images or beside the class folders)"
         ),
     };
-    outln!("  failed {} (see errors.jsonl){ignored}", i.failed);
+    match i.failed {
+        0 => outln!("  failed 0{ignored}"),
+        n => outln!("  failed {n} (see errors.jsonl){ignored}"),
+    }
     if m.classes.is_empty() {
         // Unlabelled may be a surprise: a float `label` column is carried, not read, unless named.
         outln!(

@@ -371,6 +371,8 @@ fn cache_prefetch_ls_and_clear() {
         ["shards", "already_cached", "fetched"].map(|k| d[k].as_u64().unwrap())
     };
     assert_eq!(counts(&doc), [8, 8, 0], "{doc}");
+    // Shards' bytes only: the manifest this command reads first is not counted as fetched.
+    assert_eq!(doc["bytes_fetched"], 0, "{doc}");
     assert_eq!(
         (&doc["ok"], &doc["dataset"], &doc["failed"]),
         (&true.into(), &url.as_str().into(), &serde_json::json!([])),

@@ -384,7 +384,18 @@ fn decode_generic(
     let decode_err = |e: image::ImageError| match e {
         image::ImageError::Unsupported(u) => ImageError::new(
             ErrorKind::UnsupportedFormat,
-            format!("unsupported image: {u}"),
+            match u.kind() {
+                // The crate names a sample layout it does not know by its bits per pixel alone
+                // ("color type `Unknown(32)`"): float or 32-bit integer samples, mostly.
+                image::error::UnsupportedErrorKind::Color(image::ExtendedColorType::Unknown(
+                    bits,
+                )) => format!(
+                    "unsupported image: a {format:?} of {bits}-bit pixels the decoder cannot \
+                     read (float or 32-bit integer samples, or an unusual layout); save it with \
+                     8 or 16 bits per channel"
+                ),
+                _ => format!("unsupported image: {u}"),
+            },
         ),
         image::ImageError::Limits(l) => ImageError::new(ErrorKind::TooManyPixels, l.to_string()),
         other => ImageError::new(
