@@ -489,7 +489,8 @@ pub struct VerifyArgs {
     pub json: bool,
 
     /// Worker threads (default: all cores). Shards are checked in parallel, one per thread;
-    /// with 1, everything runs on the main thread. Without --decode a plain tar shard is read
+    /// with 1, everything runs on the main thread, but a URL's shards are fetched and checked
+    /// max(--jobs, --fetch-concurrency) at a time. Without --decode a plain tar shard is read
     /// through a 128 KiB buffer; any other shard is held in memory whole while it is checked.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub jobs: Option<u32>,

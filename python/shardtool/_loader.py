@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import numbers
 import operator
 import os
 import sys
@@ -14,7 +15,7 @@ import urllib.parse
 import warnings
 import weakref
 from typing import (
-    TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence, SupportsIndex,
+    TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Literal, Optional, Sequence,
     Tuple, Union, overload,
 )
 
@@ -27,6 +28,7 @@ else:
     Device = Union[str, Any, None]
 
 from . import _shardtool
+from ._options import Int
 
 STATE_FORMAT = 1
 # Most whole batches each reader thread may hold ready (the Rust reader's bound).
@@ -56,15 +58,16 @@ if hasattr(os, "register_at_fork"):
 
 def _check_fetch(
     fetch_timeout: Optional[float],
-    fetch_attempts: Optional[SupportsIndex],
-    fetch_concurrency: Optional[SupportsIndex],
+    fetch_attempts: Optional[Int],
+    fetch_concurrency: Optional[Int],
 ) -> Tuple[Optional[float], Optional[int], Optional[int]]:
     """The fetch options of a remote dataset (Loader, verify, inspect), checked by name: the
     timeout as a float, the counts as ints."""
     attempts = _check_int("fetch_attempts", fetch_attempts, 1, optional=True, maximum=100)
     concurrency = _check_int("fetch_concurrency", fetch_concurrency, 1, optional=True, maximum=1024)
     if fetch_timeout is not None:
-        if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, (int, float)):
+        # numpy's numbers too (registered as numbers.Real).
+        if isinstance(fetch_timeout, bool) or not isinstance(fetch_timeout, numbers.Real):
             raise TypeError(f"fetch_timeout must be a number of seconds, not {type(fetch_timeout).__name__}")
         if not 0 < fetch_timeout <= 86400:
             raise ValueError(f"fetch_timeout must be more than 0 and at most 86400 seconds (a day), not {fetch_timeout}")
@@ -206,13 +209,13 @@ def _check_bool(name: str, value: Any) -> Any:
 
 @overload
 def _check_int(
-    name: str, value: SupportsIndex, minimum: int, optional: bool = False, maximum: Optional[int] = None
+    name: str, value: Int, minimum: int, optional: bool = False, maximum: Optional[int] = None
 ) -> int: ...
 
 
 @overload
 def _check_int(
-    name: str, value: Optional[SupportsIndex], minimum: int, optional: Literal[True], maximum: Optional[int] = None
+    name: str, value: Optional[Int], minimum: int, optional: Literal[True], maximum: Optional[int] = None
 ) -> Optional[int]: ...
 
 
@@ -225,7 +228,11 @@ def _check_int(
     # bool is an int subclass, and never what the caller meant.
     if isinstance(value, bool) or not hasattr(value, "__index__"):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    value = operator.index(value)
+    try:
+        value = operator.index(value)
+    except TypeError as e:
+        # An array or tensor has __index__, but only one integer of one element is an int.
+        raise TypeError(f"{name} must be an int, not {type(value).__name__} ({e})") from None
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     if maximum is not None and value > maximum:
@@ -295,13 +302,13 @@ def _converter(output: str) -> Callable[[Any], Any]:
 
 
 
-def cache_limit_bytes(cache_limit: Optional[Union[SupportsIndex, str]]) -> Optional[int]:
+def cache_limit_bytes(cache_limit: Optional[Union[Int, str]]) -> Optional[int]:
     """``cache_limit`` as bytes: an int (>= 1; numpy's too), a size like ``"64GiB"``, or ``None``
     (no limit)."""
     if cache_limit is None:
         return None
     if not isinstance(cache_limit, (bool, str)) and hasattr(cache_limit, "__index__"):
-        limit = operator.index(cache_limit)
+        limit = _check_int("cache_limit", cache_limit, 0)
         if not 1 <= limit < 2**64:
             raise ValueError(f"cache_limit must be at least 1 byte and below 2**64, not {limit} (None: no limit)")
         return limit
@@ -397,13 +404,13 @@ class Loader:
         self,
         dataset: Union[str, "os.PathLike[str]"],
         *,
-        batch_size: SupportsIndex,
-        seed: SupportsIndex = 0,
-        epoch: SupportsIndex = 0,
+        batch_size: Int,
+        seed: Int = 0,
+        epoch: Int = 0,
         shuffle: bool = True,
-        rank: Optional[SupportsIndex] = None,
-        world_size: Optional[SupportsIndex] = None,
-        workers: Optional[SupportsIndex] = None,
+        rank: Optional[Int] = None,
+        world_size: Optional[Int] = None,
+        workers: Optional[Int] = None,
         decode: bool = True,
         transform: Optional[str] = None,
         flip: bool = False,
@@ -413,17 +420,17 @@ class Loader:
         output: Literal["torch", "numpy", "dlpack"] = "torch",
         device: Device = None,
         cache_dir: Optional[Union[str, "os.PathLike[str]"]] = None,
-        cache_limit: Optional[Union[SupportsIndex, str]] = None,
+        cache_limit: Optional[Union[Int, str]] = None,
         fetch_timeout: Optional[float] = None,
-        fetch_attempts: Optional[SupportsIndex] = None,
-        prefetch_shards: Optional[SupportsIndex] = None,
-        fetch_concurrency: Optional[SupportsIndex] = None,
-        shuffle_buffer: Optional[SupportsIndex] = None,
-        interleave: Optional[SupportsIndex] = None,
-        prefetch: Optional[SupportsIndex] = None,
+        fetch_attempts: Optional[Int] = None,
+        prefetch_shards: Optional[Int] = None,
+        fetch_concurrency: Optional[Int] = None,
+        shuffle_buffer: Optional[Int] = None,
+        interleave: Optional[Int] = None,
+        prefetch: Optional[Int] = None,
         skip_corrupt: bool = False,
         fields: Optional[Sequence[str]] = None,
-        max_pixels: Optional[SupportsIndex] = None,
+        max_pixels: Optional[Int] = None,
     ) -> None:
         location = _check_path("dataset", dataset)
         if not location.lower().startswith(_REMOTE) and not os.path.exists(location):
@@ -626,7 +633,7 @@ class Loader:
         self._state_lock = threading.RLock()
         _LOADERS.add(self)
 
-    def set_epoch(self, epoch: SupportsIndex) -> None:
+    def set_epoch(self, epoch: Int) -> None:
         """Reads epoch ``epoch`` (a different shard order and shuffle) from the next ``iter()``.
 
         A state loaded with :meth:`load_state_dict` for another epoch is dropped: that ``iter()``

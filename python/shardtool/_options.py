@@ -7,6 +7,11 @@ from typing import List, Literal, Optional, SupportsIndex, Tuple, TypedDict, Uni
 # Each option may be given as None, which takes its default, as the CLI does without the flag;
 # integers may be numpy's (anything with __index__; a bool is refused when run).
 
+#: An integer argument: an ``int`` or anything with ``__index__`` (numpy's integers). ``int`` comes
+#: first so that config parsers that fill arguments from their hints (jsonargparse, LightningCLI)
+#: read one from text.
+Int = Union[int, SupportsIndex]
+
 
 class _CommonOptions(TypedDict, total=False):
     """Options every pack takes: the CLI's flags with underscores (see :func:`shardtool.pack`)."""
@@ -16,15 +21,15 @@ class _CommonOptions(TypedDict, total=False):
     upscale: Optional[bool]
     filter: Optional[Literal["catmull-rom", "lanczos3", "bilinear"]]
     encode: Optional[Literal["jpeg", "png", "keep"]]
-    quality: Optional[SupportsIndex]
+    quality: Optional[Int]
     decode_scale: Optional[str]
     compress: Optional[str]
     keys: Optional[Literal["input", "index"]]
-    seed: Optional[SupportsIndex]
+    seed: Optional[Int]
     shuffle: Optional[bool]
     prefix: Optional[str]
-    max_pixels: Optional[SupportsIndex]
-    max_errors: Optional[SupportsIndex]
+    max_pixels: Optional[Int]
+    max_errors: Optional[Int]
     overwrite: Optional[bool]
     resume: Optional[bool]
 
@@ -34,9 +39,9 @@ class PackOptions(_CommonOptions, total=False):
     there. Annotate a dict of options reused across calls with it, so that a type checker holds
     it to them: ``common: shardtool.PackOptions = {"format": "packed", "seed": 1}``."""
 
-    shard_size: Optional[Union[SupportsIndex, str]]
-    shard_samples: Optional[SupportsIndex]
-    jobs: Optional[SupportsIndex]
+    shard_size: Optional[Union[Int, str]]
+    shard_samples: Optional[Int]
+    jobs: Optional[Int]
 
 
 class _Columns(TypedDict, total=False):
@@ -57,4 +62,4 @@ class PartitionOptions(_CommonOptions, _Columns, total=False):
 class PlanOptions(PartitionOptions, total=False):
     """The keyword options of :func:`shardtool.plan` beyond ``shard_samples``."""
 
-    jobs: Optional[SupportsIndex]
+    jobs: Optional[Int]

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Dict, Optional, SupportsIndex, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from . import _shardtool
 from ._loader import _check_int, _check_path
-from ._options import PlanOptions
+from ._options import Int, PlanOptions
 from ._tools import MAX_JOBS, _report, checked_options
 
 # Unpack types **options: from typing_extensions before Python 3.11, where only a type checker,
@@ -29,7 +29,7 @@ def plan(
     input: PathLike,
     output: PathLike,
     *,
-    shard_samples: SupportsIndex,
+    shard_samples: Int,
     **options: Unpack[PlanOptions],
 ) -> Dict[str, Any]:
     """Lists the inputs once and fixes the options, seed and shard count in ``output/_plan/``.
@@ -46,8 +46,20 @@ def plan(
     or file it names, so another spelling of the same path, or another working directory, does
     not matter). A plan killed while planning is simply made again.
     """
+    return _plan_as("plan", input, output, shard_samples, dict(options))
+
+
+def _plan_as(
+    caller: str, input: PathLike, output: PathLike, shard_samples: Int, options: Dict[str, Any]
+) -> Dict[str, Any]:
+    """:func:`plan`, its errors naming ``caller`` (``plan`` or ``ray.pack``)."""
     out = _check_path("output", output)
-    checked = checked_options({**options, "shard_samples": shard_samples}, caller="plan")
+    if options.get("shard_size") is not None:
+        raise TypeError(
+            f"{caller}() got an unexpected keyword argument 'shard_size': shard_samples "
+            "(required) fixes the samples of each shard of a plan"
+        )
+    checked = checked_options({**options, "shard_samples": shard_samples}, caller=caller)
     if checked.get("resume") and checked.get("overwrite"):
         # As pack refuses it: overwrite would replace the plan (and a merged dataset) at once.
         raise ValueError(
@@ -58,11 +70,11 @@ def plan(
 
 def pack_part(
     output: PathLike,
-    index: SupportsIndex,
-    count: SupportsIndex,
+    index: Int,
+    count: Int,
     *,
-    jobs: Optional[SupportsIndex] = None,
-    max_errors: Optional[SupportsIndex] = None,
+    jobs: Optional[Int] = None,
+    max_errors: Optional[Int] = None,
 ) -> Dict[str, Any]:
     """Packs part ``index`` of ``count`` of the plan in ``output``: shards ``j`` with
     ``j % count == index``, skipping those already done, each published with a done record.
@@ -78,7 +90,7 @@ def pack_part(
     return _report(_shardtool.pack_part(_check_path("output", output), i, n, jobs=threads, max_errors=most))
 
 
-def merge(output: PathLike, *, max_errors: Optional[SupportsIndex] = None) -> Dict[str, Any]:
+def merge(output: PathLike, *, max_errors: Optional[Int] = None) -> Dict[str, Any]:
     """Commits the partitioned pack in ``output``: every shard must be done and, in a local
     folder, match its checksum (``DatasetError`` naming the missing or damaged ones otherwise;
     a damaged one's done record goes, so its part redoes it); writes ``errors.jsonl``, then

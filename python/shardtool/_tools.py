@@ -6,10 +6,10 @@ import difflib
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, SupportsIndex, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Literal, Optional, Tuple, Union
 
 from . import _shardtool
-from ._options import PackOptions
+from ._options import Int, PackOptions
 from ._loader import _check_bool, _check_fetch, _check_int, _check_path, cache_limit_bytes
 
 
@@ -21,8 +21,8 @@ def _report(text: str) -> Dict[str, Any]:
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-# Unpack types **options: from typing_extensions before Python 3.11, where only a type checker,
-# or a tool reading the signature (typing.get_type_hints), needs it.
+# Unpack types **options: from typing_extensions before Python 3.11 (a dependency there), where
+# only a type checker, or a tool reading the signature (typing.get_type_hints), needs it.
 if sys.version_info >= (3, 11):
     from typing import Unpack
 else:
@@ -209,12 +209,12 @@ def verify(
     path: PathLike,
     decode: bool = False,
     *,
-    jobs: Optional[SupportsIndex] = None,
+    jobs: Optional[Int] = None,
     cache_dir: Optional[PathLike] = None,
-    cache_limit: Optional[Union[SupportsIndex, str]] = None,
+    cache_limit: Optional[Union[Int, str]] = None,
     fetch_timeout: Optional[float] = None,
-    fetch_attempts: Optional[SupportsIndex] = None,
-    fetch_concurrency: Optional[SupportsIndex] = None,
+    fetch_attempts: Optional[Int] = None,
+    fetch_concurrency: Optional[Int] = None,
 ) -> Dict[str, Any]:
     """Checks every shard of a dataset (sizes, checksums, structure; with ``decode``, every image).
 
@@ -235,6 +235,8 @@ def verify(
     jobs = _check_int("jobs", jobs, 1, optional=True, maximum=MAX_JOBS)
     timeout, attempts, concurrency = _check_fetch(fetch_timeout, fetch_attempts, fetch_concurrency)
     decode = _check_bool("decode", decode)
+    if decode is None:
+        raise TypeError("decode must be True or False, not None")
     return _report(
         _shardtool.verify(
             _check_path("path", path),
@@ -252,12 +254,12 @@ def verify(
 def inspect(
     path: PathLike,
     *,
-    jobs: Optional[SupportsIndex] = None,
+    jobs: Optional[Int] = None,
     cache_dir: Optional[PathLike] = None,
-    cache_limit: Optional[Union[SupportsIndex, str]] = None,
+    cache_limit: Optional[Union[Int, str]] = None,
     fetch_timeout: Optional[float] = None,
-    fetch_attempts: Optional[SupportsIndex] = None,
-    fetch_concurrency: Optional[SupportsIndex] = None,
+    fetch_attempts: Optional[Int] = None,
+    fetch_concurrency: Optional[Int] = None,
 ) -> Dict[str, Any]:
     """Counts, class histogram, image sizes, fields and pack options of a dataset or one shard,
     as a dict.

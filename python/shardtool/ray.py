@@ -24,11 +24,11 @@ import operator
 import os
 import re
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, SupportsIndex, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Union
 
 from . import _partition
 from ._loader import _check_int
-from ._options import PartitionOptions
+from ._options import Int, PartitionOptions
 
 # Unpack types **options: from typing_extensions before Python 3.11, where only a type checker,
 # or a tool reading the signature (typing.get_type_hints), needs it.
@@ -45,20 +45,22 @@ def pack(
     input: Union[str, "os.PathLike[str]"],
     output: Union[str, "os.PathLike[str]"],
     *,
-    parts: SupportsIndex,
-    shard_samples: SupportsIndex,
-    cpus_per_part: SupportsIndex = 1,
-    max_retries: SupportsIndex = 3,
+    parts: Int,
+    shard_samples: Int,
+    cpus_per_part: Int = 1,
+    max_retries: Int = 3,
     **options: Unpack[PartitionOptions],
 ) -> Dict[str, Any]:
-    """Plans (keeping a plan already in ``output`` if it was made from the same input and
-    options; ``ValueError`` naming the differences if not; ``overwrite=True`` plans again, in a
-    local ``output``: an ``s3://`` one must be empty),
-    runs ``parts`` Ray tasks of
-    ``cpus_per_part`` CPUs each, and merges. Returns the merge result (``manifest``, ``errors``)
-    with the parts' reports under ``parts``. Needs ``ray.init()`` (or a cluster address) first.
-    A relative local ``output`` is taken from the driver's folder; every node must see it at
-    that path (a shared file system), or give an ``s3://`` URL."""
+    """Plans ``input`` into ``output`` with ``shard_samples`` positions per shard (keeping a
+    plan already in ``output`` if it was made from the same input and options; ``ValueError``
+    naming the differences if not; ``overwrite=True`` plans again, in a local ``output``: an
+    ``s3://`` one must be empty), runs ``parts`` Ray tasks of ``cpus_per_part`` CPUs each (a
+    task that fails on I/O, a store error or a lost worker is run again, up to ``max_retries``
+    times; parts are idempotent), and merges. ``options`` are those of :func:`shardtool.plan`.
+    Returns the merge result (``manifest``, ``errors``) with the parts' reports under
+    ``parts``. Needs ``ray.init()`` (or a cluster address) first. A relative local ``output``
+    is taken from the driver's folder; every node must see it at that path (a shared file
+    system), or give an ``s3://`` URL."""
     import ray
 
     if "jobs" in options:
@@ -74,7 +76,7 @@ def pack(
     # A plan already there is kept if it is the same (resume), unless the caller says otherwise.
     resume = not options.get("overwrite", False)
     plan_options: PartitionOptions = {"resume": resume, **options}
-    _partition.plan(input, output, shard_samples=shard_samples, **plan_options)
+    _partition._plan_as("ray.pack", input, output, shard_samples, dict(plan_options))
 
     from . import DatasetError, PlanError, TooManyErrorsError
 

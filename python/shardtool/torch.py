@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-from typing import Any, Dict, Iterator, SupportsIndex
+from typing import Any, Dict, Iterator
 
 import torch.utils.data
 
 from ._loader import Batch, Loader
+from ._options import Int
 
 
 def _mark(epoch: int) -> int:
@@ -144,7 +145,7 @@ class IterableDataset(torch.utils.data.IterableDataset):  # type: ignore[type-ar
         self.__dict__.update(d)
         self.loader._add_epoch_hook(self._epoch_set)
 
-    def set_epoch(self, epoch: SupportsIndex) -> None:
+    def set_epoch(self, epoch: Int) -> None:
         """Reads ``epoch`` from the next ``iter()``: call it on the dataset (or on its loader)
         before each epoch. DataLoader workers see it too, persistent ones included (the epoch is
         shared memory)."""

@@ -63,8 +63,9 @@ create_exception!(
 /// parenthesis, and not followed by more of a word), never part of a path.
 pub(crate) fn pythonic(mut text: String) -> String {
     text.push_str(shardtool_core::fault_hint(&text).unwrap_or_default());
-    const FLAGS: [(&str, &str); 35] = [
+    const FLAGS: [(&str, &str); 37] = [
         // A flag with its value, before the flag alone.
+        ("--keys index (keys=\"index\" in Python)", "keys=\"index\""),
         ("--input-format parquet", "input_format=\"parquet\""),
         ("--input-format imagefolder", "input_format=\"imagefolder\""),
         ("--input-format wds", "input_format=\"wds\""),
@@ -98,6 +99,7 @@ pub(crate) fn pythonic(mut text: String) -> String {
         ("--format", "format"),
         ("--compress", "compress"),
         ("--prefix", "prefix"),
+        ("--jobs", "jobs"),
         ("--keys", "keys"),
         ("--remainder pad", "remainder=\"pad\""),
     ];

@@ -341,10 +341,27 @@ fn on_dataset<T: serde::Serialize + Send + 'static>(
             let workers = cache.concurrency.max(1);
             // Every shard is fetched by the task itself: no prefetch threads.
             cache.concurrency = 0;
-            interruptible(py, move || {
+            cancellable(py, move |cancel| {
                 let ds = RemoteDataset::open(url, cache)
                     .map_err(|e| VerifyError::Remote(e.to_string()))?;
-                remote(&ds, workers)
+                let done = std::sync::atomic::AtomicBool::new(false);
+                std::thread::scope(|s| {
+                    // Ctrl-C stops the fetching: the task then ends soon, releasing the cache
+                    // room it held before the exception is raised, so a retry has it.
+                    let watch = || {
+                        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                            if cancel.0.load(std::sync::atomic::Ordering::Relaxed) {
+                                ds.stop();
+                                return;
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(50));
+                        }
+                    };
+                    let _ = std::thread::Builder::new().spawn_scoped(s, watch);
+                    let r = remote(&ds, workers);
+                    done.store(true, std::sync::atomic::Ordering::Relaxed);
+                    r
+                })
             })?
         }
     };

@@ -62,7 +62,8 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
     numbered = shardtool.Loader(p, batch_size=np.int64(4), seed=np.uint64(3), epoch=np.int32(0),
                                 rank=np.int64(0), world_size=np.int64(1), output="numpy",
                                 cache_limit=np.int64(1 << 30), prefetch=np.int16(2),
-                                fetch_concurrency=np.int8(2), fetch_attempts=np.uint8(3))
+                                fetch_concurrency=np.int8(2), fetch_attempts=np.uint8(3),
+                                fetch_timeout=np.int64(30))
     numbered.set_epoch(np.int64(1))
     plain = shardtool.Loader(p, batch_size=4, seed=3, epoch=1, rank=0, world_size=1, output="numpy")
     assert [b["key"] for b in numbered] == [b["key"] for b in plain]
@@ -71,6 +72,12 @@ def test_bad_arguments(datasets: Dict[str, Path], tmp_path: Path) -> None:
         shardtool.Loader(p, batch_size=2, cache_limit=np.int64(0))
     with pytest.raises(TypeError):
         shardtool.Loader(p, batch_size=np.float64(4))  # type: ignore[arg-type]
+    # An array has __index__ (so a type checker takes it), but is an int only as one integer.
+    for name, value in (("batch_size", np.zeros(3)), ("cache_limit", np.array([4, 5]))):
+        with pytest.raises(TypeError, match=f"{name} must be an int, not ndarray"):
+            shardtool.Loader(p, **{"batch_size": 2, name: value})
+    with pytest.raises(TypeError, match="decode must be True or False, not None"):
+        shardtool.verify(p, None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at most 86400 seconds"):
         shardtool.Loader(p, batch_size=2, fetch_timeout=86400.5)
     # More ranks than samples, dropping the remainder: len() says so as iter() does.

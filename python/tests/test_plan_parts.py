@@ -126,6 +126,13 @@ def test_bad_parts_and_plans_are_python_errors(tmp_path: Path) -> None:
             shardtool.pack(SAMPLE, tmp_path / "q", **bad)
     with pytest.raises(TypeError, match=r"^plan\(\) got an unexpected keyword argument 'resze'"):
         shardtool.plan(SAMPLE, tmp_path / "q", shard_samples=2, resze="crop:3x3")
+    # shard_samples fixes a plan's shards: a shard_size is not taken, whatever shard_samples is.
+    with pytest.raises(TypeError, match=r"^plan\(\) got an unexpected keyword argument 'shard_size'"):
+        shardtool.plan(SAMPLE, tmp_path / "q", shard_samples=2, shard_size="1MiB")  # type: ignore[call-arg]
+    from shardtool import ray as on_ray
+
+    with pytest.raises(TypeError, match=r"^ray\.pack\(\) got an unexpected keyword argument 'resze'"):
+        on_ray.pack(SAMPLE, tmp_path / "q", parts=2, shard_samples=2, resze="crop:3x3")  # type: ignore[call-arg]
     with pytest.raises(TypeError, match="shard_samples must be an int, not str"):
         shardtool.plan(SAMPLE, tmp_path / "q", shard_samples="100")  # type: ignore[arg-type]
     for decode in ("yes", 1):

@@ -128,6 +128,66 @@ def test_loader_and_verify_over_http_through_the_cache(served: Path, tmp_path: P
         shardtool.verify(_url(served, f"ds/{stored}"))
 
 
+def test_an_interrupted_remote_verify_frees_its_cache_room_before_raising(tmp_path: Path) -> None:
+    # Ctrl-C while verify fetches from a stalled server: the fetches stop, and the room they held
+    # under the cache limit is free once KeyboardInterrupt arrives, so a retry at once under the
+    # same limit has it (it found the room held by the interrupted task, still fetching).
+    import http.server
+    import signal
+    import threading
+
+    ds = tmp_path / "ds"
+    shardtool.pack(SAMPLE, ds, resize="shorter:32", shard_samples=10)
+    stalled = threading.Event()
+    release = threading.Event()
+
+    class Stalling(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            path = ds / self.path.lstrip("/")
+            if not path.is_file():
+                self.send_error(404)
+                return
+            data = path.read_bytes()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if path.name != "manifest.json" and not release.is_set():
+                self.wfile.write(data[:1000])
+                self.wfile.flush()
+                stalled.set()
+                release.wait(60)
+                return
+            self.wfile.write(data)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        shards = json.loads((ds / "manifest.json").read_text())["shards"]
+        two_largest = sum(sorted(s["bytes"] for s in shards)[-2:])
+        options = dict(cache_dir=tmp_path / "cache", cache_limit=two_largest, jobs=1, fetch_concurrency=2,
+                       fetch_timeout=30.0, fetch_attempts=1)
+        main = threading.main_thread().ident or 0
+        interrupt = threading.Thread(target=lambda: stalled.wait(30) and signal.pthread_kill(main, signal.SIGINT))
+        interrupt.start()
+        start = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            shardtool.verify(url, **options)  # type: ignore[arg-type]
+        assert time.monotonic() - start < 10.0
+        interrupt.join()
+        release.set()
+        report = shardtool.verify(url, **options)  # type: ignore[arg-type]
+        assert report["ok"], report["problems"]
+        assert report["samples"] == samples(ds)
+    finally:
+        release.set()
+        server.shutdown()
+
+
 def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
     # A server that sends the start of every shard and then nothing: a reader thread waits in
     # that read until the fetch timeout (30 s). close() (and so a Ctrl-C'd program's exit) must

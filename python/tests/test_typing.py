@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Dict
 
+import pytest
+
 import shardtool
 
 
@@ -79,3 +81,32 @@ def test_documented_calls_pass_and_wrong_options_are_type_errors(tmp_path: Path)
     lines = {int(m) for m in re.findall(r"bad\.py:(\d+): error", out)}
     assert lines == set(range(2, 2 + len(calls))), out
     assert 'did you mean "resize"' in out, out
+
+
+def test_a_config_parser_fills_every_argument_from_the_hints(tmp_path: Path) -> None:
+    # LightningCLI and others build command lines and configs from the hints with jsonargparse:
+    # integers, sizes and choices read from text, then the real objects made and used.
+    from jsonargparse import ArgumentParser
+
+    from conftest import SAMPLE, samples
+
+    ds = tmp_path / "ds"
+    parser = ArgumentParser()
+    parser.add_class_arguments(shardtool.Loader, "loader")
+    parser.add_function_arguments(shardtool.pack, "pack")
+    parser.add_function_arguments(shardtool.verify, "verify")
+    cfg = parser.parse_args([
+        f"--pack.input={SAMPLE}", f"--pack.output={ds}", "--pack.quality=80", "--pack.shard_size=200000",
+        f"--loader.dataset={ds}", "--loader.batch_size=8", "--loader.seed=3", "--loader.epoch=1",
+        "--loader.cache_limit=64MiB", "--loader.output=numpy", "--loader.prefetch=2",
+        f"--verify.path={ds}", "--verify.jobs=2",
+    ])
+    assert (cfg.loader.batch_size, cfg.loader.cache_limit, cfg.pack.quality) == (8, "64MiB", 80)
+    shardtool.pack(cfg.pack.input, cfg.pack.output, quality=cfg.pack.quality, shard_size=cfg.pack.shard_size)
+    report = shardtool.verify(cfg.verify.path, jobs=cfg.verify.jobs)
+    assert report["ok"] and report["jobs"] == 2, report
+    loader = parser.instantiate(cfg).loader
+    assert isinstance(loader, shardtool.Loader)
+    assert sum(len(b["key"]) for b in loader) == samples(ds)
+    with pytest.raises(SystemExit):
+        parser.parse_args([f"--loader.dataset={ds}", "--loader.batch_size=eight"])

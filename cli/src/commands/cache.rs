@@ -114,7 +114,10 @@ pub enum CacheCommand {
         dataset: String,
         #[command(flatten)]
         cache: CacheArgs,
-        /// One JSON document (counts, and each shard that failed with why) instead of a line.
+        /// One JSON document instead of a line: counts (`shards`, `already_cached`, `fetched`,
+        /// `bytes_fetched`, `retries`), each shard that `failed` with why, the bytes the whole
+        /// dataset takes in the cache (`dataset_bytes`) and whether the limit holds it
+        /// (`fits_limit`); a run stopped before fetching prints `{"ok": false, "error": …}`.
         #[arg(long)]
         json: bool,
     },
@@ -191,58 +194,10 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             dataset,
             cache_dir,
             json,
-        } => {
-            let dir = cache_dir.unwrap_or_else(shardtool_cache::default_cache_dir);
-            let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
-            let source = match &dataset {
-                Some(d) => match Location::parse(d).map_err(Failure::usage)? {
-                    Location::Remote(r) => Some(shardtool_cache::cache_key(&r)),
-                    Location::Local(p) => {
-                        return Err(Failure::usage(anyhow!(
-                            "{} is local: local datasets are never cached",
-                            p.display()
-                        )))
-                    }
-                },
-                None => None,
-            };
-            if let Some(src) = &source {
-                // A mistyped URL would otherwise clear nothing and say only "removed 0".
-                let known = cache.list().map_err(Failure::run)?;
-                if !known.iter().any(|d| &d.source == src) {
-                    let s3 = dataset.as_deref().is_some_and(|d| d.starts_with("s3://"));
-                    return Err(Failure::usage(anyhow!(
-                        "{} holds no dataset {src}; `shardtool cache ls` lists those it holds{}",
-                        dir.display(),
-                        if s3 {
-                            " (an s3:// dataset is kept under its endpoint too: set AWS_ENDPOINT \
-                             as when it was read)"
-                        } else {
-                            ""
-                        }
-                    )));
-                }
-            }
-            let r = cache
-                .clear(source.as_deref())
-                .with_context(|| format!("clearing {}", dir.display()))
-                .map_err(Failure::run)?;
-            if json {
-                let text = serde_json::to_string_pretty(&r).map_err(Failure::run)?;
-                outln!("{text}");
-                return Ok(());
-            }
-            outln!(
-                "removed {} shard(s), {} bytes; kept {} in use",
-                r.removed,
-                r.bytes,
-                r.in_use.len()
-            );
-            for p in &r.in_use {
-                outln!("in use: {p}");
-            }
-            Ok(())
-        }
+        } => clear(dataset.as_deref(), cache_dir, json).inspect_err(|f| {
+            // Printed only once cleared: a failure before then has no document yet.
+            error_doc(json, if f.code == 2 { "usage" } else { "error" }, &f.error)
+        }),
     }
 }
 
@@ -257,33 +212,97 @@ fn utc(secs: u64) -> String {
     format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
 }
 
+/// `shardtool cache clear`: the cached shards of `dataset` (all when `None`) deleted.
+fn clear(dataset: Option<&str>, cache_dir: Option<PathBuf>, json: bool) -> Result<(), Failure> {
+    let dir = cache_dir.unwrap_or_else(shardtool_cache::default_cache_dir);
+    let cache = CacheDir::existing(&dir).map_err(Failure::usage)?;
+    let source = match &dataset {
+        Some(d) => match Location::parse(d).map_err(Failure::usage)? {
+            Location::Remote(r) => Some(shardtool_cache::cache_key(&r)),
+            Location::Local(p) => {
+                return Err(Failure::usage(anyhow!(
+                    "{} is local: local datasets are never cached",
+                    p.display()
+                )))
+            }
+        },
+        None => None,
+    };
+    if let Some(src) = &source {
+        // A mistyped URL would otherwise clear nothing and say only "removed 0".
+        let known = cache.list().map_err(Failure::run)?;
+        if !known.iter().any(|d| &d.source == src) {
+            let s3 = dataset.is_some_and(|d| d.starts_with("s3://"));
+            return Err(Failure::usage(anyhow!(
+                "{} holds no dataset {src}; `shardtool cache ls` lists those it holds{}",
+                dir.display(),
+                if s3 {
+                    " (an s3:// dataset is kept under its endpoint too: set AWS_ENDPOINT \
+                     as when it was read)"
+                } else {
+                    ""
+                }
+            )));
+        }
+    }
+    let r = cache
+        .clear(source.as_deref())
+        .with_context(|| format!("clearing {}", dir.display()))
+        .map_err(Failure::run)?;
+    if json {
+        let text = serde_json::to_string_pretty(&r).map_err(Failure::run)?;
+        outln!("{text}");
+        return Ok(());
+    }
+    outln!(
+        "removed {} shard(s), {} bytes; kept {} in use",
+        r.removed,
+        r.bytes,
+        r.in_use.len()
+    );
+    for p in &r.in_use {
+        outln!("in use: {p}");
+    }
+    Ok(())
+}
+
+/// Under `--json`, a run stopped before its work says why in one document on stdout too.
+fn error_doc(json: bool, kind: &str, e: &dyn std::fmt::Display) {
+    if json {
+        let doc = serde_json::json!({
+            "ok": false,
+            "error": { "kind": kind, "message": e.to_string() },
+        });
+        outln!("{doc}");
+    }
+}
+
 /// `shardtool cache prefetch`: every shard of the remote `dataset` fetched into the cache now.
 fn prefetch(dataset: &str, cache: &CacheArgs, json: bool) -> Result<(), Failure> {
-    let url = match Location::parse(dataset).map_err(Failure::usage)? {
-        Location::Remote(r) => r,
-        Location::Local(p) => {
-            return Err(Failure::usage(anyhow!(
+    let error_doc = |kind: &str, e: &dyn std::fmt::Display| error_doc(json, kind, e);
+    let url = match Location::parse(dataset) {
+        Ok(Location::Remote(r)) => r,
+        Ok(Location::Local(p)) => {
+            let e = anyhow!(
                 "{} is local: local datasets are read in place and never cached",
                 p.display()
-            )))
+            );
+            error_doc("usage", &e);
+            return Err(Failure::usage(e));
+        }
+        Err(e) => {
+            error_doc("usage", &e);
+            return Err(Failure::usage(e));
         }
     };
     let shown = url.shown("");
-    let mut options = cache.options()?;
+    let mut options = cache
+        .options()
+        .inspect_err(|f| error_doc("usage", &f.error))?;
     let workers = options.concurrency.max(1);
     // The prefetch threads of the reader are not needed: every shard is fetched here.
     options.concurrency = 0;
     let limit = options.limit;
-    // Under --json, a run stopped before fetching says why in one document too.
-    let error_doc = |kind: &str, e: &dyn std::fmt::Display| {
-        if json {
-            let doc = serde_json::json!({
-                "ok": false,
-                "error": { "kind": kind, "message": e.to_string() },
-            });
-            outln!("{doc}");
-        }
-    };
     let ds = RemoteDataset::open(url, options).map_err(|e| {
         error_doc("unreadable", &e);
         Failure::usage(e)
@@ -330,8 +349,8 @@ fn prefetch(dataset: &str, cache: &CacheArgs, json: bool) -> Result<(), Failure>
             "bytes_fetched": m.bytes_fetched,
             "retries": m.retries,
             "failed": failed,
-            "bytes_in_cache": whole,
-            "stays_cached": partly.is_none(),
+            "dataset_bytes": whole,
+            "fits_limit": partly.is_none(),
         });
         outln!(
             "{}",

@@ -432,6 +432,18 @@ fn cache_prefetch_ls_and_clear() {
     let out = run(&["cache", "clear", &typo, "--cache-dir", c]);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("holds no dataset"));
+    // Under --json, the same refusal is a document on stdout too.
+    let out = run(&["cache", "clear", &typo, "--cache-dir", c, "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&doc["ok"], &doc["error"]["kind"]),
+        (&false.into(), &"usage".into())
+    );
+    assert!(doc["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("holds no dataset"));
     // Cleared, it is no longer listed.
     let ls = ok(&run(&["cache", "ls", "--cache-dir", c, "--json"]));
     assert_eq!(ls.trim(), "[]");
@@ -458,8 +470,17 @@ fn cache_prefetch_ls_and_clear() {
         other.to_str().unwrap(),
         "--cache-dir",
         c,
+        "--json",
     ]);
     assert_eq!(out.status.code(), Some(2));
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        doc["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is local"),
+        "{doc}"
+    );
 
     // A shard the server no longer has: the others are fetched, it is named with why, exit 1.
     std::fs::remove_file(other.join("shard-000002.tar.zst")).unwrap();
@@ -610,6 +631,40 @@ fn verify_checks_a_remote_dataset_through_the_cache() {
         [("fetch_failed", "shard-000003.tar.zst")],
         "{doc}"
     );
+}
+
+#[test]
+fn a_view_a_killed_verify_left_in_the_cache_is_removed_by_the_next() {
+    let tmp = tempfile::tempdir().unwrap();
+    let www = tmp.path().join("www");
+    pack(&www.join("ds"), &[]);
+    let server = Lighttpd::start(&www);
+    let cache = tmp.path().join("cache");
+    let c = cache.to_str().unwrap();
+    let url = server.url("ds/");
+    ok(&run(&["verify", &url, "--cache-dir", c]));
+    let folder = (std::fs::read_dir(&cache).unwrap())
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("shards").is_dir())
+        .unwrap();
+    // A killed process's view (its lock free), a live one's (locked), one just being made.
+    let killed = folder.join("view-killed");
+    let live = folder.join("view-live");
+    let young = folder.join("view-young");
+    for v in [&killed, &live, &young] {
+        std::fs::create_dir(v).unwrap();
+        std::fs::write(v.join("manifest.json"), "{}").unwrap();
+    }
+    std::fs::write(killed.join(".lock"), "").unwrap();
+    let held = std::fs::File::create(live.join(".lock")).unwrap();
+    held.lock().unwrap();
+    ok(&run(&["verify", &url, "--cache-dir", c]));
+    let mut views: Vec<String> = (std::fs::read_dir(&folder).unwrap())
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("view-"))
+        .collect();
+    views.sort();
+    assert_eq!(views, ["view-live", "view-young"]);
 }
 
 /// The byte count a "cache too small" message advises ("at least N").

@@ -417,9 +417,10 @@ impl CacheDir {
                             message: format!(
                                 "a shard of {need} bytes does not fit: {used} bytes are held, {in_use} of them by \
                                  shards in use and {reserved} by downloads in flight{} (raise --cache-limit, or \
-                                 lower the shards open at once with a smaller shuffle buffer, prefetch or \
-                                 interleave, or fewer workers; a saved position resumes only with its \
-                                 buffer and interleave)",
+                                 hold fewer shards at once: a reader with a smaller shuffle buffer, prefetch \
+                                 or interleave, or fewer workers (a saved position resumes only with its \
+                                 buffer and interleave); verify or inspect with fewer --jobs and \
+                                 --fetch-concurrency)",
                                 if others_release {
                                     format!(
                                         ", {others} of those by other processes reading from this cache, \

@@ -9,8 +9,8 @@ use serde_json::Value;
 use shardtool_manifest::{ShardEntry, ShardFormat, ShardKind};
 use shardtool_packed::{PackedShard, RECORD_FIELDS};
 use shardtool_verify::{
-    map_on_threads, open_target, HoldShards, Problem, ProblemKind, Target, VerifyError,
-    VerifyOptions,
+    map_in_turn, map_on_threads, open_target, HoldShards, Problem, ProblemKind, Target,
+    VerifyError, VerifyOptions,
 };
 use shardtool_wds::group_samples;
 use std::collections::{BTreeMap, HashMap};
@@ -199,7 +199,7 @@ pub(crate) fn inspect_as(
             let jobs = opts.jobs_or_cores();
             let jobs = remote.map_or(jobs, |(view, _)| view.at_once().max(jobs));
             let jobs = crate::jobs_within(jobs, largest);
-            let parts = map_on_threads(jobs, "inspect", &indexed, |&(i, e)| {
+            let read = |&(i, e): &(usize, &ShardEntry)| {
                 if !shardtool_manifest::is_safe_file_name(&e.file) {
                     return Stats::default();
                 }
@@ -223,7 +223,13 @@ pub(crate) fn inspect_as(
                     )]);
                 }
                 s
-            })?;
+            };
+            // A remote dataset's shards, each held while it is read: no more in hand than the
+            // threads (see `map_in_turn`).
+            let parts = match remote {
+                None => map_on_threads(jobs, "inspect", &indexed, read)?,
+                Some(_) => map_in_turn(jobs, &indexed, read),
+            };
             let mut all = Stats {
                 problems: ds.problems.clone(),
                 ..Stats::default()

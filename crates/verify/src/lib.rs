@@ -36,7 +36,8 @@ pub use dataset::{open_target, Dataset, ShardKind, Target, SHARD_SUFFIXES};
 pub use remote::{verify_remote, Fetch, RemoteView};
 pub use report::{Problem, ProblemKind, Report};
 pub use run::{
-    map_on_threads, pool_within, verify, HoldShards, NoProgress, Progress, VerifyOptions,
+    map_in_turn, map_on_threads, pool_within, verify, HoldShards, NoProgress, Progress,
+    VerifyOptions,
 };
 
 use std::path::PathBuf;

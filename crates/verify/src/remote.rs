@@ -14,6 +14,38 @@ use std::sync::Mutex;
 /// Largest `errors.jsonl` fetched for a remote verify.
 const MAX_ERRORS_FILE: u64 = 64 << 20;
 
+/// How a view's folder in the dataset's cache folder is named.
+const VIEW_PREFIX: &str = "view-";
+
+/// Removes the views in `cache` (a dataset's cache folder) that killed processes left: those
+/// whose lock is free, and those without a lock over an hour old (killed while being made).
+fn remove_stale_views(cache: &Path) {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let is_view = entry.file_name().to_string_lossy().starts_with(VIEW_PREFIX);
+        if !is_view || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let stale = match std::fs::File::open(path.join(".lock")) {
+            Ok(lock) => lock.try_lock().is_ok(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > std::time::Duration::from_secs(3600)),
+            Err(_) => false,
+        };
+        if stale {
+            // Links to cached shards and small files: removing them frees no shard.
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 /// Which shards a [`RemoteView`] fetches, and how.
 #[derive(Debug, Clone, Copy)]
 pub enum Fetch<'a> {
@@ -34,6 +66,8 @@ pub enum Fetch<'a> {
 /// Removed, and the shards released, when it drops.
 pub struct RemoteView<'a> {
     dir: tempfile::TempDir,
+    /// Held locked while the view lives: a view whose lock is free was left by a killed process.
+    _lock: std::fs::File,
     ds: &'a RemoteDataset,
     _held: Vec<Lease>,
     /// Shards are fetched as they are read (`Some`), at the source when `Some(true)`.
@@ -108,10 +142,17 @@ impl<'a> RemoteView<'a> {
             .filter_map(|(i, e)| Some((specs.get(i)?.cached_name().to_string(), e.to_string())))
             .collect();
         let held_paths: std::collections::HashSet<&Path> = held.iter().map(Lease::path).collect();
+        remove_stale_views(ds.cache_dir());
         let dir = tempfile::Builder::new()
-            .prefix("view-")
+            .prefix(VIEW_PREFIX)
             .tempdir_in(ds.cache_dir())
             .map_err(|e| VerifyError::io(ds.cache_dir(), e))?;
+        // Locked before it is named: another process never sees this view's lock free.
+        let (locking, lock_path) = (dir.path().join(".lock.new"), dir.path().join(".lock"));
+        let lock = std::fs::File::create(&locking)
+            .and_then(|f| f.lock().map(|()| f))
+            .and_then(|f| std::fs::rename(&locking, &lock_path).map(|()| f))
+            .map_err(|e| VerifyError::io(&lock_path, e))?;
         let mut manifest = ds.manifest().clone();
         for (entry, spec) in manifest.shards.iter_mut().zip(specs) {
             entry.file = spec.cached_name().to_string();
@@ -154,6 +195,7 @@ impl<'a> RemoteView<'a> {
             .collect();
         Ok(Self {
             dir,
+            _lock: lock,
             ds,
             _held: held,
             one_by_one,

@@ -81,6 +81,32 @@ pub fn map_on_threads<T: Sync, R: Send>(
     Ok(pool.install(|| items.par_iter().with_max_len(1).map(f).collect()))
 }
 
+/// Maps `items` in order with `f` on `threads` plain threads (fewer where the system starts no
+/// more), each taking the next item as it comes free. Unlike rayon's work stealing, a thread
+/// waiting inside `f` never starts another item: no more than `threads` items are in hand at
+/// once, as the room held for remote shards ([`HoldShards`]) counts on. Fan-outs inside `f`
+/// run on a pool `f` installs.
+pub fn map_in_turn<T: Sync, R: Send>(
+    threads: usize,
+    items: &[T],
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done = shardtool_core::on_threads(threads.clamp(1, items.len().max(1)), || {
+        let mut mine = Vec::new();
+        loop {
+            let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(item) = items.get(k) else {
+                return mine;
+            };
+            mine.push((k, f(item)));
+        }
+    });
+    let mut all: Vec<(usize, R)> = done.into_iter().flatten().collect();
+    all.sort_unstable_by_key(|(k, _)| *k);
+    all.into_iter().map(|(_, r)| r).collect()
+}
+
 /// A pool of `jobs` threads, or of as many as a thread limit (`ulimit -u`) leaves: the work
 /// inside it uses it too (outside any pool, rayon's global one would panic where none starts).
 pub fn pool_within(
@@ -188,14 +214,31 @@ pub(crate) fn verify_in(
     };
     // One shard per task, handed out as threads come free; with `decode` a shard's images fan
     // out over the same pool.
-    let threads = view.map_or(jobs, |v| v.at_once().max(jobs));
     let indexed: Vec<(usize, &ShardEntry)> = m.shards.iter().enumerate().collect();
-    let mut outcomes = map_on_threads(threads, "verify", &indexed, |&(i, entry)| {
-        let _held = view.and_then(|v| v.hold(i));
-        let o = verify_shard(entry, &shared);
-        progress.shard_done(&entry.file, o.bytes_read);
-        o
-    })?;
+    let mut outcomes = match view {
+        None => map_on_threads(jobs, "verify", &m.shards, |entry| {
+            let o = verify_shard(entry, &shared);
+            progress.shard_done(&entry.file, o.bytes_read);
+            o
+        })?,
+        // Shards held as they are read: each by a thread of its own, and the decode fan-out on
+        // a pool apart, whose threads never start (and hold) another shard.
+        Some(view) => {
+            let decode = match jobs {
+                1 => None,
+                n => Some(pool_within(n, |i| format!("verify-decode-{i}"))?),
+            };
+            map_in_turn(view.at_once().max(jobs), &indexed, |&(i, entry)| {
+                let _held = view.hold(i);
+                let o = match &decode {
+                    Some(pool) => pool.install(|| verify_shard(entry, &shared)),
+                    None => verify_shard(entry, &shared),
+                };
+                progress.shard_done(&entry.file, o.bytes_read);
+                o
+            })
+        }
+    };
 
     // Merged in shard order: a key repeated across shards is reported with the later shard.
     let capacity = usize::try_from(m.totals.samples).map_or(0, |n| n.min(1 << 24));
@@ -270,13 +313,12 @@ mod tests {
     use shardtool_wds::TarWriter;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    /// A tar whose `.jpg` members are `jpg` bytes long.
-    fn tar_sized(keys: &[&str], jpg: usize) -> Vec<u8> {
+    /// A tar whose `.jpg` members are `image`.
+    fn tar_of(keys: &[&str], image: &[u8]) -> Vec<u8> {
         let mut w = TarWriter::new(Vec::new());
-        let image: Vec<u8> = (0..jpg).map(|i| (i % 251) as u8).collect();
         for k in keys {
             w.append(&format!("{k}.cls"), b"0").unwrap();
-            w.append(&format!("{k}.jpg"), &image).unwrap();
+            w.append(&format!("{k}.jpg"), image).unwrap();
             w.append(&format!("{k}.json"), br#"{"label":0}"#).unwrap();
         }
         w.finish().unwrap()
@@ -289,9 +331,15 @@ mod tests {
 
     /// `dataset` with `.jpg` members of `jpg` bytes.
     fn dataset_sized(dir: &Path, shards: &[&[&str]], jpg: usize) {
+        let image: Vec<u8> = (0..jpg).map(|i| (i % 251) as u8).collect();
+        dataset_of(dir, shards, &image);
+    }
+
+    /// `dataset` with `.jpg` members of `image`.
+    fn dataset_of(dir: &Path, shards: &[&[&str]], image: &[u8]) {
         let mut entries = Vec::new();
         for (i, keys) in shards.iter().enumerate() {
-            let bytes = tar_sized(keys, jpg);
+            let bytes = tar_of(keys, image);
             let file = format!("s-{i:06}.tar");
             std::fs::write(dir.join(&file), &bytes).unwrap();
             entries.push(ShardEntry {
@@ -330,6 +378,75 @@ mod tests {
             .iter()
             .map(|p| (p.kind, p.shard.as_deref()))
             .collect()
+    }
+
+    /// Counts the shards held at once, each hold lasting a moment.
+    struct Holds {
+        at_once: usize,
+        now: AtomicU64,
+        most: AtomicU64,
+    }
+
+    struct Hold<'a>(&'a AtomicU64);
+
+    impl Drop for Hold<'_> {
+        fn drop(&mut self) {
+            self.0.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    impl HoldShards for Holds {
+        fn at_once(&self) -> usize {
+            self.at_once
+        }
+        fn hold(&self, _: usize) -> Option<Box<dyn Send + '_>> {
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(2));
+            Some(Box::new(Hold(&self.now)))
+        }
+    }
+
+    #[test]
+    fn held_shards_are_never_more_than_the_view_allows_though_images_fan_out() {
+        // With --decode a shard's images fan out over threads; a thread waiting on them must
+        // not start (and hold) another shard, or a cache limit sized for `at_once` overflows.
+        let dir = tempfile::tempdir().unwrap();
+        let names: Vec<Vec<String>> = (0..24)
+            .map(|s| (0..40).map(|k| format!("s{s}k{k}")).collect())
+            .collect();
+        let shards: Vec<Vec<&str>> = (names.iter())
+            .map(|v| v.iter().map(String::as_str).collect())
+            .collect();
+        let shards: Vec<&[&str]> = shards.iter().map(Vec::as_slice).collect();
+        // Images that take a moment to decode, so that threads wait on each other's.
+        let noise = shardtool_core::Rgb8Image {
+            width: 192,
+            height: 192,
+            pixels: (0..192 * 192 * 3u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+                .collect(),
+        };
+        let png = shardtool_image::encode_png_rgb8(&noise).unwrap();
+        dataset_of(dir.path(), &shards, &png);
+        // Rounds: the overflow it guards against came in some runs only.
+        for at_once in [1, 3, 1, 3, 1, 3] {
+            let holds = Holds {
+                at_once,
+                now: AtomicU64::new(0),
+                most: AtomicU64::new(0),
+            };
+            let opts = VerifyOptions {
+                decode: true,
+                jobs: 4,
+                ..Default::default()
+            };
+            let r = verify_in(dir.path(), &opts, &NoProgress, Some(&holds)).unwrap();
+            assert_eq!(r.samples, 24 * 40);
+            // As many threads as jobs when there are more: 4.
+            assert!(holds.most.load(Ordering::SeqCst) <= 4, "{at_once}");
+            assert_eq!(holds.now.load(Ordering::SeqCst), 0);
+        }
     }
 
     #[test]
