@@ -18,13 +18,31 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The command line: [`Cli`]'s, where a negative number given to an option reaches that
-    /// option's own check ("invalid value '-1' for '--seed <N>'") rather than clap's tip to
-    /// write `-- -1`, which does not work for an option.
+    /// The command line: [`Cli`]'s, where a negative number given to a numeric option reaches
+    /// that option's own check ("invalid value '-1' for '--seed <N>'") rather than clap's tip
+    /// to write `-- -1`, which does not work for an option. Text options still refuse a value
+    /// that looks like a flag (`--prefix -5`).
     pub fn command_line() -> clap::Command {
+        fn numeric(a: &clap::Arg) -> bool {
+            use std::any::TypeId;
+            let parsed = a.get_value_parser().type_id();
+            [
+                TypeId::of::<u8>(),
+                TypeId::of::<u16>(),
+                TypeId::of::<u32>(),
+                TypeId::of::<u64>(),
+                TypeId::of::<usize>(),
+                TypeId::of::<i32>(),
+                TypeId::of::<i64>(),
+                TypeId::of::<f32>(),
+                TypeId::of::<f64>(),
+            ]
+            .into_iter()
+            .any(|t| parsed == t)
+        }
         fn negatives_are_values(cmd: clap::Command) -> clap::Command {
             cmd.mut_args(|a| {
-                if a.get_action().takes_values() && !a.is_positional() {
+                if a.get_action().takes_values() && !a.is_positional() && numeric(&a) {
                     a.allow_negative_numbers(true)
                 } else {
                     a
@@ -172,8 +190,9 @@ pub enum Command {
     ///
     /// For a dataset the counts come from reading its shards and are shown beside the
     /// manifest's; a lone SHARD (.tar, .safetensors, or .zst of either) is read by itself.
-    /// Exit status: 0, 1 when a shard could not be read (the rest is still summarised), 2 when
-    /// the target cannot be opened.
+    /// Exit status: 0, 1 when a shard could not be read (the rest is still summarised) or a
+    /// URL's cache limit cannot hold the shards read at once, 2 when the target cannot be
+    /// opened.
     ///
     /// Examples:
     ///   shardtool inspect out/
@@ -489,8 +508,9 @@ pub struct VerifyArgs {
     pub json: bool,
 
     /// Worker threads (default: all cores). Shards are checked in parallel, one per thread;
-    /// with 1, everything runs on the main thread, but a URL's shards are fetched and checked
-    /// max(--jobs, --fetch-concurrency) at a time. Without --decode a plain tar shard is read
+    /// with 1, everything runs on the main thread, but a URL's shards are held in the cache
+    /// max(--jobs, --fetch-concurrency) at a time (--fetch-concurrency of them downloading,
+    /// --jobs being checked). Without --decode a plain tar shard is read
     /// through a 128 KiB buffer; any other shard is held in memory whole while it is checked.
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub jobs: Option<u32>,
@@ -526,7 +546,8 @@ pub struct InspectArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Worker threads (default: all cores).
+    /// Worker threads (default: all cores); a URL's shards are held in the cache
+    /// max(--jobs, --fetch-concurrency) at a time (--fetch-concurrency of them downloading).
     #[arg(long, short = 'j', value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub jobs: Option<u32>,
 }
@@ -602,6 +623,11 @@ mod tests {
             assert!(text.contains("invalid value '-"), "{args:?}: {text}");
             assert!(!text.contains("-- -"), "{args:?}: {text}");
         }
+        // A text option still takes no value that looks like a flag: `-5` is not a prefix.
+        let e = Cli::command_line()
+            .try_get_matches_from(["shardtool", "pack", "in", "out", "--prefix", "-5"])
+            .unwrap_err();
+        assert!(e.to_string().contains("unexpected argument '-5'"), "{e}");
         // A number in range parses as before.
         let m = Cli::command_line()
             .try_get_matches_from(["shardtool", "read", "ds", "--seed", "3"])

@@ -221,8 +221,9 @@ def verify(
     ``path`` is a dataset folder or its ``manifest.json``, local or as an ``http(s)://`` or
     ``s3://`` URL. A remote dataset's shards are fetched into the shard cache (``cache_dir``, at
     most ``cache_limit`` bytes, as for :class:`Loader`), checked on the way in, and verified
-    there, ``fetch_concurrency`` (or ``jobs``, when more) at a time, each held only while it is
-    checked: the limit needs room for that many of the largest shards, not for the dataset.
+    there, each held only while it is checked: ``fetch_concurrency`` downloading and ``jobs``
+    checked at once, the larger of the two held; the limit needs room for that many of the
+    largest shards, not for the dataset.
     Problems name the shards as the server stores them.
     ``fetch_timeout``, ``fetch_attempts`` and ``fetch_concurrency`` are as for :class:`Loader`
     (``--fetch-timeout``, ``--fetch-attempts``, ``--fetch-concurrency``).

@@ -36,10 +36,11 @@ impl shardtool_pack::Progress for Cancel {
     }
 }
 
-/// [`interruptible`] for a task that holds OUTPUT's lock: on Ctrl-C it is told to stop (a pack
-/// at its next input, cleaning up; planning and merging have no such point and finish), and the
-/// exception is raised once it has ended and released the lock, so a retry may start at once;
-/// a second Ctrl-C stops waiting.
+/// [`interruptible`] for a task that holds what a retry needs (OUTPUT's lock, room in the shard
+/// cache): on Ctrl-C it is told to stop (a pack at its next input, cleaning up; planning and
+/// merging have no such point and finish; a remote check stops fetching), and the exception is
+/// raised once it has ended and let go, so a retry may start at once; a second Ctrl-C stops
+/// waiting.
 pub(crate) fn cancellable<T: Send + 'static>(
     py: Python<'_>,
     work: impl FnOnce(&Cancel) -> T + Send + 'static,
@@ -97,7 +98,7 @@ fn verify_error(e: VerifyError) -> PyErr {
         | VerifyError::Shard { .. } => ManifestError::new_err(text),
         VerifyError::Io { .. } => PyOSError::new_err(text),
         VerifyError::Usage(_) => PyValueError::new_err(text),
-        VerifyError::Remote(_) => CacheError::new_err(text),
+        VerifyError::Remote(_) | VerifyError::CacheTooSmall(_) => CacheError::new_err(text),
         _ => DatasetError::new_err(text),
     }
 }
@@ -341,9 +342,17 @@ fn on_dataset<T: serde::Serialize + Send + 'static>(
             let workers = cache.concurrency.max(1);
             // Every shard is fetched by the task itself: no prefetch threads.
             cache.concurrency = 0;
+            // Ctrl-C leaves the manifest's fetch at once (it holds nothing).
+            let ds = interruptible(py, move || RemoteDataset::open(url, cache))?
+                .map_err(|e| verify_error(VerifyError::Remote(e.to_string())))?;
             cancellable(py, move |cancel| {
-                let ds = RemoteDataset::open(url, cache)
-                    .map_err(|e| VerifyError::Remote(e.to_string()))?;
+                /// Set when the work ends, returning or unwinding.
+                struct Done<'a>(&'a std::sync::atomic::AtomicBool);
+                impl Drop for Done<'_> {
+                    fn drop(&mut self) {
+                        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
                 let done = std::sync::atomic::AtomicBool::new(false);
                 std::thread::scope(|s| {
                     // Ctrl-C stops the fetching: the task then ends soon, releasing the cache
@@ -358,9 +367,8 @@ fn on_dataset<T: serde::Serialize + Send + 'static>(
                         }
                     };
                     let _ = std::thread::Builder::new().spawn_scoped(s, watch);
-                    let r = remote(&ds, workers);
-                    done.store(true, std::sync::atomic::Ordering::Relaxed);
-                    r
+                    let _done = Done(&done);
+                    remote(&ds, workers)
                 })
             })?
         }

@@ -252,7 +252,7 @@ def test_metrics_from_a_monitoring_thread_need_not_wait_for_a_slow_batch(dataset
     assert seen["took"] < 0.5 and seen["samples"] == 0, seen
 
 
-@pytest.mark.parametrize("step", ["len", "iter"])
+@pytest.mark.parametrize("step", ["len", "iter", "verify", "inspect"])
 def test_ctrl_c_interrupts_the_manifest_fetch_of_a_remote_dataset(step: str) -> None:
     # A server that takes the connection and never answers: each attempt waits out its timeout.
     with socket.socket() as silent:
@@ -265,8 +265,12 @@ def test_ctrl_c_interrupts_the_manifest_fetch_of_a_remote_dataset(step: str) -> 
         with pytest.raises(KeyboardInterrupt):
             if step == "len":
                 len(loader)
-            else:
+            elif step == "iter":
                 next(iter(loader))
+            elif step == "verify":
+                shardtool.verify(url, fetch_timeout=30, fetch_attempts=2)
+            else:
+                shardtool.inspect(url, fetch_timeout=30, fetch_attempts=2)
         assert time.monotonic() - start < 5.0
         timer.join()
         loader.close()

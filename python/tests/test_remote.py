@@ -3,11 +3,13 @@ the shard cache and ``verify`` checks them there, naming shards as the server st
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Iterator, List
@@ -128,25 +130,23 @@ def test_loader_and_verify_over_http_through_the_cache(served: Path, tmp_path: P
         shardtool.verify(_url(served, f"ds/{stored}"))
 
 
-def test_an_interrupted_remote_verify_frees_its_cache_room_before_raising(tmp_path: Path) -> None:
-    # Ctrl-C while verify fetches from a stalled server: the fetches stop, and the room they held
-    # under the cache limit is free once KeyboardInterrupt arrives, so a retry at once under the
-    # same limit has it (it found the room held by the interrupted task, still fetching).
-    import http.server
-    import signal
-    import threading
-
-    ds = tmp_path / "ds"
-    shardtool.pack(SAMPLE, ds, resize="shorter:32", shard_samples=10)
-    stalled = threading.Event()
-    release = threading.Event()
+def _serve_stalling(
+    ds: Path, release: threading.Event, stalled: threading.Event, gets: List[str]
+) -> http.server.ThreadingHTTPServer:
+    """Serves ``ds`` on loopback, the start of every shard and then nothing until ``release`` is
+    set (each such GET named in ``gets``, ``stalled`` set); once released, shards whole. The
+    manifest is served whole, or stalled too under ``/stall/``."""
 
     class Stalling(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_GET(self) -> None:
-            path = ds / self.path.lstrip("/")
+        def do_HEAD(self) -> None:
+            self.do_GET(head=True)
+
+        def do_GET(self, head: bool = False) -> None:
+            stall = self.path.startswith("/stall/")
+            path = ds / self.path.removeprefix("/stall").lstrip("/")
             if not path.is_file():
                 self.send_error(404)
                 return
@@ -154,17 +154,34 @@ def test_an_interrupted_remote_verify_frees_its_cache_room_before_raising(tmp_pa
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            if path.name != "manifest.json" and not release.is_set():
-                self.wfile.write(data[:1000])
-                self.wfile.flush()
-                stalled.set()
-                release.wait(60)
+            if head:
                 return
-            self.wfile.write(data)
+            if (path.name == "manifest.json" and not stall) or release.is_set():
+                self.wfile.write(data)
+                return
+            gets.append(path.name)
+            self.wfile.write(data[:1000])
+            self.wfile.flush()
+            stalled.set()
+            release.wait(60)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_an_interrupted_remote_verify_frees_its_cache_room_before_raising(tmp_path: Path) -> None:
+    # Ctrl-C while verify fetches from a stalled server: the fetches stop, and the room they held
+    # under the cache limit is free once KeyboardInterrupt arrives, so a retry at once under the
+    # same limit has it (it found the room held by the interrupted task, still fetching).
+    import signal
+
+    ds = tmp_path / "ds"
+    shardtool.pack(SAMPLE, ds, resize="shorter:32", shard_samples=10)
+    stalled = threading.Event()
+    release = threading.Event()
+    server = _serve_stalling(ds, release, stalled, [])
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/"
         shards = json.loads((ds / "manifest.json").read_text())["shards"]
@@ -188,49 +205,63 @@ def test_an_interrupted_remote_verify_frees_its_cache_room_before_raising(tmp_pa
         server.shutdown()
 
 
-def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
-    # A server that sends the start of every shard and then nothing: a reader thread waits in
-    # that read until the fetch timeout (30 s). close() (and so a Ctrl-C'd program's exit) must
-    # not wait for it.
-    import http.server
-    import threading
-
+def test_a_remote_verify_downloads_no_more_shards_at_once_than_fetch_concurrency(tmp_path: Path) -> None:
+    # Shards are checked on `jobs` threads and held by as many, but downloaded at most
+    # fetch_concurrency at a time, as the option says.
     ds = tmp_path / "ds"
-    shardtool.pack(SAMPLE, ds, resize="shorter:32", shard_samples=10)
-    release = threading.Event()
-    gets: List[str] = []
+    shardtool.pack(SAMPLE, ds, resize="shorter:32", shard_samples=4)
+    lock = threading.Lock()
+    flight = {"now": 0, "most": 0}
 
-    class Stalling(http.server.BaseHTTPRequestHandler):
+    class Slow(http.server.BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
-        def do_HEAD(self) -> None:
-            self.do_GET(head=True)
-
-        def do_GET(self, head: bool = False) -> None:
-            # Under /stall/ the manifest stalls too.
-            stall = self.path.startswith("/stall/")
-            path = ds / self.path.removeprefix("/stall").lstrip("/")
+        def do_GET(self) -> None:
+            path = ds / self.path.lstrip("/")
             if not path.is_file():
                 self.send_error(404)
                 return
             data = path.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if head:
-                return
-            if path.name == "manifest.json" and not stall:
+            shard = path.name != "manifest.json"
+            with lock:
+                flight["now"] += shard
+                flight["most"] = max(flight["most"], flight["now"])
+            try:
+                if shard:
+                    time.sleep(0.1)
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
                 self.wfile.write(data)
-                return
-            gets.append(path.name)
-            self.wfile.write(data[:1000])
-            self.wfile.flush()
-            release.wait(60)
+            finally:
+                with lock:
+                    flight["now"] -= shard
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Stalling)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        for concurrency in (1, 3):
+            flight["most"] = 0
+            report = shardtool.verify(url, cache_dir=tmp_path / f"c{concurrency}", jobs=6,
+                                      fetch_concurrency=concurrency)
+            assert report["ok"], report["problems"]
+            assert flight["most"] == concurrency, (concurrency, flight)
+    finally:
+        server.shutdown()
+
+
+def test_close_does_not_wait_for_a_stalled_fetch(tmp_path: Path) -> None:
+    # A server that sends the start of every shard and then nothing: a reader thread waits in
+    # that read until the fetch timeout (30 s). close() (and so a Ctrl-C'd program's exit) must
+    # not wait for it.
+    ds = tmp_path / "ds"
+    shardtool.pack(SAMPLE, ds, resize="shorter:32", shard_samples=10)
+    release = threading.Event()
+    gets: List[str] = []
+    server = _serve_stalling(ds, release, threading.Event(), gets)
     try:
         url = f"http://user:Secret1@127.0.0.1:{server.server_address[1]}/"
         loader = shardtool.Loader(

@@ -135,7 +135,8 @@ pub enum CacheCommand {
         /// Cache folder [default: as for read].
         #[arg(long, value_name = "DIR")]
         cache_dir: Option<PathBuf>,
-        /// One JSON document (`removed`, `bytes`, `in_use`) instead of lines.
+        /// One JSON document (`ok`, `removed`, `bytes`, `in_use`) instead of lines; a refusal
+        /// prints `{"ok": false, "error": …}`.
         #[arg(long)]
         json: bool,
     },
@@ -250,7 +251,9 @@ fn clear(dataset: Option<&str>, cache_dir: Option<PathBuf>, json: bool) -> Resul
         .with_context(|| format!("clearing {}", dir.display()))
         .map_err(Failure::run)?;
     if json {
-        let text = serde_json::to_string_pretty(&r).map_err(Failure::run)?;
+        let mut doc = serde_json::to_value(&r).map_err(Failure::run)?;
+        doc["ok"] = true.into();
+        let text = serde_json::to_string_pretty(&doc).map_err(Failure::run)?;
         outln!("{text}");
         return Ok(());
     }

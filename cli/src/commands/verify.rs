@@ -85,6 +85,7 @@ pub(crate) fn error_kind(e: &VerifyError) -> &'static str {
         VerifyError::Shard { .. } => "shard_not_dataset",
         VerifyError::Usage(_) => "usage",
         VerifyError::Remote(_) => "fetch_failed",
+        VerifyError::CacheTooSmall(_) => "cache_too_small",
         _ => "error",
     }
 }
@@ -263,7 +264,7 @@ pub(crate) fn local_target(target: &std::path::Path) -> std::path::PathBuf {
 /// small, the server failing) is a failed run, not a usage error.
 pub(crate) fn fetched<T>(result: Result<T, VerifyError>, json: bool) -> Result<T, Failure> {
     match result {
-        Err(e @ VerifyError::Remote(_)) => {
+        Err(e @ (VerifyError::Remote(_) | VerifyError::CacheTooSmall(_))) => {
             if json {
                 print_error_json(&e);
             }

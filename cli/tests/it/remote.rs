@@ -425,7 +425,11 @@ fn cache_prefetch_ls_and_clear() {
     assert_eq!(ls[0]["shards"], 8);
     let out = ok(&run(&["cache", "clear", &url, "--cache-dir", c, "--json"]));
     let cleared: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(cleared["removed"], 8, "{out}");
+    assert_eq!(
+        (&cleared["ok"], &cleared["removed"]),
+        (&true.into(), &8.into()),
+        "{out}"
+    );
     assert_eq!(cleared["in_use"], serde_json::json!([]), "{out}");
     // A URL the cache does not hold (a typo) is an error, not "removed 0".
     let typo = format!("{url}x/");

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
+mod room;
+
 /// Largest manifest fetched.
 const MAX_MANIFEST: u64 = 256 << 20;
 
@@ -290,90 +292,6 @@ impl RemoteDataset {
         Ok(())
     }
 
-    /// Fails unless the cache limit can hold `at_once` shards (the largest), each `.zst` one
-    /// with its compressed copy while it is decompressed: the room a command needs that reads
-    /// every shard once, `at_once` at a time, each held only while it is read
-    /// ([`RemoteDataset::acquire_once`]).
-    pub fn check_room_one_by_one(&self, at_once: usize) -> Result<(), CacheError> {
-        let mut sizes: Vec<u64> = (self.shared.specs.iter())
-            .map(|s| s.cached_bytes() + s.decompressed.map_or(0, |_| s.bytes))
-            .collect();
-        sizes.sort_unstable_by(|a, b| b.cmp(a));
-        let at_once = at_once.clamp(1, sizes.len().max(1));
-        let need = sizes
-            .iter()
-            .take(at_once)
-            .fold(0u64, |a, &b| a.saturating_add(b));
-        match self.shared.cache.limit() {
-            Some(limit) if limit < need => Err(CacheError::TooSmall {
-                limit,
-                message: format!(
-                    "shards are read {at_once} at a time, each held in the cache while it is \
-                     read (with a .zst one's compressed copy while it is decompressed): up to \
-                     {need} bytes; raise --cache-limit to at least {need}{}",
-                    if at_once > 1 {
-                        ", or read fewer at once (--jobs and --fetch-concurrency)"
-                    } else {
-                        ""
-                    }
-                ),
-            }),
-            _ => Ok(()),
-        }
-    }
-
-    /// Fails unless the cache limit can hold the shards `indices` names, held at once, those
-    /// not cached yet fetched `fetching` at a time, each `.zst` one with its compressed copy
-    /// while it is decompressed.
-    pub fn check_room(&self, indices: &[usize], fetching: usize) -> Result<(), CacheError> {
-        let specs: Vec<&ShardSpec> = indices
-            .iter()
-            .filter_map(|&i| self.shared.specs.get(i))
-            .collect();
-        let held: u64 = specs.iter().map(|s| s.cached_bytes()).sum();
-        // Only shards not cached whole yet are fetched.
-        let to_fetch: Vec<&&ShardSpec> = specs
-            .iter()
-            .filter(|s| {
-                let paths = CacheDir::shard_paths(&self.shared.dir, s.cached_name());
-                !CacheDir::is_whole(&paths, s.cached_bytes(), s.cached_checksum()).unwrap_or(false)
-            })
-            .collect();
-        let transient = to_fetch
-            .iter()
-            .filter(|s| s.decompressed.is_some())
-            .map(|s| s.bytes)
-            .max()
-            .unwrap_or(0);
-        let extra = transient.saturating_mul(fetching.clamp(1, to_fetch.len().max(1)) as u64);
-        let need = held.saturating_add(extra);
-        match self.shared.cache.limit() {
-            // Fetching fewer at once helps only where compressed copies need room beside
-            // their decompressed ones.
-            Some(limit) if limit < need && extra == 0 => Err(CacheError::TooSmall {
-                limit,
-                message: format!(
-                    "the {held} bytes of shards read here are held in the cache at once; raise \
-                     --cache-limit to at least {need}"
-                ),
-            }),
-            Some(limit) if limit < need => Err(CacheError::TooSmall {
-                limit,
-                message: format!(
-                    "the {held} bytes of shards read here are held in the cache at once, and \
-                     those fetched {fetching} at a time need up to {extra} more while \
-                     decompressed; raise --cache-limit to at least {need}{}",
-                    if fetching > 1 {
-                        ", or fetch fewer at once (--fetch-concurrency)"
-                    } else {
-                        ""
-                    }
-                ),
-            }),
-            _ => Ok(()),
-        }
-    }
-
     /// The most bytes a `.zst` shard's compressed copy takes beside its decompressed one while
     /// it is fetched (0 when no shard is compressed).
     fn transient(&self) -> u64 {
@@ -509,6 +427,11 @@ impl RemoteDataset {
 }
 
 impl RemoteDataset {
+    /// Whether [`RemoteDataset::stop`] stopped its fetching.
+    pub fn is_stopped(&self) -> bool {
+        self.shared.remote.stopped()
+    }
+
     /// Stops its fetching for good: the prefetcher starts nothing more, and fetches under way
     /// (the prefetcher's and any reader's) end at once. For a reader being closed.
     pub fn stop(&self) {
@@ -524,6 +447,17 @@ impl Drop for RemoteDataset {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+/// The last use to stamp on a shard being acquired: now, or, fetched ahead (`count_hit` false
+/// only for the prefetcher), later, so it is last in line for eviction until it is read and
+/// other processes' fetches take shards already read first, not this one before this process
+/// reads it.
+fn last_use(count_hit: bool) -> std::time::SystemTime {
+    match count_hit {
+        true => std::time::SystemTime::now(),
+        false => std::time::SystemTime::now() + crate::dir::AHEAD_GRACE,
     }
 }
 
@@ -633,14 +567,7 @@ impl Shared {
             }
             let lock = Locked::new(lock);
             if CacheDir::whole(&paths, bytes, sum, fetched || !rehash)? {
-                // Fetched ahead (`count_hit` false only for the prefetcher): last in line for
-                // eviction until it is read, so that other processes' fetches take shards
-                // already read first, not this one before this process reads it.
-                let used = match count_hit {
-                    true => std::time::SystemTime::now(),
-                    false => std::time::SystemTime::now() + crate::dir::AHEAD_GRACE,
-                };
-                CacheDir::touch(&paths, used);
+                CacheDir::touch(&paths, last_use(count_hit));
                 let ahead = count_hit && self.prefetched_set().remove(&i);
                 if !fetched && count_hit && !ahead {
                     Recorder::add(&self.remote.metrics.hits, 1);
@@ -702,6 +629,13 @@ impl Shared {
                 // prefetcher then finds it marked, and counts no hit for it.
                 if !count_hit {
                     self.prefetched_set().insert(i);
+                }
+                if !hold {
+                    // Not held: done. Taking the shared lock after this one goes would leave
+                    // a moment in which a fetch evicting for room could take it, and it would
+                    // be fetched again.
+                    CacheDir::touch(&paths, last_use(count_hit));
+                    return Ok(Lease::new(paths.data.clone(), None, true));
                 }
             }
             drop(lock);

@@ -196,8 +196,7 @@ pub(crate) fn inspect_as(
                 .unwrap_or(0);
             // A remote dataset's shards are fetched by these threads: as many as it fetches at
             // once, within the bound.
-            let jobs = opts.jobs_or_cores();
-            let jobs = remote.map_or(jobs, |(view, _)| view.at_once().max(jobs));
+            let jobs = remote.map_or(opts.jobs_or_cores(), |(view, _)| view.at_once());
             let jobs = crate::jobs_within(jobs, largest);
             let read = |&(i, e): &(usize, &ShardEntry)| {
                 if !shardtool_manifest::is_safe_file_name(&e.file) {

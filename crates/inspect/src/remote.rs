@@ -9,8 +9,8 @@ use shardtool_cache::RemoteDataset;
 use shardtool_verify::{Fetch, RemoteView, VerifyError, VerifyOptions};
 
 /// [`inspect`](crate::inspect) of the remote dataset `ds`: every shard is fetched into the cache
-/// (a cached copy is used as it is), `workers` at a time (or one per job when there are more),
-/// and held while it is read; formats and stored sizes are the server's (`.zst` shards are
+/// (a cached copy is used as it is), `workers` at a time, and held while it is read (by as
+/// many threads as that or the jobs, when more); formats and stored sizes are the server's (`.zst` shards are
 /// cached decompressed). The cache's limit needs room only for the shards in hand: older ones
 /// make room for newer. A shard that could not be fetched is a `fetch_failed` problem, left
 /// out of the figures.
@@ -20,7 +20,7 @@ pub fn inspect_remote(
     opts: &VerifyOptions,
 ) -> Result<InspectReport, VerifyError> {
     let at_once = workers.max(opts.jobs_or_cores());
-    let view = RemoteView::fetch(ds, at_once, Fetch::All, false)?;
+    let view = RemoteView::fetch(ds, workers, at_once, Fetch::All, false)?;
     let mut report = inspect_as(view.path(), opts, Some((&view, &ds.manifest().shards)))?;
     for p in &mut report.problems {
         view.rename(p);
@@ -39,7 +39,7 @@ pub fn preview_remote(
     opts: &PreviewOptions,
 ) -> Result<PreviewSheet, VerifyError> {
     let wanted = preview_shards(ds.manifest(), opts);
-    let view = RemoteView::fetch(ds, workers, Fetch::Some(&wanted), false)?;
+    let view = RemoteView::fetch(ds, workers, workers, Fetch::Some(&wanted), false)?;
     let title = ds.url().shown("");
     let mut sheet = preview_titled(view.path(), opts, Some(&title))?;
     for item in &mut sheet.items {

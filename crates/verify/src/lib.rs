@@ -94,10 +94,12 @@ pub enum VerifyError {
         /// The path.
         path: PathBuf,
     },
-    /// A remote dataset's shards could not be fetched into the cache (it is too small for them,
-    /// or the server failed).
+    /// A remote dataset's shards could not be fetched into the cache (the server failed).
     #[error("{0}")]
     Remote(String),
+    /// The cache's limit cannot hold the shards a remote dataset's check holds at once.
+    #[error("{0}")]
+    CacheTooSmall(String),
     /// An option is unusable.
     #[error("{0}")]
     Usage(String),

@@ -73,6 +73,8 @@ pub struct RemoteView<'a> {
     /// Shards are fetched as they are read (`Some`), at the source when `Some(true)`.
     one_by_one: Option<bool>,
     at_once: usize,
+    /// Downloads under way, at most `fetching` (`--fetch-concurrency`) at once.
+    fetches: Permits,
     /// Shards that could not be fetched, by cached name, with why.
     failed: Mutex<HashMap<String, String>>,
     /// Why the dataset's `errors.jsonl` could not be fetched, when it was asked for.
@@ -96,43 +98,77 @@ impl HoldShards for RemoteView<'_> {
 
 /// A shard of a [`RemoteView`] held in the cache and linked into the view while it is read.
 pub struct Held {
-    /// The link this hold made (`None` when another hold of the same shard made it).
-    link: Option<PathBuf>,
+    link: PathBuf,
     _lease: Lease,
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if let Some(link) = &self.link {
-            let _ = std::fs::remove_file(link);
+        let _ = std::fs::remove_file(&self.link);
+    }
+}
+
+/// A count of permits: at most so many holders at once.
+struct Permits {
+    free: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// One of [`Permits`], given back when dropped.
+struct Permit<'a>(&'a Permits);
+
+impl Permits {
+    fn new(n: usize) -> Self {
+        Self {
+            free: Mutex::new(n.max(1)),
+            freed: std::sync::Condvar::new(),
         }
+    }
+
+    fn take(&self) -> Permit<'_> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap_or_else(|p| p.into_inner());
+        }
+        *free -= 1;
+        Permit(self)
+    }
+}
+
+impl Drop for Permit<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        self.0.freed.notify_one();
     }
 }
 
 impl<'a> RemoteView<'a> {
-    /// Makes the view of the shards `which` names from `ds`, read (or, for [`Fetch::Some`],
-    /// fetched now) `at_once` at a time, with the dataset's `errors.jsonl` when `with_errors`
-    /// (verify checks it; others do not read it). The cache's limit must hold the shards in
-    /// hand at once: `at_once` of them (the largest), or every one [`Fetch::Some`] names.
+    /// Makes the view of the shards `which` names from `ds`, downloading `fetching` at a time,
+    /// with the dataset's `errors.jsonl` when `with_errors` (verify checks it; others do not
+    /// read it). [`Fetch::Some`]'s shards are fetched now and held while the view lives; the
+    /// others' are read `at_once` at a time, each held while it is read. The cache's limit must
+    /// hold the shards in hand at once: `at_once` of them (the largest), or every one
+    /// [`Fetch::Some`] names.
     pub fn fetch(
         ds: &'a RemoteDataset,
+        fetching: usize,
         at_once: usize,
         which: Fetch<'_>,
         with_errors: bool,
     ) -> Result<Self, VerifyError> {
-        let remote_error = |e: &dyn std::fmt::Display| VerifyError::Remote(e.to_string());
+        let too_small = |e: &dyn std::fmt::Display| VerifyError::CacheTooSmall(e.to_string());
         let specs = ds.specs();
-        let at_once = at_once.max(1);
+        let (fetching, at_once) = (fetching.max(1), at_once.max(1));
         let (one_by_one, (held, failed)) = match which {
             Fetch::All | Fetch::AllAtSource => {
                 ds.check_room_one_by_one(at_once)
-                    .map_err(|e| remote_error(&e))?;
+                    .map_err(|e| too_small(&e))?;
                 let at_source = matches!(which, Fetch::AllAtSource);
                 (Some(at_source), (Vec::new(), Vec::new()))
             }
             Fetch::Some(v) => {
-                ds.check_room(v, at_once).map_err(|e| remote_error(&e))?;
-                (None, ds.acquire_some(v, at_once))
+                ds.check_room(v, fetching).map_err(|e| too_small(&e))?;
+                (None, ds.acquire_some(v, fetching))
             }
         };
         // A shard that could not be fetched is absent from the view: reported as such, not as
@@ -200,6 +236,7 @@ impl<'a> RemoteView<'a> {
             _held: held,
             one_by_one,
             at_once,
+            fetches: Permits::new(fetching),
             failed: Mutex::new(failed),
             errors_failed,
             remote_names,
@@ -224,26 +261,28 @@ impl<'a> RemoteView<'a> {
             let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
             f.insert(name.to_string(), why);
         };
-        let lease = match self.ds.acquire_once(index, at_source) {
+        // Stopped (Ctrl-C): the shards left are not read, cached or not.
+        if self.ds.is_stopped() {
+            failed("the check was stopped".into());
+            return None;
+        }
+        let permit = self.fetches.take();
+        let lease = self.ds.acquire_once(index, at_source);
+        drop(permit);
+        let lease = match lease {
             Ok(lease) => lease,
             Err(e) => {
                 failed(e.to_string());
                 return None;
             }
         };
+        // The manifest lists each shard once (checked when it was opened): the link is new.
         let link = self.dir.path().join(name);
-        let link = match std::os::unix::fs::symlink(lease.path(), &link) {
-            Ok(()) => Some(link),
-            // Listed twice: the other hold's link serves, and its drop removes it.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
-            Err(e) => {
-                failed(format!(
-                    "cannot link it into {}: {e}",
-                    self.dir.path().display()
-                ));
-                return None;
-            }
-        };
+        if let Err(e) = std::os::unix::fs::symlink(lease.path(), &link) {
+            let shown = self.dir.path().display();
+            failed(format!("cannot link it into {shown}: {e}"));
+            return None;
+        }
         Some(Held {
             link,
             _lease: lease,
@@ -288,9 +327,9 @@ impl<'a> RemoteView<'a> {
 /// are checked on the way in; a shard already cached is streamed again through the same
 /// checks, nothing kept, so a copy changed on the server since it was cached is found) and held
 /// there while its cached copy is verified like a local dataset, through a [`RemoteView`].
-/// Shards are fetched and checked `workers` at a time, or one per verify job when there are
-/// more jobs, and the cache's limit needs room for those only: older shards make room for newer
-/// ones. An `errors.jsonl` that cannot be fetched is an `error_report` problem.
+/// Shards are fetched `workers` at a time and checked `opts.jobs` at a time, the larger of the
+/// two held at once, and the cache's limit needs room for those only: older shards make room
+/// for newer ones. An `errors.jsonl` that cannot be fetched is an `error_report` problem.
 ///
 /// A shard that could not be fetched is a [`ProblemKind::FetchFailed`] problem; problems name
 /// shards as the server stores them (`.tar.zst`, not the cache's decompressed `.tar`). A cached
@@ -304,7 +343,7 @@ pub fn verify_remote(
 ) -> Result<Report, VerifyError> {
     let repaired = ds.metrics().repaired;
     let at_once = workers.max(opts.jobs_or_cores());
-    let view = RemoteView::fetch(ds, at_once, Fetch::AllAtSource, true)?;
+    let view = RemoteView::fetch(ds, workers, at_once, Fetch::AllAtSource, true)?;
     let mut report = verify_in(view.path(), opts, progress, Some(&view))?;
     report.cache_repaired = Some(ds.metrics().repaired - repaired);
     for p in &mut report.problems {
