@@ -18,13 +18,17 @@ pub struct Cli {
 }
 
 impl Cli {
-    /// The command line: [`Cli`]'s, where a negative number given to a numeric option reaches
-    /// that option's own check ("invalid value '-1' for '--seed <N>'") rather than clap's tip
-    /// to write `-- -1`, which does not work for an option. Text options still refuse a value
-    /// that looks like a flag (`--prefix -5`).
+    /// The command line: [`Cli`]'s, where a negative number given to an option that takes a
+    /// number (or a size, or a resize spec) reaches that option's own check ("invalid value '-1'
+    /// for '--seed <N>'") rather than clap's tip to write `-- -1`, which does not work for an
+    /// option. Options naming things still refuse a value that looks like a flag (`--prefix -5`).
     pub fn command_line() -> clap::Command {
         fn numeric(a: &clap::Arg) -> bool {
             use std::any::TypeId;
+            // Text options whose value is a number of bytes or pixels.
+            if ["cache_limit", "shard_size", "resize"].contains(&a.get_id().as_str()) {
+                return true;
+            }
             let parsed = a.get_value_parser().type_id();
             [
                 TypeId::of::<u8>(),
@@ -508,7 +512,7 @@ pub struct VerifyArgs {
     pub json: bool,
 
     /// Worker threads (default: all cores). Shards are checked in parallel, one per thread;
-    /// with 1, everything runs on the main thread, but a URL's shards are held in the cache
+    /// with 1, everything runs on one thread, but a URL's shards are held in the cache
     /// max(--jobs, --fetch-concurrency) at a time (--fetch-concurrency of them downloading,
     /// --jobs being checked). Without --decode a plain tar shard is read
     /// through a 128 KiB buffer; any other shard is held in memory whole while it is checked.
@@ -622,6 +626,15 @@ mod tests {
             let text = e.to_string();
             assert!(text.contains("invalid value '-"), "{args:?}: {text}");
             assert!(!text.contains("-- -"), "{args:?}: {text}");
+        }
+        // Sizes and resize specs are text parsed later, by the option's own check.
+        for args in [
+            &["shardtool", "read", "ds", "--cache-limit", "-5"][..],
+            &["shardtool", "pack", "in", "out", "--shard-size", "-1"],
+            &["shardtool", "pack", "in", "out", "--resize", "-1"],
+        ] {
+            let parsed = Cli::command_line().try_get_matches_from(args);
+            assert!(parsed.is_ok(), "{args:?}: {parsed:?}");
         }
         // A text option still takes no value that looks like a flag: `-5` is not a prefix.
         let e = Cli::command_line()

@@ -267,6 +267,12 @@ impl<'a> RemoteView<'a> {
             return None;
         }
         let permit = self.fetches.take();
+        // Stopped while it waited for its turn: nothing more is read.
+        if self.ds.is_stopped() {
+            drop(permit);
+            failed("the check was stopped".into());
+            return None;
+        }
         let lease = self.ds.acquire_once(index, at_source);
         drop(permit);
         let lease = match lease {
