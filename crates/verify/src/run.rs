@@ -222,8 +222,9 @@ pub(crate) fn verify_in(
             o
         })?,
         // Shards held as they are read, each by a thread of its own (as many as the view
-        // holds at once), and checked on a pool of `jobs` threads, which never start (and
-        // hold) another shard: memory stays at `jobs` shards, as for a local dataset.
+        // holds at once), and checked on a pool of `jobs` threads, which hold none: a check
+        // waiting on its images may take up another held shard's check meanwhile, but never
+        // a shard not yet held.
         Some(view) => {
             let check = pool_within(jobs, |i| format!("verify-{i}"))?;
             map_in_turn(view.at_once(), &indexed, |&(i, entry)| {
