@@ -58,11 +58,33 @@ impl Cli {
     }
 
     /// Parses the process's arguments with [`Cli::command_line`]; exits on an error, printing
-    /// it, as `clap::Parser::parse` does.
+    /// it, as `clap::Parser::parse` does, and, when `--json` was asked for, a document saying
+    /// it on stdout too (`{"ok": false, "error": {"kind": "usage", …}}`), as the commands do
+    /// for the errors they find themselves.
     pub fn from_process_args() -> Self {
-        let matches = Self::command_line().get_matches();
-        <Self as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+        let parsed = Self::command_line()
+            .try_get_matches()
+            .and_then(|m| <Self as clap::FromArgMatches>::from_arg_matches(&m));
+        parsed.unwrap_or_else(|e| {
+            if e.use_stderr() && std::env::args_os().any(|a| a == "--json") {
+                outln!("{}", usage_error_doc(&e));
+            }
+            e.exit()
+        })
     }
+}
+
+/// The `--json` document of an argument error: its first paragraph on one line, without clap's
+/// `error: ` (the usage and tips after it are for people).
+fn usage_error_doc(e: &clap::Error) -> serde_json::Value {
+    let text = e.to_string();
+    let first: Vec<&str> = (text.lines())
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let first = first.join(" ");
+    let message = first.strip_prefix("error: ").unwrap_or(&first);
+    serde_json::json!({ "ok": false, "error": { "kind": "usage", "message": message } })
 }
 
 /// Subcommands.
@@ -636,6 +658,20 @@ mod tests {
             let parsed = Cli::command_line().try_get_matches_from(args);
             assert!(parsed.is_ok(), "{args:?}: {parsed:?}");
         }
+        // Under --json, the same error as a document.
+        let e = Cli::command_line()
+            .try_get_matches_from(["shardtool", "verify", "ds", "--json", "--jobs", "0"])
+            .unwrap_err();
+        let doc = usage_error_doc(&e);
+        assert_eq!(
+            (&doc["ok"], &doc["error"]["kind"]),
+            (&false.into(), &"usage".into())
+        );
+        let message = doc["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("invalid value '0' for '--jobs"),
+            "{message}"
+        );
         // A text option still takes no value that looks like a flag: `-5` is not a prefix.
         let e = Cli::command_line()
             .try_get_matches_from(["shardtool", "pack", "in", "out", "--prefix", "-5"])

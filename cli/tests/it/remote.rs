@@ -485,6 +485,22 @@ fn cache_prefetch_ls_and_clear() {
             .contains("is local"),
         "{doc}"
     );
+    // So are the argument errors clap finds (a missing URL, a value out of range).
+    for (args, says) in [
+        (&["cache", "prefetch", "--json"][..], "not provided: <URL>"),
+        (
+            &["verify", &url, "--json", "--fetch-concurrency", "0"],
+            "invalid value '0'",
+        ),
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(doc["error"]["kind"], "usage", "{args:?}: {doc}");
+        let message = doc["error"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{args:?}: {doc}");
+        assert!(!String::from_utf8_lossy(&out.stderr).is_empty(), "{args:?}");
+    }
 
     // A shard the server no longer has: the others are fetched, it is named with why, exit 1.
     std::fs::remove_file(other.join("shard-000002.tar.zst")).unwrap();
