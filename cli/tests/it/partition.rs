@@ -35,6 +35,17 @@ pub(crate) fn inputs(dir: &Path, n: u32) -> PathBuf {
     root
 }
 
+/// An S3 server whose bucket holds `n` of [`inputs`] packed under `wds/` as WebDataset shards
+/// of 10 samples (`s3://bucket/wds/shard-00000K.tar`), and the bucket's folder on disk.
+pub(crate) fn wds_in_s3(dir: &Path, n: u32) -> (crate::remote::servers::S3, PathBuf) {
+    let s3 = crate::remote::servers::S3::start();
+    let bucket = s3.root.path().join("bucket");
+    pack(inputs(dir, n), bucket.join("wds"))
+        .args(["--shard-samples", "10", "-q"])
+        .ok();
+    (s3, bucket)
+}
+
 /// The published dataset: every plain file of `dir` (not `_plan/`), with its bytes.
 pub(crate) fn published(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     std::fs::read_dir(dir)
@@ -572,14 +583,8 @@ fn parts_publish_into_an_s3_folder_once_and_merge_there() {
 
 #[test]
 fn a_plan_of_urls_records_sizes_and_etags_and_parts_read_its_staged_copies() {
-    use crate::remote::servers::S3;
     let dir = tempdir();
-    let input = inputs(dir.path(), 30);
-    let s3 = S3::start();
-    let bucket = s3.root.path().join("bucket");
-    pack(&input, bucket.join("wds"))
-        .args(["--shard-samples", "10", "-q"])
-        .ok();
+    let (s3, _) = wds_in_s3(dir.path(), 30);
     let with_env = |c: Cmd| c.envs(s3.env());
     let url = "s3://bucket/wds/shard-{000000..000002}.tar";
     let single = dir.path().join("single");

@@ -111,14 +111,9 @@ fn an_upload_the_server_cuts_off_is_an_error_with_a_message_not_a_silent_death()
 #[test]
 fn merge_into_s3_removes_the_staged_copies_of_its_inputs() {
     use crate::common::{pack, tempdir, Cmd};
-    use crate::partition::{inputs, part, published, OPTS};
+    use crate::partition::{part, published, wds_in_s3, OPTS};
     let dir = tempdir();
-    let input = inputs(dir.path(), 20);
-    let s3 = S3::start();
-    let bucket = s3.root.path().join("bucket");
-    pack(&input, bucket.join("wds"))
-        .args(["--shard-samples", "10", "-q"])
-        .ok();
+    let (s3, bucket) = wds_in_s3(dir.path(), 20);
     let with_env = |c: Cmd| c.envs(s3.env());
     let urls = "s3://bucket/wds/shard-{000000..000001}.tar";
     let out = "s3://bucket/out/";
