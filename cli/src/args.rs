@@ -84,7 +84,7 @@ fn usage_error_doc(e: &clap::Error) -> serde_json::Value {
         .collect();
     let first = first.join(" ");
     let message = first.strip_prefix("error: ").unwrap_or(&first);
-    serde_json::json!({ "ok": false, "error": { "kind": "usage", "message": message } })
+    crate::commands::error_doc("usage", &message)
 }
 
 /// Subcommands.

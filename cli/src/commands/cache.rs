@@ -197,7 +197,7 @@ pub fn run(c: CacheCommand) -> Result<(), Failure> {
             json,
         } => clear(dataset.as_deref(), cache_dir, json).inspect_err(|f| {
             // Printed only once cleared: a failure before then has no document yet.
-            error_doc(json, if f.code == 2 { "usage" } else { "error" }, &f.error)
+            super::print_error_doc(json, if f.code == 2 { "usage" } else { "error" }, &f.error)
         }),
     }
 }
@@ -269,20 +269,10 @@ fn clear(dataset: Option<&str>, cache_dir: Option<PathBuf>, json: bool) -> Resul
     Ok(())
 }
 
-/// Under `--json`, a run stopped before its work says why in one document on stdout too.
-fn error_doc(json: bool, kind: &str, e: &dyn std::fmt::Display) {
-    if json {
-        let doc = serde_json::json!({
-            "ok": false,
-            "error": { "kind": kind, "message": e.to_string() },
-        });
-        outln!("{doc}");
-    }
-}
-
 /// `shardtool cache prefetch`: every shard of the remote `dataset` fetched into the cache now.
 fn prefetch(dataset: &str, cache: &CacheArgs, json: bool) -> Result<(), Failure> {
-    let error_doc = |kind: &str, e: &dyn std::fmt::Display| error_doc(json, kind, e);
+    // Under --json, a run stopped before fetching says why in one document on stdout too.
+    let error_doc = |kind: &str, e: &dyn std::fmt::Display| super::print_error_doc(json, kind, e);
     let url = match Location::parse(dataset) {
         Ok(Location::Remote(r)) => r,
         Ok(Location::Local(p)) => {

@@ -103,11 +103,7 @@ pub(crate) fn opened<R>(result: Result<R, VerifyError>, json: bool) -> Result<R,
 
 /// Prints `{"ok": false, "error": {...}}` for a target that could not be opened.
 fn print_error_json(e: &VerifyError) {
-    let doc = serde_json::json!({
-        "ok": false,
-        "error": { "kind": error_kind(e), "message": e.to_string() },
-    });
-    outln!("{doc}");
+    super::print_error_doc(true, error_kind(e), e);
 }
 
 /// Runs `shardtool verify`.
@@ -240,13 +236,7 @@ pub(crate) fn open_remote(
     // Every shard is fetched by the command itself: the reader's prefetch threads are not needed.
     options.concurrency = 0;
     let ds = RemoteDataset::open(url, options).map_err(|e| {
-        if json {
-            let doc = serde_json::json!({
-                "ok": false,
-                "error": { "kind": "unreadable", "message": e.to_string() },
-            });
-            outln!("{doc}");
-        }
+        super::print_error_doc(json, "unreadable", &e);
         Failure::usage(e)
     })?;
     Ok(Some((ds, workers)))
