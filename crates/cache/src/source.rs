@@ -78,6 +78,12 @@ impl ShardSpec {
     fn cached_checksum(&self) -> Checksum {
         self.decompressed.map_or(self.checksum, |(_, c)| c)
     }
+
+    /// The most bytes it takes in the cache while it is fetched: a `.zst` shard's compressed
+    /// copy beside its decompressed one.
+    fn fetch_bytes(&self) -> u64 {
+        self.cached_bytes() + self.decompressed.map_or(0, |_| self.bytes)
+    }
 }
 
 /// A shard held in the cache for reading: while a lease lives, no process evicts the file.
@@ -310,7 +316,7 @@ impl RemoteDataset {
         self.shared
             .specs
             .iter()
-            .map(|s| s.cached_bytes() + s.decompressed.map_or(0, |_| s.bytes))
+            .map(ShardSpec::fetch_bytes)
             .max()
             .unwrap_or(0)
     }
@@ -702,7 +708,7 @@ impl Shared {
 
     /// Downloads, checks, decompresses and publishes one shard; the caller holds its lock.
     fn fetch_locked(&self, spec: &ShardSpec, paths: &ShardPaths) -> Result<(), CacheError> {
-        let need = spec.cached_bytes() + spec.decompressed.map_or(0, |_| spec.bytes);
+        let need = spec.fetch_bytes();
         let stopped = || self.remote.stopped();
         let Some((reservation, evicted)) = self.cache.reserve_unless(need, &stopped)? else {
             return Err(self.stopped(spec));

@@ -261,13 +261,9 @@ impl<'a> RemoteView<'a> {
             let mut f = self.failed.lock().unwrap_or_else(|p| p.into_inner());
             f.insert(name.to_string(), why);
         };
-        // Stopped (Ctrl-C): the shards left are not read, cached or not.
-        if self.ds.is_stopped() {
-            failed("the check was stopped".into());
-            return None;
-        }
         let permit = self.fetches.take();
-        // Stopped while it waited for its turn: nothing more is read.
+        // Stopped (Ctrl-C), before or while it waited for its turn (the fetches under way end
+        // at once then): the shards left are not read, cached or not.
         if self.ds.is_stopped() {
             drop(permit);
             failed("the check was stopped".into());

@@ -11,8 +11,11 @@ impl RemoteDataset {
     /// every shard once, `at_once` at a time, each held only while it is read
     /// ([`RemoteDataset::acquire_once`]).
     pub fn check_room_one_by_one(&self, at_once: usize) -> Result<(), CacheError> {
-        let mut sizes: Vec<u64> = (self.shared.specs.iter())
-            .map(|s| s.cached_bytes() + s.decompressed.map_or(0, |_| s.bytes))
+        let mut sizes: Vec<u64> = self
+            .shared
+            .specs
+            .iter()
+            .map(ShardSpec::fetch_bytes)
             .collect();
         sizes.sort_unstable_by(|a, b| b.cmp(a));
         let at_once = at_once.clamp(1, sizes.len().max(1));
